@@ -1,0 +1,1 @@
+//! Dataflow graph, op registry, CPU/CUDA kernels, executor, sessions, autodiff, optimizers, checkpoints.

@@ -1,0 +1,1 @@
+//! YAML experiment schema, sweeps, parallel runner with resumable result store.
