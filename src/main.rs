@@ -1,28 +1,40 @@
 //! The `flowlab` command line: parses arguments and hands each command to the
-//! crate that owns it. No logic lives here beyond turning errors into messages.
+//! crate that owns it. No logic lives here beyond printing and turning errors
+//! into messages. One file per command family under `src/cmd/`.
+
+mod cmd;
 
 use clap::{Parser, Subcommand};
+use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "flowlab", version, about = "TensorFlow-style dataflow engine, systolic-array and cluster simulators, experiment sweeps")]
+#[command(
+    name = "flowlab",
+    version,
+    about = "TensorFlow-style dataflow engine, systolic-array and cluster simulators, experiment sweeps"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Measure this machine: prints a table, or JSON lines with --json.
+    Bench(cmd::bench::BenchArgs),
+}
 
-fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result: anyhow::Result<()> = match cli.command {
-        None => Ok(()),
+    let result: anyhow::Result<ExitCode> = match cli.command {
+        None => Ok(ExitCode::SUCCESS),
+        Some(Command::Bench(args)) => cmd::bench::run(args),
     };
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }

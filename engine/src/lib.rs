@@ -1,1 +1,4 @@
-//! Dataflow graph, op registry, CPU/CUDA kernels, executor, sessions, autodiff, optimizers, checkpoints.
+//! Dataflow graph, op registry, CPU/CUDA kernels, executor, sessions, autodiff,
+//! optimizers and checkpoints.
+
+pub mod kernels;

@@ -1,0 +1,1 @@
+//! CPU kernels over plain slices (row-major), independent of the tensor type.
