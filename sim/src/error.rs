@@ -1,0 +1,47 @@
+//! The one error type of `flowlab-sim`. Every variant names the parameter or
+//! component at fault so the CLI can show it without more context.
+
+use thiserror::Error;
+
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum SimError {
+    /// A configuration value outside its valid range; `param` is the dotted key.
+    #[error("invalid parameter `{param}`: {reason}")]
+    InvalidParam { param: String, reason: String },
+    /// The topology cannot host the requested devices.
+    #[error("topology `{topology}` has {ports} device ports but {needed} devices were requested ({hint})")]
+    TooFewPorts {
+        topology: String,
+        ports: usize,
+        needed: usize,
+        hint: String,
+    },
+    /// Two endpoints with no path between them.
+    #[error("no route from endpoint {src} to endpoint {dst}")]
+    NoRoute { src: usize, dst: usize },
+    /// An endpoint index outside the topology.
+    #[error("endpoint {endpoint} does not exist (topology has {count} endpoints)")]
+    NoSuchEndpoint { endpoint: usize, count: usize },
+    /// A name not found in the workload catalog.
+    #[error("unknown workload `{name}` in `model` (known: {known})")]
+    UnknownWorkload { name: String, known: String },
+    /// A link name the hardware catalog does not know.
+    #[error("unknown link `{name}` in `{param}`: {reason}")]
+    UnknownLink {
+        name: String,
+        param: String,
+        reason: String,
+    },
+    /// A run stopped by its step or simulated-time bound before finishing.
+    #[error("simulation stopped by its bound: {what} (limit {limit})")]
+    BoundExceeded { what: String, limit: String },
+}
+
+impl SimError {
+    pub(crate) fn param(param: impl Into<String>, reason: impl Into<String>) -> Self {
+        SimError::InvalidParam {
+            param: param.into(),
+            reason: reason.into(),
+        }
+    }
+}

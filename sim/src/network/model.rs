@@ -1,0 +1,172 @@
+//! The narrow interface between traffic generators and network models
+//! (in the style of ASTRA-sim's network API): start a flow of bytes from one
+//! endpoint to another, and be told, by tag, when it has arrived. Time moves
+//! only when the caller advances the model to the next event it reports.
+
+use crate::error::SimError;
+use crate::network::topology::Topology;
+use crate::time::SimTime;
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// The caller's label for a flow, returned on completion.
+pub type FlowTag = u64;
+
+/// Traffic and load of one directed link over a run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LinkUsage {
+    pub from: String,
+    pub to: String,
+    pub bytes: u64,
+    /// Bytes carried over (capacity x elapsed time), in [0, 1].
+    pub utilization: f64,
+}
+
+/// A network model: analytical or flow-level.
+pub trait NetworkModel {
+    /// Starts sending `bytes` from endpoint `src` to endpoint `dst` at `now`
+    /// (not before the last time the model was advanced to).
+    fn start_flow(
+        &mut self,
+        now: SimTime,
+        src: usize,
+        dst: usize,
+        bytes: u64,
+        tag: FlowTag,
+    ) -> Result<(), SimError>;
+
+    /// The time of the model's next event (a completion or an internal rate
+    /// change), or `None` when idle.
+    fn next_event_time(&mut self) -> Option<SimTime>;
+
+    /// Processes every event up to and including `now`, appending the tags
+    /// of flows that arrived.
+    fn advance(&mut self, now: SimTime, done: &mut Vec<FlowTag>);
+
+    /// Propagation latency of the path from `src` to `dst` (for control
+    /// messages that carry no payload).
+    fn path_latency(&mut self, src: usize, dst: usize) -> Result<SimTime, SimError>;
+
+    /// Flows started but not yet arrived.
+    fn in_flight(&self) -> usize;
+
+    /// Shared routing and accounting state.
+    fn fabric(&self) -> &Fabric;
+}
+
+/// Routing, route cache and per-link byte counters, shared by both models.
+pub struct Fabric {
+    topology: Topology,
+    /// Route arena: a cached route is `route_links[start..start+len]`.
+    route_links: Vec<u32>,
+    route_cache: HashMap<(u32, u32), Route>,
+    link_bytes: Vec<u64>,
+    bytes_moved: u64,
+}
+
+/// A cached route: a slice of the arena, its latency and bottleneck.
+#[derive(Debug, Clone, Copy)]
+pub struct Route {
+    pub start: u32,
+    pub len: u32,
+    pub latency: SimTime,
+    pub min_bytes_per_s: f64,
+}
+
+impl Fabric {
+    pub fn new(topology: Topology) -> Fabric {
+        let n = topology.links().len();
+        Fabric {
+            topology,
+            route_links: Vec::new(),
+            route_cache: HashMap::new(),
+            link_bytes: vec![0; n],
+            bytes_moved: 0,
+        }
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    pub fn route(&mut self, src: usize, dst: usize) -> Result<Route, SimError> {
+        if let Some(r) = self.route_cache.get(&(src as u32, dst as u32)) {
+            return Ok(*r);
+        }
+        let links = self.topology.route(src, dst)?;
+        let start = self.route_links.len() as u32;
+        let mut latency = SimTime::ZERO;
+        let mut min_bw = f64::INFINITY;
+        for &l in &links {
+            let p = self.topology.links()[l as usize].params;
+            latency += p.latency;
+            min_bw = min_bw.min(p.bytes_per_s);
+        }
+        self.route_links.extend_from_slice(&links);
+        let r = Route {
+            start,
+            len: links.len() as u32,
+            latency,
+            min_bytes_per_s: min_bw,
+        };
+        self.route_cache.insert((src as u32, dst as u32), r);
+        Ok(r)
+    }
+
+    pub fn route_links(&self, r: Route) -> &[u32] {
+        &self.route_links[r.start as usize..(r.start + r.len) as usize]
+    }
+
+    /// Counts `bytes` on every link of `r`.
+    pub fn account(&mut self, r: Route, bytes: u64) {
+        self.bytes_moved += bytes;
+        let (s, e) = (r.start as usize, (r.start + r.len) as usize);
+        for &l in &self.route_links[s..e] {
+            self.link_bytes[l as usize] += bytes;
+        }
+    }
+
+    /// Payload bytes of every flow started (counted once per flow).
+    pub fn bytes_moved(&self) -> u64 {
+        self.bytes_moved
+    }
+
+    pub fn link_capacity(&self, l: usize) -> f64 {
+        self.topology.links()[l].params.bytes_per_s
+    }
+
+    /// Per-link bytes and utilization over `elapsed`, for links that carried traffic.
+    pub fn link_usage(&self, elapsed: SimTime) -> Vec<LinkUsage> {
+        let secs = elapsed.as_secs_f64();
+        self.topology
+            .links()
+            .iter()
+            .zip(&self.link_bytes)
+            .filter(|(_, b)| **b > 0)
+            .map(|(l, &bytes)| LinkUsage {
+                from: self.topology.node_label(l.from),
+                to: self.topology.node_label(l.to),
+                bytes,
+                utilization: if secs > 0.0 {
+                    (bytes as f64 / (l.params.bytes_per_s * secs)).min(1.0)
+                } else {
+                    0.0
+                },
+            })
+            .collect()
+    }
+
+    /// Highest utilization of any link over `elapsed`.
+    pub fn max_link_utilization(&self, elapsed: SimTime) -> f64 {
+        let secs = elapsed.as_secs_f64();
+        if secs <= 0.0 {
+            return 0.0;
+        }
+        self.topology
+            .links()
+            .iter()
+            .zip(&self.link_bytes)
+            .map(|(l, &b)| (b as f64 / (l.params.bytes_per_s * secs)).min(1.0))
+            .fold(0.0, f64::max)
+    }
+}
