@@ -1,1 +1,17 @@
 //! CPU kernels over plain slices (row-major), independent of the tensor type.
+//!
+//! Contract for every kernel here: operands are contiguous and row-major,
+//! output slices are preallocated by the caller with the exact length (the op
+//! layer has validated the shapes; lengths are only `debug_assert!`ed), and a
+//! `threads` argument says how many threads to use: 1 runs on the calling
+//! thread, more splits the work inside the current rayon pool.
+
+pub mod conv;
+pub mod matmul;
+pub mod pool;
+pub mod scalar;
+
+pub use conv::{Conv2dGeom, Padding, conv2d, conv2d_backprop_filter, conv2d_backprop_input};
+pub use matmul::{batch_matmul, matmul};
+pub use pool::{Pool2dGeom, avg_pool, avg_pool_grad, max_pool, max_pool_grad};
+pub use scalar::Float;

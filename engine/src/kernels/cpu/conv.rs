@@ -1,0 +1,547 @@
+//! 2-D convolution (NHWC input, HWIO filter, NHWC output) and its two
+//! gradients, by im2col + GEMM.
+//!
+//! Every output position `(b, oy, ox)` is one row of a "patch" matrix whose
+//! `k_h * k_w * in_c` columns are the input values under the filter window
+//! (zero where the window hangs over the padding). Flattened HWIO, the filter
+//! is a `[k_h * k_w * in_c, out_c]` matrix, so
+//!
+//! * forward:          `out[P, oc]    = patches[P, K] · filter[K, oc]`
+//! * input gradient:   `dpatches[P, K] = grad_out[P, oc] · filter[K, oc]^T`,
+//!   then scatter-added back onto the input positions (col2im);
+//! * filter gradient:  `dfilter[K, oc] = patches[P, K]^T · grad_out[P, oc]`.
+//!
+//! The patch matrix is built in chunks of rows so memory stays bounded for
+//! large batches; a 1x1, stride-1, unpadded convolution skips it entirely
+//! (the input already is the patch matrix).
+
+use super::matmul::gemm_strided;
+use super::scalar::Float;
+use rayon::prelude::*;
+
+/// TensorFlow's padding schemes, with its exact output-size and offset rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Padding {
+    /// `out = ceil(in / stride)`; the total padding
+    /// `max((out - 1) * stride + k - in, 0)` is split with the smaller half
+    /// (`total / 2`) before and the rest after.
+    Same,
+    /// No padding: `out = (in - k) / stride + 1`; the window must fit.
+    Valid,
+}
+
+/// Output size and leading padding of one spatial axis, TF rules.
+pub(crate) fn window_axis(
+    axis: &str,
+    input: usize,
+    k: usize,
+    stride: usize,
+    padding: Padding,
+) -> Result<(usize, usize), String> {
+    if k == 0 {
+        return Err(format!("window {axis} size must be at least 1, got 0"));
+    }
+    if stride == 0 {
+        return Err(format!("stride along {axis} must be at least 1, got 0"));
+    }
+    match padding {
+        Padding::Valid => {
+            if k > input {
+                return Err(format!(
+                    "VALID padding: window {axis} {k} is larger than the input {axis} {input}"
+                ));
+            }
+            Ok(((input - k) / stride + 1, 0))
+        }
+        Padding::Same => {
+            let out = input.div_ceil(stride);
+            let total = ((out.saturating_sub(1)) * stride + k).saturating_sub(input);
+            Ok((out, total / 2))
+        }
+    }
+}
+
+/// Every size a convolution kernel needs, validated once by the op layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv2dGeom {
+    pub batch: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+    pub in_c: usize,
+    pub k_h: usize,
+    pub k_w: usize,
+    pub out_c: usize,
+    pub stride_h: usize,
+    pub stride_w: usize,
+    pub pad_top: usize,
+    pub pad_left: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+}
+
+impl Conv2dGeom {
+    /// Geometry of an NHWC input convolved with an HWIO filter. Errors name
+    /// the offending parameter and sizes: mismatched input channels, a zero
+    /// stride or window, or a VALID window larger than the input.
+    pub fn new(
+        input_nhwc: [usize; 4],
+        filter_hwio: [usize; 4],
+        strides: [usize; 2],
+        padding: Padding,
+    ) -> Result<Self, String> {
+        let [batch, in_h, in_w, in_c] = input_nhwc;
+        let [k_h, k_w, f_in, out_c] = filter_hwio;
+        if f_in != in_c {
+            return Err(format!(
+                "filter input channels {f_in} (filter shape {filter_hwio:?}) do not match input channels {in_c} (input shape {input_nhwc:?})"
+            ));
+        }
+        let (out_h, pad_top) = window_axis("height", in_h, k_h, strides[0], padding)?;
+        let (out_w, pad_left) = window_axis("width", in_w, k_w, strides[1], padding)?;
+        Ok(Self {
+            batch,
+            in_h,
+            in_w,
+            in_c,
+            k_h,
+            k_w,
+            out_c,
+            stride_h: strides[0],
+            stride_w: strides[1],
+            pad_top,
+            pad_left,
+            out_h,
+            out_w,
+        })
+    }
+
+    pub fn input_len(&self) -> usize {
+        self.batch * self.in_h * self.in_w * self.in_c
+    }
+    pub fn filter_len(&self) -> usize {
+        self.k_h * self.k_w * self.in_c * self.out_c
+    }
+    pub fn output_len(&self) -> usize {
+        self.batch * self.out_h * self.out_w * self.out_c
+    }
+    /// Multiply-adds times two of the forward pass (each gradient costs the same).
+    pub fn flops(&self) -> u64 {
+        2 * (self.batch * self.out_h * self.out_w) as u64 * self.patch_len() as u64 * self.out_c as u64
+    }
+
+    /// Columns of the patch matrix: `k_h * k_w * in_c`.
+    fn patch_len(&self) -> usize {
+        self.k_h * self.k_w * self.in_c
+    }
+    /// Rows of the patch matrix: one per output position.
+    fn positions(&self) -> usize {
+        self.batch * self.out_h * self.out_w
+    }
+    /// True when the input itself is the patch matrix.
+    fn is_pointwise(&self) -> bool {
+        self.k_h == 1
+            && self.k_w == 1
+            && self.stride_h == 1
+            && self.stride_w == 1
+            && self.pad_top == 0
+            && self.pad_left == 0
+            && self.out_h == self.in_h
+            && self.out_w == self.in_w
+    }
+    /// Patch-matrix rows per chunk: whole images when they fit in the budget.
+    fn rows_per_chunk(&self) -> usize {
+        let per_row = self.patch_len().max(1);
+        let budget = (PATCH_BUDGET_ELEMS / per_row).max(1);
+        let image = (self.out_h * self.out_w).max(1);
+        if budget >= image { (budget / image) * image } else { budget }
+    }
+}
+
+/// Upper bound on the elements of one patch-matrix chunk (16 MiB of f32):
+/// large enough that GEMM runs at full speed, small enough to stay in cache
+/// on big machines and never to dominate memory.
+const PATCH_BUDGET_ELEMS: usize = 1 << 22;
+
+/// Splits `rows` rows of `row_len` into at most `threads` contiguous pieces
+/// and runs `f(first_row, piece)` on each, in parallel when `threads > 1`.
+fn for_row_pieces<T: Send>(
+    data: &mut [T],
+    row_len: usize,
+    threads: usize,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) {
+    let rows = data.len() / row_len.max(1);
+    if threads <= 1 || rows < 2 {
+        f(0, data);
+        return;
+    }
+    let per = rows.div_ceil(threads);
+    data.par_chunks_mut(per * row_len).enumerate().for_each(|(i, piece)| f(i * per, piece));
+}
+
+/// Fills `patches` (rows `first_row..` of the global patch matrix) from `input`.
+fn im2col<T: Float>(input: &[T], patches: &mut [T], first_row: usize, g: &Conv2dGeom, threads: usize) {
+    let kl = g.patch_len();
+    for_row_pieces(patches, kl, threads, |row0, piece| {
+        for (r, row) in piece.chunks_exact_mut(kl).enumerate() {
+            let pos = first_row + row0 + r;
+            let b = pos / (g.out_h * g.out_w);
+            let oy = (pos / g.out_w) % g.out_h;
+            let ox = pos % g.out_w;
+            let img = &input[b * g.in_h * g.in_w * g.in_c..][..g.in_h * g.in_w * g.in_c];
+            for ky in 0..g.k_h {
+                let iy = (oy * g.stride_h + ky) as isize - g.pad_top as isize;
+                let dst_ky = &mut row[ky * g.k_w * g.in_c..][..g.k_w * g.in_c];
+                if iy < 0 || iy as usize >= g.in_h {
+                    dst_ky.fill(T::ZERO);
+                    continue;
+                }
+                let src_row = &img[iy as usize * g.in_w * g.in_c..][..g.in_w * g.in_c];
+                let ix0 = (ox * g.stride_w) as isize - g.pad_left as isize;
+                if ix0 >= 0 && ix0 as usize + g.k_w <= g.in_w {
+                    // Whole window row inside the image: one contiguous copy.
+                    dst_ky.copy_from_slice(&src_row[ix0 as usize * g.in_c..][..g.k_w * g.in_c]);
+                    continue;
+                }
+                for kx in 0..g.k_w {
+                    let ix = ix0 + kx as isize;
+                    let dst = &mut dst_ky[kx * g.in_c..][..g.in_c];
+                    if ix < 0 || ix as usize >= g.in_w {
+                        dst.fill(T::ZERO);
+                    } else {
+                        dst.copy_from_slice(&src_row[ix as usize * g.in_c..][..g.in_c]);
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Scatter-adds patch rows `first_row..` back onto their input positions of
+/// `grad_in` (which covers the whole batch). Images are independent, so the
+/// rows of different images are added in parallel.
+fn col2im<T: Float>(dpatches: &[T], grad_in: &mut [T], first_row: usize, g: &Conv2dGeom, threads: usize) {
+    let kl = g.patch_len();
+    let image_rows = g.out_h * g.out_w;
+    let image_len = g.in_h * g.in_w * g.in_c;
+    let rows = dpatches.len() / kl.max(1);
+    let first_img = first_row / image_rows;
+    let last_img = (first_row + rows).div_ceil(image_rows);
+    let add_image = |b: usize, img: &mut [T]| {
+        let lo = (b * image_rows).max(first_row);
+        let hi = ((b + 1) * image_rows).min(first_row + rows);
+        for pos in lo..hi {
+            let row = &dpatches[(pos - first_row) * kl..][..kl];
+            let oy = (pos / g.out_w) % g.out_h;
+            let ox = pos % g.out_w;
+            for ky in 0..g.k_h {
+                let iy = (oy * g.stride_h + ky) as isize - g.pad_top as isize;
+                if iy < 0 || iy as usize >= g.in_h {
+                    continue;
+                }
+                for kx in 0..g.k_w {
+                    let ix = (ox * g.stride_w + kx) as isize - g.pad_left as isize;
+                    if ix < 0 || ix as usize >= g.in_w {
+                        continue;
+                    }
+                    let dst = &mut img[(iy as usize * g.in_w + ix as usize) * g.in_c..][..g.in_c];
+                    let src = &row[(ky * g.k_w + kx) * g.in_c..][..g.in_c];
+                    for (d, s) in dst.iter_mut().zip(src) {
+                        *d += *s;
+                    }
+                }
+            }
+        }
+    };
+    let imgs = &mut grad_in[first_img * image_len..last_img * image_len];
+    if threads > 1 && last_img - first_img > 1 {
+        imgs.par_chunks_mut(image_len).enumerate().for_each(|(i, img)| add_image(first_img + i, img));
+    } else {
+        for (i, img) in imgs.chunks_mut(image_len).enumerate() {
+            add_image(first_img + i, img);
+        }
+    }
+}
+
+/// `out = conv2d(input, filter)`: NHWC input, HWIO filter, NHWC output,
+/// overwriting `out`. `threads` as for [`super::matmul::matmul`].
+pub fn conv2d<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Conv2dGeom, threads: usize) {
+    debug_assert_eq!(input.len(), g.input_len());
+    debug_assert_eq!(filter.len(), g.filter_len());
+    debug_assert_eq!(out.len(), g.output_len());
+    let (kl, oc, p) = (g.patch_len(), g.out_c, g.positions());
+    if g.is_pointwise() {
+        gemm_strided(input, filter, out, p, oc, kl, false, false, false, threads);
+        return;
+    }
+    let chunk = g.rows_per_chunk().min(p.max(1));
+    let mut patches = vec![T::ZERO; chunk * kl];
+    let mut r0 = 0;
+    while r0 < p {
+        let rows = chunk.min(p - r0);
+        let pt = &mut patches[..rows * kl];
+        im2col(input, pt, r0, g, threads);
+        gemm_strided(pt, filter, &mut out[r0 * oc..(r0 + rows) * oc], rows, oc, kl, false, false, false, threads);
+        r0 += rows;
+    }
+}
+
+/// Gradient of [`conv2d`] with respect to its input, overwriting `grad_in`
+/// (NHWC, the input's shape) from `grad_out` (NHWC, the output's shape).
+pub fn conv2d_backprop_input<T: Float>(
+    grad_out: &[T],
+    filter: &[T],
+    grad_in: &mut [T],
+    g: &Conv2dGeom,
+    threads: usize,
+) {
+    debug_assert_eq!(grad_out.len(), g.output_len());
+    debug_assert_eq!(filter.len(), g.filter_len());
+    debug_assert_eq!(grad_in.len(), g.input_len());
+    let (kl, oc, p) = (g.patch_len(), g.out_c, g.positions());
+    if g.is_pointwise() {
+        gemm_strided(grad_out, filter, grad_in, p, kl, oc, false, true, false, threads);
+        return;
+    }
+    grad_in.fill(T::ZERO);
+    let chunk = g.rows_per_chunk().min(p.max(1));
+    let mut dpatches = vec![T::ZERO; chunk * kl];
+    let mut r0 = 0;
+    while r0 < p {
+        let rows = chunk.min(p - r0);
+        let dp = &mut dpatches[..rows * kl];
+        gemm_strided(&grad_out[r0 * oc..(r0 + rows) * oc], filter, dp, rows, kl, oc, false, true, false, threads);
+        col2im(dp, grad_in, r0, g, threads);
+        r0 += rows;
+    }
+}
+
+/// Gradient of [`conv2d`] with respect to its filter, overwriting
+/// `grad_filter` (HWIO) from the forward `input` and `grad_out`.
+pub fn conv2d_backprop_filter<T: Float>(
+    input: &[T],
+    grad_out: &[T],
+    grad_filter: &mut [T],
+    g: &Conv2dGeom,
+    threads: usize,
+) {
+    debug_assert_eq!(input.len(), g.input_len());
+    debug_assert_eq!(grad_out.len(), g.output_len());
+    debug_assert_eq!(grad_filter.len(), g.filter_len());
+    let (kl, oc, p) = (g.patch_len(), g.out_c, g.positions());
+    if g.is_pointwise() {
+        gemm_strided(input, grad_out, grad_filter, kl, oc, p, true, false, false, threads);
+        return;
+    }
+    if p == 0 {
+        grad_filter.fill(T::ZERO);
+        return;
+    }
+    let chunk = g.rows_per_chunk().min(p);
+    let mut patches = vec![T::ZERO; chunk * kl];
+    let mut r0 = 0;
+    while r0 < p {
+        let rows = chunk.min(p - r0);
+        let pt = &mut patches[..rows * kl];
+        im2col(input, pt, r0, g, threads);
+        gemm_strided(pt, &grad_out[r0 * oc..(r0 + rows) * oc], grad_filter, kl, oc, rows, true, false, r0 > 0, threads);
+        r0 += rows;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::cpu::matmul::tests::random;
+
+    /// Direct seven-loop convolution in f64, the reference.
+    fn naive_conv(input: &[f64], filter: &[f64], g: &Conv2dGeom) -> Vec<f64> {
+        let mut out = vec![0.0; g.output_len()];
+        for b in 0..g.batch {
+            for oy in 0..g.out_h {
+                for ox in 0..g.out_w {
+                    for o in 0..g.out_c {
+                        let mut s = 0.0;
+                        for ky in 0..g.k_h {
+                            for kx in 0..g.k_w {
+                                let iy = (oy * g.stride_h + ky) as isize - g.pad_top as isize;
+                                let ix = (ox * g.stride_w + kx) as isize - g.pad_left as isize;
+                                if iy < 0 || ix < 0 || iy as usize >= g.in_h || ix as usize >= g.in_w {
+                                    continue;
+                                }
+                                for c in 0..g.in_c {
+                                    let iv = input[((b * g.in_h + iy as usize) * g.in_w + ix as usize) * g.in_c + c];
+                                    let fv = filter[((ky * g.k_w + kx) * g.in_c + c) * g.out_c + o];
+                                    s += iv * fv;
+                                }
+                            }
+                        }
+                        out[((b * g.out_h + oy) * g.out_w + ox) * g.out_c + o] = s;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// (input NHWC, filter HWIO, strides, padding) cases covering SAME/VALID,
+    /// stride 2, odd sizes, even kernels (asymmetric SAME padding), 1x1.
+    fn cases() -> Vec<([usize; 4], [usize; 4], [usize; 2], Padding)> {
+        vec![
+            ([2, 5, 6, 3], [3, 3, 3, 4], [1, 1], Padding::Same),
+            ([2, 5, 6, 3], [3, 3, 3, 4], [1, 1], Padding::Valid),
+            ([1, 7, 8, 2], [3, 2, 2, 5], [2, 2], Padding::Same),
+            ([3, 7, 9, 2], [2, 4, 2, 3], [2, 3], Padding::Valid),
+            ([2, 6, 6, 4], [4, 4, 4, 2], [2, 2], Padding::Same),
+            ([2, 4, 5, 6], [1, 1, 6, 3], [1, 1], Padding::Same),
+            ([2, 5, 5, 3], [1, 1, 3, 2], [2, 2], Padding::Valid),
+            ([1, 3, 3, 1], [5, 5, 1, 2], [1, 1], Padding::Same),
+        ]
+    }
+
+    #[test]
+    fn geometry_follows_tensorflow_same_and_valid_rules() {
+        let g = Conv2dGeom::new([1, 7, 8, 2], [3, 2, 2, 5], [2, 2], Padding::Same).unwrap();
+        // out = ceil(7/2)=4, ceil(8/2)=4; pad totals (3*2+3-7)=2 -> top 1, (3*2+2-8)=0 -> left 0.
+        assert_eq!((g.out_h, g.out_w, g.pad_top, g.pad_left), (4, 4, 1, 0));
+        let g = Conv2dGeom::new([1, 6, 6, 1], [4, 4, 1, 1], [1, 1], Padding::Same).unwrap();
+        // total 3 -> 1 before, 2 after.
+        assert_eq!((g.out_h, g.pad_top), (6, 1));
+        let g = Conv2dGeom::new([3, 7, 9, 2], [2, 4, 2, 3], [2, 3], Padding::Valid).unwrap();
+        assert_eq!((g.out_h, g.out_w, g.pad_top, g.pad_left), (3, 2, 0, 0));
+    }
+
+    #[test]
+    fn geometry_rejects_bad_input_with_the_sizes_involved() {
+        let e = Conv2dGeom::new([1, 5, 5, 3], [3, 3, 2, 4], [1, 1], Padding::Same).unwrap_err();
+        assert_eq!(
+            e,
+            "filter input channels 2 (filter shape [3, 3, 2, 4]) do not match input channels 3 (input shape [1, 5, 5, 3])"
+        );
+        let e = Conv2dGeom::new([1, 2, 5, 3], [3, 3, 3, 4], [1, 1], Padding::Valid).unwrap_err();
+        assert_eq!(e, "VALID padding: window height 3 is larger than the input height 2");
+        let e = Conv2dGeom::new([1, 5, 5, 3], [3, 3, 3, 4], [1, 0], Padding::Same).unwrap_err();
+        assert_eq!(e, "stride along width must be at least 1, got 0");
+    }
+
+    #[test]
+    fn conv2d_matches_direct_loops_in_f32_and_f64() {
+        for (threads, (inp, fil, st, pad)) in cases().into_iter().enumerate().map(|(i, c)| (1 + i % 2, c)) {
+            let g = Conv2dGeom::new(inp, fil, st, pad).unwrap();
+            let x = random::<f64>(g.input_len(), 10);
+            let w = random::<f64>(g.filter_len(), 11);
+            let want = naive_conv(&x, &w, &g);
+            let mut got = vec![f64::NAN; g.output_len()];
+            conv2d(&x, &w, &mut got, &g, threads);
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!((a - b).abs() < 1e-12, "{inp:?} {fil:?} {st:?} {pad:?}: out[{i}] {a} vs {b}");
+            }
+            let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+            let w32: Vec<f32> = w.iter().map(|&v| v as f32).collect();
+            let mut got32 = vec![f32::NAN; g.output_len()];
+            conv2d(&x32, &w32, &mut got32, &g, threads);
+            for (a, b) in got32.iter().zip(&want) {
+                assert!((*a as f64 - b).abs() < 1e-4, "f32 {inp:?} {fil:?}: {a} vs {b}");
+            }
+        }
+    }
+
+    fn dot(a: &[f64], b: &[f64]) -> f64 {
+        a.iter().zip(b).map(|(x, y)| x * y).sum()
+    }
+
+    /// Both gradients are adjoints of the forward map, which is bilinear:
+    /// `<conv(x, w), y> = <x, dx(y, w)> = <w, dw(x, y)>` for every x, w, y.
+    #[test]
+    fn backprops_are_adjoint_to_the_forward_convolution() {
+        for (i, (inp, fil, st, pad)) in cases().into_iter().enumerate() {
+            let g = Conv2dGeom::new(inp, fil, st, pad).unwrap();
+            let threads = 1 + i % 2;
+            let x = random::<f64>(g.input_len(), 20 + i as u64);
+            let w = random::<f64>(g.filter_len(), 40 + i as u64);
+            let y = random::<f64>(g.output_len(), 60 + i as u64);
+            let mut fwd = vec![0.0; g.output_len()];
+            conv2d(&x, &w, &mut fwd, &g, threads);
+            let mut dx = vec![f64::NAN; g.input_len()];
+            conv2d_backprop_input(&y, &w, &mut dx, &g, threads);
+            let mut dw = vec![f64::NAN; g.filter_len()];
+            conv2d_backprop_filter(&x, &y, &mut dw, &g, threads);
+            let lhs = dot(&fwd, &y);
+            assert!((lhs - dot(&x, &dx)).abs() < 1e-10 * (1.0 + lhs.abs()), "case {i}: input adjoint");
+            assert!((lhs - dot(&w, &dw)).abs() < 1e-10 * (1.0 + lhs.abs()), "case {i}: filter adjoint");
+        }
+    }
+
+    /// Spot-checks the gradients against central finite differences of
+    /// `L = <conv(x, w), y>` on individual coordinates.
+    #[test]
+    fn backprops_match_finite_differences() {
+        let g = Conv2dGeom::new([2, 5, 4, 2], [3, 2, 2, 3], [2, 1], Padding::Same).unwrap();
+        let x = random::<f64>(g.input_len(), 1);
+        let w = random::<f64>(g.filter_len(), 2);
+        let y = random::<f64>(g.output_len(), 3);
+        let loss = |x: &[f64], w: &[f64]| {
+            let mut o = vec![0.0; g.output_len()];
+            conv2d(x, w, &mut o, &g, 1);
+            dot(&o, &y)
+        };
+        let mut dx = vec![0.0; g.input_len()];
+        conv2d_backprop_input(&y, &w, &mut dx, &g, 1);
+        let mut dw = vec![0.0; g.filter_len()];
+        conv2d_backprop_filter(&x, &y, &mut dw, &g, 1);
+        let h = 1e-5;
+        for idx in (0..x.len()).step_by(7) {
+            let (mut xp, mut xm) = (x.clone(), x.clone());
+            xp[idx] += h;
+            xm[idx] -= h;
+            let fd = (loss(&xp, &w) - loss(&xm, &w)) / (2.0 * h);
+            assert!((fd - dx[idx]).abs() < 1e-7, "dx[{idx}]: fd {fd} vs {}", dx[idx]);
+        }
+        for idx in (0..w.len()).step_by(5) {
+            let (mut wp, mut wm) = (w.clone(), w.clone());
+            wp[idx] += h;
+            wm[idx] -= h;
+            let fd = (loss(&x, &wp) - loss(&x, &wm)) / (2.0 * h);
+            assert!((fd - dw[idx]).abs() < 1e-7, "dw[{idx}]: fd {fd} vs {}", dw[idx]);
+        }
+    }
+
+    #[test]
+    fn chunked_patch_matrix_gives_the_same_result_as_one_chunk() {
+        // 3x3x64 patches: 576 columns, so an image of 96x96 outputs (9216 rows)
+        // exceeds the chunk budget and is split mid-image.
+        let g = Conv2dGeom::new([1, 96, 96, 64], [3, 3, 64, 2], [1, 1], Padding::Same).unwrap();
+        assert!(g.rows_per_chunk() < g.out_h * g.out_w);
+        let x = random::<f64>(g.input_len(), 5);
+        let w = random::<f64>(g.filter_len(), 6);
+        let y = random::<f64>(g.output_len(), 7);
+        let mut fwd = vec![0.0; g.output_len()];
+        conv2d(&x, &w, &mut fwd, &g, 2);
+        // Compare a few output positions against the direct sum.
+        for &pos in &[0usize, 4000, 7281, 9215] {
+            let (oy, ox) = (pos / g.out_w, pos % g.out_w);
+            for o in 0..g.out_c {
+                let mut s = 0.0;
+                for ky in 0..3 {
+                    for kx in 0..3 {
+                        let (iy, ix) = (oy as isize + ky as isize - 1, ox as isize + kx as isize - 1);
+                        if iy < 0 || ix < 0 || iy >= 96 || ix >= 96 {
+                            continue;
+                        }
+                        for c in 0..64 {
+                            s += x[((iy as usize) * 96 + ix as usize) * 64 + c] * w[((ky * 3 + kx) * 64 + c) * 2 + o];
+                        }
+                    }
+                }
+                assert!((s - fwd[pos * 2 + o]).abs() < 1e-10);
+            }
+        }
+        let mut dx = vec![0.0; g.input_len()];
+        conv2d_backprop_input(&y, &w, &mut dx, &g, 2);
+        let mut dw = vec![0.0; g.filter_len()];
+        conv2d_backprop_filter(&x, &y, &mut dw, &g, 2);
+        let lhs = dot(&fwd, &y);
+        assert!((lhs - dot(&x, &dx)).abs() < 1e-9 * (1.0 + lhs.abs()));
+        assert!((lhs - dot(&w, &dw)).abs() < 1e-9 * (1.0 + lhs.abs()));
+    }
+}

@@ -1,0 +1,383 @@
+//! 2-D max and average pooling over NHWC tensors and their gradients, with
+//! TensorFlow's window rules: padded positions never win a max and are not
+//! counted in an average.
+//!
+//! Loops run over output rows (batch x out_h) with the channel vector
+//! innermost, so the compiler vectorises across channels. Large inputs are
+//! split across the current rayon pool; the gradients split by image, since
+//! windows overlap within an image but never across images.
+
+use super::conv::{Padding, window_axis};
+use super::scalar::Float;
+use rayon::prelude::*;
+
+/// Every size a pooling kernel needs, validated once by the op layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool2dGeom {
+    pub batch: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+    pub channels: usize,
+    pub k_h: usize,
+    pub k_w: usize,
+    pub stride_h: usize,
+    pub stride_w: usize,
+    pub pad_top: usize,
+    pub pad_left: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+}
+
+impl Pool2dGeom {
+    /// Geometry of pooling an NHWC input with a `[k_h, k_w]` window. Errors
+    /// name the parameter: a zero window or stride, or a VALID window larger
+    /// than the input.
+    pub fn new(input_nhwc: [usize; 4], ksize: [usize; 2], strides: [usize; 2], padding: Padding) -> Result<Self, String> {
+        let [batch, in_h, in_w, channels] = input_nhwc;
+        let (out_h, pad_top) = window_axis("height", in_h, ksize[0], strides[0], padding)?;
+        let (out_w, pad_left) = window_axis("width", in_w, ksize[1], strides[1], padding)?;
+        Ok(Self {
+            batch,
+            in_h,
+            in_w,
+            channels,
+            k_h: ksize[0],
+            k_w: ksize[1],
+            stride_h: strides[0],
+            stride_w: strides[1],
+            pad_top,
+            pad_left,
+            out_h,
+            out_w,
+        })
+    }
+
+    pub fn input_len(&self) -> usize {
+        self.batch * self.in_h * self.in_w * self.channels
+    }
+    pub fn output_len(&self) -> usize {
+        self.batch * self.out_h * self.out_w * self.channels
+    }
+
+    /// Input rows `[y0, y1)` covered by output row `oy`, clipped to the image.
+    #[inline]
+    fn rows(&self, oy: usize) -> (usize, usize) {
+        clip(oy * self.stride_h, self.pad_top, self.k_h, self.in_h)
+    }
+    /// Input columns `[x0, x1)` covered by output column `ox`, clipped.
+    #[inline]
+    fn cols(&self, ox: usize) -> (usize, usize) {
+        clip(ox * self.stride_w, self.pad_left, self.k_w, self.in_w)
+    }
+}
+
+/// `[start - pad, start - pad + k)` intersected with `[0, len)`.
+#[inline]
+fn clip(start: usize, pad: usize, k: usize, len: usize) -> (usize, usize) {
+    let lo = start.saturating_sub(pad).min(len);
+    let hi = (start + k).saturating_sub(pad).min(len);
+    (lo, hi)
+}
+
+/// Below this many output elements the pooling kernels stay on one thread.
+const PARALLEL_MIN_OUTPUT: usize = 1 << 15;
+
+/// Runs `f(global_output_row, row_slice)` for each output row (`out_w *
+/// channels` elements), in parallel when the output is large.
+fn for_output_rows<T: Float>(out: &mut [T], g: &Pool2dGeom, f: impl Fn(usize, &mut [T]) + Sync + Send) {
+    let row = (g.out_w * g.channels).max(1);
+    if out.len() >= PARALLEL_MIN_OUTPUT && rayon::current_num_threads() > 1 {
+        out.par_chunks_mut(row).enumerate().for_each(|(r, s)| f(r, s));
+    } else {
+        out.chunks_mut(row).enumerate().for_each(|(r, s)| f(r, s));
+    }
+}
+
+/// Runs `f(image_index, image_slice)` for each image of an input-shaped
+/// buffer, in parallel when it is large and holds several images.
+fn for_input_images<T: Float>(buf: &mut [T], g: &Pool2dGeom, f: impl Fn(usize, &mut [T]) + Sync + Send) {
+    let image = (g.in_h * g.in_w * g.channels).max(1);
+    if buf.len() >= PARALLEL_MIN_OUTPUT && g.batch > 1 && rayon::current_num_threads() > 1 {
+        buf.par_chunks_mut(image).enumerate().for_each(|(b, s)| f(b, s));
+    } else {
+        buf.chunks_mut(image).enumerate().for_each(|(b, s)| f(b, s));
+    }
+}
+
+/// Max pooling: each output is the largest input in its window, padding
+/// excluded (TF's SAME rule never yields a window wholly in the padding).
+/// NaN inputs are skipped.
+pub fn max_pool<T: Float>(input: &[T], out: &mut [T], g: &Pool2dGeom) {
+    debug_assert_eq!(input.len(), g.input_len());
+    debug_assert_eq!(out.len(), g.output_len());
+    let c = g.channels;
+    for_output_rows(out, g, |r, orow| {
+        let (b, oy) = (r / g.out_h, r % g.out_h);
+        let (y0, y1) = g.rows(oy);
+        for ox in 0..g.out_w {
+            let (x0, x1) = g.cols(ox);
+            let o = &mut orow[ox * c..][..c];
+            o.fill(T::NEG_INFINITY);
+            for y in y0..y1 {
+                for x in x0..x1 {
+                    let src = &input[((b * g.in_h + y) * g.in_w + x) * c..][..c];
+                    for (d, &s) in o.iter_mut().zip(src) {
+                        // Strict `>` keeps the first maximum, as the gradient assumes.
+                        if s > *d {
+                            *d = s;
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Gradient of [`max_pool`]: each window's upstream gradient goes to the
+/// first position (row-major within the window) holding its maximum, as
+/// TensorFlow's CPU kernel does; overlapping windows add up. Overwrites
+/// `grad_in`.
+pub fn max_pool_grad<T: Float>(input: &[T], grad_out: &[T], grad_in: &mut [T], g: &Pool2dGeom) {
+    debug_assert_eq!(input.len(), g.input_len());
+    debug_assert_eq!(grad_out.len(), g.output_len());
+    debug_assert_eq!(grad_in.len(), g.input_len());
+    let c = g.channels;
+    for_input_images(grad_in, g, |b, gin| {
+        gin.fill(T::ZERO);
+        let img = &input[b * g.in_h * g.in_w * c..][..g.in_h * g.in_w * c];
+        for oy in 0..g.out_h {
+            let (y0, y1) = g.rows(oy);
+            for ox in 0..g.out_w {
+                let (x0, x1) = g.cols(ox);
+                let go = &grad_out[((b * g.out_h + oy) * g.out_w + ox) * c..][..c];
+                for ch in 0..c {
+                    let mut best = T::NEG_INFINITY;
+                    let mut at = usize::MAX;
+                    for y in y0..y1 {
+                        for x in x0..x1 {
+                            let i = (y * g.in_w + x) * c + ch;
+                            if at == usize::MAX || img[i] > best {
+                                best = img[i];
+                                at = i;
+                            }
+                        }
+                    }
+                    if at != usize::MAX {
+                        gin[at] += go[ch];
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Average pooling: each output is the mean of the inputs inside its window,
+/// dividing by the number of unpadded positions (TensorFlow's rule).
+pub fn avg_pool<T: Float>(input: &[T], out: &mut [T], g: &Pool2dGeom) {
+    debug_assert_eq!(input.len(), g.input_len());
+    debug_assert_eq!(out.len(), g.output_len());
+    let c = g.channels;
+    for_output_rows(out, g, |r, orow| {
+        let (b, oy) = (r / g.out_h, r % g.out_h);
+        let (y0, y1) = g.rows(oy);
+        for ox in 0..g.out_w {
+            let (x0, x1) = g.cols(ox);
+            let o = &mut orow[ox * c..][..c];
+            o.fill(T::ZERO);
+            for y in y0..y1 {
+                for x in x0..x1 {
+                    let src = &input[((b * g.in_h + y) * g.in_w + x) * c..][..c];
+                    for (d, &s) in o.iter_mut().zip(src) {
+                        *d += s;
+                    }
+                }
+            }
+            let count = (y1 - y0) * (x1 - x0);
+            if count > 0 {
+                let inv = T::ONE / T::from_usize(count);
+                o.iter_mut().for_each(|v| *v *= inv);
+            }
+        }
+    });
+}
+
+/// Gradient of [`avg_pool`]: each window's upstream gradient, divided by the
+/// window's unpadded count, is added to every input it averaged. Overwrites
+/// `grad_in`.
+pub fn avg_pool_grad<T: Float>(grad_out: &[T], grad_in: &mut [T], g: &Pool2dGeom) {
+    debug_assert_eq!(grad_out.len(), g.output_len());
+    debug_assert_eq!(grad_in.len(), g.input_len());
+    let c = g.channels;
+    for_input_images(grad_in, g, |b, gin| {
+        gin.fill(T::ZERO);
+        for oy in 0..g.out_h {
+            let (y0, y1) = g.rows(oy);
+            for ox in 0..g.out_w {
+                let (x0, x1) = g.cols(ox);
+                let count = (y1 - y0) * (x1 - x0);
+                if count == 0 {
+                    continue;
+                }
+                let inv = T::ONE / T::from_usize(count);
+                let go = &grad_out[((b * g.out_h + oy) * g.out_w + ox) * c..][..c];
+                for y in y0..y1 {
+                    for x in x0..x1 {
+                        let dst = &mut gin[(y * g.in_w + x) * c..][..c];
+                        for (d, &s) in dst.iter_mut().zip(go) {
+                            *d += s * inv;
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::cpu::matmul::tests::random;
+
+    /// Direct reference: (max, mean over valid) per output, in f64.
+    fn naive(input: &[f64], g: &Pool2dGeom) -> (Vec<f64>, Vec<f64>) {
+        let mut mx = vec![0.0; g.output_len()];
+        let mut av = vec![0.0; g.output_len()];
+        for b in 0..g.batch {
+            for oy in 0..g.out_h {
+                for ox in 0..g.out_w {
+                    for ch in 0..g.channels {
+                        let (mut m, mut s, mut n) = (f64::NEG_INFINITY, 0.0, 0);
+                        for ky in 0..g.k_h {
+                            for kx in 0..g.k_w {
+                                let iy = (oy * g.stride_h + ky) as isize - g.pad_top as isize;
+                                let ix = (ox * g.stride_w + kx) as isize - g.pad_left as isize;
+                                if iy < 0 || ix < 0 || iy as usize >= g.in_h || ix as usize >= g.in_w {
+                                    continue;
+                                }
+                                let v = input[((b * g.in_h + iy as usize) * g.in_w + ix as usize) * g.channels + ch];
+                                m = m.max(v);
+                                s += v;
+                                n += 1;
+                            }
+                        }
+                        let o = ((b * g.out_h + oy) * g.out_w + ox) * g.channels + ch;
+                        mx[o] = m;
+                        av[o] = s / n as f64;
+                    }
+                }
+            }
+        }
+        (mx, av)
+    }
+
+    fn cases() -> Vec<([usize; 4], [usize; 2], [usize; 2], Padding)> {
+        vec![
+            ([2, 6, 7, 3], [2, 2], [2, 2], Padding::Valid),
+            ([2, 6, 7, 3], [3, 3], [2, 2], Padding::Same),
+            ([1, 5, 5, 2], [3, 3], [1, 1], Padding::Same),
+            ([3, 8, 5, 1], [2, 3], [3, 1], Padding::Valid),
+            ([1, 4, 4, 2], [4, 4], [3, 3], Padding::Same),
+            // Large enough to take the parallel path.
+            ([4, 64, 64, 8], [3, 3], [2, 2], Padding::Same),
+        ]
+    }
+
+    #[test]
+    fn pool_geometry_follows_tensorflow_rules_and_reports_bad_windows() {
+        let g = Pool2dGeom::new([1, 4, 4, 2], [4, 4], [3, 3], Padding::Same).unwrap();
+        // out = ceil(4/3) = 2; total = (2-1)*3 + 4 - 4 = 3 -> 1 before.
+        assert_eq!((g.out_h, g.out_w, g.pad_top, g.pad_left), (2, 2, 1, 1));
+        let e = Pool2dGeom::new([1, 4, 2, 2], [2, 3], [1, 1], Padding::Valid).unwrap_err();
+        assert_eq!(e, "VALID padding: window width 3 is larger than the input width 2");
+        let e = Pool2dGeom::new([1, 4, 4, 2], [0, 2], [1, 1], Padding::Same).unwrap_err();
+        assert_eq!(e, "window height size must be at least 1, got 0");
+    }
+
+    #[test]
+    fn forward_pools_match_direct_loops() {
+        for (inp, k, s, p) in cases() {
+            let g = Pool2dGeom::new(inp, k, s, p).unwrap();
+            let x = random::<f64>(g.input_len(), 9);
+            let (mx, av) = naive(&x, &g);
+            let mut got = vec![f64::NAN; g.output_len()];
+            max_pool(&x, &mut got, &g);
+            assert_eq!(got, mx, "max_pool {inp:?} {k:?} {s:?} {p:?}");
+            avg_pool(&x, &mut got, &g);
+            for (a, b) in got.iter().zip(&av) {
+                assert!((a - b).abs() < 1e-14, "avg_pool {inp:?} {k:?}: {a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn avg_pool_divides_by_the_unpadded_count() {
+        // Every window of a SAME 3x3 pool over a 2x2 input covers all 4
+        // inputs and 5 padded positions: the mean is over the 4 only.
+        let g = Pool2dGeom::new([1, 2, 2, 1], [3, 3], [1, 1], Padding::Same).unwrap();
+        let x = [1.0f32, 2.0, 3.0, 6.0];
+        let mut out = [0.0f32; 4];
+        avg_pool(&x, &mut out, &g);
+        assert_eq!(out, [3.0; 4]);
+    }
+
+    #[test]
+    fn max_pool_grad_routes_to_the_first_maximum() {
+        // One 2x2 window with a tie between positions 1 and 2.
+        let g = Pool2dGeom::new([1, 2, 2, 1], [2, 2], [2, 2], Padding::Valid).unwrap();
+        let x = [0.5f64, 3.0, 3.0, 1.0];
+        let mut gin = [9.0f64; 4];
+        max_pool_grad(&x, &[2.5], &mut gin, &g);
+        assert_eq!(gin, [0.0, 2.5, 0.0, 0.0]);
+    }
+
+    fn dot(a: &[f64], b: &[f64]) -> f64 {
+        a.iter().zip(b).map(|(x, y)| x * y).sum()
+    }
+
+    /// Central finite differences of `L = <pool(x), y>`. Random inputs have no
+    /// ties, so max pooling is differentiable at them.
+    #[test]
+    fn pool_gradients_match_finite_differences() {
+        for (inp, k, s, p) in cases().into_iter().take(5) {
+            let g = Pool2dGeom::new(inp, k, s, p).unwrap();
+            let x = random::<f64>(g.input_len(), 31);
+            let y = random::<f64>(g.output_len(), 32);
+            let mut dmax = vec![f64::NAN; g.input_len()];
+            max_pool_grad(&x, &y, &mut dmax, &g);
+            let mut davg = vec![f64::NAN; g.input_len()];
+            avg_pool_grad(&y, &mut davg, &g);
+            let loss = |x: &[f64], avg: bool| {
+                let mut o = vec![0.0; g.output_len()];
+                if avg { avg_pool(x, &mut o, &g) } else { max_pool(x, &mut o, &g) }
+                dot(&o, &y)
+            };
+            let h = 1e-6;
+            for i in 0..x.len() {
+                let (mut xp, mut xm) = (x.clone(), x.clone());
+                xp[i] += h;
+                xm[i] -= h;
+                for (avg, grad) in [(false, &dmax), (true, &davg)] {
+                    let fd = (loss(&xp, avg) - loss(&xm, avg)) / (2.0 * h);
+                    assert!((fd - grad[i]).abs() < 1e-7, "{inp:?} {k:?} avg={avg}: d[{i}] fd {fd} vs {}", grad[i]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn parallel_gradients_agree_with_the_adjoint_identity() {
+        let (inp, k, s, p) = cases()[5];
+        let g = Pool2dGeom::new(inp, k, s, p).unwrap();
+        let x = random::<f64>(g.input_len(), 41);
+        let y = random::<f64>(g.output_len(), 42);
+        let mut o = vec![0.0; g.output_len()];
+        avg_pool(&x, &mut o, &g);
+        let mut d = vec![0.0; g.input_len()];
+        avg_pool_grad(&y, &mut d, &g);
+        assert!((dot(&o, &y) - dot(&x, &d)).abs() < 1e-9);
+        // Max pooling is piecewise linear: <maxpool(x), y> = <x, dmax(x, y)>.
+        max_pool(&x, &mut o, &g);
+        max_pool_grad(&x, &y, &mut d, &g);
+        assert!((dot(&o, &y) - dot(&x, &d)).abs() < 1e-9);
+    }
+}
