@@ -1,1 +1,15 @@
-//! Device and link catalog, roofline costs, cycle-level systolic array and communication number formats.
+//! Device and link catalog, roofline costs, cycle-level systolic array and
+//! communication number formats. Knows nothing of graphs: callers describe
+//! work as flops and bytes (roofline) or as GEMM / convolution shapes
+//! (systolic array).
+
+mod catalog;
+mod error;
+mod format;
+mod roofline;
+pub mod systolic;
+
+pub use catalog::{Catalog, DeviceSpec, LinkSpec, PeakTflops, SystolicSpec};
+pub use error::HwError;
+pub use format::CommFormat;
+pub use roofline::{Dtype, OpClass, OpCost, OpMeasurement, Profile};

@@ -1,0 +1,265 @@
+//! The device and link catalog: a YAML file shipped in `hw/catalog/` (compiled
+//! into the binary) or a user file of the same schema. Everything the
+//! simulator knows about a chip or a wire comes from here.
+
+use crate::error::similar_names;
+use crate::roofline::{Dtype, OpClass};
+use crate::HwError;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+const BUILTIN_YAML: &str = include_str!("../catalog/catalog.yaml");
+const BUILTIN_PATH: &str = "<builtin>/hw/catalog/catalog.yaml";
+
+/// Peak throughput per data type, in 10^12 operations per second.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeakTflops {
+    pub f32: Option<f64>,
+    pub tf32: Option<f64>,
+    pub f16: Option<f64>,
+    pub bf16: Option<f64>,
+    pub int8: Option<f64>,
+}
+
+/// The systolic array inside a TPU-like device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SystolicSpec {
+    pub rows: u32,
+    pub cols: u32,
+    pub clock_mhz: f64,
+}
+
+/// One device as the catalog describes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceSpec {
+    pub name: String,
+    /// `cpu`, `gpu` or `tpu`.
+    pub kind: String,
+    pub peak_tflops: PeakTflops,
+    pub memory_bandwidth_gb_s: f64,
+    pub memory_gb: f64,
+    pub launch_overhead_us: f64,
+    pub copy_engines: u32,
+    #[serde(default)]
+    pub on_chip_mib: Option<f64>,
+    #[serde(default)]
+    pub systolic: Option<SystolicSpec>,
+    /// Per-op-class efficiency overrides (fraction of peak).
+    #[serde(default)]
+    pub efficiency: BTreeMap<OpClass, f64>,
+}
+
+/// One link: bandwidth per direction and a fixed per-message latency.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    pub name: String,
+    pub bandwidth_gb_s: f64,
+    pub latency_us: f64,
+}
+
+impl LinkSpec {
+    pub fn bytes_per_second(&self) -> f64 {
+        self.bandwidth_gb_s * 1e9
+    }
+    pub fn latency_seconds(&self) -> f64 {
+        self.latency_us * 1e-6
+    }
+    /// Time to send `bytes` over an idle link: latency + bytes / bandwidth.
+    pub fn transfer_seconds(&self, bytes: f64) -> f64 {
+        self.latency_seconds() + bytes / self.bytes_per_second()
+    }
+}
+
+impl DeviceSpec {
+    /// Peak operations per second for `dtype`. A dtype without dedicated units
+    /// runs at the f32 rate, or at the slowest listed rate if f32 is absent.
+    pub fn peak_flops(&self, dtype: Dtype) -> f64 {
+        let p = &self.peak_tflops;
+        let own = match dtype {
+            Dtype::F32 => p.f32,
+            Dtype::Tf32 => p.tf32,
+            Dtype::F16 => p.f16,
+            Dtype::Bf16 => p.bf16,
+            Dtype::Int8 => p.int8,
+        };
+        let slowest = [p.f32, p.tf32, p.f16, p.bf16, p.int8].into_iter().flatten().fold(f64::INFINITY, f64::min);
+        own.or(p.f32).unwrap_or(slowest) * 1e12
+    }
+    pub fn memory_bytes_per_second(&self) -> f64 {
+        self.memory_bandwidth_gb_s * 1e9
+    }
+    pub fn memory_bytes(&self) -> f64 {
+        self.memory_gb * 1e9
+    }
+    pub fn launch_overhead_seconds(&self) -> f64 {
+        self.launch_overhead_us * 1e-6
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Catalog {
+    pub devices: Vec<DeviceSpec>,
+    pub links: Vec<LinkSpec>,
+}
+
+impl Catalog {
+    /// The catalog shipped with flowlab (`hw/catalog/catalog.yaml`).
+    pub fn builtin() -> &'static Catalog {
+        static BUILTIN: OnceLock<Catalog> = OnceLock::new();
+        BUILTIN.get_or_init(|| match Catalog::from_yaml_str(BUILTIN_YAML, Path::new(BUILTIN_PATH)) {
+            Ok(c) => c,
+            // The embedded file is checked by a unit test; reaching this is a build defect.
+            Err(e) => panic!("built-in hardware catalog is invalid: {e}"),
+        })
+    }
+
+    /// Loads a catalog from a user YAML file; errors name the file, line and key.
+    pub fn from_yaml_file(path: impl AsRef<Path>) -> Result<Catalog, HwError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| HwError::Io { path: path.into(), source })?;
+        Catalog::from_yaml_str(&text, path)
+    }
+
+    /// Parses catalog YAML; `path` is only used in error messages.
+    pub fn from_yaml_str(text: &str, path: &Path) -> Result<Catalog, HwError> {
+        let catalog: Catalog = serde_saphyr::from_str(text)
+            .map_err(|e| HwError::Yaml { path: path.to_path_buf(), message: e.to_string() })?;
+        catalog.validate(path)?;
+        Ok(catalog)
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), HwError> {
+        let bad = |key: String, message: String| HwError::InvalidValue { path: PathBuf::from(path), key, message };
+        let positive = |key: String, v: f64| {
+            if v.is_finite() && v > 0.0 { Ok(()) } else { Err(bad(key, format!("must be a positive number, got {v}"))) }
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for d in &self.devices {
+            let k = |f: &str| format!("devices[{}].{f}", d.name);
+            if !seen.insert(d.name.as_str()) {
+                return Err(bad(k("name"), "duplicate device name".into()));
+            }
+            let p = &d.peak_tflops;
+            let rates = [("f32", p.f32), ("tf32", p.tf32), ("f16", p.f16), ("bf16", p.bf16), ("int8", p.int8)];
+            if rates.iter().all(|(_, r)| r.is_none()) {
+                return Err(bad(k("peak_tflops"), "lists no data type".into()));
+            }
+            for (n, r) in rates {
+                if let Some(r) = r {
+                    positive(k(&format!("peak_tflops.{n}")), r)?;
+                }
+            }
+            positive(k("memory_bandwidth_gb_s"), d.memory_bandwidth_gb_s)?;
+            positive(k("memory_gb"), d.memory_gb)?;
+            if !(d.launch_overhead_us.is_finite() && d.launch_overhead_us >= 0.0) {
+                return Err(bad(k("launch_overhead_us"), "must be zero or positive".into()));
+            }
+            for (class, e) in &d.efficiency {
+                if !(e.is_finite() && *e > 0.0 && *e <= 1.0) {
+                    return Err(bad(k(&format!("efficiency.{class}")), format!("must be in (0, 1], got {e}")));
+                }
+            }
+        }
+        seen.clear();
+        for l in &self.links {
+            if !seen.insert(l.name.as_str()) {
+                return Err(bad(format!("links[{}].name", l.name), "duplicate link name".into()));
+            }
+            positive(format!("links[{}].bandwidth_gb_s", l.name), l.bandwidth_gb_s)?;
+            if !(l.latency_us.is_finite() && l.latency_us >= 0.0) {
+                return Err(bad(format!("links[{}].latency_us", l.name), "must be zero or positive".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The device called `name` (case-insensitive).
+    pub fn device(&self, name: &str) -> Result<&DeviceSpec, HwError> {
+        self.devices.iter().find(|d| d.name.eq_ignore_ascii_case(name)).ok_or_else(|| HwError::UnknownName {
+            kind: "device",
+            name: name.into(),
+            similar: similar_names(name, self.devices.iter().map(|d| d.name.as_str())),
+        })
+    }
+
+    /// The link called `name` (case-insensitive).
+    pub fn link(&self, name: &str) -> Result<&LinkSpec, HwError> {
+        self.links.iter().find(|l| l.name.eq_ignore_ascii_case(name)).ok_or_else(|| HwError::UnknownName {
+            kind: "link",
+            name: name.into(),
+            similar: similar_names(name, self.links.iter().map(|l| l.name.as_str())),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_has_every_required_entry() {
+        let c = Catalog::builtin();
+        for d in ["cpu-x86-core", "k40", "p100", "v100", "a100", "h100", "h200", "tpu-v1", "tpu-v2", "tpu-v3", "tpu-v4"] {
+            c.device(d).unwrap();
+        }
+        for l in [
+            "pcie3-x16", "pcie4-x16", "pcie5-x16", "nvlink2", "nvlink3", "nvlink4", "ethernet-1g", "ethernet-10g",
+            "ethernet-25g", "ethernet-100g", "ethernet-400g", "infiniband-hdr", "infiniband-ndr", "tpu-ici-v4",
+        ] {
+            c.link(l).unwrap();
+        }
+        let tpu = c.device("TPU-V1").unwrap();
+        // 256 x 256 MACs x 2 ops x 700 MHz.
+        assert!((tpu.peak_flops(Dtype::Int8) - 256.0 * 256.0 * 2.0 * 700e6).abs() / 9.2e13 < 1e-3);
+        assert_eq!(tpu.systolic.as_ref().unwrap().rows, 256);
+        let l = c.link("ethernet-10g").unwrap();
+        assert_eq!(l.bytes_per_second(), 1.25e9);
+        assert!((l.latency_seconds() - 20e-6).abs() < 1e-15);
+        assert!((l.transfer_seconds(1.25e9) - (1.0 + 20e-6)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn dtype_fallback_rules() {
+        let c = Catalog::builtin();
+        let k40 = c.device("k40").unwrap();
+        assert_eq!(k40.peak_flops(Dtype::Bf16), k40.peak_flops(Dtype::F32));
+        let v2 = c.device("tpu-v2").unwrap();
+        assert_eq!(v2.peak_flops(Dtype::F32), 45.9e12);
+    }
+
+    #[test]
+    fn unknown_names_list_similar_ones() {
+        let e = Catalog::builtin().device("v10").unwrap_err().to_string();
+        assert_eq!(e, "unknown device `v10`; similar names: v100");
+        let e = Catalog::builtin().link("nvlink9").unwrap_err().to_string();
+        assert!(e.starts_with("unknown link `nvlink9`; similar names: nvlink2, nvlink3, nvlink4"), "{e}");
+    }
+
+    #[test]
+    fn user_file_errors_name_file_line_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("my.yaml");
+        std::fs::write(
+            &p,
+            "devices:\n  - name: x\n    kind: gpu\n    peak_tflops: { f32: 1 }\n    memory_bandwidth_gb_s: 1\n    memory_gb: 1\n    launch_overhead_us: 1\n    copy_engines: 1\n    bogus_key: 3\nlinks: []\n",
+        )
+        .unwrap();
+        let e = Catalog::from_yaml_file(&p).unwrap_err().to_string();
+        assert!(e.contains("my.yaml"), "{e}");
+        assert!(e.contains("bogus_key"), "{e}");
+        assert!(e.contains("9"), "line number missing: {e}");
+
+        std::fs::write(&p, "devices:\n  - name: x\n    kind: gpu\n    peak_tflops: { f32: -1 }\n    memory_bandwidth_gb_s: 1\n    memory_gb: 1\n    launch_overhead_us: 1\n    copy_engines: 1\nlinks: []\n").unwrap();
+        let e = Catalog::from_yaml_file(&p).unwrap_err().to_string();
+        assert!(e.ends_with("my.yaml: devices[x].peak_tflops.f32: must be a positive number, got -1"), "{e}");
+        let e = Catalog::from_yaml_file(dir.path().join("missing.yaml")).unwrap_err().to_string();
+        assert!(e.starts_with("cannot read ") && e.contains("missing.yaml"), "{e}");
+    }
+}
