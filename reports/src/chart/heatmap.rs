@@ -1,0 +1,188 @@
+//! Heat maps: the mean of `z` over the grid of `x` and `y` values (e.g.
+//! systolic-array utilization over array sizes and dataflows), coloured on
+//! the viridis scale with a colour bar beside the grid.
+
+use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::FONT;
+use super::layout::{DESC_SIZE, LABEL_SIZE, Ticked};
+use crate::cell::format_number;
+use crate::prepare::HeatData;
+use crate::spec::PlotSpec;
+
+/// Cells are labelled with their value when the grid has at most this many.
+const MAX_LABELLED_CELLS: usize = 144;
+const COLOUR_BAR_WIDTH: u32 = 150;
+const MISSING: RGBColor = RGBColor(232, 232, 232);
+const MISSING_TEXT: RGBColor = RGBColor(120, 120, 120);
+
+pub(super) fn draw<DB: DrawingBackend>(
+    spec: &PlotSpec,
+    d: &HeatData,
+    area: &DrawingArea<DB, Shift>,
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let (w, _) = area.dim_in_pixel();
+    let (grid_area, bar_area) = area.split_horizontally(w - COLOUR_BAR_WIDTH);
+
+    let means = d.cells.iter().flatten().flatten().map(|s| s.mean);
+    let (lo, hi) = means.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    let (z0, z1) = if !lo.is_finite() {
+        (0.0, 1.0)
+    } else if lo == hi {
+        let d = if lo == 0.0 { 1.0 } else { lo.abs() * 0.5 };
+        (lo - d, hi + d)
+    } else {
+        (lo, hi)
+    };
+    let t_of = |v: f64| ((v - z0) / (z1 - z0)).clamp(0.0, 1.0);
+
+    let (nx, ny) = (d.x_levels.len(), d.y_levels.len());
+    let ticks = |n: usize| (0..n).map(|i| i as f64).collect::<Vec<_>>();
+    let mut chart = ChartBuilder::on(&grid_area)
+        .margin(15)
+        .margin_right(10)
+        .x_label_area_size(60)
+        .y_label_area_size(95)
+        .build_cartesian_2d(
+            Ticked::<RangedCoordf64>::new(-0.5..nx as f64 - 0.5, ticks(nx)),
+            Ticked::<RangedCoordf64>::new(-0.5..ny as f64 - 0.5, ticks(ny)),
+        )
+        .map_err(err)?;
+    let label_of = |levels: &[String], v: f64| {
+        let i = v.round();
+        if (v - i).abs() < 1e-6 && i >= 0.0 {
+            levels.get(i as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    let x_fmt = |v: &f64| label_of(&d.x_levels, *v);
+    let y_fmt = |v: &f64| label_of(&d.y_levels, *v);
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc(spec.x.as_deref().unwrap_or_default())
+        .y_desc(spec.y.as_str())
+        .x_label_formatter(&x_fmt)
+        .y_label_formatter(&y_fmt)
+        .label_style((FONT, LABEL_SIZE))
+        .axis_desc_style((FONT, DESC_SIZE))
+        .draw()
+        .map_err(err)?;
+
+    let cells = d.cells.iter().enumerate().flat_map(|(yi, row)| {
+        row.iter().enumerate().map(move |(xi, st)| (xi as f64, yi as f64, *st))
+    });
+    let cells: Vec<_> = cells.collect();
+    chart
+        .draw_series(cells.iter().map(|&(x, y, st)| {
+            let fill = st.map_or(MISSING, |s| viridis(t_of(s.mean)));
+            Rectangle::new([(x - 0.49, y - 0.49), (x + 0.49, y + 0.49)], fill.filled())
+        }))
+        .map_err(err)?;
+    if nx * ny <= MAX_LABELLED_CELLS {
+        let size = if nx.max(ny) > 8 { 14 } else { 18 };
+        chart
+            .draw_series(cells.iter().map(|&(x, y, st)| {
+                let (text, colour) = match st {
+                    Some(s) if t_of(s.mean) > 0.6 => (format_number(s.mean), &BLACK),
+                    Some(s) => (format_number(s.mean), &WHITE),
+                    None => ("no data".to_string(), &MISSING_TEXT),
+                };
+                let style = TextStyle::from((FONT, size).into_font())
+                    .color(colour)
+                    .pos(Pos::new(HPos::Center, VPos::Center));
+                Text::new(text, (x, y), style)
+            }))
+            .map_err(err)?;
+    }
+    draw_colour_bar(spec, &bar_area, (z0, z1), d.cells.iter().flatten().flatten().any(|s| s.n > 1))
+}
+
+fn draw_colour_bar<DB: DrawingBackend>(
+    spec: &PlotSpec,
+    area: &DrawingArea<DB, Shift>,
+    (z0, z1): (f64, f64),
+    repeats: bool,
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let mut chart = ChartBuilder::on(area)
+        .margin_top(15)
+        .margin_bottom(75)
+        .margin_left(10)
+        .right_y_label_area_size(95)
+        .build_cartesian_2d(0.0..1.0, z0..z1)
+        .map_err(err)?;
+    let fmt = |v: &f64| format_number(*v);
+    let z = spec.z.as_deref().unwrap_or_default();
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .disable_x_axis()
+        .y_label_formatter(&fmt)
+        .label_style((FONT, 16))
+        .draw()
+        .map_err(err)?;
+    const STEPS: usize = 100;
+    chart
+        .draw_series((0..STEPS).map(|i| {
+            let a = z0 + (z1 - z0) * i as f64 / STEPS as f64;
+            let b = z0 + (z1 - z0) * (i + 1) as f64 / STEPS as f64;
+            let t = (i as f64 + 0.5) / STEPS as f64;
+            Rectangle::new([(0.0, a), (1.0, b)], viridis(t).filled())
+        }))
+        .map_err(err)?;
+    // The bar's name goes under it, horizontal, where the grid has its x labels.
+    let (_, h) = area.dim_in_pixel();
+    let mut lines = vec![z.to_string()];
+    if repeats {
+        lines.push("(mean of repeats)".to_string());
+    }
+    for (i, line) in lines.into_iter().enumerate() {
+        let style = TextStyle::from((FONT, if i == 0 { DESC_SIZE } else { 15 }).into_font());
+        area.draw(&Text::new(line, (10, h as i32 - 62 + 22 * i as i32), style))
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+/// The viridis colour map (perceptually uniform, readable in grey) at t in 0..1.
+pub(crate) fn viridis(t: f64) -> RGBColor {
+    const STOPS: [(u8, u8, u8); 9] = [
+        (68, 1, 84),
+        (72, 36, 117),
+        (62, 73, 137),
+        (49, 104, 142),
+        (38, 130, 142),
+        (31, 158, 137),
+        (53, 183, 121),
+        (134, 213, 73),
+        (253, 231, 37),
+    ];
+    let t = if t.is_nan() { 0.0 } else { t.clamp(0.0, 1.0) };
+    let pos = t * (STOPS.len() - 1) as f64;
+    let i = (pos.floor() as usize).min(STOPS.len() - 2);
+    let f = pos - i as f64;
+    let mix = |a: u8, b: u8| (a as f64 + (b as f64 - a as f64) * f).round() as u8;
+    let (a, b) = (STOPS[i], STOPS[i + 1]);
+    RGBColor(mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn viridis_runs_from_purple_to_yellow() {
+        assert_eq!(viridis(0.0), RGBColor(68, 1, 84));
+        assert_eq!(viridis(1.0), RGBColor(253, 231, 37));
+        assert_eq!(viridis(0.5), RGBColor(38, 130, 142));
+        assert_eq!(viridis(f64::NAN), viridis(0.0));
+    }
+}

@@ -1,0 +1,226 @@
+//! Line charts (y against numeric or categorical x, one line per series
+//! value) and grouped bar charts (categorical x). Repeats show as their mean
+//! with a min..max error bar.
+
+use plotters::coord::Shift;
+use plotters::coord::combinators::{IntoLogRange, LogCoord};
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::prelude::*;
+
+use super::layout::{DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, Ticked, padded};
+use super::{FONT, series_colour};
+use crate::cell::format_number;
+use crate::prepare::{XAxis, XyData};
+use crate::spec::PlotSpec;
+
+/// At most this many distinct numeric x values get a tick each.
+const MAX_VALUE_TICKS: usize = 12;
+
+pub(super) fn draw<DB: DrawingBackend>(
+    spec: &PlotSpec,
+    d: &XyData,
+    bar: bool,
+    area: &DrawingArea<DB, Shift>,
+) -> Result<(), String> {
+    let legend = Legend {
+        heading: spec.series.clone(),
+        entries: d
+            .series
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                Some(LegendEntry {
+                    label: s.label.clone()?,
+                    colour: series_colour(i),
+                    boxed: bar,
+                })
+            })
+            .collect(),
+        notes: if d.has_repeats() {
+            let what = if bar { "bar height" } else { "points" };
+            vec![format!(
+                "{what}: mean over repeated runs with equal x{}; error bars: min..max",
+                if spec.series.is_some() { " and series" } else { "" }
+            )]
+        } else {
+            vec![]
+        },
+    };
+    let plot = legend.split_and_draw(area)?;
+
+    let points = d.series.iter().flat_map(|s| s.points.iter());
+    let (y_lo, y_hi) = points.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (_, st)| {
+        (lo.min(st.min), hi.max(st.max))
+    });
+    let (y0, y1) = padded(y_lo, y_hi, spec.log_y, true);
+
+    match &d.x_axis {
+        XAxis::Categorical(labels) => {
+            let ticks = (0..labels.len()).map(|i| i as f64).collect();
+            let xs = Ticked::<RangedCoordf64>::new(-0.5..labels.len() as f64 - 0.5, ticks);
+            with_y(spec, d, bar, &plot, xs, (y0, y1))
+        }
+        XAxis::Numeric => {
+            let mut values: Vec<f64> = d
+                .series
+                .iter()
+                .flat_map(|s| s.points.iter().map(|p| p.0))
+                .collect();
+            values.sort_by(f64::total_cmp);
+            values.dedup();
+            let lo = values.first().copied().unwrap_or(0.0);
+            let hi = values.last().copied().unwrap_or(1.0);
+            let (x0, x1) = padded(lo, hi, spec.log_x, false);
+            let few = values.len() <= MAX_VALUE_TICKS;
+            match (spec.log_x, few) {
+                (false, false) => with_y(spec, d, bar, &plot, x0..x1, (y0, y1)),
+                (false, true) => {
+                    let xs = Ticked::<RangedCoordf64>::new(x0..x1, values);
+                    with_y(spec, d, bar, &plot, xs, (y0, y1))
+                }
+                (true, false) => with_y(spec, d, bar, &plot, (x0..x1).log_scale(), (y0, y1)),
+                (true, true) => {
+                    let xs = Ticked::<LogCoord<f64>>::new((x0..x1).log_scale(), values);
+                    with_y(spec, d, bar, &plot, xs, (y0, y1))
+                }
+            }
+        }
+    }
+}
+
+fn with_y<DB, XS>(
+    spec: &PlotSpec,
+    d: &XyData,
+    bar: bool,
+    area: &DrawingArea<DB, Shift>,
+    xs: XS,
+    (y0, y1): (f64, f64),
+) -> Result<(), String>
+where
+    DB: DrawingBackend,
+    XS: AsRangedCoord<Value = f64>,
+    XS::CoordDescType: ValueFormatter<f64>,
+{
+    if spec.log_y {
+        plot(spec, d, bar, area, xs, (y0..y1).log_scale(), y0)
+    } else {
+        plot(spec, d, bar, area, xs, y0..y1, y0)
+    }
+}
+
+fn plot<DB, XS, YS>(
+    spec: &PlotSpec,
+    d: &XyData,
+    bar: bool,
+    area: &DrawingArea<DB, Shift>,
+    xs: XS,
+    ys: YS,
+    y_base: f64,
+) -> Result<(), String>
+where
+    DB: DrawingBackend,
+    XS: AsRangedCoord<Value = f64>,
+    XS::CoordDescType: ValueFormatter<f64>,
+    YS: AsRangedCoord<Value = f64>,
+    YS::CoordDescType: ValueFormatter<f64>,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let mut chart = ChartBuilder::on(area)
+        .margin(15)
+        .margin_right(25)
+        .x_label_area_size(60)
+        .y_label_area_size(85)
+        .build_cartesian_2d(xs, ys)
+        .map_err(err)?;
+    let x_label = |v: &f64| match &d.x_axis {
+        XAxis::Numeric => format_number(*v),
+        XAxis::Categorical(labels) => {
+            let i = v.round();
+            if (v - i).abs() < 1e-6 && i >= 0.0 {
+                labels.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        }
+    };
+    let y_label = |v: &f64| format_number(*v);
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(spec.x.as_deref().unwrap_or_default())
+        .y_desc(spec.y.as_str())
+        .x_label_formatter(&x_label)
+        .y_label_formatter(&y_label)
+        .label_style((FONT, LABEL_SIZE))
+        .axis_desc_style((FONT, DESC_SIZE))
+        .bold_line_style(BLACK.mix(0.12))
+        .light_line_style(BLACK.mix(0.04))
+        .max_light_lines(4);
+    if bar {
+        mesh.disable_x_mesh();
+    }
+    mesh.draw().map_err(err)?;
+
+    let groups = d.series.len().max(1) as f64;
+    for (i, s) in d.series.iter().enumerate() {
+        let colour = series_colour(i);
+        if bar {
+            let w = 0.8 / groups;
+            let bars = s.points.iter().map(|(x, st)| {
+                let x0 = x - 0.4 + w * i as f64;
+                Rectangle::new([(x0 + w * 0.06, y_base), (x0 + w * 0.94, st.mean)], colour.filled())
+            });
+            chart.draw_series(bars).map_err(err)?;
+            let centred = s.points.iter().map(|(x, st)| (x - 0.4 + w * (i as f64 + 0.5), *st));
+            let bars: Vec<_> = centred
+                .filter(|(_, st)| st.n > 1)
+                .map(|(x, st)| (x, st.min, st.max))
+                .collect();
+            draw_error_bars(&mut chart, &bars, BLACK.stroke_width(2)).map_err(err)?;
+        } else {
+            let style = colour.stroke_width(3);
+            chart
+                .draw_series(LineSeries::new(s.points.iter().map(|(x, st)| (*x, st.mean)), style))
+                .map_err(err)?;
+            let bars: Vec<_> = s
+                .points
+                .iter()
+                .filter(|(_, st)| st.n > 1)
+                .map(|(x, st)| (*x, st.min, st.max))
+                .collect();
+            draw_error_bars(&mut chart, &bars, colour.stroke_width(2)).map_err(err)?;
+            chart
+                .draw_series(
+                    s.points
+                        .iter()
+                        .map(|(x, st)| Circle::new((*x, st.mean), 5, colour.filled())),
+                )
+                .map_err(err)?;
+        }
+    }
+    Ok(())
+}
+
+/// Vertical min..max bars with 12-pixel caps: (x, min, max) each.
+fn draw_error_bars<DB, X, Y>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<X, Y>>,
+    bars: &[(f64, f64, f64)],
+    style: ShapeStyle,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
+where
+    DB: DrawingBackend,
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    chart.draw_series(
+        bars.iter()
+            .map(|&(x, lo, hi)| PathElement::new(vec![(x, lo), (x, hi)], style)),
+    )?;
+    for &(x, lo, hi) in bars {
+        for y in [lo, hi] {
+            chart.plotting_area().draw(
+                &(EmptyElement::at((x, y)) + PathElement::new(vec![(-6, 0), (6, 0)], style)),
+            )?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,280 @@
+//! `render(dir)`: the whole report of one experiment output folder, rebuilt
+//! from `experiment.yaml` and `results.jsonl` alone.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use crate::chart::draw_files;
+use crate::error::ReportError;
+use crate::experiment::ExperimentHeader;
+use crate::html::{Page, PagePlot, page};
+use crate::prepare::prepare;
+use crate::results::read_results_file;
+
+/// The files one `render` wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedReport {
+    /// `<dir>/index.html`.
+    pub index_html: PathBuf,
+    /// For each plot, in the experiment file's order: its PNG, then its SVG.
+    pub plots: Vec<PathBuf>,
+}
+
+/// Reads `<dir>/experiment.yaml` (its `name` and `plots`) and
+/// `<dir>/results.jsonl`, writes `<dir>/<stem>.png` and `.svg` per plot and
+/// `<dir>/index.html`. Points that failed are left out of the plots and shown
+/// in the table. Nothing is written unless every plot can be prepared.
+pub fn render(dir: &Path) -> Result<RenderedReport, ReportError> {
+    let exp_path = dir.join("experiment.yaml");
+    let results_path = dir.join("results.jsonl");
+    let experiment_text =
+        std::fs::read_to_string(&exp_path).map_err(|e| ReportError::io(&exp_path, e))?;
+    let header = ExperimentHeader::parse(&exp_path, &experiment_text)?;
+    let results = read_results_file(&results_path)?;
+
+    let mut prepared = Vec::with_capacity(header.plots.len());
+    for spec in &header.plots {
+        prepared.push(prepare(spec, &results.rows, &results_path)?);
+    }
+
+    let mut taken = HashSet::new();
+    let mut files = Vec::new();
+    let mut page_plots = Vec::new();
+    for (spec, data) in header.plots.iter().zip(&prepared) {
+        let stem = unique_stem(&spec.stem(), &mut taken);
+        let [png, svg] = draw_files(spec, data, dir, &stem)?;
+        page_plots.push(PagePlot {
+            title: spec.title.clone().unwrap_or_else(|| crate::chart::default_title(spec)),
+            png_name: format!("{stem}.png"),
+            svg_name: format!("{stem}.svg"),
+        });
+        files.push(png);
+        files.push(svg);
+    }
+
+    let index_html = dir.join("index.html");
+    let html = page(&Page {
+        name: &header.name,
+        experiment_text: &experiment_text,
+        rows: &results.rows,
+        plots: &page_plots,
+        torn_tail: results.torn_tail,
+    });
+    std::fs::write(&index_html, html).map_err(|e| ReportError::io(&index_html, e))?;
+    Ok(RenderedReport {
+        index_html,
+        plots: files,
+    })
+}
+
+/// `stem`, or `stem-2`, `stem-3`, ... if an earlier plot already has it.
+fn unique_stem(stem: &str, taken: &mut HashSet<String>) -> String {
+    let mut candidate = stem.to_string();
+    let mut n = 1;
+    while !taken.insert(candidate.clone()) {
+        n += 1;
+        candidate = format!("{stem}-{n}");
+    }
+    candidate
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const EXPERIMENT: &str = "\
+# Backup workers <study> & friends: \"sync\" vs 'async'
+name: backup-workers
+kind: cluster
+seed: 42
+base: { workers: 50, strategy: { sync: { backup: 0 } } }
+sweep:
+  workers: [25, 50, 100, 200]
+  strategy.sync.backup: [0, 2]
+plots:
+  - { x: workers, y: throughput, series: strategy.sync.backup }
+  - { kind: cdf, y: step_time_s, series: strategy.sync.backup }
+  - { kind: bar, x: model, y: throughput, series: strategy.sync.backup, title: Throughput per model }
+  - { kind: heatmap, x: array, y: dataflow, z: utilization }
+  - { x: workers, y: throughput, log_x: true, log_y: true }
+";
+
+    /// Rows for every plot above: two seeds per point (repeats), one failed
+    /// point, and a torn last line.
+    fn results_text() -> String {
+        let mut lines = Vec::new();
+        let mut index = 0u64;
+        for (wi, workers) in [25u32, 50, 100, 200].into_iter().enumerate() {
+            for backup in [0u32, 2] {
+                for seed in 0..2u64 {
+                    let model = ["inception_v3", "lstm"][(wi + seed as usize) % 2];
+                    let array = [8, 16, 32, 64][wi];
+                    let dataflow = ["os", "ws"][backup as usize / 2];
+                    let throughput = workers as f64 * (20.0 + 3.0 * backup as f64) * (1.0 - workers as f64 / 800.0)
+                        + seed as f64 * 40.0;
+                    let steps: Vec<f64> = (0..50)
+                        .map(|k| 1.0 + backup as f64 * -0.1 + (k as f64 * 0.37 + seed as f64).sin().abs() * 0.6)
+                        .collect();
+                    let mut row = json!({
+                        "index": index, "key": format!("{index:04x}"), "seed": 1000 + index,
+                        "params": {"workers": workers, "strategy.sync.backup": backup, "model": model,
+                                   "array": array, "dataflow": dataflow},
+                        "metrics": {"throughput": throughput, "utilization": 0.9 - 0.1 * wi as f64 - 0.05 * backup as f64},
+                        "series": {"step_time_s": steps},
+                        "error": null, "elapsed_s": 0.01 * index as f64,
+                    });
+                    if index == 5 {
+                        row["metrics"] = json!({});
+                        row["series"] = json!({});
+                        row["error"] = json!("simulated <failure> & co");
+                    }
+                    lines.push(row.to_string());
+                    index += 1;
+                }
+            }
+        }
+        let torn = &lines[0].clone()[..30];
+        format!("{}\n{torn}", lines.join("\n"))
+    }
+
+    fn fixture(experiment: &str, results: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("experiment.yaml"), experiment).unwrap();
+        std::fs::write(dir.path().join("results.jsonl"), results).unwrap();
+        dir
+    }
+
+    /// (width, height, pixels that differ from the white background).
+    fn png_ink(path: &Path) -> (u32, u32, usize) {
+        let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        let channels = info.color_type.samples();
+        let ink = buf[..info.buffer_size()]
+            .chunks(channels)
+            .filter(|px| px[..3] != [255, 255, 255])
+            .count();
+        (info.width, info.height, ink)
+    }
+
+    #[test]
+    fn renders_every_chart_kind_and_the_page() {
+        let dir = fixture(EXPERIMENT, &results_text());
+        let report = render(dir.path()).unwrap();
+        let names: Vec<String> = report
+            .plots
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "line-throughput-vs-workers.png",
+                "line-throughput-vs-workers.svg",
+                "cdf-step_time_s.png",
+                "cdf-step_time_s.svg",
+                "bar-throughput-vs-model.png",
+                "bar-throughput-vs-model.svg",
+                "heatmap-utilization-over-array-dataflow.png",
+                "heatmap-utilization-over-array-dataflow.svg",
+                "line-throughput-vs-workers-2.png",
+                "line-throughput-vs-workers-2.svg",
+            ]
+        );
+        for png in report.plots.iter().filter(|p| p.extension().unwrap() == "png") {
+            let (w, h, ink) = png_ink(png);
+            assert_eq!((w, h), (crate::chart::WIDTH, crate::chart::HEIGHT));
+            // Axes, labels and data: well over 2% of the picture is not background.
+            assert!(ink > (w * h / 50) as usize, "{}: only {ink} non-white pixels", png.display());
+        }
+        let svg = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+        let line = svg("line-throughput-vs-workers.svg");
+        for label in ["strategy.sync.backup", "\n0\n", "\n2\n", "throughput vs workers", "min..max"] {
+            assert!(line.contains(label), "line svg lacks {label}");
+        }
+        let cdf = svg("cdf-step_time_s.svg");
+        for label in ["CDF of step_time_s", "strategy.sync.backup", "\n0\n", "\n2\n"] {
+            assert!(cdf.contains(label), "cdf svg lacks {label}");
+        }
+        let bar = svg("bar-throughput-vs-model.svg");
+        for label in ["Throughput per model", "inception_v3", "lstm", "model"] {
+            assert!(bar.contains(label), "bar svg lacks {label}");
+        }
+        let heat = svg("heatmap-utilization-over-array-dataflow.svg");
+        for label in ["utilization over array", "\nos\n", "\nws\n", "\n64\n", "\n0.9\n", "dataflow"] {
+            assert!(heat.contains(label), "heatmap svg lacks {label}");
+        }
+
+        let html = std::fs::read_to_string(&report.index_html).unwrap();
+        for name in &names {
+            assert!(html.contains(&format!("\"{name}\"")), "page does not reference {name}");
+        }
+        assert!(html.contains(
+            "# Backup workers &lt;study&gt; &amp; friends: &quot;sync&quot; vs &#39;async&#39;"
+        ));
+        assert!(!html.contains("<study>"));
+        assert!(html.contains("<td class=\"error\">simulated &lt;failure&gt; &amp; co</td>"));
+        assert!(html.contains("16 result points, <span class=\"bad\">1 failed</span>"));
+        assert!(html.contains("incomplete line"));
+        assert_eq!(html.matches("<tr").count(), 17, "header row plus 16 result rows");
+    }
+
+    #[test]
+    fn bad_line_in_the_middle_is_an_error_naming_the_line() {
+        let mut lines: Vec<String> = results_text().lines().map(str::to_string).collect();
+        lines[3] = "{\"index\": 3, \"key\": ".to_string();
+        let dir = fixture(EXPERIMENT, &lines.join("\n"));
+        let err = render(dir.path()).unwrap_err();
+        let path = dir.path().join("results.jsonl");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}:4: not a valid result row: EOF while parsing a value at line 1 column 19",
+                path.display()
+            )
+        );
+        assert!(!dir.path().join("index.html").exists());
+    }
+
+    #[test]
+    fn plot_with_unknown_key_lists_the_available_keys() {
+        let exp = "name: t\nplots:\n  - { x: workers, y: throughput, series: backups }\n";
+        let dir = fixture(exp, &results_text());
+        let err = render(dir.path()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}: plot `line throughput vs workers`: key `backups` (series) is in no result row; \
+                 available keys: array, dataflow, model, strategy.sync.backup, throughput, utilization, workers",
+                dir.path().join("results.jsonl").display()
+            )
+        );
+    }
+
+    #[test]
+    fn missing_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = render(dir.path()).unwrap_err().to_string();
+        let path = dir.path().join("experiment.yaml");
+        assert!(err.starts_with(&format!("{}: ", path.display())), "{err}");
+        std::fs::write(&path, "name: t\n").unwrap();
+        let err = render(dir.path()).unwrap_err().to_string();
+        let path = dir.path().join("results.jsonl");
+        assert!(err.starts_with(&format!("{}: ", path.display())), "{err}");
+    }
+
+    #[test]
+    fn all_points_failed_still_gives_a_page_and_placeholder_plots() {
+        let row = r#"{"index":0,"key":"a","seed":1,"params":{"workers":5},"metrics":{},"error":"no route","elapsed_s":0}"#;
+        let exp = "name: t\nplots:\n  - { x: workers, y: throughput }\n";
+        let dir = fixture(exp, &format!("{row}\n"));
+        let report = render(dir.path()).unwrap();
+        assert_eq!(report.plots.len(), 2);
+        let svg = std::fs::read_to_string(&report.plots[1]).unwrap();
+        assert!(svg.contains("no successful result points to plot"));
+        let html = std::fs::read_to_string(&report.index_html).unwrap();
+        assert!(html.contains("no route"));
+    }
+}

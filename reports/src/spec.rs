@@ -1,0 +1,211 @@
+//! What a plot shows: one entry of an experiment file's `plots:` list.
+//!
+//! `- { x: workers, y: throughput, series: strategy.sync.backup }`
+//! `- { kind: cdf, y: step_time_s, series: strategy.sync.backup }`
+//! `- { kind: heatmap, x: array, y: dataflow, z: utilization }`
+//!
+//! Keys name a sweep parameter (dotted) or a metric; for a CDF, `y` names a
+//! per-step series.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ReportError;
+
+/// The chart type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlotKind {
+    /// `y` against `x`, one line per value of `series`, error bars from repeats.
+    #[default]
+    Line,
+    /// Empirical CDF of the samples of series `y`, one curve per value of `series`.
+    Cdf,
+    /// `y` per category of `x`, grouped bars per value of `series`.
+    Bar,
+    /// Colour of `z` over the grid of `x` and `y` values.
+    Heatmap,
+}
+
+impl PlotKind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            PlotKind::Line => "line",
+            PlotKind::Cdf => "cdf",
+            PlotKind::Bar => "bar",
+            PlotKind::Heatmap => "heatmap",
+        }
+    }
+}
+
+/// One plot of an experiment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlotSpec {
+    #[serde(default)]
+    pub kind: PlotKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x: Option<String>,
+    pub y: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<String>,
+    /// The heat map's value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub z: Option<String>,
+    #[serde(default)]
+    pub log_x: bool,
+    #[serde(default)]
+    pub log_y: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+}
+
+impl PlotSpec {
+    /// Checks that the fields fit the kind, before any data is read.
+    pub fn validate(&self) -> Result<(), ReportError> {
+        let fail = |reason: &str| {
+            Err(ReportError::InvalidPlot {
+                plot: self.describe(),
+                reason: reason.to_string(),
+            })
+        };
+        if self.y.trim().is_empty() {
+            return fail("`y` is empty");
+        }
+        for (name, key) in [("x", &self.x), ("series", &self.series), ("z", &self.z)] {
+            if key.as_deref().is_some_and(|k| k.trim().is_empty()) {
+                return fail(&format!("`{name}` is empty"));
+            }
+        }
+        match self.kind {
+            PlotKind::Line | PlotKind::Bar => {
+                if self.x.is_none() {
+                    return fail(&format!("a {} plot needs `x`", self.kind.name()));
+                }
+                if self.z.is_some() {
+                    return fail("`z` is only for heatmap plots");
+                }
+                if self.kind == PlotKind::Bar && self.log_x {
+                    return fail("a bar plot has a categorical x axis; `log_x` does not apply");
+                }
+            }
+            PlotKind::Cdf => {
+                if self.x.is_some() {
+                    return fail(
+                        "a cdf plot draws the distribution of the series named by `y`; it takes no `x`",
+                    );
+                }
+                if self.z.is_some() {
+                    return fail("`z` is only for heatmap plots");
+                }
+                if self.log_y {
+                    return fail("a cdf plot's y axis is a fraction in 0..1; `log_y` does not apply");
+                }
+            }
+            PlotKind::Heatmap => {
+                if self.x.is_none() || self.z.is_none() {
+                    return fail("a heatmap plot needs `x`, `y` and `z`");
+                }
+                if self.series.is_some() {
+                    return fail("a heatmap plot takes no `series`");
+                }
+                if self.log_x || self.log_y {
+                    return fail("a heatmap plot has categorical axes; `log_x`/`log_y` do not apply");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A short name for messages and captions: `line throughput vs workers`.
+    pub(crate) fn describe(&self) -> String {
+        match (&self.x, &self.z) {
+            (Some(x), Some(z)) => format!("`{} {z} over {x} x {}`", self.kind.name(), self.y),
+            (Some(x), None) => format!("`{} {} vs {x}`", self.kind.name(), self.y),
+            (None, _) => format!("`{} {}`", self.kind.name(), self.y),
+        }
+    }
+
+    /// The file stem before de-duplication: `line-throughput-vs-workers`.
+    pub(crate) fn stem(&self) -> String {
+        let raw = match (&self.x, &self.z) {
+            (Some(x), Some(z)) => format!("{}-{z}-over-{x}-{}", self.kind.name(), self.y),
+            (Some(x), None) => format!("{}-{}-vs-{x}", self.kind.name(), self.y),
+            (None, _) => format!("{}-{}", self.kind.name(), self.y),
+        };
+        raw.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(yaml: &str) -> PlotSpec {
+        serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn defaults_to_line_without_log_axes() {
+        let s = spec("{ x: workers, y: throughput, series: strategy.sync.backup }");
+        assert_eq!(s.kind, PlotKind::Line);
+        assert!(!s.log_x && !s.log_y);
+        assert_eq!(s.series.as_deref(), Some("strategy.sync.backup"));
+        s.validate().unwrap();
+        assert_eq!(s.stem(), "line-throughput-vs-workers");
+    }
+
+    #[test]
+    fn unknown_field_is_rejected() {
+        let err = serde_saphyr::from_str::<PlotSpec>("{ x: a, y: b, colour: red }").unwrap_err();
+        assert!(err.to_string().contains("colour"), "{err}");
+    }
+
+    #[test]
+    fn heatmap_needs_x_y_and_z() {
+        let err = spec("{ kind: heatmap, x: array, y: dataflow }")
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "plot `heatmap dataflow vs array`: a heatmap plot needs `x`, `y` and `z`"
+        );
+        let ok = spec("{ kind: heatmap, x: array, y: dataflow, z: utilization }");
+        ok.validate().unwrap();
+        assert_eq!(ok.stem(), "heatmap-utilization-over-array-dataflow");
+    }
+
+    #[test]
+    fn line_and_bar_need_x_and_cdf_takes_none() {
+        let err = spec("{ y: throughput }").validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "plot `line throughput`: a line plot needs `x`"
+        );
+        let err = spec("{ kind: bar, y: throughput }").validate().unwrap_err();
+        assert_eq!(err.to_string(), "plot `bar throughput`: a bar plot needs `x`");
+        let err = spec("{ kind: cdf, x: workers, y: step_time_s }")
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "plot `cdf step_time_s vs workers`: a cdf plot draws the distribution of the series named by `y`; it takes no `x`"
+        );
+        spec("{ kind: cdf, y: step_time_s, series: strategy.sync.backup, log_x: true }")
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn stem_replaces_dots_and_odd_characters() {
+        let s = spec("{ kind: cdf, y: step time/s }");
+        assert_eq!(s.stem(), "cdf-step_time_s");
+    }
+}
