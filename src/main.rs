@@ -22,6 +22,8 @@ struct Cli {
 enum Command {
     /// Measure this machine: prints a table, or JSON lines with --json.
     Bench(cmd::bench::BenchArgs),
+    /// Simulate a systolic array (SCALE-Sim conventions) on a GEMM or a topology file.
+    Systolic(cmd::systolic::SystolicArgs),
 }
 
 fn main() -> ExitCode {
@@ -29,6 +31,7 @@ fn main() -> ExitCode {
     let result: anyhow::Result<ExitCode> = match cli.command {
         None => Ok(ExitCode::SUCCESS),
         Some(Command::Bench(args)) => cmd::bench::run(args),
+        Some(Command::Systolic(args)) => cmd::systolic::run(args),
     };
     match result {
         Ok(code) => code,

@@ -2,6 +2,7 @@
 //! the owning crate and prints the result.
 
 pub mod bench;
+pub mod systolic;
 
 /// Prints records as one JSON object per line, or as an aligned text table
 /// whose columns are the union of the records' keys in first-seen order.

@@ -1,0 +1,97 @@
+//! `flowlab systolic`: the systolic-array simulator on one GEMM or on a whole
+//! SCALE-Sim topology file.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use flowlab_hw::systolic::{
+    read_topology_csv, simulate_layer, simulate_layer_cycles, ArrayConfig, Dataflow, Layer, LayerReport,
+};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct SystolicArgs {
+    /// Array size as ROWSxCOLS (default 128x128, or the config file's).
+    #[arg(long)]
+    array: Option<String>,
+    /// Dataflow: os, ws or is (default ws, or the config file's).
+    #[arg(long)]
+    dataflow: Option<String>,
+    /// One GEMM layer as M,N,K.
+    #[arg(long, conflicts_with = "topology")]
+    gemm: Option<String>,
+    /// Array configuration: a SCALE-Sim .cfg file or YAML with the same keys.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// SCALE-Sim topology CSV (convolution or GEMM form).
+    #[arg(long)]
+    topology: Option<PathBuf>,
+    /// DRAM bandwidth in words per cycle per operand (default: the config's, else unlimited).
+    #[arg(long)]
+    bandwidth: Option<u64>,
+    /// Step every PE every cycle instead of the closed-form fast path (small arrays).
+    #[arg(long)]
+    cycle_accurate: bool,
+    /// Print one JSON object per layer.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_array(s: &str) -> anyhow::Result<(u32, u32)> {
+    let (r, c) = s.split_once(['x', 'X']).with_context(|| format!("--array `{s}`: expected ROWSxCOLS, e.g. 128x128"))?;
+    let num = |v: &str| v.trim().parse::<u32>().with_context(|| format!("--array `{s}`: `{v}` is not a positive integer"));
+    Ok((num(r)?, num(c)?))
+}
+
+fn parse_gemm(s: &str) -> anyhow::Result<Layer> {
+    let dims: Vec<&str> = s.split(',').map(str::trim).collect();
+    if dims.len() != 3 {
+        bail!("--gemm `{s}`: expected M,N,K");
+    }
+    let mut v = [0u64; 3];
+    for (slot, (d, name)) in v.iter_mut().zip(dims.iter().zip(["M", "N", "K"])) {
+        *slot = d.parse().with_context(|| format!("--gemm `{s}`: {name} = `{d}` is not a positive integer"))?;
+    }
+    Ok(Layer::gemm("gemm", v[0], v[1], v[2])?)
+}
+
+pub fn run(args: SystolicArgs) -> anyhow::Result<ExitCode> {
+    let mut cfg = match &args.config {
+        Some(p) if p.extension().is_some_and(|e| e.eq_ignore_ascii_case("cfg")) => ArrayConfig::from_scalesim_cfg(p)?,
+        Some(p) => ArrayConfig::from_yaml_file(p)?,
+        None => ArrayConfig::new(128, 128, Dataflow::Ws)?,
+    };
+    if let Some(a) = &args.array {
+        (cfg.rows, cfg.cols) = parse_array(a)?;
+    }
+    if let Some(d) = &args.dataflow {
+        cfg.dataflow = d.parse()?;
+    }
+    if let Some(b) = args.bandwidth {
+        cfg.dram_words_per_cycle = Some(b);
+    }
+    cfg.validate()?;
+    let layers = match (&args.gemm, &args.topology) {
+        (Some(g), _) => vec![parse_gemm(g)?],
+        (None, Some(t)) => read_topology_csv(t)?,
+        (None, None) => bail!("give a workload: --gemm M,N,K or --topology FILE.csv"),
+    };
+    let mut records = Vec::with_capacity(layers.len());
+    for l in &layers {
+        let r: LayerReport = if args.cycle_accurate { simulate_layer_cycles(&cfg, l)? } else { simulate_layer(&cfg, l)? };
+        let mut v = serde_json::to_value(&r)?;
+        if !args.json {
+            // The table shows the headline columns; --json has every field.
+            let keep = [
+                "name", "dataflow", "m", "n", "k", "compute_cycles", "stall_cycles", "total_cycles", "utilization",
+                "mapping_efficiency", "time_seconds",
+            ];
+            if let Some(obj) = v.as_object_mut() {
+                obj.retain(|k, _| keep.contains(&k.as_str()));
+            }
+        }
+        records.push(v);
+    }
+    super::print_records(&records, args.json);
+    Ok(ExitCode::SUCCESS)
+}
