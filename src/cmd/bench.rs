@@ -17,10 +17,18 @@ pub struct BenchArgs {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum BenchTarget {}
+enum BenchTarget {
+    /// Systolic-array simulators: fast path over ResNet-50, cycle model on 32x32.
+    Systolic,
+}
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    let records: Vec<serde_json::Value> = match args.target {};
+    let records: Vec<serde_json::Value> = match args.target {
+        BenchTarget::Systolic => flowlab_hw::systolic::bench_records(args.quick)?
+            .iter()
+            .map(serde_json::to_value)
+            .collect::<Result<_, _>>()?,
+    };
     #[allow(unreachable_code)]
     {
         super::print_records(&records, args.json);
