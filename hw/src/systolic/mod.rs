@@ -164,6 +164,18 @@ mod tests {
     }
 
     #[test]
+    fn shipped_configs_load() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let c = ArrayConfig::from_scalesim_cfg(root.join("configs/scale.cfg")).unwrap();
+        assert_eq!((c.rows, c.cols, c.dataflow, c.ifmap_sram_kib, c.dram_words_per_cycle), (32, 32, Dataflow::Os, 64, Some(10)));
+        let t = ArrayConfig::from_yaml_file(root.join("configs/tpu_v1.yaml")).unwrap();
+        assert_eq!((t.rows, t.dataflow, t.clock_mhz), (256, Dataflow::Ws, 700.0));
+        for l in resnet50() {
+            simulate_layer(&t, &l).unwrap();
+        }
+    }
+
+    #[test]
     fn resnet50_topology_loads() {
         let layers = resnet50();
         assert_eq!(layers.len(), 54);
