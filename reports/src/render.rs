@@ -266,6 +266,37 @@ plots:
     }
 
     #[test]
+    fn crowded_charts_turn_labels_and_shorten_the_legend() {
+        // 14 long categories and 30 series: labels must turn, the legend must
+        // end in "... and N more" instead of running off the picture.
+        let mut lines = Vec::new();
+        for m in 0..14u64 {
+            for s in 0..30u64 {
+                let index = m * 30 + s;
+                lines.push(
+                    json!({
+                        "index": index, "key": format!("k{index}"), "seed": index,
+                        "params": {"model": format!("a_rather_long_model_name_{m:02}"), "variant": format!("v{s:02}")},
+                        "metrics": {"throughput": (m * 7 + s) as f64, "utilization": (m as f64 + 1.0) / (s as f64 + 1.0)},
+                        "error": null, "elapsed_s": 0.0,
+                    })
+                    .to_string(),
+                );
+            }
+        }
+        let exp = "name: crowded\nplots:\n  - { kind: bar, x: model, y: throughput, series: variant }\n  - { kind: heatmap, x: model, y: variant, z: utilization }\n";
+        let dir = fixture(exp, &(lines.join("\n") + "\n"));
+        let report = render(dir.path()).unwrap();
+        for png in report.plots.iter().filter(|p| p.extension().unwrap() == "png") {
+            let (w, h, ink) = png_ink(png);
+            assert!(ink > (w * h / 20) as usize, "{}: only {ink} non-white pixels", png.display());
+        }
+        let bar = std::fs::read_to_string(&report.plots[1]).unwrap();
+        assert!(bar.contains("and 14 more"), "legend not shortened");
+        assert!(bar.contains("a_rather_long_model_name_13"));
+    }
+
+    #[test]
     fn all_points_failed_still_gives_a_page_and_placeholder_plots() {
         let row = r#"{"index":0,"key":"a","seed":1,"params":{"workers":5},"metrics":{},"error":"no route","elapsed_s":0}"#;
         let exp = "name: t\nplots:\n  - { x: workers, y: throughput }\n";

@@ -8,7 +8,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::FONT;
-use super::layout::{DESC_SIZE, LABEL_SIZE, Ticked};
+use super::layout::{CategoryLabels, DESC_SIZE, LABEL_SIZE, Ticked, category_at, label_stride};
 use crate::cell::format_number;
 use crate::prepare::HeatData;
 use crate::spec::PlotSpec;
@@ -43,27 +43,26 @@ pub(super) fn draw<DB: DrawingBackend>(
     let t_of = |v: f64| ((v - z0) / (z1 - z0)).clamp(0.0, 1.0);
 
     let (nx, ny) = (d.x_levels.len(), d.y_levels.len());
-    let ticks = |n: usize| (0..n).map(|i| i as f64).collect::<Vec<_>>();
+    let x_labels = CategoryLabels::fit(
+        &grid_area,
+        &d.x_levels,
+        grid_area.dim_in_pixel().0.saturating_sub(120),
+    )?;
+    let y_length = grid_area.dim_in_pixel().1.saturating_sub(x_labels.area_size + 30);
+    let y_stride = label_stride(ny, y_length, 22);
+    let y_ticks: Vec<f64> = (0..ny).step_by(y_stride).map(|i| i as f64).collect();
     let mut chart = ChartBuilder::on(&grid_area)
         .margin(15)
         .margin_right(10)
-        .x_label_area_size(60)
+        .x_label_area_size(x_labels.area_size)
         .y_label_area_size(95)
         .build_cartesian_2d(
-            Ticked::<RangedCoordf64>::new(-0.5..nx as f64 - 0.5, ticks(nx)),
-            Ticked::<RangedCoordf64>::new(-0.5..ny as f64 - 0.5, ticks(ny)),
+            Ticked::<RangedCoordf64>::new(-0.5..nx as f64 - 0.5, x_labels.ticks()),
+            Ticked::<RangedCoordf64>::new(-0.5..ny as f64 - 0.5, y_ticks),
         )
         .map_err(err)?;
-    let label_of = |levels: &[String], v: f64| {
-        let i = v.round();
-        if (v - i).abs() < 1e-6 && i >= 0.0 {
-            levels.get(i as usize).cloned().unwrap_or_default()
-        } else {
-            String::new()
-        }
-    };
-    let x_fmt = |v: &f64| label_of(&d.x_levels, *v);
-    let y_fmt = |v: &f64| label_of(&d.y_levels, *v);
+    let x_fmt = |v: &f64| x_labels.at(*v);
+    let y_fmt = |v: &f64| category_at(&d.y_levels, *v);
     chart
         .configure_mesh()
         .disable_mesh()
@@ -75,15 +74,18 @@ pub(super) fn draw<DB: DrawingBackend>(
         .axis_desc_style((FONT, DESC_SIZE))
         .draw()
         .map_err(err)?;
+    x_labels.draw_turned(&chart, &grid_area)?;
 
     let cells = d.cells.iter().enumerate().flat_map(|(yi, row)| {
         row.iter().enumerate().map(move |(xi, st)| (xi as f64, yi as f64, *st))
     });
     let cells: Vec<_> = cells.collect();
+    // Thin white gaps between cells, unless cells are too small to spare them.
+    let (hx, hy) = (if nx > 20 { 0.5 } else { 0.49 }, if ny > 20 { 0.5 } else { 0.49 });
     chart
         .draw_series(cells.iter().map(|&(x, y, st)| {
             let fill = st.map_or(MISSING, |s| viridis(t_of(s.mean)));
-            Rectangle::new([(x - 0.49, y - 0.49), (x + 0.49, y + 0.49)], fill.filled())
+            Rectangle::new([(x - hx, y - hy), (x + hx, y + hy)], fill.filled())
         }))
         .map_err(err)?;
     if nx * ny <= MAX_LABELLED_CELLS {
@@ -102,7 +104,8 @@ pub(super) fn draw<DB: DrawingBackend>(
             }))
             .map_err(err)?;
     }
-    draw_colour_bar(spec, &bar_area, (z0, z1), d.cells.iter().flatten().flatten().any(|s| s.n > 1))
+    let repeats = d.cells.iter().flatten().flatten().any(|s| s.n > 1);
+    draw_colour_bar(spec, &bar_area, (z0, z1), repeats, x_labels.area_size)
 }
 
 fn draw_colour_bar<DB: DrawingBackend>(
@@ -110,11 +113,12 @@ fn draw_colour_bar<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     (z0, z1): (f64, f64),
     repeats: bool,
+    bottom: u32,
 ) -> Result<(), String> {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let mut chart = ChartBuilder::on(area)
         .margin_top(15)
-        .margin_bottom(75)
+        .margin_bottom(bottom + 15)
         .margin_left(10)
         .right_y_label_area_size(95)
         .build_cartesian_2d(0.0..1.0, z0..z1)
@@ -146,7 +150,8 @@ fn draw_colour_bar<DB: DrawingBackend>(
     }
     for (i, line) in lines.into_iter().enumerate() {
         let style = TextStyle::from((FONT, if i == 0 { DESC_SIZE } else { 15 }).into_font());
-        area.draw(&Text::new(line, (10, h as i32 - 62 + 22 * i as i32), style))
+        let y = h as i32 - bottom as i32 + 3 + 22 * i as i32;
+        area.draw(&Text::new(line, (10, y), style))
             .map_err(err)?;
     }
     Ok(())

@@ -4,6 +4,7 @@
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::FONT;
 
@@ -64,13 +65,23 @@ impl Legend {
 
     fn draw<DB: DrawingBackend>(&self, panel: &DrawingArea<DB, Shift>) -> Result<(), String> {
         let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-        let (width, _) = panel.dim_in_pixel();
+        let (width, height) = panel.dim_in_pixel();
+        let chars = ((width.saturating_sub(20)) / 8).max(10) as usize;
+        let note_lines: Vec<Vec<String>> = self.notes.iter().map(|n| wrap(n, chars)).collect();
         let mut y = 40;
         if let Some(h) = &self.heading {
             panel.draw(&Text::new(h.clone(), (10, y), heading_style())).map_err(err)?;
             y += 28;
         }
-        for e in &self.entries {
+        // Entries that do not fit above the notes are summarised in one line.
+        let notes_height: i32 = note_lines.iter().map(|l| 20 * l.len() as i32 + 4).sum();
+        let room = ((height as i32 - y - notes_height - 20) / 28).max(1) as usize;
+        let (shown, hidden) = if self.entries.len() > room {
+            (room - 1, self.entries.len() + 1 - room)
+        } else {
+            (self.entries.len(), 0)
+        };
+        for e in &self.entries[..shown] {
             let mid = y + 9;
             if e.boxed {
                 panel
@@ -92,10 +103,14 @@ impl Legend {
                 .map_err(err)?;
             y += 28;
         }
+        if hidden > 0 {
+            let more = format!("… and {hidden} more");
+            panel.draw(&Text::new(more, (50, y), entry_style())).map_err(err)?;
+            y += 28;
+        }
         y += 10;
-        let chars = ((width.saturating_sub(20)) / 8).max(10) as usize;
-        for note in &self.notes {
-            for line in wrap(note, chars) {
+        for lines in note_lines {
+            for line in lines {
                 panel
                     .draw(&Text::new(line, (10, y), note_style()))
                     .map_err(err)?;
@@ -223,5 +238,121 @@ impl<R: Ranged<ValueType = f64>> Ranged for Ticked<R> {
 
     fn axis_pixel_range(&self, limit: (i32, i32)) -> std::ops::Range<i32> {
         self.inner.axis_pixel_range(limit)
+    }
+}
+
+/// Category labels longer than this are shortened with an ellipsis.
+const MAX_LABEL_CHARS: usize = 28;
+
+/// How a categorical x axis prints its labels: side by side when they fit,
+/// else turned a quarter turn (drawn by [`CategoryLabels::draw_turned`], since
+/// plotters centres turned labels on the axis line), and only every
+/// `stride`-th one when even turned labels would touch.
+pub(crate) struct CategoryLabels {
+    pub labels: Vec<String>,
+    pub turned: bool,
+    pub stride: usize,
+    /// Height of the x label area in pixels.
+    pub area_size: u32,
+}
+
+impl CategoryLabels {
+    pub(crate) fn fit<DB: DrawingBackend>(
+        area: &DrawingArea<DB, Shift>,
+        labels: &[String],
+        axis_width: u32,
+    ) -> Result<Self, String> {
+        let labels: Vec<String> = labels
+            .iter()
+            .map(|l| {
+                if l.chars().count() > MAX_LABEL_CHARS {
+                    let head: String = l.chars().take(MAX_LABEL_CHARS - 1).collect();
+                    format!("{head}…")
+                } else {
+                    l.clone()
+                }
+            })
+            .collect();
+        let style: TextStyle = (FONT, LABEL_SIZE).into();
+        let mut total = 0;
+        let mut widest = 0;
+        for l in &labels {
+            let (w, _) = area.estimate_text_size(l, &style).map_err(|e| e.to_string())?;
+            total += w + 16;
+            widest = widest.max(w);
+        }
+        let turned = total > axis_width;
+        let (area_size, stride) = if turned {
+            let per_label = 22;
+            let stride = (labels.len() * per_label).div_ceil(axis_width.max(1) as usize).max(1);
+            // Room for the turned labels, their 10-pixel offset and the axis name.
+            ((widest * 11 / 10 + 60).clamp(60, 320), stride)
+        } else {
+            (60, 1)
+        };
+        Ok(CategoryLabels {
+            labels,
+            turned,
+            stride,
+            area_size,
+        })
+    }
+
+    /// Tick positions: every `stride`-th category.
+    pub(crate) fn ticks(&self) -> Vec<f64> {
+        (0..self.labels.len()).step_by(self.stride).map(|i| i as f64).collect()
+    }
+
+    /// The label plotters prints at axis position `v`: none when turned.
+    pub(crate) fn at(&self, v: f64) -> String {
+        if self.turned {
+            String::new()
+        } else {
+            category_at(&self.labels, v)
+        }
+    }
+
+    /// Draws turned labels under the x axis of `chart`, which was built on `area`.
+    pub(crate) fn draw_turned<DB, X, Y>(
+        &self,
+        chart: &ChartContext<'_, DB, Cartesian2d<X, Y>>,
+        area: &DrawingArea<DB, Shift>,
+    ) -> Result<(), String>
+    where
+        DB: DrawingBackend,
+        X: Ranged<ValueType = f64>,
+        Y: Ranged<ValueType = f64>,
+    {
+        if !self.turned {
+            return Ok(());
+        }
+        let (_, y_pixels) = chart.plotting_area().get_pixel_range();
+        let (base_x, base_y) = area.get_base_pixel();
+        let y_any = chart.y_range().start;
+        let style = TextStyle::from((FONT, LABEL_SIZE).into_font())
+            .transform(FontTransform::Rotate90)
+            .pos(Pos::new(HPos::Left, VPos::Center));
+        for v in self.ticks() {
+            let (px, _) = chart.backend_coord(&(v, y_any));
+            let text = category_at(&self.labels, v);
+            area.draw(&Text::new(text, (px - base_x, y_pixels.end - base_y + 10), style.clone()))
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+/// Every how many of `n` labels fit along `length` pixels, `spacing` apart.
+pub(crate) fn label_stride(n: usize, length: u32, spacing: u32) -> usize {
+    (n * spacing as usize).div_ceil(length.max(1) as usize).max(1)
+}
+
+/// The label of the category at position `v`; empty between categories.
+pub(crate) fn category_at(labels: &[String], v: f64) -> String {
+    let i = v.round();
+    if (v - i).abs() < 1e-6 && i >= 0.0 {
+        labels.get(i as usize).cloned().unwrap_or_default()
+    } else {
+        String::new()
     }
 }

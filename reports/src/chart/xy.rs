@@ -8,7 +8,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 
-use super::layout::{DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, Ticked, padded};
+use super::layout::{CategoryLabels, DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, Ticked, padded};
 use super::{FONT, series_colour};
 use crate::cell::format_number;
 use crate::prepare::{XAxis, XyData};
@@ -57,9 +57,13 @@ pub(super) fn draw<DB: DrawingBackend>(
 
     match &d.x_axis {
         XAxis::Categorical(labels) => {
-            let ticks = (0..labels.len()).map(|i| i as f64).collect();
-            let xs = Ticked::<RangedCoordf64>::new(-0.5..labels.len() as f64 - 0.5, ticks);
-            with_y(spec, d, bar, &plot, xs, (y0, y1))
+            let width = plot.dim_in_pixel().0.saturating_sub(140);
+            let categories = CategoryLabels::fit(&plot, labels, width)?;
+            let xs = Ticked::<RangedCoordf64>::new(
+                -0.5..labels.len() as f64 - 0.5,
+                categories.ticks(),
+            );
+            with_y(spec, d, bar, &plot, xs, (y0, y1), Some(&categories))
         }
         XAxis::Numeric => {
             let mut values: Vec<f64> = d
@@ -74,15 +78,17 @@ pub(super) fn draw<DB: DrawingBackend>(
             let (x0, x1) = padded(lo, hi, spec.log_x, false);
             let few = values.len() <= MAX_VALUE_TICKS;
             match (spec.log_x, few) {
-                (false, false) => with_y(spec, d, bar, &plot, x0..x1, (y0, y1)),
+                (false, false) => with_y(spec, d, bar, &plot, x0..x1, (y0, y1), None),
                 (false, true) => {
                     let xs = Ticked::<RangedCoordf64>::new(x0..x1, values);
-                    with_y(spec, d, bar, &plot, xs, (y0, y1))
+                    with_y(spec, d, bar, &plot, xs, (y0, y1), None)
                 }
-                (true, false) => with_y(spec, d, bar, &plot, (x0..x1).log_scale(), (y0, y1)),
+                (true, false) => {
+                    with_y(spec, d, bar, &plot, (x0..x1).log_scale(), (y0, y1), None)
+                }
                 (true, true) => {
                     let xs = Ticked::<LogCoord<f64>>::new((x0..x1).log_scale(), values);
-                    with_y(spec, d, bar, &plot, xs, (y0, y1))
+                    with_y(spec, d, bar, &plot, xs, (y0, y1), None)
                 }
             }
         }
@@ -96,6 +102,7 @@ fn with_y<DB, XS>(
     area: &DrawingArea<DB, Shift>,
     xs: XS,
     (y0, y1): (f64, f64),
+    categories: Option<&CategoryLabels>,
 ) -> Result<(), String>
 where
     DB: DrawingBackend,
@@ -103,9 +110,9 @@ where
     XS::CoordDescType: ValueFormatter<f64>,
 {
     if spec.log_y {
-        plot(spec, d, bar, area, xs, (y0..y1).log_scale(), y0)
+        plot(spec, d, bar, area, xs, (y0..y1).log_scale(), y0, categories)
     } else {
-        plot(spec, d, bar, area, xs, y0..y1, y0)
+        plot(spec, d, bar, area, xs, y0..y1, y0, categories)
     }
 }
 
@@ -117,6 +124,7 @@ fn plot<DB, XS, YS>(
     xs: XS,
     ys: YS,
     y_base: f64,
+    categories: Option<&CategoryLabels>,
 ) -> Result<(), String>
 where
     DB: DrawingBackend,
@@ -129,20 +137,13 @@ where
     let mut chart = ChartBuilder::on(area)
         .margin(15)
         .margin_right(25)
-        .x_label_area_size(60)
+        .x_label_area_size(categories.as_ref().map_or(60, |c| c.area_size))
         .y_label_area_size(85)
         .build_cartesian_2d(xs, ys)
         .map_err(err)?;
-    let x_label = |v: &f64| match &d.x_axis {
-        XAxis::Numeric => format_number(*v),
-        XAxis::Categorical(labels) => {
-            let i = v.round();
-            if (v - i).abs() < 1e-6 && i >= 0.0 {
-                labels.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        }
+    let x_label = |v: &f64| match categories {
+        Some(c) => c.at(*v),
+        None => format_number(*v),
     };
     let y_label = |v: &f64| format_number(*v);
     let mut mesh = chart.configure_mesh();
@@ -159,6 +160,9 @@ where
         mesh.disable_x_mesh();
     }
     mesh.draw().map_err(err)?;
+    if let Some(c) = categories {
+        c.draw_turned(&chart, area)?;
+    }
 
     let groups = d.series.len().max(1) as f64;
     for (i, s) in d.series.iter().enumerate() {
