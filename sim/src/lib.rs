@@ -10,6 +10,8 @@
 //!   groups), stragglers, failures and checkpoints; the API that experiment
 //!   sweeps call.
 
+pub mod cluster;
+pub mod comm;
 pub mod error;
 pub mod event_queue;
 pub mod network;

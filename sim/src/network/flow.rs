@@ -8,7 +8,7 @@
 //! whose remaining capacity per unfrozen flow is smallest, freeze its flows
 //! at that rate and charge them on their other links. Only links that carry
 //! flows are visited, and a lazy heap finds the bottleneck, so one
-//! recomputation costs O(F * path length * log L).
+//! recomputation costs O(F * path length + L log L).
 
 use crate::error::SimError;
 use crate::network::model::{Fabric, FlowTag, NetworkModel, Route};
@@ -157,10 +157,19 @@ impl FlowNetwork {
         }
         frozen.clear();
         frozen.resize(flows.len(), false);
+        // Shares only grow as flows freeze (freezing at the global minimum
+        // share s leaves (r - s) / (n - 1) >= r / n), so a popped key is a
+        // lower bound: if it is stale, re-insert the link with its current
+        // share instead of pushing on every change.
         while let Some(Reverse((key, l))) = heap.pop() {
             let l = l as usize;
-            if unfrozen[l] == 0 || key != share_key(residual[l], unfrozen[l]) {
-                continue; // stale entry
+            if unfrozen[l] == 0 {
+                continue;
+            }
+            let current = share_key(residual[l], unfrozen[l]);
+            if current != key {
+                heap.push(Reverse((current, l as u32)));
+                continue;
             }
             let share = f64::from_bits(key);
             let (s, n) = (link_start[l] as usize, total[l] as usize);
@@ -175,9 +184,6 @@ impl FlowNetwork {
                     let m = m as usize;
                     residual[m] = (residual[m] - share).max(0.0);
                     unfrozen[m] -= 1;
-                    if unfrozen[m] > 0 && m != l {
-                        heap.push(Reverse((share_key(residual[m], unfrozen[m]), m as u32)));
-                    }
                 }
             }
         }

@@ -1,0 +1,607 @@
+//! One sweep point's cluster configuration, as read from YAML, and its range
+//! checks. Every struct denies unknown keys; every field has a default.
+
+use crate::cluster::workload::{ModelRef, Workload};
+use crate::comm::collective::AllReduceAlgo;
+use crate::error::SimError;
+use crate::network::topology::{LinkParams, TopologyShape};
+use crate::network::ModelKind;
+use flowlab_hw::CommFormat;
+use serde::{Deserialize, Serialize};
+
+/// A cluster training run. See the crate README for the YAML shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Workload: a catalog name or an inline workload.
+    #[serde(default)]
+    pub model: ModelRef,
+    /// Workers whose gradients a synchronous step needs (backups come on top).
+    #[serde(default = "one_u32")]
+    pub workers: u32,
+    /// Parameter-server tasks (0 with `allreduce`).
+    #[serde(default)]
+    pub ps: u32,
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Use an all-reduce among workers instead of parameter servers.
+    #[serde(default)]
+    pub allreduce: Option<AllReduceAlgo>,
+    #[serde(default)]
+    pub network: NetworkConfig,
+    #[serde(default)]
+    pub straggler: Straggler,
+    /// Wire format of parameters and gradients.
+    #[serde(default = "default_comm")]
+    pub comm: CommFormat,
+    /// Steps to run (a step applies `workers` gradients).
+    #[serde(default = "default_steps")]
+    pub steps: u64,
+    #[serde(default)]
+    pub failures: Option<Failures>,
+    #[serde(default)]
+    pub checkpoint: Option<Checkpoint>,
+    /// Memory of each PS task, for the shard-size check.
+    #[serde(default = "default_ps_memory_gb")]
+    pub ps_memory_gb: f64,
+    /// Bound on simulated time; a run that reaches it is an error.
+    #[serde(default = "default_max_sim_time_s")]
+    pub max_sim_time_s: f64,
+    /// Bound on processed events; a run that reaches it is an error.
+    #[serde(default = "default_max_events")]
+    pub max_events: u64,
+}
+
+/// Training strategy (`strategy:` key), e.g. `{ sync: { backup: 2 } }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Strategy {
+    /// Every worker runs on its own; staleness is recorded.
+    Async {},
+    /// One barrier per step; with `backup` extra workers the step ends at
+    /// the first `workers` gradients and the late ones are dropped.
+    Sync {
+        #[serde(default)]
+        backup: u32,
+    },
+    /// `groups` synchronous groups (workers split evenly) that run
+    /// asynchronously with each other; `backup` extra workers per group.
+    SyncGroups {
+        groups: u32,
+        #[serde(default)]
+        backup: u32,
+    },
+}
+
+impl Default for Strategy {
+    fn default() -> Self {
+        Strategy::Sync { backup: 0 }
+    }
+}
+
+impl Strategy {
+    /// Backup workers per synchronous group.
+    pub fn backup(&self) -> u32 {
+        match self {
+            Strategy::Async {} => 0,
+            Strategy::Sync { backup } | Strategy::SyncGroups { backup, .. } => *backup,
+        }
+    }
+}
+
+/// Topology kind (`network.topology`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TopologyKind {
+    #[default]
+    Star,
+    Ring,
+    Torus2d,
+    Torus3d,
+    FatTree,
+    Clos,
+    Hierarchical,
+}
+
+/// The network (`network:` key). The main link is `link` (a hardware
+/// catalog name) or `link_gbps` + `latency_us`, not both.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkConfig {
+    #[serde(default)]
+    pub topology: TopologyKind,
+    #[serde(default)]
+    pub model: ModelKind,
+    #[serde(default)]
+    pub link: Option<String>,
+    /// Default 10 when neither this nor `link` is given.
+    #[serde(default)]
+    pub link_gbps: Option<f64>,
+    /// Default 5 when `link` is not given.
+    #[serde(default)]
+    pub latency_us: Option<f64>,
+    /// Fat-tree arity (even); smallest that fits when absent.
+    #[serde(default)]
+    pub k: Option<u32>,
+    /// Torus dimensions (2 or 3 values); near-square/cube when absent.
+    #[serde(default)]
+    pub dims: Option<Vec<u32>>,
+    /// Clos leaves; enough for the devices when absent.
+    #[serde(default)]
+    pub leaves: Option<u32>,
+    #[serde(default = "default_hosts_per_leaf")]
+    pub hosts_per_leaf: u32,
+    #[serde(default = "default_spines")]
+    pub spines: u32,
+    #[serde(default = "default_oversubscription")]
+    pub oversubscription: f64,
+    /// Hierarchical: machines; enough for the devices when absent.
+    #[serde(default)]
+    pub hosts: Option<u32>,
+    #[serde(default = "default_devices_per_host")]
+    pub devices_per_host: u32,
+    /// Hierarchical: the in-machine link (catalog name), or gbps + latency.
+    #[serde(default)]
+    pub intra_link: Option<String>,
+    #[serde(default)]
+    pub intra_link_gbps: Option<f64>,
+    #[serde(default)]
+    pub intra_latency_us: Option<f64>,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        NetworkConfig {
+            topology: TopologyKind::Star,
+            model: ModelKind::Flow,
+            link: None,
+            link_gbps: None,
+            latency_us: None,
+            k: None,
+            dims: None,
+            leaves: None,
+            hosts_per_leaf: default_hosts_per_leaf(),
+            spines: default_spines(),
+            oversubscription: default_oversubscription(),
+            hosts: None,
+            devices_per_host: default_devices_per_host(),
+            intra_link: None,
+            intra_link_gbps: None,
+            intra_latency_us: None,
+        }
+    }
+}
+
+/// Per-step compute slowdowns (`straggler:` key, tagged by `dist`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(tag = "dist", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Straggler {
+    #[default]
+    None,
+    /// Compute time times exp(sigma * Z), Z standard normal (median 1).
+    Lognormal { sigma: f64 },
+    /// With probability `p`, compute time grows by an exponential amount
+    /// of mean `mean` (a fraction of the compute time).
+    Exponential { p: f64, mean: f64 },
+    /// The listed workers always compute `factor` times slower.
+    SlowMachines { workers: Vec<u32>, factor: f64 },
+    /// Each worker has slow periods of `duration_s` starting at exponential
+    /// gaps of mean `mean_interval_s`; steps started in one are `factor` slower.
+    Transient {
+        mean_interval_s: f64,
+        duration_s: f64,
+        factor: f64,
+    },
+}
+
+/// Crashes (`failures:` key): drawn from a per-task MTBF and/or at given times.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Failures {
+    /// Mean time between failures of one task (worker or PS), hours.
+    #[serde(default)]
+    pub mtbf_hours: Option<f64>,
+    /// Failure times, seconds of simulated time.
+    #[serde(default)]
+    pub at_s: Vec<f64>,
+    /// Time to restart after a failure, before resuming from the checkpoint.
+    #[serde(default = "default_recovery_s")]
+    pub recovery_s: f64,
+}
+
+/// Checkpoints (`checkpoint:` key): every `every_steps` steps, pausing `cost_s`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checkpoint {
+    pub every_steps: u64,
+    #[serde(default)]
+    pub cost_s: f64,
+}
+
+fn one_u32() -> u32 {
+    1
+}
+fn default_comm() -> CommFormat {
+    CommFormat::F32
+}
+fn default_steps() -> u64 {
+    200
+}
+fn default_ps_memory_gb() -> f64 {
+    256.0
+}
+fn default_max_sim_time_s() -> f64 {
+    1e7
+}
+fn default_max_events() -> u64 {
+    1_000_000_000
+}
+fn default_hosts_per_leaf() -> u32 {
+    16
+}
+fn default_spines() -> u32 {
+    4
+}
+fn default_oversubscription() -> f64 {
+    1.0
+}
+fn default_devices_per_host() -> u32 {
+    8
+}
+fn default_recovery_s() -> f64 {
+    60.0
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            model: ModelRef::default(),
+            workers: 1,
+            ps: 0,
+            strategy: Strategy::default(),
+            allreduce: None,
+            network: NetworkConfig::default(),
+            straggler: Straggler::None,
+            comm: default_comm(),
+            steps: default_steps(),
+            failures: None,
+            checkpoint: None,
+            ps_memory_gb: default_ps_memory_gb(),
+            max_sim_time_s: default_max_sim_time_s(),
+            max_events: default_max_events(),
+        }
+    }
+}
+
+fn positive(param: &str, v: f64) -> Result<(), SimError> {
+    if v > 0.0 && v.is_finite() {
+        Ok(())
+    } else {
+        Err(SimError::param(param, format!("must be positive and finite, got {v}")))
+    }
+}
+
+fn non_negative(param: &str, v: f64) -> Result<(), SimError> {
+    if v >= 0.0 && v.is_finite() {
+        Ok(())
+    } else {
+        Err(SimError::param(param, format!("must be zero or positive and finite, got {v}")))
+    }
+}
+
+/// Resolves a catalog link name to its parameters.
+fn catalog_link(name: &str, param: &str) -> Result<LinkParams, SimError> {
+    let spec = flowlab_hw::Catalog::builtin()
+        .link(name)
+        .map_err(|e| SimError::UnknownLink {
+            name: name.to_string(),
+            param: param.to_string(),
+            reason: e.to_string(),
+        })?;
+    Ok(LinkParams {
+        bytes_per_s: spec.bytes_per_second(),
+        latency: crate::time::SimTime::from_secs_f64(spec.latency_seconds()),
+    })
+}
+
+impl NetworkConfig {
+    /// The main link's parameters.
+    pub fn main_link(&self) -> Result<LinkParams, SimError> {
+        match (&self.link, self.link_gbps, self.latency_us) {
+            (Some(_), Some(_), _) | (Some(_), _, Some(_)) => Err(SimError::param(
+                "network.link",
+                "give either a catalog link name or link_gbps/latency_us, not both",
+            )),
+            (Some(name), None, None) => {
+                let l = catalog_link(name, "network.link")?;
+                positive("network.link", l.bytes_per_s)?;
+                Ok(l)
+            }
+            (None, gbps, lat) => {
+                let gbps = gbps.unwrap_or(10.0);
+                let lat = lat.unwrap_or(5.0);
+                positive("network.link_gbps", gbps)?;
+                non_negative("network.latency_us", lat)?;
+                Ok(LinkParams::from_gbps(gbps, lat))
+            }
+        }
+    }
+
+    fn intra_link(&self) -> Result<LinkParams, SimError> {
+        match (&self.intra_link, self.intra_link_gbps, self.intra_latency_us) {
+            (Some(_), Some(_), _) | (Some(_), _, Some(_)) => Err(SimError::param(
+                "network.intra_link",
+                "give either a catalog link name or intra_link_gbps/intra_latency_us, not both",
+            )),
+            (Some(name), None, None) => catalog_link(name, "network.intra_link"),
+            (None, gbps, lat) => {
+                // Default: NVLink 3 class, 300 GB/s per direction.
+                let gbps = gbps.unwrap_or(2400.0);
+                let lat = lat.unwrap_or(1.0);
+                positive("network.intra_link_gbps", gbps)?;
+                non_negative("network.intra_latency_us", lat)?;
+                Ok(LinkParams::from_gbps(gbps, lat))
+            }
+        }
+    }
+
+    /// The topology shape for `devices` endpoints, checking explicit sizes.
+    pub fn shape(&self, devices: usize) -> Result<TopologyShape, SimError> {
+        let too_few = |ports: usize, hint: &str| SimError::TooFewPorts {
+            topology: topology_name(self.topology).to_string(),
+            ports,
+            needed: devices,
+            hint: hint.to_string(),
+        };
+        Ok(match self.topology {
+            TopologyKind::Star => TopologyShape::Star { endpoints: devices },
+            TopologyKind::Ring => TopologyShape::Ring { endpoints: devices },
+            TopologyKind::Torus2d | TopologyKind::Torus3d => {
+                let n = if self.topology == TopologyKind::Torus2d { 2 } else { 3 };
+                let dims: Vec<usize> = match &self.dims {
+                    Some(d) => {
+                        if d.len() != n || d.contains(&0) {
+                            return Err(SimError::param(
+                                "network.dims",
+                                format!("{} needs {n} positive dimensions, got {d:?}", topology_name(self.topology)),
+                            ));
+                        }
+                        d.iter().map(|&x| x as usize).collect()
+                    }
+                    None => near_cube(devices, n),
+                };
+                let ports: usize = dims.iter().product();
+                if ports < devices {
+                    return Err(too_few(ports, "raise network.dims"));
+                }
+                TopologyShape::Torus { dims }
+            }
+            TopologyKind::FatTree => {
+                let k = match self.k {
+                    Some(k) => {
+                        if k < 2 || k % 2 == 1 {
+                            return Err(SimError::param("network.k", format!("fat-tree arity must be even and at least 2, got {k}")));
+                        }
+                        k as usize
+                    }
+                    None => {
+                        let mut k = 2;
+                        while k * k * k / 4 < devices {
+                            k += 2;
+                        }
+                        k
+                    }
+                };
+                if k * k * k / 4 < devices {
+                    return Err(too_few(k * k * k / 4, "raise network.k"));
+                }
+                TopologyShape::FatTree { k }
+            }
+            TopologyKind::Clos => {
+                if self.hosts_per_leaf == 0 {
+                    return Err(SimError::param("network.hosts_per_leaf", "must be at least 1"));
+                }
+                if self.spines == 0 {
+                    return Err(SimError::param("network.spines", "must be at least 1"));
+                }
+                positive("network.oversubscription", self.oversubscription)?;
+                let hpl = self.hosts_per_leaf as usize;
+                let leaves = self.leaves.map(|l| l as usize).unwrap_or(devices.div_ceil(hpl).max(1));
+                if leaves * hpl < devices {
+                    return Err(too_few(leaves * hpl, "raise network.leaves or network.hosts_per_leaf"));
+                }
+                TopologyShape::Clos {
+                    leaves,
+                    hosts_per_leaf: hpl,
+                    spines: self.spines as usize,
+                    oversubscription: self.oversubscription,
+                }
+            }
+            TopologyKind::Hierarchical => {
+                if self.devices_per_host == 0 {
+                    return Err(SimError::param("network.devices_per_host", "must be at least 1"));
+                }
+                let g = self.devices_per_host as usize;
+                let hosts = self.hosts.map(|h| h as usize).unwrap_or(devices.div_ceil(g).max(1));
+                if hosts * g < devices {
+                    return Err(too_few(hosts * g, "raise network.hosts or network.devices_per_host"));
+                }
+                TopologyShape::Hierarchical {
+                    hosts,
+                    devices_per_host: g,
+                    intra: self.intra_link()?,
+                }
+            }
+        })
+    }
+}
+
+fn topology_name(k: TopologyKind) -> &'static str {
+    match k {
+        TopologyKind::Star => "star",
+        TopologyKind::Ring => "ring",
+        TopologyKind::Torus2d => "torus2d",
+        TopologyKind::Torus3d => "torus3d",
+        TopologyKind::FatTree => "fat_tree",
+        TopologyKind::Clos => "clos",
+        TopologyKind::Hierarchical => "hierarchical",
+    }
+}
+
+/// `n` near-equal dimensions whose product is at least `devices`.
+fn near_cube(devices: usize, n: usize) -> Vec<usize> {
+    let side = (devices.max(1) as f64).powf(1.0 / n as f64).floor().max(1.0) as usize;
+    let mut dims = vec![side; n];
+    let mut i = 0;
+    while dims.iter().product::<usize>() < devices {
+        dims[i % n] += 1;
+        i += 1;
+    }
+    dims
+}
+
+impl ClusterConfig {
+    /// Keys `metrics()` always returns, in CSV column order.
+    pub fn metric_names() -> &'static [&'static str] {
+        crate::cluster::report::METRIC_NAMES
+    }
+
+    /// Workers in total, backups included.
+    pub fn total_workers(&self) -> u32 {
+        match &self.strategy {
+            Strategy::Async {} | Strategy::Sync { .. } => self.workers + self.strategy.backup(),
+            Strategy::SyncGroups { groups, backup } => self.workers + groups * backup,
+        }
+    }
+
+    /// Devices the topology must host: PS tasks then workers.
+    pub fn devices(&self) -> usize {
+        self.ps as usize + self.total_workers() as usize
+    }
+
+    /// The resolved workload.
+    pub fn workload(&self) -> Result<Workload, SimError> {
+        self.model.resolve()
+    }
+
+    /// Range checks; each error names the offending key.
+    pub fn validate(&self) -> Result<(), SimError> {
+        if self.workers == 0 {
+            return Err(SimError::param("workers", "must be at least 1"));
+        }
+        if self.steps == 0 {
+            return Err(SimError::param("steps", "must be at least 1"));
+        }
+        match &self.strategy {
+            Strategy::Async {} => {}
+            Strategy::Sync { backup } => {
+                if *backup > self.workers {
+                    return Err(SimError::param(
+                        "strategy.sync.backup",
+                        format!("{backup} backup workers is more than the {} workers", self.workers),
+                    ));
+                }
+            }
+            Strategy::SyncGroups { groups, backup } => {
+                if *groups == 0 || *groups > self.workers || self.workers % groups != 0 {
+                    return Err(SimError::param(
+                        "strategy.sync_groups.groups",
+                        format!("must divide the {} workers into equal groups, got {groups}", self.workers),
+                    ));
+                }
+                let per = self.workers / groups;
+                if *backup > per {
+                    return Err(SimError::param(
+                        "strategy.sync_groups.backup",
+                        format!("{backup} backup workers is more than the {per} workers of a group"),
+                    ));
+                }
+            }
+        }
+        match self.allreduce {
+            Some(_) => {
+                if self.ps != 0 {
+                    return Err(SimError::param("ps", "must be 0 when `allreduce` is set"));
+                }
+                if self.strategy != (Strategy::Sync { backup: 0 }) {
+                    return Err(SimError::param("strategy", "`allreduce` needs `sync: { backup: 0 }`"));
+                }
+            }
+            None => {
+                if self.ps == 0 {
+                    return Err(SimError::param("ps", "must be at least 1 (or set `allreduce`)"));
+                }
+            }
+        }
+        positive("ps_memory_gb", self.ps_memory_gb)?;
+        positive("max_sim_time_s", self.max_sim_time_s)?;
+        if self.max_events == 0 {
+            return Err(SimError::param("max_events", "must be at least 1"));
+        }
+        match &self.straggler {
+            Straggler::None => {}
+            Straggler::Lognormal { sigma } => non_negative("straggler.sigma", *sigma)?,
+            Straggler::Exponential { p, mean } => {
+                if !(0.0..=1.0).contains(p) {
+                    return Err(SimError::param("straggler.p", format!("must be in [0, 1], got {p}")));
+                }
+                non_negative("straggler.mean", *mean)?;
+            }
+            Straggler::SlowMachines { workers, factor } => {
+                positive("straggler.factor", *factor)?;
+                if let Some(w) = workers.iter().find(|&&w| w >= self.total_workers()) {
+                    return Err(SimError::param(
+                        "straggler.workers",
+                        format!("worker {w} does not exist ({} workers)", self.total_workers()),
+                    ));
+                }
+            }
+            Straggler::Transient {
+                mean_interval_s,
+                duration_s,
+                factor,
+            } => {
+                positive("straggler.mean_interval_s", *mean_interval_s)?;
+                non_negative("straggler.duration_s", *duration_s)?;
+                positive("straggler.factor", *factor)?;
+            }
+        }
+        if let Some(f) = &self.failures {
+            if let Some(m) = f.mtbf_hours {
+                positive("failures.mtbf_hours", m)?;
+            }
+            non_negative("failures.recovery_s", f.recovery_s)?;
+            for &t in &f.at_s {
+                non_negative("failures.at_s", t)?;
+            }
+        }
+        if let Some(c) = &self.checkpoint {
+            if c.every_steps == 0 {
+                return Err(SimError::param("checkpoint.every_steps", "must be at least 1"));
+            }
+            non_negative("checkpoint.cost_s", c.cost_s)?;
+        }
+        self.network.main_link()?;
+        self.network.shape(self.devices())?;
+        let w = self.workload()?;
+        w.validate()?;
+        if self.allreduce.is_none() {
+            let layout = w.layout(self.ps as usize);
+            let limit = self.ps_memory_gb * 1e9;
+            for k in 0..layout.tasks() {
+                let bytes = layout.stored_elements(k) as f64 * 4.0;
+                if bytes > limit {
+                    return Err(SimError::param(
+                        "ps_memory_gb",
+                        format!(
+                            "PS task {k} holds a {:.3} GB shard, more than its {} GB of memory (add PS tasks or memory)",
+                            bytes / 1e9,
+                            self.ps_memory_gb
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,171 @@
+//! What a cluster run reports, and the flat metrics a sweep writes as CSV.
+
+use crate::network::LinkUsage;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Keys of [`ClusterReport::metrics`], in CSV column order.
+pub(crate) const METRIC_NAMES: &[&str] = &[
+    "throughput",
+    "step_p50_s",
+    "step_p90_s",
+    "step_p99_s",
+    "step_mean_s",
+    "normalized_speedup",
+    "staleness_mean",
+    "staleness_p99",
+    "bytes_moved",
+    "link_util_max",
+    "goodput",
+    "sim_time_s",
+    "failures",
+];
+
+/// The outcome of one simulated training run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ClusterReport {
+    /// Duration of every completed step, in completion order (for async and
+    /// sync groups: every group step; steps later lost to a failure included).
+    pub step_times_s: Vec<f64>,
+    /// `staleness_histogram[s]`: applied gradients computed from parameters
+    /// `s` updates old.
+    pub staleness_histogram: Vec<u64>,
+    /// Simulated time from start to the last committed step.
+    pub sim_time_s: f64,
+    /// Examples whose gradients survive to the end (not rolled back).
+    pub examples_committed: u64,
+    /// Examples whose gradients were applied, rolled back or not.
+    pub examples_processed: u64,
+    /// Simulated time not spent checkpointing or recovering.
+    pub busy_time_s: f64,
+    /// Payload bytes of every flow started.
+    pub bytes_moved: u64,
+    /// Links that carried traffic.
+    pub link_usage: Vec<LinkUsage>,
+    pub link_util_max: f64,
+    pub failures: u32,
+    /// Events processed (queue events plus network completions).
+    pub events: u64,
+    /// Workers a step needs, and backup workers on top of them.
+    pub workers: u32,
+    pub backup_workers: u32,
+    /// Median step time of the same run without backup workers (set by
+    /// `simulate` when the config has backups).
+    pub baseline_step_p50_s: Option<f64>,
+}
+
+/// Nearest-rank percentile of sorted values (0 for none).
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+impl ClusterReport {
+    pub fn step_percentile(&self, q: f64) -> f64 {
+        let mut s = self.step_times_s.clone();
+        s.sort_by(f64::total_cmp);
+        percentile(&s, q)
+    }
+
+    /// Committed examples per second of simulated time.
+    pub fn throughput(&self) -> f64 {
+        if self.sim_time_s > 0.0 {
+            self.examples_committed as f64 / self.sim_time_s
+        } else {
+            0.0
+        }
+    }
+
+    /// Fraction of the run's time that produced kept progress: the share of
+    /// work not rolled back times the share of time not spent on
+    /// checkpoints or recovery. 1 without failures and checkpoints.
+    pub fn goodput(&self) -> f64 {
+        if self.examples_processed == 0 || self.sim_time_s <= 0.0 {
+            return 0.0;
+        }
+        self.examples_committed as f64 / self.examples_processed as f64 * (self.busy_time_s / self.sim_time_s)
+    }
+
+    /// t(0)/t(b) * N/(N+b) on median step times; 1 without backups.
+    pub fn normalized_speedup(&self) -> f64 {
+        match self.baseline_step_p50_s {
+            Some(t0) if self.backup_workers > 0 => {
+                let tb = self.step_percentile(0.5);
+                if tb <= 0.0 {
+                    return 0.0;
+                }
+                let n = self.workers as f64;
+                t0 / tb * n / (n + self.backup_workers as f64)
+            }
+            _ => 1.0,
+        }
+    }
+
+    /// Every key of [`METRIC_NAMES`].
+    pub fn metrics(&self) -> BTreeMap<String, f64> {
+        let mut sorted = self.step_times_s.clone();
+        sorted.sort_by(f64::total_cmp);
+        let mean = if sorted.is_empty() {
+            0.0
+        } else {
+            sorted.iter().sum::<f64>() / sorted.len() as f64
+        };
+        let total: u64 = self.staleness_histogram.iter().sum();
+        let staleness_mean = if total == 0 {
+            0.0
+        } else {
+            self.staleness_histogram
+                .iter()
+                .enumerate()
+                .map(|(s, &c)| s as f64 * c as f64)
+                .sum::<f64>()
+                / total as f64
+        };
+        let mut staleness_p99 = 0.0;
+        let mut acc = 0u64;
+        for (s, &c) in self.staleness_histogram.iter().enumerate() {
+            acc += c;
+            if total > 0 && acc as f64 >= 0.99 * total as f64 {
+                staleness_p99 = s as f64;
+                break;
+            }
+        }
+        let values = [
+            self.throughput(),
+            percentile(&sorted, 0.5),
+            percentile(&sorted, 0.9),
+            percentile(&sorted, 0.99),
+            mean,
+            self.normalized_speedup(),
+            staleness_mean,
+            staleness_p99,
+            self.bytes_moved as f64,
+            self.link_util_max,
+            self.goodput(),
+            self.sim_time_s,
+            self.failures as f64,
+        ];
+        METRIC_NAMES
+            .iter()
+            .zip(values)
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), 50.0);
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&[3.0], 0.9), 3.0);
+        assert_eq!(percentile(&[], 0.9), 0.0);
+    }
+}

@@ -1,0 +1,653 @@
+//! The cluster training simulation: workers, PS tasks and synchronous groups
+//! as state machines exchanging typed events through one event queue, with
+//! the network model as a second source of events (flow arrivals).
+//!
+//! A worker step: fetch its parameters from every PS task (a request that
+//! costs PS CPU time, FIFO per task, while the response streams back),
+//! compute, push gradients (a flow per task, then PS CPU time). A group's step ends when `need` of its
+//! members' gradients have been applied; its members then start the next
+//! step together, aborting late ones (their gradients are dropped). Async
+//! training is groups of one; sync is one group with backups on top.
+//!
+//! With `allreduce`, a step is: every worker computes, then the collective
+//! runs on the otherwise idle network.
+
+use crate::cluster::config::{ClusterConfig, Strategy};
+use crate::cluster::report::ClusterReport;
+use crate::cluster::straggler::StragglerModel;
+use crate::cluster::workload::Workload;
+use crate::comm::collective;
+use crate::comm::ps::PsLayout;
+use crate::error::SimError;
+use crate::event_queue::EventQueue;
+use crate::network::{FlowTag, Network, NetworkModel, Topology};
+use crate::rng::point_rng;
+use crate::time::SimTime;
+use flowlab_hw::CommFormat;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Exp1, StandardNormal};
+
+#[derive(Debug, Clone, Copy)]
+enum Ev {
+    /// A fetch request reached PS task `ps`.
+    FetchArrive { w: u32, ps: u32, epoch: u64 },
+    /// A fetched shard whose flow arrived before the PS finished serving it.
+    FetchReady { w: u32, epoch: u64 },
+    ComputeDone { w: u32, epoch: u64 },
+    /// The PS task applied one pushed gradient shard.
+    PushServed { w: u32, epoch: u64 },
+    CheckpointDone,
+    Failure,
+    RecoveryDone,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TransferKind {
+    Fetch,
+    Push,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Transfer {
+    w: u32,
+    ps: u32,
+    epoch: u64,
+    kind: TransferKind,
+    /// Fetch: when the PS CPU is done with the request.
+    ready: SimTime,
+}
+
+struct WorkerState {
+    group: u32,
+    epoch: u64,
+    pending: u32,
+    fetched_version: u64,
+    /// Sparse elements this step gathers from each PS task.
+    sparse: Vec<u64>,
+}
+
+struct GroupState {
+    first: u32,
+    len: u32,
+    need: u32,
+    arrivals: u32,
+    step_start: SimTime,
+    waiting: bool,
+}
+
+struct Sim<'a> {
+    cfg: &'a ClusterConfig,
+    w: Workload,
+    comm: CommFormat,
+    q: EventQueue<Ev>,
+    net: Network,
+    rng: ChaCha8Rng,
+    straggler: StragglerModel,
+    layout: PsLayout,
+    ps_busy: Vec<SimTime>,
+    ps_request: SimTime,
+    overhead: SimTime,
+    workers: Vec<WorkerState>,
+    groups: Vec<GroupState>,
+    transfers: Vec<Transfer>,
+    free_transfers: Vec<u32>,
+    // Progress, in gradients.
+    version: u64,
+    applied: u64,
+    processed: u64,
+    target: u64,
+    last_ckpt: u64,
+    next_ckpt: u64,
+    ckpt_active: bool,
+    recovering: bool,
+    paused_s: f64,
+    failures: u32,
+    step_times: Vec<f64>,
+    staleness: Vec<u64>,
+    events: u64,
+    done: Vec<FlowTag>,
+}
+
+/// Runs one configuration (already validated) with `seed`.
+pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimError> {
+    let topo = Topology::build(&cfg.network.shape(cfg.devices())?, cfg.network.main_link()?)?;
+    let net = Network::new(cfg.network.model, topo);
+    let mut rng = point_rng(seed, 0);
+    let w = cfg.workload()?;
+    let total_workers = cfg.total_workers() as usize;
+    let straggler = StragglerModel::new(&cfg.straggler, total_workers, &mut rng);
+    if let Some(algo) = cfg.allreduce {
+        return run_allreduce(cfg, w, net, rng, straggler, algo);
+    }
+    let ps = cfg.ps as usize;
+    let layout = w.layout(ps);
+    let (group_count, per_group, backup) = match &cfg.strategy {
+        Strategy::Async {} => (cfg.workers, 1, 0),
+        Strategy::Sync { backup } => (1, cfg.workers, *backup),
+        Strategy::SyncGroups { groups, backup } => (*groups, cfg.workers / groups, *backup),
+    };
+    let mut groups = Vec::new();
+    let mut workers = Vec::new();
+    for g in 0..group_count {
+        let first = workers.len() as u32;
+        for _ in 0..per_group + backup {
+            workers.push(WorkerState {
+                group: g,
+                epoch: 0,
+                pending: 0,
+                fetched_version: 0,
+                sparse: vec![0; ps],
+            });
+        }
+        groups.push(GroupState {
+            first,
+            len: per_group + backup,
+            need: per_group,
+            arrivals: 0,
+            step_start: SimTime::ZERO,
+            waiting: false,
+        });
+    }
+    let n = u64::from(cfg.workers);
+    let mut sim = Sim {
+        cfg,
+        comm: cfg.comm,
+        q: EventQueue::new(),
+        net,
+        rng,
+        straggler,
+        layout,
+        ps_busy: vec![SimTime::ZERO; ps],
+        ps_request: SimTime::from_secs_f64(w.ps_request_us * 1e-6),
+        overhead: SimTime::from_secs_f64(w.step_overhead_us * 1e-6),
+        w,
+        workers,
+        groups,
+        transfers: Vec::new(),
+        free_transfers: Vec::new(),
+        version: 0,
+        applied: 0,
+        processed: 0,
+        target: cfg.steps.saturating_mul(n),
+        last_ckpt: 0,
+        next_ckpt: cfg.checkpoint.as_ref().map_or(u64::MAX, |c| c.every_steps.saturating_mul(n)),
+        ckpt_active: false,
+        recovering: false,
+        paused_s: 0.0,
+        failures: 0,
+        step_times: Vec::new(),
+        staleness: Vec::new(),
+        events: 0,
+        done: Vec::new(),
+    };
+    sim.schedule_failures();
+    for g in 0..sim.groups.len() {
+        sim.release(g)?;
+    }
+    sim.main_loop()?;
+    let end = sim.q.now();
+    let fabric = sim.net.fabric();
+    let eps = sim.w.examples_per_step;
+    Ok(ClusterReport {
+        step_times_s: sim.step_times,
+        staleness_histogram: sim.staleness,
+        sim_time_s: end.as_secs_f64(),
+        examples_committed: sim.applied * eps,
+        examples_processed: sim.processed * eps,
+        busy_time_s: (end.as_secs_f64() - sim.paused_s).max(0.0),
+        bytes_moved: fabric.bytes_moved(),
+        link_usage: fabric.link_usage(end),
+        link_util_max: fabric.max_link_utilization(end),
+        failures: sim.failures,
+        events: sim.events,
+        workers: cfg.workers,
+        backup_workers: cfg.total_workers() - cfg.workers,
+        baseline_step_p50_s: None,
+    })
+}
+
+impl Sim<'_> {
+    fn ps_endpoint(&self, k: u32) -> usize {
+        k as usize
+    }
+    fn worker_endpoint(&self, w: u32) -> usize {
+        self.cfg.ps as usize + w as usize
+    }
+
+    fn schedule_failures(&mut self) {
+        if let Some(f) = &self.cfg.failures {
+            for &t in &f.at_s {
+                self.q.schedule_at(SimTime::from_secs_f64(t), Ev::Failure);
+            }
+            if f.mtbf_hours.is_some() {
+                self.schedule_next_random_failure();
+            }
+        }
+    }
+
+    /// Next crash of any task: tasks fail independently with the MTBF, so
+    /// the cluster fails at `tasks / MTBF` per second.
+    fn schedule_next_random_failure(&mut self) {
+        let Some(mtbf) = self.cfg.failures.as_ref().and_then(|f| f.mtbf_hours) else {
+            return;
+        };
+        let tasks = (self.workers.len() + self.cfg.ps as usize) as f64;
+        let gap = self.rng.sample::<f64, _>(Exp1) * mtbf * 3600.0 / tasks;
+        self.q.schedule_in(SimTime::from_secs_f64(gap), Ev::Failure);
+    }
+
+    fn main_loop(&mut self) -> Result<(), SimError> {
+        let max_t = SimTime::from_secs_f64(self.cfg.max_sim_time_s);
+        while self.applied < self.target {
+            let tq = self.q.peek_time();
+            let tn = self.net.next_event_time();
+            let t = match (tq, tn) {
+                (None, None) => {
+                    return Err(SimError::BoundExceeded {
+                        what: "no pending events before the last step".into(),
+                        limit: format!("{} steps", self.cfg.steps),
+                    })
+                }
+                (a, b) => a.unwrap_or(SimTime::MAX).min(b.unwrap_or(SimTime::MAX)),
+            };
+            if t > max_t {
+                return Err(SimError::BoundExceeded {
+                    what: "max_sim_time_s".into(),
+                    limit: format!("{} s", self.cfg.max_sim_time_s),
+                });
+            }
+            self.events += 1;
+            if self.events > self.cfg.max_events {
+                return Err(SimError::BoundExceeded {
+                    what: "max_events".into(),
+                    limit: self.cfg.max_events.to_string(),
+                });
+            }
+            if tn == Some(t) {
+                self.q.advance_to(t);
+                let mut done = std::mem::take(&mut self.done);
+                self.net.advance(t, &mut done);
+                for &tag in &done {
+                    self.on_transfer(tag)?;
+                }
+                done.clear();
+                self.done = done;
+            } else if let Some((_, ev)) = self.q.pop() {
+                self.on_event(ev)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn current(&self, w: u32, epoch: u64) -> bool {
+        self.workers[w as usize].epoch == epoch
+    }
+
+    fn on_event(&mut self, ev: Ev) -> Result<(), SimError> {
+        let now = self.q.now();
+        match ev {
+            Ev::FetchArrive { w, ps, epoch } => {
+                if self.current(w, epoch) {
+                    // The response streams while the PS CPU serves the request
+                    // (FIFO); the worker has the shard once both are done.
+                    let ready = self.serve(ps, now);
+                    let bytes = self.shard_bytes(w, ps);
+                    let tag = self.transfer(Transfer { w, ps, epoch, kind: TransferKind::Fetch, ready });
+                    let (src, dst) = (self.ps_endpoint(ps), self.worker_endpoint(w));
+                    self.net.start_flow(now, src, dst, bytes, tag)?;
+                }
+            }
+            Ev::FetchReady { w, epoch } => {
+                if self.current(w, epoch) {
+                    self.shard_fetched(w, epoch);
+                }
+            }
+            Ev::ComputeDone { w, epoch } => {
+                if self.current(w, epoch) {
+                    self.push(w, epoch)?;
+                }
+            }
+            Ev::PushServed { w, epoch } => {
+                if self.current(w, epoch) {
+                    let ws = &mut self.workers[w as usize];
+                    ws.pending -= 1;
+                    if ws.pending == 0 {
+                        self.gradient_applied(w)?;
+                    }
+                }
+            }
+            Ev::CheckpointDone => {
+                self.ckpt_active = false;
+                self.release_waiting()?;
+            }
+            Ev::Failure => self.fail()?,
+            Ev::RecoveryDone => {
+                self.recovering = false;
+                self.release_waiting()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn on_transfer(&mut self, tag: FlowTag) -> Result<(), SimError> {
+        let t = self.transfers[tag as usize];
+        self.free_transfers.push(tag as u32);
+        if !self.current(t.w, t.epoch) {
+            return Ok(()); // a dropped (late or pre-failure) transfer
+        }
+        let now = self.q.now();
+        match t.kind {
+            TransferKind::Fetch => {
+                if t.ready > now {
+                    self.q.schedule_at(t.ready, Ev::FetchReady { w: t.w, epoch: t.epoch });
+                } else {
+                    self.shard_fetched(t.w, t.epoch);
+                }
+            }
+            TransferKind::Push => {
+                let at = self.serve(t.ps, now);
+                self.q.schedule_at(at, Ev::PushServed { w: t.w, epoch: t.epoch });
+            }
+        }
+        Ok(())
+    }
+
+    fn shard_fetched(&mut self, w: u32, epoch: u64) {
+        let ws = &mut self.workers[w as usize];
+        ws.pending -= 1;
+        if ws.pending == 0 {
+            ws.fetched_version = self.version;
+            self.compute(w, epoch);
+        }
+    }
+
+    fn transfer(&mut self, t: Transfer) -> FlowTag {
+        match self.free_transfers.pop() {
+            Some(i) => {
+                self.transfers[i as usize] = t;
+                i as FlowTag
+            }
+            None => {
+                self.transfers.push(t);
+                (self.transfers.len() - 1) as FlowTag
+            }
+        }
+    }
+
+    /// FIFO PS CPU: a request arriving at `now` is done at the returned time.
+    fn serve(&mut self, ps: u32, now: SimTime) -> SimTime {
+        let b = &mut self.ps_busy[ps as usize];
+        *b = (*b).max(now) + self.ps_request;
+        *b
+    }
+
+    fn involved(&self, w: u32, k: usize) -> bool {
+        self.layout.dense[k] > 0 || self.workers[w as usize].sparse[k] > 0
+    }
+
+    fn shard_bytes(&self, w: u32, ps: u32) -> u64 {
+        let k = ps as usize;
+        self.comm.bytes_for(self.layout.dense[k]) + self.comm.bytes_for(self.workers[w as usize].sparse[k])
+    }
+
+    /// Starts worker `w`'s step at its current generation: fetch requests to every task it needs.
+    fn start_step(&mut self, w: u32) -> Result<(), SimError> {
+        let now = self.q.now();
+        let mut sparse = std::mem::take(&mut self.workers[w as usize].sparse);
+        self.layout.draw_sparse(&mut self.rng, &mut sparse);
+        self.workers[w as usize].sparse = sparse;
+        let epoch = self.workers[w as usize].epoch;
+        let t0 = now + self.overhead;
+        let mut pending = 0;
+        for k in 0..self.layout.tasks() {
+            if self.involved(w, k) {
+                let lat = self.net.path_latency(self.worker_endpoint(w), self.ps_endpoint(k as u32))?;
+                self.q.schedule_at(t0 + lat, Ev::FetchArrive { w, ps: k as u32, epoch });
+                pending += 1;
+            }
+        }
+        self.workers[w as usize].pending = pending;
+        if pending == 0 {
+            self.workers[w as usize].fetched_version = self.version;
+            self.compute(w, epoch);
+        }
+        Ok(())
+    }
+
+    fn compute(&mut self, w: u32, epoch: u64) {
+        let now = self.q.now();
+        let jitter = if self.w.compute_sigma > 0.0 {
+            (self.w.compute_sigma * self.rng.sample::<f64, _>(StandardNormal)).exp()
+        } else {
+            1.0
+        };
+        let factor = self.straggler.factor(&mut self.rng, w as usize, now);
+        let d = SimTime::from_secs_f64(self.w.compute_s * jitter * factor);
+        self.q.schedule_in(d, Ev::ComputeDone { w, epoch });
+    }
+
+    fn push(&mut self, w: u32, epoch: u64) -> Result<(), SimError> {
+        let now = self.q.now();
+        let mut pending = 0;
+        for k in 0..self.layout.tasks() {
+            if self.involved(w, k) {
+                let bytes = self.shard_bytes(w, k as u32);
+                let tag = self.transfer(Transfer { w, ps: k as u32, epoch, kind: TransferKind::Push, ready: now });
+                let (src, dst) = (self.worker_endpoint(w), self.ps_endpoint(k as u32));
+                self.net.start_flow(now, src, dst, bytes, tag)?;
+                pending += 1;
+            }
+        }
+        self.workers[w as usize].pending = pending;
+        if pending == 0 {
+            self.gradient_applied(w)?;
+        }
+        Ok(())
+    }
+
+    /// Worker `w`'s whole gradient has been applied on every task.
+    fn gradient_applied(&mut self, w: u32) -> Result<(), SimError> {
+        let ws = &mut self.workers[w as usize];
+        // Stop the worker until its group releases it.
+        ws.epoch += 1;
+        let stale = (self.version - ws.fetched_version) as usize;
+        if self.staleness.len() <= stale {
+            self.staleness.resize(stale + 1, 0);
+        }
+        self.staleness[stale] += 1;
+        let g = ws.group as usize;
+        self.groups[g].arrivals += 1;
+        if self.groups[g].arrivals == self.groups[g].need {
+            self.group_step_done(g)?;
+        }
+        Ok(())
+    }
+
+    fn group_step_done(&mut self, g: usize) -> Result<(), SimError> {
+        let now = self.q.now();
+        let need = u64::from(self.groups[g].need);
+        self.step_times.push((now - self.groups[g].step_start).as_secs_f64());
+        self.applied += need;
+        self.processed += need;
+        self.version += 1;
+        if self.applied >= self.next_ckpt && self.applied < self.target {
+            if let Some(c) = &self.cfg.checkpoint {
+                let every = c.every_steps.saturating_mul(u64::from(self.cfg.workers));
+                self.next_ckpt = self.applied.saturating_add(every);
+                self.last_ckpt = self.applied;
+                self.ckpt_active = true;
+                self.paused_s += c.cost_s;
+                self.q.schedule_in(SimTime::from_secs_f64(c.cost_s), Ev::CheckpointDone);
+            }
+        }
+        if self.ckpt_active || self.recovering {
+            self.groups[g].waiting = true;
+            Ok(())
+        } else {
+            self.release(g)
+        }
+    }
+
+    /// Starts group `g`'s next step; members still busy are aborted.
+    fn release(&mut self, g: usize) -> Result<(), SimError> {
+        let now = self.q.now();
+        let gs = &mut self.groups[g];
+        gs.arrivals = 0;
+        gs.waiting = false;
+        gs.step_start = now;
+        let (first, len) = (gs.first, gs.len);
+        for w in first..first + len {
+            self.workers[w as usize].epoch += 1;
+            self.start_step(w)?;
+        }
+        Ok(())
+    }
+
+    fn release_waiting(&mut self) -> Result<(), SimError> {
+        if self.ckpt_active || self.recovering {
+            return Ok(());
+        }
+        for g in 0..self.groups.len() {
+            if self.groups[g].waiting {
+                self.release(g)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A crash: everything since the last checkpoint is lost; all work stops
+    /// until recovery, then resumes from the checkpoint.
+    fn fail(&mut self) -> Result<(), SimError> {
+        let from_mtbf = self.cfg.failures.as_ref().is_some_and(|f| f.mtbf_hours.is_some());
+        if self.recovering {
+            if from_mtbf {
+                self.schedule_next_random_failure();
+            }
+            return Ok(());
+        }
+        self.failures += 1;
+        self.applied = self.last_ckpt;
+        if let Some(c) = &self.cfg.checkpoint {
+            self.next_ckpt = self.last_ckpt.saturating_add(c.every_steps.saturating_mul(u64::from(self.cfg.workers)));
+        }
+        for ws in &mut self.workers {
+            ws.epoch += 1;
+        }
+        for gs in &mut self.groups {
+            gs.arrivals = 0;
+            gs.waiting = true;
+        }
+        self.recovering = true;
+        let recovery = self.cfg.failures.as_ref().map_or(0.0, |f| f.recovery_s);
+        self.paused_s += recovery;
+        self.q.schedule_in(SimTime::from_secs_f64(recovery), Ev::RecoveryDone);
+        if from_mtbf {
+            self.schedule_next_random_failure();
+        }
+        Ok(())
+    }
+}
+
+/// All-reduce training: each step every worker computes, then the collective
+/// runs. Failures roll back to the last checkpoint; checkpoints pause.
+fn run_allreduce(
+    cfg: &ClusterConfig,
+    w: Workload,
+    mut net: Network,
+    mut rng: ChaCha8Rng,
+    mut straggler: StragglerModel,
+    algo: collective::AllReduceAlgo,
+) -> Result<ClusterReport, SimError> {
+    let p = cfg.workers as usize;
+    let ranks: Vec<usize> = (0..p).collect();
+    let bytes = cfg.comm.bytes_for(w.allreduce_elements());
+    let stages = collective::plan(algo, &ranks, bytes, cfg.network.devices_per_host as usize);
+    let overhead = SimTime::from_secs_f64(w.step_overhead_us * 1e-6);
+    let max_t = SimTime::from_secs_f64(cfg.max_sim_time_s);
+    let mut failures_at: Vec<SimTime> = cfg
+        .failures
+        .as_ref()
+        .map(|f| f.at_s.iter().map(|&t| SimTime::from_secs_f64(t)).collect())
+        .unwrap_or_default();
+    let mtbf = cfg.failures.as_ref().and_then(|f| f.mtbf_hours);
+    let recovery = SimTime::from_secs_f64(cfg.failures.as_ref().map_or(0.0, |f| f.recovery_s));
+    let next_random = |rng: &mut ChaCha8Rng, from: SimTime| {
+        mtbf.map(|m| from + SimTime::from_secs_f64(rng.sample::<f64, _>(Exp1) * m * 3600.0 / p as f64))
+    };
+    let mut random_failure = next_random(&mut rng, SimTime::ZERO);
+    failures_at.sort();
+    let mut fixed = failures_at.into_iter().peekable();
+    let (mut now, mut done_steps, mut last_ckpt, mut processed) = (SimTime::ZERO, 0u64, 0u64, 0u64);
+    let (mut paused, mut failures, mut events) = (0.0f64, 0u32, 0u64);
+    let mut step_times = Vec::new();
+    while done_steps < cfg.steps {
+        events += 1;
+        if now > max_t || events > cfg.max_events {
+            return Err(SimError::BoundExceeded {
+                what: "max_sim_time_s or max_events".into(),
+                limit: format!("{} s, {} events", cfg.max_sim_time_s, cfg.max_events),
+            });
+        }
+        let start = now;
+        let mut ready = start;
+        for r in 0..p {
+            let jitter = if w.compute_sigma > 0.0 {
+                (w.compute_sigma * rng.sample::<f64, _>(StandardNormal)).exp()
+            } else {
+                1.0
+            };
+            let d = SimTime::from_secs_f64(w.compute_s * jitter * straggler.factor(&mut rng, r, start));
+            ready = ready.max(start + overhead + d);
+        }
+        let end = collective::run(&mut net, &stages, ready)?;
+        // The first failure inside this step, if any, loses it and all since the checkpoint.
+        let fixed_hit = fixed.peek().copied().filter(|&t| t <= end);
+        let random_hit = random_failure.filter(|&t| t <= end);
+        let hit = match (fixed_hit, random_hit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(t) = hit {
+            if fixed_hit == Some(t) {
+                fixed.next();
+            } else {
+                random_failure = next_random(&mut rng, t);
+            }
+            failures += 1;
+            done_steps = last_ckpt;
+            now = t.max(start) + recovery;
+            paused += recovery.as_secs_f64();
+            continue;
+        }
+        step_times.push((end - start).as_secs_f64());
+        done_steps += 1;
+        processed += 1;
+        now = end;
+        if let Some(c) = &cfg.checkpoint {
+            if done_steps % c.every_steps == 0 && done_steps < cfg.steps {
+                last_ckpt = done_steps;
+                now += SimTime::from_secs_f64(c.cost_s);
+                paused += c.cost_s;
+            }
+        }
+    }
+    let fabric = net.fabric();
+    let eps = w.examples_per_step * p as u64;
+    Ok(ClusterReport {
+        staleness_histogram: vec![done_steps * p as u64],
+        step_times_s: step_times,
+        sim_time_s: now.as_secs_f64(),
+        examples_committed: done_steps * eps,
+        examples_processed: processed * eps,
+        busy_time_s: (now.as_secs_f64() - paused).max(0.0),
+        bytes_moved: fabric.bytes_moved(),
+        link_usage: fabric.link_usage(now),
+        link_util_max: fabric.max_link_utilization(now),
+        failures,
+        events,
+        workers: cfg.workers,
+        backup_workers: 0,
+        baseline_step_p50_s: None,
+    })
+}

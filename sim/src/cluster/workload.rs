@@ -1,0 +1,285 @@
+//! Workloads: what each training step moves and computes. A config names a
+//! catalog entry (`model: inception_v3`) or gives one inline
+//! (`model: { dense_params: 1000000, compute_s: 0.1 }`).
+
+use crate::comm::ps::{EmbeddingShard, PsLayout};
+use crate::error::SimError;
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+
+/// An embedding table (sparse parameters).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Embedding {
+    pub rows: u64,
+    pub dim: u64,
+    /// Rows a worker gathers (and updates) per step.
+    pub rows_per_step: u64,
+}
+
+/// Parameters, per-step compute and batch of one worker step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// Dense parameters of one partitioned variable, split evenly over PS tasks.
+    #[serde(default)]
+    pub dense_params: u64,
+    /// Whole variables (element counts), placed on PS tasks greedily by size.
+    #[serde(default)]
+    pub variables: Vec<u64>,
+    /// One scalar on every PS task (the paper's "null" model).
+    #[serde(default)]
+    pub scalar_per_ps: bool,
+    #[serde(default)]
+    pub embeddings: Vec<Embedding>,
+    /// Median compute time of one worker step, seconds.
+    #[serde(default)]
+    pub compute_s: f64,
+    /// The workload's own lognormal jitter of compute time (0: constant).
+    #[serde(default)]
+    pub compute_sigma: f64,
+    /// Examples one worker processes per step (its batch).
+    #[serde(default = "one")]
+    pub examples_per_step: u64,
+    /// PS CPU time per request (fetch or push of one shard), microseconds.
+    #[serde(default = "default_ps_request_us")]
+    pub ps_request_us: f64,
+    /// Fixed worker time per step (session run, RPC set-up), microseconds.
+    #[serde(default)]
+    pub step_overhead_us: f64,
+}
+
+fn one() -> u64 {
+    1
+}
+fn default_ps_request_us() -> f64 {
+    35.0
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Workload {
+            dense_params: 0,
+            variables: Vec::new(),
+            scalar_per_ps: false,
+            embeddings: Vec::new(),
+            compute_s: 0.0,
+            compute_sigma: 0.0,
+            examples_per_step: 1,
+            ps_request_us: default_ps_request_us(),
+            step_overhead_us: 0.0,
+        }
+    }
+}
+
+impl Workload {
+    pub fn validate(&self) -> Result<(), SimError> {
+        let finite_nn = |p: &str, v: f64| {
+            if v >= 0.0 && v.is_finite() {
+                Ok(())
+            } else {
+                Err(SimError::param(p, format!("must be zero or positive and finite, got {v}")))
+            }
+        };
+        finite_nn("model.compute_s", self.compute_s)?;
+        finite_nn("model.compute_sigma", self.compute_sigma)?;
+        finite_nn("model.ps_request_us", self.ps_request_us)?;
+        finite_nn("model.step_overhead_us", self.step_overhead_us)?;
+        if self.examples_per_step == 0 {
+            return Err(SimError::param("model.examples_per_step", "must be at least 1"));
+        }
+        for (i, e) in self.embeddings.iter().enumerate() {
+            if e.rows == 0 || e.dim == 0 {
+                return Err(SimError::param(
+                    format!("model.embeddings[{i}]"),
+                    "rows and dim must be at least 1",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Parameter elements in total (dense and sparse).
+    pub fn total_params(&self) -> u64 {
+        self.dense_params
+            + self.variables.iter().sum::<u64>()
+            + self.embeddings.iter().map(|e| e.rows * e.dim).sum::<u64>()
+    }
+
+    /// Elements a worker's gradient carries per step in an all-reduce: the
+    /// dense parameters plus the rows it touched.
+    pub fn allreduce_elements(&self) -> u64 {
+        self.dense_params
+            + self.variables.iter().sum::<u64>()
+            + self.embeddings.iter().map(|e| e.rows_per_step * e.dim).sum::<u64>()
+    }
+
+    pub fn layout(&self, ps: usize) -> PsLayout {
+        PsLayout::new(
+            ps,
+            self.dense_params,
+            &self.variables,
+            self.scalar_per_ps,
+            self.embeddings
+                .iter()
+                .map(|e| EmbeddingShard {
+                    rows: e.rows,
+                    dim: e.dim,
+                    rows_per_step: e.rows_per_step,
+                })
+                .collect(),
+        )
+    }
+
+    /// The built-in workloads. Step times are calibrated so the simulator
+    /// reproduces the shapes of the TensorFlow paper's figures on 10 Gbit/s
+    /// links; they are estimates, not measurements.
+    pub fn catalog(name: &str) -> Option<Workload> {
+        let base = Workload::default();
+        Some(match name {
+            // OSDI'16 Fig. 7 "null" model: 4 bytes per PS task; no compute.
+            // 1.5 ms fixed step overhead + 35 us PS CPU per request give
+            // the paper's 1.8 ms (1 worker) to ~9 ms (100 workers).
+            "null" => Workload {
+                scalar_per_ps: true,
+                step_overhead_us: 1500.0,
+                ..base
+            },
+            // Fig. 7 dense fetch: 100 MB of f32 parameters, fetched whole.
+            "dense_100mb" => Workload {
+                dense_params: 25_000_000,
+                step_overhead_us: 1500.0,
+                ..base
+            },
+            // Fig. 7 dense fetch: 1 GB of f32 parameters.
+            "dense_1gb" => Workload {
+                dense_params: 250_000_000,
+                step_overhead_us: 1500.0,
+                ..base
+            },
+            // Fig. 7 sparse fetch: 32 random rows of a 1 GB embedding
+            // (2^21 rows of 128 f32).
+            "sparse_1gb" => Workload {
+                embeddings: vec![Embedding { rows: 1 << 21, dim: 128, rows_per_step: 32 }],
+                step_overhead_us: 1500.0,
+                ..base
+            },
+            // Fig. 7 sparse fetch: 32 random rows of a 16 GB embedding.
+            "sparse_16gb" => Workload {
+                embeddings: vec![Embedding { rows: 1 << 25, dim: 128, rows_per_step: 32 }],
+                step_overhead_us: 1500.0,
+                ..base
+            },
+            // Inception-v3 (Szegedy et al. 2016): 23.8 M parameters; Fig. 8
+            // trains it with batch 32 per K40 worker. Compute time chosen so
+            // that 50 sync workers step in about 2 s and 200 workers reach
+            // roughly 2,000 images/s against 17 PS tasks, as in Fig. 8.
+            "inception_v3" => Workload {
+                dense_params: 23_800_000,
+                compute_s: 1.2,
+                examples_per_step: 32,
+                step_overhead_us: 5000.0,
+                ..base
+            },
+            // LSTM-512-512 language model on One Billion Word (Fig. 9):
+            // 40,000-word vocabulary; embedding 40,000 x 512 gathered for
+            // 64 x 20 tokens per step; two LSTM layers (4 x 1025 x 512 each);
+            // full softmax 512 x 40,000 fetched densely. Compute time is an estimate.
+            "lstm_lm" => Workload {
+                dense_params: 2 * 4 * 1025 * 512 + 512 * 40_000,
+                embeddings: vec![Embedding { rows: 40_000, dim: 512, rows_per_step: 1280 }],
+                compute_s: 0.25,
+                examples_per_step: 64 * 20,
+                step_overhead_us: 2000.0,
+                ..base
+            },
+            // The same model with sampled softmax over 512 classes: the
+            // softmax weights become a sparse table of which 512 rows move
+            // per step (about 78x less than the full softmax, as in Fig. 9).
+            "lstm_lm_sampled" => Workload {
+                dense_params: 2 * 4 * 1025 * 512,
+                embeddings: vec![
+                    Embedding { rows: 40_000, dim: 512, rows_per_step: 1280 },
+                    Embedding { rows: 40_000, dim: 512, rows_per_step: 512 },
+                ],
+                compute_s: 0.25 - 0.2 * (1.0 - 512.0 / 40_000.0),
+                examples_per_step: 64 * 20,
+                step_overhead_us: 2000.0,
+                ..base
+            },
+            _ => return None,
+        })
+    }
+
+    pub const CATALOG_NAMES: &'static [&'static str] = &[
+        "null",
+        "dense_100mb",
+        "dense_1gb",
+        "sparse_1gb",
+        "sparse_16gb",
+        "inception_v3",
+        "lstm_lm",
+        "lstm_lm_sampled",
+    ];
+}
+
+/// The `model` key: a catalog name or an inline workload.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelRef {
+    Name(String),
+    Inline(Workload),
+}
+
+impl Default for ModelRef {
+    fn default() -> Self {
+        ModelRef::Name("null".to_string())
+    }
+}
+
+impl ModelRef {
+    pub fn resolve(&self) -> Result<Workload, SimError> {
+        match self {
+            ModelRef::Inline(w) => Ok(w.clone()),
+            ModelRef::Name(n) => Workload::catalog(n).ok_or_else(|| SimError::UnknownWorkload {
+                name: n.clone(),
+                known: Workload::CATALOG_NAMES.join(", "),
+            }),
+        }
+    }
+}
+
+impl Serialize for ModelRef {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ModelRef::Name(n) => s.serialize_str(n),
+            ModelRef::Inline(w) => w.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ModelRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ModelRef;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a workload catalog name or an inline workload map")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ModelRef, E> {
+                Ok(ModelRef::Name(v.to_string()))
+            }
+            /// YAML reads `model: null` as a null value: that is the null model.
+            fn visit_unit<E: de::Error>(self) -> Result<ModelRef, E> {
+                Ok(ModelRef::Name("null".to_string()))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<ModelRef, E> {
+                Ok(ModelRef::Name("null".to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<ModelRef, A::Error> {
+                Workload::deserialize(de::value::MapAccessDeserializer::new(m)).map(ModelRef::Inline)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}

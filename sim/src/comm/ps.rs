@@ -1,0 +1,111 @@
+//! Parameter-server layout: which parameters live on which PS task, and how
+//! many elements a worker moves to and from each task in one step.
+
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+/// An embedding table, sharded by row (row r on task r mod P); each step a
+/// worker gathers `rows_per_step` random rows and pushes their gradients.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EmbeddingShard {
+    pub rows: u64,
+    pub dim: u64,
+    pub rows_per_step: u64,
+}
+
+/// Parameters per PS task, in elements.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PsLayout {
+    /// Dense elements held by each task (fetched whole every step).
+    pub dense: Vec<u64>,
+    pub embeddings: Vec<EmbeddingShard>,
+}
+
+impl PsLayout {
+    /// `dense_params` is one partitioned variable split evenly over the
+    /// tasks; `variables` are whole variables placed greedily, largest first,
+    /// on the least-loaded task (TensorFlow's greedy load balancing by size);
+    /// `scalar_per_ps` puts one more element on every task.
+    pub fn new(
+        ps: usize,
+        dense_params: u64,
+        variables: &[u64],
+        scalar_per_ps: bool,
+        embeddings: Vec<EmbeddingShard>,
+    ) -> PsLayout {
+        let mut dense = vec![0u64; ps];
+        if ps == 0 {
+            return PsLayout { dense, embeddings };
+        }
+        let p = ps as u64;
+        for (k, d) in dense.iter_mut().enumerate() {
+            *d = dense_params / p + u64::from((k as u64) < dense_params % p) + u64::from(scalar_per_ps);
+        }
+        let mut vars: Vec<u64> = variables.to_vec();
+        vars.sort_unstable_by(|a, b| b.cmp(a));
+        for v in vars {
+            // Least loaded; ties to the lowest index, so placement is deterministic.
+            let k = (0..ps).min_by_key(|&k| (dense[k], k)).unwrap_or(0);
+            dense[k] += v;
+        }
+        PsLayout { dense, embeddings }
+    }
+
+    pub fn tasks(&self) -> usize {
+        self.dense.len()
+    }
+
+    /// Elements each task stores: its dense part plus its rows of every table.
+    pub fn stored_elements(&self, k: usize) -> u64 {
+        let p = self.tasks() as u64;
+        let sparse: u64 = self
+            .embeddings
+            .iter()
+            .map(|e| (e.rows / p + u64::from((k as u64) < e.rows % p)) * e.dim)
+            .sum();
+        self.dense[k] + sparse
+    }
+
+    /// Draws one step's sparse rows and writes, per task, the elements the
+    /// worker gathers from it (and later pushes back).
+    pub fn draw_sparse(&self, rng: &mut ChaCha8Rng, out: &mut [u64]) {
+        out.fill(0);
+        let p = self.tasks() as u64;
+        if p == 0 {
+            return;
+        }
+        for e in &self.embeddings {
+            for _ in 0..e.rows_per_step {
+                let row = rng.random_range(0..e.rows.max(1));
+                out[(row % p) as usize] += e.dim;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::point_rng;
+
+    #[test]
+    fn dense_split_is_even_and_variables_balance_greedily() {
+        let l = PsLayout::new(3, 10, &[], false, vec![]);
+        assert_eq!(l.dense, vec![4, 3, 3]);
+        let l = PsLayout::new(2, 0, &[5, 3, 3, 1], false, vec![]);
+        // 5 -> t0, 3 -> t1, 3 -> t1 (3 < 5), 1 -> t0 (5 < 6).
+        assert_eq!(l.dense, vec![6, 6]);
+        let l = PsLayout::new(4, 0, &[], true, vec![]);
+        assert_eq!(l.dense, vec![1, 1, 1, 1]);
+    }
+
+    #[test]
+    fn sparse_rows_land_on_their_tasks() {
+        let e = EmbeddingShard { rows: 1000, dim: 8, rows_per_step: 32 };
+        let l = PsLayout::new(4, 0, &[], false, vec![e]);
+        let mut out = vec![0; 4];
+        l.draw_sparse(&mut point_rng(1, 0), &mut out);
+        assert_eq!(out.iter().sum::<u64>(), 32 * 8);
+        assert_eq!(l.stored_elements(0), 250 * 8);
+    }
+}
