@@ -176,28 +176,6 @@ pub(crate) fn padded(lo: f64, hi: f64, log: bool, include_zero: bool) -> (f64, f
     (lo, hi + pad)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wraps_at_word_boundaries() {
-        assert_eq!(
-            wrap("points: mean of repeated runs", 14),
-            ["points: mean", "of repeated", "runs"]
-        );
-    }
-
-    #[test]
-    fn padding_includes_zero_and_never_collapses() {
-        assert_eq!(padded(10.0, 20.0, false, true), (0.0, 20.5));
-        assert_eq!(padded(10.0, 20.0, false, false), (9.5, 20.5));
-        assert_eq!(padded(5.0, 5.0, false, false), (4.45, 5.55));
-        let (lo, hi) = padded(1.0, 100.0, true, true);
-        assert!((lo - 1.0 / 100f64.powf(0.05)).abs() < 1e-12 && hi > 100.0);
-    }
-}
-
 /// An axis whose ticks sit exactly at given values (category positions, or
 /// the few distinct x values of a sweep). Unlike plotters' `WithKeyPoints`,
 /// it keeps the default value formatting, so every axis type shares one
@@ -354,5 +332,27 @@ pub(crate) fn category_at(labels: &[String], v: f64) -> String {
         labels.get(i as usize).cloned().unwrap_or_default()
     } else {
         String::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wraps_at_word_boundaries() {
+        assert_eq!(
+            wrap("points: mean of repeated runs", 14),
+            ["points: mean", "of repeated", "runs"]
+        );
+    }
+
+    #[test]
+    fn padding_includes_zero_and_never_collapses() {
+        assert_eq!(padded(10.0, 20.0, false, true), (0.0, 20.5));
+        assert_eq!(padded(10.0, 20.0, false, false), (9.5, 20.5));
+        assert_eq!(padded(5.0, 5.0, false, false), (4.45, 5.55));
+        let (lo, hi) = padded(1.0, 100.0, true, true);
+        assert!((lo - 1.0 / 100f64.powf(0.05)).abs() < 1e-12 && hi > 100.0);
     }
 }

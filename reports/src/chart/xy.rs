@@ -63,9 +63,11 @@ pub(super) fn draw<DB: DrawingBackend>(
                 -0.5..labels.len() as f64 - 0.5,
                 categories.ticks(),
             );
-            with_y(spec, d, bar, &plot, xs, (y0, y1), Some(&categories))
+            let what = What { spec, d, bar, categories: Some(&categories) };
+            with_y(&what, &plot, xs, (y0, y1))
         }
         XAxis::Numeric => {
+            let what = What { spec, d, bar, categories: None };
             let mut values: Vec<f64> = d
                 .series
                 .iter()
@@ -78,53 +80,55 @@ pub(super) fn draw<DB: DrawingBackend>(
             let (x0, x1) = padded(lo, hi, spec.log_x, false);
             let few = values.len() <= MAX_VALUE_TICKS;
             match (spec.log_x, few) {
-                (false, false) => with_y(spec, d, bar, &plot, x0..x1, (y0, y1), None),
+                (false, false) => with_y(&what, &plot, x0..x1, (y0, y1)),
                 (false, true) => {
                     let xs = Ticked::<RangedCoordf64>::new(x0..x1, values);
-                    with_y(spec, d, bar, &plot, xs, (y0, y1), None)
+                    with_y(&what, &plot, xs, (y0, y1))
                 }
                 (true, false) => {
-                    with_y(spec, d, bar, &plot, (x0..x1).log_scale(), (y0, y1), None)
+                    with_y(&what, &plot, (x0..x1).log_scale(), (y0, y1))
                 }
                 (true, true) => {
                     let xs = Ticked::<LogCoord<f64>>::new((x0..x1).log_scale(), values);
-                    with_y(spec, d, bar, &plot, xs, (y0, y1), None)
+                    with_y(&what, &plot, xs, (y0, y1))
                 }
             }
         }
     }
 }
 
-fn with_y<DB, XS>(
-    spec: &PlotSpec,
-    d: &XyData,
+/// What one line or bar chart shows.
+struct What<'a> {
+    spec: &'a PlotSpec,
+    d: &'a XyData,
     bar: bool,
+    categories: Option<&'a CategoryLabels>,
+}
+
+fn with_y<DB, XS>(
+    what: &What<'_>,
     area: &DrawingArea<DB, Shift>,
     xs: XS,
     (y0, y1): (f64, f64),
-    categories: Option<&CategoryLabels>,
 ) -> Result<(), String>
 where
     DB: DrawingBackend,
     XS: AsRangedCoord<Value = f64>,
     XS::CoordDescType: ValueFormatter<f64>,
 {
-    if spec.log_y {
-        plot(spec, d, bar, area, xs, (y0..y1).log_scale(), y0, categories)
+    if what.spec.log_y {
+        plot(what, area, xs, (y0..y1).log_scale(), y0)
     } else {
-        plot(spec, d, bar, area, xs, y0..y1, y0, categories)
+        plot(what, area, xs, y0..y1, y0)
     }
 }
 
 fn plot<DB, XS, YS>(
-    spec: &PlotSpec,
-    d: &XyData,
-    bar: bool,
+    what: &What<'_>,
     area: &DrawingArea<DB, Shift>,
     xs: XS,
     ys: YS,
     y_base: f64,
-    categories: Option<&CategoryLabels>,
 ) -> Result<(), String>
 where
     DB: DrawingBackend,
@@ -133,6 +137,7 @@ where
     YS: AsRangedCoord<Value = f64>,
     YS::CoordDescType: ValueFormatter<f64>,
 {
+    let &What { spec, d, bar, categories } = what;
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let mut chart = ChartBuilder::on(area)
         .margin(15)
