@@ -40,4 +40,4 @@ pub fn simulate(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimErro
 }
 
 #[cfg(test)]
-mod probe_tests;
+mod tests;

@@ -1,0 +1,198 @@
+//! Behaviour of whole cluster runs: the TensorFlow paper's qualitative
+//! results, strategies, failures, and bad-input errors. Step counts are
+//! kept small so the suite stays fast.
+
+use super::*;
+
+fn yaml(s: &str) -> ClusterConfig {
+    serde_saphyr::from_str(s).unwrap()
+}
+
+fn p50(cfg: &str) -> f64 {
+    simulate(&yaml(cfg), 7).unwrap().metrics()["step_p50_s"]
+}
+
+fn err(cfg: &str) -> String {
+    simulate(&yaml(cfg), 1).unwrap_err().to_string()
+}
+
+#[test]
+fn design_example_parses_and_reports_every_metric() {
+    let c = yaml(
+        "model: inception_v3\nworkers: 4\nps: 2\nstrategy: { sync: { backup: 1 } }\n\
+         network: { topology: fat_tree, link_gbps: 10, latency_us: 5, model: flow }\n\
+         straggler: { dist: lognormal, sigma: 0.3 }\ncomm: bf16\nsteps: 3\n",
+    );
+    assert_eq!(c.strategy, Strategy::Sync { backup: 1 });
+    let r = simulate(&c, 1).unwrap();
+    assert_eq!(r.step_times_s.len(), 3);
+    let m = r.metrics();
+    let keys: Vec<&str> = m.keys().map(String::as_str).collect();
+    let mut names = ClusterConfig::metric_names().to_vec();
+    names.sort();
+    assert_eq!(keys, names);
+    assert!(m["throughput"] > 0.0 && m["link_util_max"] > 0.0 && m["bytes_moved"] > 0.0);
+    assert!(m["normalized_speedup"] > 0.0);
+    assert_eq!(m["goodput"], 1.0);
+    // The round trip through serde keeps the config.
+    let again: ClusterConfig = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+    assert_eq!(again, c);
+}
+
+#[test]
+fn same_seed_same_report_other_seed_other_report() {
+    let c = "model: inception_v3\nworkers: 6\nps: 2\nstraggler: { dist: lognormal, sigma: 0.3 }\nsteps: 4\n";
+    let a = simulate(&yaml(c), 3).unwrap();
+    assert_eq!(a, simulate(&yaml(c), 3).unwrap());
+    assert_ne!(a.step_times_s, simulate(&yaml(c), 4).unwrap().step_times_s);
+}
+
+#[test]
+fn comm_format_scales_the_bytes() {
+    let base = "model: dense_100mb\nworkers: 2\nps: 2\nsteps: 1\n";
+    let f32b = simulate(&yaml(base), 1).unwrap().bytes_moved;
+    let bf16 = simulate(&yaml(&format!("{base}comm: bf16\n")), 1).unwrap().bytes_moved;
+    // Fetch and push of 25 M parameters per worker.
+    assert_eq!(f32b, 2 * 2 * 25_000_000 * 4);
+    assert_eq!(bf16, f32b / 2);
+}
+
+#[test]
+fn dense_fetch_grows_with_workers_sparse_stays_flat() {
+    // OSDI'16 Fig. 7: 16 PS tasks, null training steps.
+    let cfg = |m: &str, w: u32| format!("model: {m}\nworkers: {w}\nps: 16\nsteps: 3\n");
+    let (d1, d32) = (p50(&cfg("dense_100mb", 1)), p50(&cfg("dense_100mb", 32)));
+    assert!(d32 > 1.8 * d1, "dense: {d1} -> {d32}");
+    let (s1, s32) = (p50(&cfg("sparse_1gb", 1)), p50(&cfg("sparse_1gb", 32)));
+    assert!(s32 < 0.02 && s32 < 4.0 * s1, "sparse: {s1} -> {s32}");
+    let big = p50(&cfg("sparse_16gb", 32));
+    assert!((big - s32).abs() < 0.2 * s32, "table size matters: {s32} vs {big}");
+    let (n1, n32) = (p50(&cfg("null", 1)), p50(&cfg("null", 32)));
+    assert!(n1 > 0.0015 && n1 < 0.0025 && n32 > n1, "null: {n1} -> {n32}");
+}
+
+#[test]
+fn backup_workers_cut_the_median_and_the_normalized_speedup_peaks() {
+    // OSDI'16 Fig. 8 (right): 50 workers, lognormal stragglers, 17 PS.
+    let run = |b: u32| {
+        let c = yaml(&format!(
+            "model: inception_v3\nworkers: 50\nps: 17\nstrategy: {{ sync: {{ backup: {b} }} }}\n\
+             straggler: {{ dist: lognormal, sigma: 0.3 }}\nsteps: 40\n"
+        ));
+        training::run(&c, 1).unwrap().step_percentile(0.5)
+    };
+    let t: Vec<(u32, f64)> = [0, 2, 4, 9].into_iter().map(|b| (b, run(b))).collect();
+    let speedup: Vec<f64> = t.iter().map(|&(b, tb)| t[0].1 / tb * 50.0 / (50.0 + b as f64)).collect();
+    assert!(t[1].1 < t[0].1 && t[2].1 < t[1].1, "median should fall: {t:?}");
+    assert!(speedup[1] > 1.03 && speedup[2] > 1.03, "{speedup:?}");
+    assert!(speedup[3] < speedup[1].max(speedup[2]), "no peak: {speedup:?}");
+}
+
+#[test]
+fn throughput_saturates_on_a_fixed_number_of_ps_tasks() {
+    let thr = |w: u32| {
+        let c = format!("model: inception_v3\nworkers: {w}\nps: 4\nsteps: 4\n");
+        simulate(&yaml(&c), 2).unwrap().metrics()["throughput"]
+    };
+    let (a, b) = (thr(20), thr(80));
+    assert!(b > a, "{a} -> {b}");
+    assert!(b < 0.75 * 4.0 * a, "no saturation: {a} -> {b}");
+}
+
+#[test]
+fn async_records_staleness_and_sync_has_none() {
+    let base = "model: inception_v3\nworkers: 8\nps: 2\nstraggler: { dist: lognormal, sigma: 0.3 }\nsteps: 5\n";
+    let sync = simulate(&yaml(base), 1).unwrap().metrics();
+    assert_eq!(sync["staleness_mean"], 0.0);
+    let asy = simulate(&yaml(&format!("{base}strategy: {{ async: {{}} }}\n")), 1).unwrap();
+    let m = asy.metrics();
+    assert!(m["staleness_mean"] > 3.0, "{m:?}");
+    assert_eq!(asy.step_times_s.len(), 40);
+    let groups = simulate(&yaml(&format!("{base}strategy: {{ sync_groups: {{ groups: 2 }} }}\n")), 1).unwrap();
+    let g = groups.metrics()["staleness_mean"];
+    assert!(g > 0.0 && g < m["staleness_mean"], "{g}");
+    assert_eq!(groups.step_times_s.len(), 10);
+}
+
+#[test]
+fn stragglers_of_every_kind_slow_sync_steps() {
+    let base = "model: { compute_s: 1.0 }\nworkers: 4\nps: 1\nsteps: 20\n";
+    let plain = p50(base);
+    assert!((plain - 1.0).abs() < 0.01, "{plain}");
+    for s in [
+        "{ dist: lognormal, sigma: 0.5 }",
+        "{ dist: exponential, p: 0.5, mean: 1.0 }",
+        "{ dist: slow_machines, workers: [2], factor: 3.0 }",
+        "{ dist: transient, mean_interval_s: 2.0, duration_s: 4.0, factor: 3.0 }",
+    ] {
+        let t = p50(&format!("{base}straggler: {s}\n"));
+        assert!(t > 1.2 * plain, "{s}: {t}");
+    }
+    let slow = p50(&format!("{base}straggler: {{ dist: slow_machines, workers: [2], factor: 3.0 }}\n"));
+    assert!((slow - 3.0).abs() < 0.01, "{slow}");
+}
+
+#[test]
+fn failures_roll_back_to_the_checkpoint_and_cost_goodput() {
+    let base = "model: { compute_s: 1.0, examples_per_step: 10 }\nworkers: 2\nps: 1\nsteps: 10\n";
+    let clean = simulate(&yaml(base), 1).unwrap();
+    let c = format!("{base}checkpoint: {{ every_steps: 4, cost_s: 0.5 }}\nfailures: {{ at_s: [6.8], recovery_s: 3.0 }}\n");
+    let r = simulate(&yaml(&c), 1).unwrap();
+    assert_eq!(r.failures, 1);
+    assert_eq!(r.examples_committed, 10 * 2 * 10);
+    assert!(r.examples_processed > r.examples_committed);
+    // Steps 5 and 6 (after the checkpoint at 4) are redone: 12 steps, one
+    // 0.5 s checkpoint before the failure and one after (at 8), 3 s recovery.
+    assert_eq!(r.step_times_s.len(), 12);
+    assert!(r.sim_time_s > clean.sim_time_s + 3.0 + 1.0, "{} vs {}", r.sim_time_s, clean.sim_time_s);
+    let g = r.goodput();
+    assert!(g > 0.5 && g < 0.9, "{g}");
+    let m = simulate(&yaml(&format!("{base}failures: {{ mtbf_hours: 0.001, recovery_s: 0.1 }}\n")), 1).unwrap();
+    assert!(m.failures > 0 && m.goodput() < 1.0);
+}
+
+#[test]
+fn ring_all_reduce_training_matches_its_closed_form() {
+    let c = "model: { dense_params: 1000000 }\nworkers: 8\nallreduce: ring\nnetwork: { link_gbps: 10, latency_us: 2 }\nsteps: 2\n";
+    let t = p50(c);
+    // Star: each ring hop is two links (4 us); 4 MB per rank.
+    let expect = 2.0 * 7.0 / 8.0 * 4e6 / 1.25e9 + 2.0 * 7.0 * 4e-6;
+    assert!((t - expect).abs() / expect < 0.01, "{t} vs {expect}");
+    for algo in ["double_tree", "hierarchical"] {
+        let h = p50(&format!("model: {{ dense_params: 1000000 }}\nworkers: 16\nallreduce: {algo}\nnetwork: {{ topology: hierarchical, devices_per_host: 4 }}\nsteps: 2\n"));
+        assert!(h > 0.0 && h < 0.05, "{algo}: {h}");
+    }
+}
+
+#[test]
+fn bad_input_errors_name_the_parameter() {
+    assert_eq!(err("workers: 0\nps: 1\n"), "invalid parameter `workers`: must be at least 1");
+    assert_eq!(
+        err("workers: 2\nps: 1\nstrategy: { sync: { backup: 3 } }\n"),
+        "invalid parameter `strategy.sync.backup`: 3 backup workers is more than the 2 workers"
+    );
+    assert_eq!(
+        err("workers: 2\nps: 1\nnetwork: { link_gbps: 0 }\n"),
+        "invalid parameter `network.link_gbps`: must be positive and finite, got 0"
+    );
+    assert_eq!(
+        err("workers: 20\nps: 1\nnetwork: { topology: fat_tree, k: 4 }\n"),
+        "topology `fat_tree` has 16 device ports but 21 devices were requested (raise network.k)"
+    );
+    assert_eq!(
+        err("model: sparse_16gb\nworkers: 2\nps: 1\nps_memory_gb: 8\n"),
+        "invalid parameter `ps_memory_gb`: PS task 0 holds a 17.180 GB shard, more than its 8 GB of memory (add PS tasks or memory)"
+    );
+    assert!(err("model: resnet9000\nps: 1\n").starts_with("unknown workload `resnet9000` in `model` (known: null,"));
+    assert_eq!(
+        err("model: { compute_s: 100 }\nps: 1\nmax_sim_time_s: 10\n"),
+        "simulation stopped by its bound: max_sim_time_s (limit 10 s)"
+    );
+    assert_eq!(err("workers: 2\n"), "invalid parameter `ps`: must be at least 1 (or set `allreduce`)");
+    let unknown = serde_saphyr::from_str::<ClusterConfig>("workers: 2\nwrokers: 3\n").unwrap_err().to_string();
+    assert!(unknown.contains("unknown field `wrokers`"), "{unknown}");
+    let inner = serde_saphyr::from_str::<ClusterConfig>("straggler: { dist: lognormal, sigma: 0.3, mu: 1 }\n")
+        .unwrap_err()
+        .to_string();
+    assert!(inner.contains("unknown field `mu`"), "{inner}");
+}
