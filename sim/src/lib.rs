@@ -10,6 +10,7 @@
 //!   groups), stragglers, failures and checkpoints; the API that experiment
 //!   sweeps call.
 
+pub mod bench;
 pub mod cluster;
 pub mod comm;
 pub mod error;
