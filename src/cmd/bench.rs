@@ -20,11 +20,17 @@ pub struct BenchArgs {
 enum BenchTarget {
     /// Systolic-array simulators: fast path over ResNet-50, cycle model on 32x32.
     Systolic,
+    /// Cluster simulator: event core, 200-worker PS and 1,024-worker ring runs, scaling.
+    Sim,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let records: Vec<serde_json::Value> = match args.target {
         BenchTarget::Systolic => flowlab_hw::systolic::bench_records(args.quick)?
+            .iter()
+            .map(serde_json::to_value)
+            .collect::<Result<_, _>>()?,
+        BenchTarget::Sim => flowlab_sim::bench::bench(args.quick)?
             .iter()
             .map(serde_json::to_value)
             .collect::<Result<_, _>>()?,
