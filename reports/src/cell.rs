@@ -57,9 +57,10 @@ impl Cell {
 
 /// The distinct values among `cells`, in plotting order.
 pub(crate) fn levels<'a>(cells: impl IntoIterator<Item = &'a Cell>) -> Vec<Cell> {
+    let mut seen = std::collections::HashSet::new();
     let mut out: Vec<Cell> = Vec::new();
     for c in cells {
-        if !out.iter().any(|o| o.label() == c.label()) {
+        if seen.insert(c.label()) {
             out.push(c.clone());
         }
     }

@@ -5,7 +5,7 @@
 //! an error bar. A key that no successful row has is an error listing the
 //! keys that are there.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 use crate::cell::{Cell, Stat, levels};
@@ -214,19 +214,20 @@ impl Ctx<'_> {
         } else {
             vec![None]
         };
+        // Repeats: every y at one (x, series) position.
+        let mut groups: HashMap<(String, Option<String>), Vec<f64>> = HashMap::new();
+        for (x, s, y) in &triples {
+            groups
+                .entry((x.label(), s.as_ref().map(Cell::label)))
+                .or_default()
+                .push(*y);
+        }
         let mut series = Vec::new();
         for s in &series_levels {
             let mut points = Vec::new();
             for (xi, x) in x_levels.iter().enumerate() {
-                let ys: Vec<f64> = triples
-                    .iter()
-                    .filter(|t| {
-                        t.0.label() == x.label()
-                            && t.1.as_ref().map(Cell::label) == s.as_ref().map(Cell::label)
-                    })
-                    .map(|t| t.2)
-                    .collect();
-                if let Some(stat) = Stat::of(&ys) {
+                let ys = groups.get(&(x.label(), s.as_ref().map(Cell::label)));
+                if let Some(stat) = ys.and_then(|ys| Stat::of(ys)) {
                     let pos = if numeric_x { x.as_num().unwrap_or(0.0) } else { xi as f64 };
                     points.push((pos, stat));
                 }
@@ -296,18 +297,15 @@ impl Ctx<'_> {
         }
         let xl = levels(triples.iter().map(|t| &t.0));
         let yl = levels(triples.iter().map(|t| &t.1));
+        let mut groups: HashMap<(String, String), Vec<f64>> = HashMap::new();
+        for (x, y, z) in &triples {
+            groups.entry((x.label(), y.label())).or_default().push(*z);
+        }
         let cells = yl
             .iter()
             .map(|y| {
                 xl.iter()
-                    .map(|x| {
-                        let zs: Vec<f64> = triples
-                            .iter()
-                            .filter(|t| t.0.label() == x.label() && t.1.label() == y.label())
-                            .map(|t| t.2)
-                            .collect();
-                        Stat::of(&zs)
-                    })
+                    .map(|x| groups.get(&(x.label(), y.label())).and_then(|zs| Stat::of(zs)))
                     .collect()
             })
             .collect();
