@@ -1,6 +1,6 @@
 //! Cluster-scale training simulation: the API experiment sweeps call.
 //!
-//! ```ignore
+//! ```text
 //! let cfg: ClusterConfig = serde_saphyr::from_str(yaml)?;
 //! cfg.validate()?;
 //! let report = flowlab_sim::cluster::simulate(&cfg, seed)?;

@@ -48,6 +48,18 @@ fn same_seed_same_report_other_seed_other_report() {
 }
 
 #[test]
+fn catalog_links_set_bandwidth_and_latency() {
+    let by_name = p50("model: dense_100mb\nworkers: 1\nps: 1\nsteps: 1\nnetwork: { link: ethernet-10g }\n");
+    let l = flowlab_hw::Catalog::builtin().link("ethernet-10g").unwrap();
+    let by_number = p50(&format!(
+        "model: dense_100mb\nworkers: 1\nps: 1\nsteps: 1\nnetwork: {{ link_gbps: {}, latency_us: {} }}\n",
+        l.bytes_per_second() * 8.0 / 1e9,
+        l.latency_seconds() * 1e6
+    ));
+    assert!((by_name - by_number).abs() < 1e-9, "{by_name} vs {by_number}");
+}
+
+#[test]
 fn comm_format_scales_the_bytes() {
     let base = "model: dense_100mb\nworkers: 2\nps: 2\nsteps: 1\n";
     let f32b = simulate(&yaml(base), 1).unwrap().bytes_moved;
@@ -189,6 +201,15 @@ fn bad_input_errors_name_the_parameter() {
         "simulation stopped by its bound: max_sim_time_s (limit 10 s)"
     );
     assert_eq!(err("workers: 2\n"), "invalid parameter `ps`: must be at least 1 (or set `allreduce`)");
+    assert!(
+        err("workers: 2\nps: 1\nnetwork: { link: eth_10g }\n").starts_with("unknown link `eth_10g` in `network.link`: "),
+        "{}",
+        err("workers: 2\nps: 1\nnetwork: { link: eth_10g }\n")
+    );
+    assert_eq!(
+        err("workers: 2\nps: 1\nnetwork: { link: ethernet-10g, link_gbps: 10 }\n"),
+        "invalid parameter `network.link`: give either a catalog link name or link_gbps/latency_us, not both"
+    );
     let unknown = serde_saphyr::from_str::<ClusterConfig>("workers: 2\nwrokers: 3\n").unwrap_err().to_string();
     assert!(unknown.contains("unknown field `wrokers`"), "{unknown}");
     let inner = serde_saphyr::from_str::<ClusterConfig>("straggler: { dist: lognormal, sigma: 0.3, mu: 1 }\n")
