@@ -179,7 +179,10 @@ impl FlowNetwork {
                     continue;
                 }
                 frozen[fi] = true;
-                flows[fi].rate = share;
+                if flows[fi].rate != share {
+                    flows[fi].rate = share;
+                    flows[fi].drain_at = SimTime::MAX; // re-derived below
+                }
                 for &m in fabric.route_links(flows[fi].route) {
                     let m = m as usize;
                     residual[m] = (residual[m] - share).max(0.0);
@@ -191,7 +194,10 @@ impl FlowNetwork {
         let now = self.last_update;
         let mut next = SimTime::MAX;
         for f in flows.iter_mut() {
-            f.drain_at = now + SimTime::from_secs_f64_ceil(f.remaining / f.rate);
+            // An unchanged rate keeps its drain time (exact, no re-rounding).
+            if f.drain_at == SimTime::MAX {
+                f.drain_at = now + SimTime::from_secs_f64_ceil(f.remaining / f.rate);
+            }
             next = next.min(f.drain_at);
         }
         self.next_drain = next;
