@@ -14,6 +14,8 @@ pub(crate) struct PagePlot {
     pub title: String,
     pub png_name: String,
     pub svg_name: String,
+    /// How repeated runs are summarised, when the plot has any.
+    pub note: Option<String>,
 }
 
 /// What the page is made of.
@@ -92,10 +94,11 @@ pub(crate) fn page(p: &Page<'_>) -> String {
     }
     for plot in p.plots {
         let (title, png, svg) = (escape(&plot.title), escape(&plot.png_name), escape(&plot.svg_name));
+        let note = plot.note.as_deref().map(|n| format!(" ({})", escape(n))).unwrap_or_default();
         let _ = writeln!(
             h,
             "<figure><a href=\"{svg}\"><img src=\"{png}\" alt=\"{title}\" width=\"1000\" height=\"620\"></a>\
-             <figcaption>{title} &middot; <a href=\"{png}\">PNG</a> &middot; <a href=\"{svg}\">SVG</a></figcaption></figure>"
+             <figcaption>{title}{note} &middot; <a href=\"{png}\">PNG</a> &middot; <a href=\"{svg}\">SVG</a></figcaption></figure>"
         );
     }
 

@@ -8,7 +8,7 @@ use crate::chart::draw_files;
 use crate::error::ReportError;
 use crate::experiment::ExperimentHeader;
 use crate::html::{Page, PagePlot, page};
-use crate::prepare::prepare;
+use crate::prepare::{ChartData, prepare};
 use crate::results::read_results_file;
 
 /// The files one `render` wrote.
@@ -47,6 +47,7 @@ pub fn render(dir: &Path) -> Result<RenderedReport, ReportError> {
             title: spec.title.clone().unwrap_or_else(|| crate::chart::default_title(spec)),
             png_name: format!("{stem}.png"),
             svg_name: format!("{stem}.svg"),
+            note: repeats_note(data),
         });
         files.push(png);
         files.push(svg);
@@ -65,6 +66,20 @@ pub fn render(dir: &Path) -> Result<RenderedReport, ReportError> {
         index_html,
         plots: files,
     })
+}
+
+/// How a plot summarises repeated runs, for its caption.
+fn repeats_note(data: &ChartData) -> Option<String> {
+    match data {
+        ChartData::Line(d) | ChartData::Bar(d) if d.has_repeats() => {
+            Some("mean of repeated runs; error bars span min..max".to_string())
+        }
+        ChartData::Heat(d) if d.cells.iter().flatten().flatten().any(|s| s.n > 1) => {
+            Some("colour: mean of repeated runs".to_string())
+        }
+        ChartData::Cdf(_) => Some("samples pooled over repeated runs".to_string()),
+        _ => None,
+    }
 }
 
 /// `stem`, or `stem-2`, `stem-3`, ... if an earlier plot already has it.
@@ -218,6 +233,7 @@ plots:
         assert!(html.contains("<td class=\"error\">simulated &lt;failure&gt; &amp; co</td>"));
         assert!(html.contains("16 result points, <span class=\"bad\">1 failed</span>"));
         assert!(html.contains("incomplete line"));
+        assert!(html.contains("throughput vs workers (mean of repeated runs; error bars span min..max)"));
         assert_eq!(html.matches("<tr").count(), 17, "header row plus 16 result rows");
     }
 
