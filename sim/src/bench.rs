@@ -117,7 +117,7 @@ pub fn bench(quick: bool) -> Result<Vec<BenchRecord>, SimError> {
         if quick { "" } else { "< 2 s" },
     )?);
     let sizes: &[u32] = if quick { &[16, 64, 256] } else { &[16, 64, 256, 1024, 4096] };
-    let steps = if quick { 2 } else { 5 };
+    let steps = if quick { 1 } else { 2 };
     for &w in sizes {
         out.push(timed(&format!("scaling_ps_sync_{steps}_steps"), &ps_config(w, steps), "")?);
     }

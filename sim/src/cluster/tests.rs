@@ -217,3 +217,16 @@ fn bad_input_errors_name_the_parameter() {
         .to_string();
     assert!(inner.contains("unknown field `mu`"), "{inner}");
 }
+
+#[test]
+fn readme_yaml_blocks_parse() {
+    let readme = include_str!("../../README.md");
+    let blocks: Vec<&str> = readme.split("```yaml\n").skip(1).map(|b| b.split("```").next().unwrap_or("")).collect();
+    assert_eq!(blocks.len(), 2);
+    let full: ClusterConfig = serde_saphyr::from_str(blocks[0]).unwrap();
+    assert_eq!(full.network.topology, TopologyKind::Star);
+    assert_eq!(full.checkpoint, Some(Checkpoint { every_steps: 100, cost_s: 5.0 }));
+    let inline: ClusterConfig = serde_saphyr::from_str(blocks[1]).unwrap();
+    let w = inline.workload().unwrap();
+    assert_eq!((w.dense_params, w.examples_per_step), (25_000_000, 32));
+}
