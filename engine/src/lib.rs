@@ -2,4 +2,30 @@
 //! optimizers and checkpoints.
 
 pub mod bench;
+pub mod datasets;
 pub mod kernels;
+pub mod train;
+
+mod attr;
+mod dtype;
+mod error;
+mod executor;
+mod gradients;
+mod graph;
+mod ops;
+mod optimizers;
+mod session;
+mod shape;
+mod tensor;
+mod trace;
+
+pub use attr::{AttrValue, Attrs, TensorValue};
+pub use dtype::{DType, Element};
+pub use error::{EngineError, Result};
+pub use graph::{Graph, IntoOutput, Node, NodeId, OpBuilder, Output, TensorType};
+pub use ops::{DeviceType, OpCost, op_cost, op_names};
+pub use optimizers::Optimizer;
+pub use session::{Session, SessionOptions};
+pub use shape::{PartialShape, Shape};
+pub use tensor::{CpuStorage, Storage, Tensor};
+pub use trace::{NodeStats, StepStats};

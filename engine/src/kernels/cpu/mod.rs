@@ -7,8 +7,10 @@
 //! thread, more splits the work inside the current rayon pool.
 
 pub mod conv;
+pub(crate) mod elementwise;
 pub mod matmul;
 pub mod pool;
+pub(crate) mod reduce;
 pub mod scalar;
 
 pub use conv::{Conv2dGeom, Padding, conv2d, conv2d_backprop_filter, conv2d_backprop_input};

@@ -1,0 +1,83 @@
+//! The engine's one error type. Every variant that concerns a graph node names
+//! the node and its op, and carries the shapes involved, so a message read at
+//! the CLI says where the problem is without a debugger.
+
+use thiserror::Error;
+
+/// Errors of the dataflow engine.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// Shape inference (or a kernel) found incompatible shapes.
+    #[error("node '{node}' ({op}): shape mismatch: {detail}")]
+    Shape { node: String, op: String, detail: String },
+    /// An input of the wrong element type.
+    #[error("node '{node}' ({op}): dtype mismatch: {detail}")]
+    DType { node: String, op: String, detail: String },
+    /// An attribute is missing or has the wrong type or value.
+    #[error("node '{node}' ({op}): attribute '{attr}': {detail}")]
+    Attr { node: String, op: String, attr: String, detail: String },
+    /// Wrong number of inputs for an op.
+    #[error("node '{node}' ({op}): expected {expected} inputs, got {got}")]
+    Arity { node: String, op: String, expected: String, got: usize },
+    /// No op of that name is registered.
+    #[error("unknown op '{op}' (node '{node}')")]
+    UnknownOp { node: String, op: String },
+    /// No kernel for this op on this device type and dtype.
+    #[error("node '{node}' ({op}): no {device} kernel for dtype {dtype}")]
+    NoKernel { node: String, op: String, device: String, dtype: String },
+    /// A node name that does not exist in the graph.
+    #[error("unknown node '{0}'")]
+    UnknownNode(String),
+    /// Two nodes with the same name.
+    #[error("duplicate node name '{0}'")]
+    DuplicateName(String),
+    /// A fetch of an output index the node does not have.
+    #[error("node '{node}' ({op}) has {outputs} outputs, output {index} was requested")]
+    BadOutputIndex { node: String, op: String, index: usize, outputs: usize },
+    /// Mixing handles from two different graphs.
+    #[error("node '{node}': input '{input}' belongs to a different graph")]
+    ForeignGraph { node: String, input: String },
+    /// A placeholder the requested fetches need was not fed.
+    #[error("placeholder '{node}' (shape {shape}, {dtype}) must be fed")]
+    MissingFeed { node: String, shape: String, dtype: String },
+    /// A feed that does not match the fed output's declared type.
+    #[error("feed for '{node}': expected {expected}, got {got}")]
+    FeedMismatch { node: String, expected: String, got: String },
+    /// A variable read before any assignment.
+    #[error("variable '{0}' is read before it was initialized (run the initializer first)")]
+    Uninitialized(String),
+    /// A cycle in the part of the graph a step needs.
+    #[error("the graph has a cycle through node '{0}'")]
+    Cycle(String),
+    /// A kernel failed at run time (bad index, bad value).
+    #[error("node '{node}' ({op}): {detail}")]
+    Kernel { node: String, op: String, detail: String },
+    /// Asking for a gradient through an op that has none.
+    #[error("node '{node}' ({op}): op has no gradient")]
+    NoGradient { node: String, op: String },
+    /// Tensor construction with inconsistent data and shape, or a dtype
+    /// conversion that is not possible.
+    #[error("tensor: {0}")]
+    Tensor(String),
+    /// A corrupt or truncated file (graph JSON, checkpoint).
+    #[error("{file}: corrupt at byte offset {offset}: {detail}")]
+    Corrupt { file: String, offset: u64, detail: String },
+    /// A bad line in a text data file.
+    #[error("{file}:{line}: {detail}")]
+    Data { file: String, line: usize, detail: String },
+    /// A file that could not be read or written.
+    #[error("{file}: {source}")]
+    Io { file: String, #[source] source: std::io::Error },
+    /// A device this build cannot run on (e.g. CUDA without the feature).
+    #[error("device '{0}' is not available in this build")]
+    Device(String),
+}
+
+/// Result with [`EngineError`].
+pub type Result<T> = std::result::Result<T, EngineError>;
+
+impl EngineError {
+    pub(crate) fn io(file: &std::path::Path, source: std::io::Error) -> Self {
+        EngineError::Io { file: file.display().to_string(), source }
+    }
+}

@@ -1,0 +1,145 @@
+//! Reverse-mode autodiff on the graph: `g.gradients(ys, xs)` appends the
+//! backward graph symbolically (under the name scope `gradients/`), using
+//! each op's gradient function from the registry and summing gradients
+//! where an output fans out to several consumers.
+
+use crate::attr::NodeInfo;
+use crate::error::{EngineError, Result};
+use crate::graph::{Graph, NodeId, Output};
+use crate::ops::{self, GradCtx};
+use std::collections::HashMap;
+
+impl Graph {
+    /// d(sum of ys)/d(x) for each x (`None` where a y does not depend on x).
+    pub fn gradients(&self, ys: &[&Output], xs: &[&Output]) -> Result<Vec<Option<Output>>> {
+        self.gradients_with(ys, xs, None)
+    }
+
+    /// Like [`gradients`](Self::gradients) with explicit initial gradients for
+    /// each y (default: ones).
+    pub fn gradients_with(&self, ys: &[&Output], xs: &[&Output], grad_ys: Option<&[&Output]>) -> Result<Vec<Option<Output>>> {
+        for o in ys.iter().chain(xs) {
+            if !o.graph.same_graph(self) {
+                return Err(EngineError::ForeignGraph { node: "<gradients>".into(), input: o.to_string() });
+            }
+        }
+        let gs = self.scope("gradients");
+        let nodes = self.nodes();
+        let n = nodes.len();
+
+        // Nodes between xs and ys: reachable forward from xs and backward from ys.
+        let mut from_x = vec![false; n];
+        for x in xs {
+            from_x[x.node] = true;
+        }
+        for (id, node) in nodes.iter().enumerate() {
+            if node.inputs.iter().any(|&(s, _)| from_x[s]) {
+                from_x[id] = true;
+            }
+        }
+        let mut to_y = vec![false; n];
+        let mut stack: Vec<NodeId> = ys.iter().map(|y| y.node).collect();
+        while let Some(id) = stack.pop() {
+            if to_y[id] {
+                continue;
+            }
+            to_y[id] = true;
+            stack.extend(nodes[id].inputs.iter().map(|&(s, _)| s));
+        }
+        let relevant: Vec<bool> = (0..n).map(|i| from_x[i] && to_y[i]).collect();
+
+        let mut pending: HashMap<(NodeId, usize), Vec<Output>> = HashMap::new();
+        for (i, y) in ys.iter().enumerate() {
+            let g = match grad_ys {
+                Some(g) => g.get(i).map(|&g| g.clone()).ok_or_else(|| EngineError::Tensor("one initial gradient per y is required".into()))?,
+                None => gs.ones_like(*y)?,
+            };
+            pending.entry((y.node, y.index)).or_default().push(g);
+        }
+        let x_set: Vec<(NodeId, usize)> = xs.iter().map(|x| (x.node, x.index)).collect();
+        let mut results: HashMap<(NodeId, usize), Output> = HashMap::new();
+
+        // Node ids are topological: walk them backwards.
+        for id in (0..n).rev() {
+            if !relevant[id] {
+                continue;
+            }
+            let node = &nodes[id];
+            let mut out_grads = Vec::with_capacity(node.outputs.len());
+            let mut any = false;
+            for i in 0..node.outputs.len() {
+                let g = match pending.remove(&(id, i)) {
+                    Some(list) => {
+                        any = true;
+                        Some(sum_all(&gs, list)?)
+                    }
+                    None => None,
+                };
+                if let Some(g) = &g
+                    && x_set.contains(&(id, i))
+                {
+                    results.insert((id, i), g.clone());
+                }
+                out_grads.push(g);
+            }
+            if !any {
+                continue;
+            }
+            // Stop at inputs that do not lead back to an x.
+            if !node.inputs.iter().any(|&(s, _)| relevant[s]) {
+                continue;
+            }
+            let def = ops::registry().op(&node.op).ok_or_else(|| EngineError::UnknownOp { node: node.name.clone(), op: node.op.clone() })?;
+            let Some(grad_fn) = def.grad else {
+                if node.outputs.iter().all(|t| !t.dtype.is_float()) {
+                    continue;
+                }
+                return Err(EngineError::NoGradient { node: node.name.clone(), op: node.op.clone() });
+            };
+            let outputs: Vec<Output> = (0..node.outputs.len()).map(|i| self.out(id, i)).collect();
+            let grads: Vec<Output> = out_grads
+                .into_iter()
+                .enumerate()
+                .map(|(i, g)| match g {
+                    Some(g) => Ok(g),
+                    None => gs.zeros_like(&outputs[i]),
+                })
+                .collect::<Result<_>>()?;
+            let inputs: Vec<Output> = node.inputs.iter().map(|&(s, i)| self.out(s, i)).collect();
+            let op_scope = gs.scope(&node.name);
+            let ctx = GradCtx {
+                g: &op_scope,
+                n: NodeInfo { name: &node.name, op: &node.op, attrs: &node.attrs },
+                inputs: &inputs,
+                outputs: &outputs,
+                grads: &grads,
+            };
+            let in_grads = grad_fn(&ctx)?;
+            for (k, &(s, i)) in node.inputs.iter().enumerate() {
+                if !relevant[s] {
+                    continue;
+                }
+                if let Some(Some(g)) = in_grads.get(k) {
+                    pending.entry((s, i)).or_default().push(g.clone());
+                }
+            }
+        }
+        Ok(xs.iter().map(|x| results.get(&(x.node, x.index)).cloned()).collect())
+    }
+}
+
+/// Sums a list of gradients pairwise (a balanced tree keeps it shallow).
+fn sum_all(g: &Graph, mut list: Vec<Output>) -> Result<Output> {
+    while list.len() > 1 {
+        let mut next = Vec::with_capacity(list.len().div_ceil(2));
+        let mut it = list.into_iter();
+        while let Some(a) = it.next() {
+            match it.next() {
+                Some(b) => next.push(g.add(&a, &b)?),
+                None => next.push(a),
+            }
+        }
+        list = next;
+    }
+    list.pop().ok_or_else(|| EngineError::Tensor("empty gradient list".into()))
+}

@@ -1,0 +1,239 @@
+//! Convolution and pooling over NHWC images: Conv2D (HWIO filters) with
+//! Conv2DBackpropInput / Conv2DBackpropFilter, MaxPool / MaxPoolGrad and
+//! AvgPool / AvgPoolGrad. Attrs: `strides` [h, w], `ksize` [h, w] (pools),
+//! `padding` "SAME" or "VALID". Kernels in `kernels::cpu::{conv, pool}`.
+
+use super::{FLOATS, InferCtx, KernelCtx, Registry, attrs, same_dtype, with_float};
+use crate::attr::{AttrValue, NodeInfo};
+use crate::error::Result;
+use crate::graph::{Graph, IntoOutput, Output, TensorType};
+use crate::kernels::cpu::{
+    Conv2dGeom, Padding, Pool2dGeom, avg_pool, avg_pool_grad, conv2d, conv2d_backprop_filter, conv2d_backprop_input, max_pool,
+    max_pool_grad,
+};
+use crate::shape::{PartialShape, Shape};
+use crate::tensor::Tensor;
+
+fn padding(n: &NodeInfo) -> Result<Padding> {
+    match n.str("padding")? {
+        "SAME" => Ok(Padding::Same),
+        "VALID" => Ok(Padding::Valid),
+        p => Err(n.attr_err("padding", format!("'{p}' is neither SAME nor VALID"))),
+    }
+}
+
+fn pair(n: &NodeInfo, key: &str) -> Result<[usize; 2]> {
+    let v = n.ints(key)?;
+    match v {
+        [a, b] if *a > 0 && *b > 0 => Ok([*a as usize, *b as usize]),
+        _ => Err(n.attr_err(key, format!("expected two positive values, got {v:?}"))),
+    }
+}
+
+fn dims4(n: &NodeInfo, what: &str, s: &Shape) -> Result<[usize; 4]> {
+    match s.dims() {
+        [a, b, c, d] => Ok([*a, *b, *c, *d]),
+        _ => Err(n.shape_err(format!("{what} must have rank 4, got {s}"))),
+    }
+}
+
+fn conv_geom(n: &NodeInfo, x: &Shape, f: &Shape) -> Result<Conv2dGeom> {
+    let xd = dims4(n, "input (NHWC)", x)?;
+    let fd = dims4(n, "filter (HWIO)", f)?;
+    Conv2dGeom::new(xd, fd, pair(n, "strides")?, padding(n)?).map_err(|e| n.shape_err(format!("{e} (input {x}, filter {f})")))
+}
+
+fn pool_geom(n: &NodeInfo, x: &Shape) -> Result<Pool2dGeom> {
+    let xd = dims4(n, "input (NHWC)", x)?;
+    Pool2dGeom::new(xd, pair(n, "ksize")?, pair(n, "strides")?, padding(n)?).map_err(|e| n.shape_err(format!("{e} (input {x})")))
+}
+
+/// Partial output shape: unknown dims stand in as 1 for the geometry check.
+fn infer_conv(c: &InferCtx) -> Result<Vec<TensorType>> {
+    let dt = same_dtype(c, FLOATS)?;
+    let (x, f) = (&c.inputs[0].shape, &c.inputs[1].shape);
+    if x.rank() != 4 || f.rank() != 4 {
+        return Err(c.n.shape_err(format!("input {x} (NHWC) and filter {f} (HWIO) must have rank 4")));
+    }
+    let Some(fs) = f.to_shape() else {
+        return Err(c.n.shape_err(format!("filter shape {f} must be fully known")));
+    };
+    // Unknown input dims stand in with values that always fit the window
+    // (their output dims stay unknown).
+    let stand_in = |i: usize| match i {
+        0 => 1,
+        1 | 2 => fs.dims()[i - 1] * 2 + 8,
+        _ => fs.dims()[2],
+    };
+    let xs = Shape::new(x.dims().iter().enumerate().map(|(i, d)| d.unwrap_or_else(|| stand_in(i))).collect());
+    let g = conv_geom(&c.n, &xs, &fs)?;
+    let d = x.dims();
+    let out = vec![d[0], d[1].map(|_| g.out_h), d[2].map(|_| g.out_w), Some(g.out_c)];
+    Ok(vec![TensorType { dtype: dt, shape: PartialShape::new(out) }])
+}
+
+fn infer_pool(c: &InferCtx) -> Result<Vec<TensorType>> {
+    let dt = same_dtype(c, FLOATS)?;
+    let x = &c.inputs[0].shape;
+    if x.rank() != 4 {
+        return Err(c.n.shape_err(format!("input {x} must have rank 4 (NHWC)")));
+    }
+    let k = pair(&c.n, "ksize")?;
+    let xs = Shape::new(x.dims().iter().enumerate().map(|(i, d)| d.unwrap_or(if i == 1 || i == 2 { k[i - 1].max(1) * 8 } else { 1 })).collect());
+    let g = pool_geom(&c.n, &xs)?;
+    let d = x.dims();
+    let out = vec![d[0], d[1].map(|_| g.out_h), d[2].map(|_| g.out_w), d[3]];
+    Ok(vec![TensorType { dtype: dt, shape: PartialShape::new(out) }])
+}
+
+fn k_conv(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let (x, f) = (&c.inputs[0], &c.inputs[1]);
+    let g = conv_geom(&c.n, x.shape(), f.shape())?;
+    with_float!(c, x.dtype(), T => {
+        let mut out = vec![T::default(); g.output_len()];
+        conv2d(x.as_slice::<T>()?, f.as_slice::<T>()?, &mut out, &g, c.threads);
+        Ok(vec![Tensor::from_vec(out, [g.batch, g.out_h, g.out_w, g.out_c])?])
+    })
+}
+
+fn check_grad_shape(c: &KernelCtx, grad: &Tensor, want: [usize; 4]) -> Result<()> {
+    if grad.dims() != want {
+        return Err(c.n.shape_err(format!("gradient {} does not match the forward output {:?}", grad.shape(), want)));
+    }
+    Ok(())
+}
+
+/// Conv2DBackpropInput(x, f, g) -> dL/dx.
+fn k_conv_bp_input(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let (x, f, gr) = (&c.inputs[0], &c.inputs[1], &c.inputs[2]);
+    let g = conv_geom(&c.n, x.shape(), f.shape())?;
+    check_grad_shape(c, gr, [g.batch, g.out_h, g.out_w, g.out_c])?;
+    with_float!(c, x.dtype(), T => {
+        let mut out = vec![T::default(); g.input_len()];
+        conv2d_backprop_input(gr.as_slice::<T>()?, f.as_slice::<T>()?, &mut out, &g, c.threads);
+        Ok(vec![Tensor::from_vec(out, x.shape().clone())?])
+    })
+}
+
+/// Conv2DBackpropFilter(x, f, g) -> dL/df.
+fn k_conv_bp_filter(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let (x, f, gr) = (&c.inputs[0], &c.inputs[1], &c.inputs[2]);
+    let g = conv_geom(&c.n, x.shape(), f.shape())?;
+    check_grad_shape(c, gr, [g.batch, g.out_h, g.out_w, g.out_c])?;
+    with_float!(c, x.dtype(), T => {
+        let mut out = vec![T::default(); g.filter_len()];
+        conv2d_backprop_filter(x.as_slice::<T>()?, gr.as_slice::<T>()?, &mut out, &g, c.threads);
+        Ok(vec![Tensor::from_vec(out, f.shape().clone())?])
+    })
+}
+
+fn k_pool(c: &mut KernelCtx, max: bool) -> Result<Vec<Tensor>> {
+    let x = &c.inputs[0];
+    let g = pool_geom(&c.n, x.shape())?;
+    with_float!(c, x.dtype(), T => {
+        let mut out = vec![T::default(); g.output_len()];
+        if max { max_pool(x.as_slice::<T>()?, &mut out, &g) } else { avg_pool(x.as_slice::<T>()?, &mut out, &g) }
+        Ok(vec![Tensor::from_vec(out, [g.batch, g.out_h, g.out_w, g.channels])?])
+    })
+}
+
+/// MaxPoolGrad(x, g) / AvgPoolGrad(x, g) -> dL/dx.
+fn k_pool_grad(c: &mut KernelCtx, max: bool) -> Result<Vec<Tensor>> {
+    let (x, gr) = (&c.inputs[0], &c.inputs[1]);
+    let g = pool_geom(&c.n, x.shape())?;
+    check_grad_shape(c, gr, [g.batch, g.out_h, g.out_w, g.channels])?;
+    with_float!(c, x.dtype(), T => {
+        let mut out = vec![T::default(); g.input_len()];
+        if max {
+            max_pool_grad(x.as_slice::<T>()?, gr.as_slice::<T>()?, &mut out, &g)
+        } else {
+            avg_pool_grad(gr.as_slice::<T>()?, &mut out, &g)
+        }
+        Ok(vec![Tensor::from_vec(out, x.shape().clone())?])
+    })
+}
+
+fn copy_attrs(n: &NodeInfo) -> crate::attr::Attrs {
+    n.attrs.clone()
+}
+
+pub(crate) fn register(r: &mut Registry) {
+    r.def("Conv2D", 2, Some(2), infer_conv)
+        .flops(|c| {
+            // 2 · output elements · (kh · kw · in_c)
+            let out = c.outputs.first().map(|(_, s)| s.num_elements()).unwrap_or(0) as f64;
+            let f = c.inputs.get(1).map(|(_, s)| s.dims().to_vec()).unwrap_or_default();
+            let patch = if f.len() == 4 { f[0] * f[1] * f[2] } else { 0 };
+            2.0 * out * patch as f64
+        })
+        .grad(|c| {
+            let ins = vec![c.inputs[0].clone(), c.inputs[1].clone(), c.grads[0].clone()];
+            let gx = c.g.build1("Conv2DBackpropInput", ins.clone(), copy_attrs(&c.n))?;
+            let gf = c.g.build1("Conv2DBackpropFilter", ins, copy_attrs(&c.n))?;
+            Ok(vec![Some(gx), Some(gf)])
+        });
+    r.cpu("Conv2D", FLOATS, k_conv);
+    let conv_bp_flops = |c: &super::CostCtx| -> f64 {
+        let g = c.inputs.get(2).map(|(_, s)| s.num_elements()).unwrap_or(0) as f64;
+        let f = c.inputs.get(1).map(|(_, s)| s.dims().to_vec()).unwrap_or_default();
+        let patch = if f.len() == 4 { f[0] * f[1] * f[2] } else { 0 };
+        2.0 * g * patch as f64
+    };
+    r.def("Conv2DBackpropInput", 3, Some(3), |c| Ok(vec![c.inputs[0].clone()])).flops(conv_bp_flops);
+    r.cpu("Conv2DBackpropInput", FLOATS, k_conv_bp_input);
+    r.def("Conv2DBackpropFilter", 3, Some(3), |c| Ok(vec![c.inputs[1].clone()])).flops(conv_bp_flops);
+    r.cpu("Conv2DBackpropFilter", FLOATS, k_conv_bp_filter);
+
+    let pool_flops = |c: &super::CostCtx| -> f64 {
+        let k = c.n.ints("ksize").map(|k| k.iter().product::<i64>()).unwrap_or(1) as f64;
+        k * super::flops_per_output(c)
+    };
+    r.def("MaxPool", 1, Some(1), infer_pool).flops(pool_flops).grad(|c| {
+        Ok(vec![Some(c.g.build1("MaxPoolGrad", vec![c.inputs[0].clone(), c.grads[0].clone()], copy_attrs(&c.n))?)])
+    });
+    r.cpu("MaxPool", FLOATS, |c| k_pool(c, true));
+    r.def("AvgPool", 1, Some(1), infer_pool).flops(pool_flops).grad(|c| {
+        Ok(vec![Some(c.g.build1("AvgPoolGrad", vec![c.inputs[0].clone(), c.grads[0].clone()], copy_attrs(&c.n))?)])
+    });
+    r.cpu("AvgPool", FLOATS, |c| k_pool(c, false));
+    r.def("MaxPoolGrad", 2, Some(2), |c| Ok(vec![c.inputs[0].clone()])).flops(pool_flops);
+    r.cpu("MaxPoolGrad", FLOATS, |c| k_pool_grad(c, true));
+    r.def("AvgPoolGrad", 2, Some(2), |c| Ok(vec![c.inputs[0].clone()])).flops(pool_flops);
+    r.cpu("AvgPoolGrad", FLOATS, |c| k_pool_grad(c, false));
+}
+
+fn padding_name(same: bool) -> AttrValue {
+    AttrValue::Str(if same { "SAME" } else { "VALID" }.into())
+}
+
+impl Graph {
+    /// 2-D convolution of NHWC `input` with HWIO `filter`; `same` selects
+    /// SAME padding, otherwise VALID.
+    pub fn conv2d(&self, input: impl IntoOutput, filter: impl IntoOutput, strides: [usize; 2], same: bool) -> Result<Output> {
+        let (x, f) = (input.into_output()?, filter.into_output()?);
+        self.build1(
+            "Conv2D",
+            vec![x, f],
+            attrs! {"strides" => AttrValue::Ints(strides.iter().map(|&s| s as i64).collect()), "padding" => padding_name(same)},
+        )
+    }
+    /// Max pooling over `ksize` windows of NHWC `input`.
+    pub fn max_pool(&self, input: impl IntoOutput, ksize: [usize; 2], strides: [usize; 2], same: bool) -> Result<Output> {
+        self.pool("MaxPool", input, ksize, strides, same)
+    }
+    /// Average pooling over `ksize` windows of NHWC `input` (padding excluded from the count).
+    pub fn avg_pool(&self, input: impl IntoOutput, ksize: [usize; 2], strides: [usize; 2], same: bool) -> Result<Output> {
+        self.pool("AvgPool", input, ksize, strides, same)
+    }
+    fn pool(&self, op: &str, input: impl IntoOutput, ksize: [usize; 2], strides: [usize; 2], same: bool) -> Result<Output> {
+        self.build1(
+            op,
+            vec![input.into_output()?],
+            attrs! {
+                "ksize" => AttrValue::Ints(ksize.iter().map(|&s| s as i64).collect()),
+                "strides" => AttrValue::Ints(strides.iter().map(|&s| s as i64).collect()),
+                "padding" => padding_name(same),
+            },
+        )
+    }
+}

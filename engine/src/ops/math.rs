@@ -1,0 +1,490 @@
+//! Elementwise math: broadcasting binary ops (Add, Sub, Mul, Div, Maximum,
+//! Minimum, Pow), comparisons (Equal, Greater, ...), unary ops (Neg, Exp,
+//! Log, Sqrt, Rsqrt, Square, Tanh, Sigmoid, Relu), ReluGrad, and SumToShape
+//! (the broadcast-gradient reduction). Also the `+ - * /` operators on
+//! [`Output`].
+
+use super::{FLOATS, GradCtx, InferCtx, KernelCtx, NUMERIC, Registry, attrs, flops_per_output, same_dtype, with_float, with_numeric};
+use crate::dtype::{DType, Element};
+use crate::error::{EngineError, Result};
+use crate::graph::{Graph, IntoOutput, Output, TensorType};
+use crate::kernels::cpu::Float;
+use crate::kernels::cpu::elementwise::{binary, broadcast_dims, map};
+use crate::kernels::cpu::reduce::reduce_axes;
+use crate::shape::PartialShape;
+use crate::tensor::Tensor;
+
+/// Broadcast of two partial shapes; `None` when they cannot broadcast.
+pub(crate) fn broadcast_partial(a: &PartialShape, b: &PartialShape) -> Option<PartialShape> {
+    let (ad, bd) = (a.dims(), b.dims());
+    let r = ad.len().max(bd.len());
+    let mut out = Vec::with_capacity(r);
+    for i in 0..r {
+        let x = if i + ad.len() >= r { ad[i + ad.len() - r] } else { Some(1) };
+        let y = if i + bd.len() >= r { bd[i + bd.len() - r] } else { Some(1) };
+        out.push(match (x, y) {
+            (Some(x), Some(y)) if x == y => Some(x),
+            (Some(1), y) => y,
+            (x, Some(1)) => x,
+            (Some(_), Some(_)) => return None,
+            (None, Some(y)) | (Some(y), None) => Some(y),
+            (None, None) => None,
+        });
+    }
+    Some(PartialShape::new(out))
+}
+
+fn infer_broadcast(c: &InferCtx, allowed: &[DType], out_dtype: Option<DType>) -> Result<Vec<TensorType>> {
+    let d = same_dtype(c, allowed)?;
+    let (a, b) = (&c.inputs[0].shape, &c.inputs[1].shape);
+    let s = broadcast_partial(a, b).ok_or_else(|| c.n.shape_err(format!("cannot broadcast {a} with {b}")))?;
+    Ok(vec![TensorType { dtype: out_dtype.unwrap_or(d), shape: s }])
+}
+
+/// Applies `f` with broadcasting to inputs 0 and 1.
+fn apply_binary<T: Element, U: Element>(c: &KernelCtx, f: impl Fn(T, T) -> U + Sync + Send) -> Result<Tensor> {
+    let (a, b) = (&c.inputs[0], &c.inputs[1]);
+    let out = broadcast_dims(a.dims(), b.dims())
+        .ok_or_else(|| c.n.shape_err(format!("cannot broadcast {} with {}", a.shape(), b.shape())))?;
+    let v = binary(a.as_slice::<T>()?, a.dims(), b.as_slice::<T>()?, b.dims(), &out, c.threads, f);
+    Tensor::from_vec(v, out)
+}
+
+fn apply_unary<T: Element, U: Element>(c: &KernelCtx, f: impl Fn(T) -> U + Sync + Send) -> Result<Tensor> {
+    let a = &c.inputs[0];
+    Tensor::from_vec(map(a.as_slice::<T>()?, c.threads, f), a.shape().clone())
+}
+
+/// Arithmetic shared by floats and integers (integers wrap, never panic).
+pub(crate) trait Arith: Element {
+    fn add(self, o: Self) -> Self;
+    fn sub(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn maxv(self, o: Self) -> Self;
+    fn minv(self, o: Self) -> Self;
+    fn neg(self) -> Self;
+}
+macro_rules! arith_float {
+    ($t:ty) => {
+        impl Arith for $t {
+            #[inline(always)]
+            fn add(self, o: Self) -> Self { self + o }
+            #[inline(always)]
+            fn sub(self, o: Self) -> Self { self - o }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self { self * o }
+            #[inline(always)]
+            fn maxv(self, o: Self) -> Self { if self >= o || o.is_nan() { self } else { o } }
+            #[inline(always)]
+            fn minv(self, o: Self) -> Self { if self <= o || o.is_nan() { self } else { o } }
+            #[inline(always)]
+            fn neg(self) -> Self { -self }
+        }
+    };
+}
+macro_rules! arith_int {
+    ($t:ty) => {
+        impl Arith for $t {
+            #[inline(always)]
+            fn add(self, o: Self) -> Self { self.wrapping_add(o) }
+            #[inline(always)]
+            fn sub(self, o: Self) -> Self { self.wrapping_sub(o) }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
+            #[inline(always)]
+            fn maxv(self, o: Self) -> Self { Ord::max(self, o) }
+            #[inline(always)]
+            fn minv(self, o: Self) -> Self { Ord::min(self, o) }
+            #[inline(always)]
+            fn neg(self) -> Self { self.wrapping_neg() }
+        }
+    };
+}
+arith_float!(f32);
+arith_float!(f64);
+arith_int!(i32);
+arith_int!(i64);
+
+macro_rules! numeric_binary {
+    ($fname:ident, $m:ident) => {
+        fn $fname(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+            let dt = c.inputs[0].dtype();
+            with_numeric!(c, dt, T => Ok(vec![apply_binary::<T, T>(c, |a: T, b: T| a.$m(b))?]))
+        }
+    };
+}
+numeric_binary!(k_add, add);
+numeric_binary!(k_sub, sub);
+numeric_binary!(k_mul, mul);
+numeric_binary!(k_maximum, maxv);
+numeric_binary!(k_minimum, minv);
+
+fn k_div(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let dt = c.inputs[0].dtype();
+    with_float!(c, dt, T => Ok(vec![apply_binary::<T, T>(c, |a: T, b: T| a / b)?]))
+}
+fn k_pow(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let dt = c.inputs[0].dtype();
+    with_float!(c, dt, T => Ok(vec![apply_binary::<T, T>(c, |a: T, b: T| a.powf(b))?]))
+}
+
+macro_rules! compare_kernel {
+    ($fname:ident, $op:tt) => {
+        fn $fname(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+            let dt = c.inputs[0].dtype();
+            if dt == DType::Bool {
+                return Ok(vec![apply_binary::<bool, bool>(c, |a, b| a $op b)?]);
+            }
+            with_numeric!(c, dt, T => Ok(vec![apply_binary::<T, bool>(c, |a: T, b: T| a $op b)?]))
+        }
+    };
+}
+compare_kernel!(k_equal, ==);
+compare_kernel!(k_greater, >);
+compare_kernel!(k_greater_equal, >=);
+compare_kernel!(k_less, <);
+compare_kernel!(k_less_equal, <=);
+
+macro_rules! float_unary {
+    ($fname:ident, |$x:ident| $e:expr) => {
+        fn $fname(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+            let dt = c.inputs[0].dtype();
+            with_float!(c, dt, T => Ok(vec![apply_unary::<T, T>(c, |$x: T| $e)?]))
+        }
+    };
+}
+float_unary!(k_exp, |x| x.exp());
+float_unary!(k_log, |x| x.ln());
+float_unary!(k_sqrt, |x| x.sqrt());
+float_unary!(k_rsqrt, |x| T::ONE / x.sqrt());
+float_unary!(k_square, |x| x * x);
+float_unary!(k_tanh, |x| x.tanh());
+float_unary!(k_sigmoid, |x| T::ONE / (T::ONE + (-x).exp()));
+float_unary!(k_relu, |x| if x > T::ZERO { x } else { T::ZERO });
+
+fn k_neg(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let dt = c.inputs[0].dtype();
+    with_numeric!(c, dt, T => Ok(vec![apply_unary::<T, T>(c, |x: T| x.neg())?]))
+}
+
+/// ReluGrad(g, x) = g where x > 0, else 0.
+fn k_relu_grad(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let dt = c.inputs[0].dtype();
+    if c.inputs[0].dims() != c.inputs[1].dims() {
+        return Err(c.n.shape_err(format!("gradient {} and input {} differ", c.inputs[0].shape(), c.inputs[1].shape())));
+    }
+    with_float!(c, dt, T => Ok(vec![apply_binary::<T, T>(c, |g: T, x: T| if x > T::ZERO { g } else { T::ZERO })?]))
+}
+
+/// SumToShape(g, like): sums `g` over the axes along which `like` was
+/// broadcast, giving `like`'s shape. Passes `g` through when shapes match.
+fn k_sum_to_shape(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let (g, like) = (&c.inputs[0], &c.inputs[1]);
+    if g.dims() == like.dims() {
+        return Ok(vec![g.clone()]);
+    }
+    let (gd, ld) = (g.dims(), like.dims());
+    if ld.len() > gd.len() {
+        return Err(c.n.shape_err(format!("cannot reduce {} to {}", g.shape(), like.shape())));
+    }
+    let off = gd.len() - ld.len();
+    let mut axes = Vec::new();
+    for (i, &d) in gd.iter().enumerate() {
+        if i < off {
+            axes.push(i);
+        } else if ld[i - off] == 1 && d != 1 {
+            axes.push(i);
+        } else if ld[i - off] != d {
+            return Err(c.n.shape_err(format!("cannot reduce {} to {}", g.shape(), like.shape())));
+        }
+    }
+    let dt = g.dtype();
+    with_numeric!(c, dt, T => {
+        let (v, _) = reduce_axes(g.as_slice::<T>()?, gd, &axes, T::default(), c.threads, |a: T, b: T| a.add(b));
+        Ok(vec![Tensor::from_vec(v, like.shape().clone())?])
+    })
+}
+
+pub(crate) fn register(r: &mut Registry) {
+    r.def("Add", 2, Some(2), |c| infer_broadcast(c, NUMERIC, None)).flops(flops_per_output).grad(|c| {
+        Ok(vec![Some(sum_to(c, &c.grads[0], 0)?), Some(sum_to(c, &c.grads[0], 1)?)])
+    });
+    r.cpu("Add", NUMERIC, k_add);
+    r.def("Sub", 2, Some(2), |c| infer_broadcast(c, NUMERIC, None)).flops(flops_per_output).grad(|c| {
+        let ng = c.g.neg(&c.grads[0])?;
+        Ok(vec![Some(sum_to(c, &c.grads[0], 0)?), Some(sum_to(c, &ng, 1)?)])
+    });
+    r.cpu("Sub", NUMERIC, k_sub);
+    r.def("Mul", 2, Some(2), |c| infer_broadcast(c, NUMERIC, None)).flops(flops_per_output).grad(|c| {
+        let (a, b, g) = (&c.inputs[0], &c.inputs[1], &c.grads[0]);
+        Ok(vec![Some(sum_to(c, &(g * b)?, 0)?), Some(sum_to(c, &(g * a)?, 1)?)])
+    });
+    r.cpu("Mul", NUMERIC, k_mul);
+    r.def("Div", 2, Some(2), |c| infer_broadcast(c, FLOATS, None)).flops(flops_per_output).grad(|c| {
+        let (a, b, g) = (&c.inputs[0], &c.inputs[1], &c.grads[0]);
+        let ga = (g / b)?;
+        let gb = c.g.neg(((g * a)? / (b * b)?)?)?;
+        Ok(vec![Some(sum_to(c, &ga, 0)?), Some(sum_to(c, &gb, 1)?)])
+    });
+    r.cpu("Div", FLOATS, k_div);
+    r.def("Maximum", 2, Some(2), |c| infer_broadcast(c, NUMERIC, None)).flops(flops_per_output).grad(|c| {
+        let (a, b, g) = (&c.inputs[0], &c.inputs[1], &c.grads[0]);
+        let ma = c.g.cast(c.g.greater_equal(a, b)?, g.dtype())?;
+        let mb = c.g.cast(c.g.less(a, b)?, g.dtype())?;
+        Ok(vec![Some(sum_to(c, &(g * &ma)?, 0)?), Some(sum_to(c, &(g * &mb)?, 1)?)])
+    });
+    r.cpu("Maximum", NUMERIC, k_maximum);
+    r.def("Minimum", 2, Some(2), |c| infer_broadcast(c, NUMERIC, None)).flops(flops_per_output).grad(|c| {
+        let (a, b, g) = (&c.inputs[0], &c.inputs[1], &c.grads[0]);
+        let ma = c.g.cast(c.g.less_equal(a, b)?, g.dtype())?;
+        let mb = c.g.cast(c.g.greater(a, b)?, g.dtype())?;
+        Ok(vec![Some(sum_to(c, &(g * &ma)?, 0)?), Some(sum_to(c, &(g * &mb)?, 1)?)])
+    });
+    r.cpu("Minimum", NUMERIC, k_minimum);
+    r.def("Pow", 2, Some(2), |c| infer_broadcast(c, FLOATS, None)).flops(|c| 10.0 * flops_per_output(c)).grad(|c| {
+        let (a, b, g, y) = (&c.inputs[0], &c.inputs[1], &c.grads[0], &c.outputs[0]);
+        let one = c.g.scalar_like(1.0, b)?;
+        let ga = ((g * b)? * c.g.pow(a, (b - &one)?)?)?;
+        let gb = ((g * y)? * c.g.log(a)?)?;
+        Ok(vec![Some(sum_to(c, &ga, 0)?), Some(sum_to(c, &gb, 1)?)])
+    });
+    r.cpu("Pow", FLOATS, k_pow);
+
+    let all_cmp: &'static [DType] = &[DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool];
+    for (name, k) in [
+        ("Equal", k_equal as super::KernelFn),
+        ("Greater", k_greater),
+        ("GreaterEqual", k_greater_equal),
+        ("Less", k_less),
+        ("LessEqual", k_less_equal),
+    ] {
+        r.def(name, 2, Some(2), |c| infer_broadcast(c, &[], Some(DType::Bool))).flops(flops_per_output);
+        r.cpu(name, all_cmp, k);
+    }
+
+    let same = |c: &InferCtx| -> Result<Vec<TensorType>> {
+        same_dtype(c, FLOATS)?;
+        Ok(vec![c.inputs[0].clone()])
+    };
+    r.def("Neg", 1, Some(1), |c| {
+        same_dtype(c, NUMERIC)?;
+        Ok(vec![c.inputs[0].clone()])
+    })
+    .flops(flops_per_output)
+    .grad(|c| Ok(vec![Some(c.g.neg(&c.grads[0])?)]));
+    r.cpu("Neg", NUMERIC, k_neg);
+    r.def("Exp", 1, Some(1), same).flops(flops_per_output).grad(|c| Ok(vec![Some((&c.grads[0] * &c.outputs[0])?)]));
+    r.cpu("Exp", FLOATS, k_exp);
+    r.def("Log", 1, Some(1), same).flops(flops_per_output).grad(|c| Ok(vec![Some((&c.grads[0] / &c.inputs[0])?)]));
+    r.cpu("Log", FLOATS, k_log);
+    r.def("Sqrt", 1, Some(1), same).flops(flops_per_output).grad(|c| {
+        let half = c.g.scalar_like(0.5, &c.grads[0])?;
+        Ok(vec![Some(((&c.grads[0] * &half)? / &c.outputs[0])?)])
+    });
+    r.cpu("Sqrt", FLOATS, k_sqrt);
+    r.def("Rsqrt", 1, Some(1), same).flops(flops_per_output).grad(|c| {
+        let y = &c.outputs[0];
+        let k = c.g.scalar_like(-0.5, y)?;
+        Ok(vec![Some(((&c.grads[0] * &k)? * ((y * y)? * y)?)?)])
+    });
+    r.cpu("Rsqrt", FLOATS, k_rsqrt);
+    r.def("Square", 1, Some(1), same).flops(flops_per_output).grad(|c| {
+        let two = c.g.scalar_like(2.0, &c.inputs[0])?;
+        Ok(vec![Some((&c.grads[0] * (&c.inputs[0] * &two)?)?)])
+    });
+    r.cpu("Square", FLOATS, k_square);
+    r.def("Tanh", 1, Some(1), same).flops(flops_per_output).grad(|c| {
+        let y = &c.outputs[0];
+        let one = c.g.scalar_like(1.0, y)?;
+        Ok(vec![Some((&c.grads[0] * (&one - (y * y)?)?)?)])
+    });
+    r.cpu("Tanh", FLOATS, k_tanh);
+    r.def("Sigmoid", 1, Some(1), same).flops(flops_per_output).grad(|c| {
+        let y = &c.outputs[0];
+        let one = c.g.scalar_like(1.0, y)?;
+        Ok(vec![Some(((&c.grads[0] * y)? * (&one - y)?)?)])
+    });
+    r.cpu("Sigmoid", FLOATS, k_sigmoid);
+    r.def("Relu", 1, Some(1), same).flops(flops_per_output).grad(|c| {
+        Ok(vec![Some(c.g.build1("ReluGrad", vec![c.grads[0].clone(), c.outputs[0].clone()], attrs! {})?)])
+    });
+    r.cpu("Relu", FLOATS, k_relu);
+    r.def("ReluGrad", 2, Some(2), |c| {
+        same_dtype(c, FLOATS)?;
+        if !c.inputs[0].shape.compatible(&c.inputs[1].shape) {
+            return Err(c.n.shape_err(format!("gradient {} and input {} differ", c.inputs[0].shape, c.inputs[1].shape)));
+        }
+        Ok(vec![c.inputs[0].clone()])
+    })
+    .flops(flops_per_output);
+    r.cpu("ReluGrad", FLOATS, k_relu_grad);
+
+    r.def("SumToShape", 2, Some(2), |c| Ok(vec![TensorType { dtype: c.inputs[0].dtype, shape: c.inputs[1].shape.clone() }]))
+        .flops(super::flops_per_input);
+    r.cpu("SumToShape", NUMERIC, k_sum_to_shape);
+}
+
+/// The gradient `g` reduced to the shape of forward input `i`.
+fn sum_to(c: &GradCtx, g: &Output, i: usize) -> Result<Output> {
+    let x = &c.inputs[i];
+    let (gs, xs) = (g.shape(), x.shape());
+    if gs == xs && gs.to_shape().is_some() {
+        return Ok(g.clone());
+    }
+    c.g.build1("SumToShape", vec![g.clone(), x.clone()], attrs! {})
+}
+
+macro_rules! unary_method {
+    ($(#[$m:meta])* $fn:ident, $op:expr) => {
+        $(#[$m])*
+        pub fn $fn(&self, x: impl IntoOutput) -> Result<Output> {
+            self.build1($op, vec![x.into_output()?], attrs! {})
+        }
+    };
+}
+macro_rules! binary_method {
+    ($(#[$m:meta])* $fn:ident, $op:expr) => {
+        $(#[$m])*
+        pub fn $fn(&self, a: impl IntoOutput, b: impl IntoOutput) -> Result<Output> {
+            let a = a.into_output()?;
+            let b = b.into_output()?;
+            self.build1($op, vec![a, b], attrs! {})
+        }
+    };
+}
+
+impl Graph {
+    binary_method!(/// `a + b` with broadcasting.
+        add, "Add");
+    binary_method!(/// `a - b` with broadcasting.
+        sub, "Sub");
+    binary_method!(/// `a * b` with broadcasting.
+        mul, "Mul");
+    binary_method!(/// `a / b` with broadcasting (floats).
+        div, "Div");
+    binary_method!(maximum, "Maximum");
+    binary_method!(minimum, "Minimum");
+    binary_method!(/// `a ^ b` (floats).
+        pow, "Pow");
+    binary_method!(/// Elementwise `a == b` (bool result).
+        equal, "Equal");
+    binary_method!(greater, "Greater");
+    binary_method!(greater_equal, "GreaterEqual");
+    binary_method!(less, "Less");
+    binary_method!(less_equal, "LessEqual");
+    unary_method!(neg, "Neg");
+    unary_method!(exp, "Exp");
+    unary_method!(log, "Log");
+    unary_method!(sqrt, "Sqrt");
+    unary_method!(rsqrt, "Rsqrt");
+    unary_method!(square, "Square");
+    unary_method!(tanh, "Tanh");
+    unary_method!(sigmoid, "Sigmoid");
+    unary_method!(relu, "Relu");
+}
+
+// ---- operators --------------------------------------------------------------
+
+fn same_graph_binary(op: &str, a: Output, b: Output) -> Result<Output> {
+    if !a.graph.same_graph(&b.graph) {
+        return Err(EngineError::ForeignGraph { node: format!("<{op}>"), input: b.to_string() });
+    }
+    let g = a.graph.clone();
+    g.build1(op, vec![a, b], attrs! {})
+}
+
+fn scalar_binary(op: &str, a: Output, v: f64, scalar_first: bool) -> Result<Output> {
+    let g = a.graph.clone();
+    let s = g.scalar(v, a.dtype())?;
+    if scalar_first { g.build1(op, vec![s, a], attrs! {}) } else { g.build1(op, vec![a, s], attrs! {}) }
+}
+
+macro_rules! impl_operator {
+    ($Trait:ident, $method:ident, $op:expr) => {
+        impl std::ops::$Trait<Output> for Output {
+            type Output = Result<Output>;
+            fn $method(self, b: Output) -> Result<Output> {
+                same_graph_binary($op, self, b)
+            }
+        }
+        impl std::ops::$Trait<&Output> for Output {
+            type Output = Result<Output>;
+            fn $method(self, b: &Output) -> Result<Output> {
+                same_graph_binary($op, self, b.clone())
+            }
+        }
+        impl std::ops::$Trait<Output> for &Output {
+            type Output = Result<Output>;
+            fn $method(self, b: Output) -> Result<Output> {
+                same_graph_binary($op, self.clone(), b)
+            }
+        }
+        impl std::ops::$Trait<&Output> for &Output {
+            type Output = Result<Output>;
+            fn $method(self, b: &Output) -> Result<Output> {
+                same_graph_binary($op, self.clone(), b.clone())
+            }
+        }
+        impl std::ops::$Trait<Result<Output>> for Output {
+            type Output = Result<Output>;
+            fn $method(self, b: Result<Output>) -> Result<Output> {
+                same_graph_binary($op, self, b?)
+            }
+        }
+        impl std::ops::$Trait<Result<Output>> for &Output {
+            type Output = Result<Output>;
+            fn $method(self, b: Result<Output>) -> Result<Output> {
+                same_graph_binary($op, self.clone(), b?)
+            }
+        }
+        impl std::ops::$Trait<Output> for Result<Output> {
+            type Output = Result<Output>;
+            fn $method(self, b: Output) -> Result<Output> {
+                same_graph_binary($op, self?, b)
+            }
+        }
+        impl std::ops::$Trait<&Output> for Result<Output> {
+            type Output = Result<Output>;
+            fn $method(self, b: &Output) -> Result<Output> {
+                same_graph_binary($op, self?, b.clone())
+            }
+        }
+        /// A scalar operand takes the dtype of the tensor operand.
+        impl std::ops::$Trait<f64> for Output {
+            type Output = Result<Output>;
+            fn $method(self, v: f64) -> Result<Output> {
+                scalar_binary($op, self, v, false)
+            }
+        }
+        impl std::ops::$Trait<f64> for &Output {
+            type Output = Result<Output>;
+            fn $method(self, v: f64) -> Result<Output> {
+                scalar_binary($op, self.clone(), v, false)
+            }
+        }
+        impl std::ops::$Trait<&Output> for f64 {
+            type Output = Result<Output>;
+            fn $method(self, b: &Output) -> Result<Output> {
+                scalar_binary($op, b.clone(), self, true)
+            }
+        }
+    };
+}
+impl_operator!(Add, add, "Add");
+impl_operator!(Sub, sub, "Sub");
+impl_operator!(Mul, mul, "Mul");
+impl_operator!(Div, div, "Div");
+
+impl std::ops::Neg for &Output {
+    type Output = Result<Output>;
+    fn neg(self) -> Result<Output> {
+        self.graph.neg(self)
+    }
+}
+impl std::ops::Neg for Output {
+    type Output = Result<Output>;
+    fn neg(self) -> Result<Output> {
+        let g = self.graph.clone();
+        g.neg(self)
+    }
+}

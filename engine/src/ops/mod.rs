@@ -1,0 +1,362 @@
+//! The op registry. Each op is defined once — name, arity, shape inference,
+//! cost, gradient — in one file per op family; kernels register against the
+//! op name per device type and dtype. The simulator asks this registry for
+//! costs ([`op_cost`]), the executor for kernels, autodiff for gradients.
+
+use crate::attr::{Attrs, NodeInfo};
+use crate::dtype::DType;
+use crate::error::{EngineError, Result};
+use crate::graph::{GraphData, Output, TensorType};
+use crate::shape::Shape;
+use crate::tensor::Tensor;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+pub(crate) mod array;
+pub(crate) mod basic;
+pub(crate) mod conv;
+pub(crate) mod math;
+pub(crate) mod matmul;
+pub(crate) mod nn;
+pub(crate) mod random;
+pub(crate) mod reduce;
+pub(crate) mod state;
+
+/// Device types kernels are registered for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceType {
+    Cpu,
+    Cuda,
+}
+
+impl DeviceType {
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceType::Cpu => "CPU",
+            DeviceType::Cuda => "CUDA",
+        }
+    }
+}
+
+/// Arithmetic work and memory traffic of one execution of a node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct OpCost {
+    /// Floating-point operations (a multiply-add counts 2).
+    pub flops: f64,
+    /// Bytes read from inputs plus bytes written to outputs.
+    pub bytes: f64,
+}
+
+pub(crate) struct InferCtx<'a> {
+    pub n: NodeInfo<'a>,
+    pub inputs: &'a [TensorType],
+    pub graph: &'a GraphData,
+}
+
+pub(crate) struct CostCtx<'a> {
+    pub n: NodeInfo<'a>,
+    pub inputs: &'a [(DType, Shape)],
+    pub outputs: &'a [(DType, Shape)],
+}
+
+/// What a gradient function sees: the forward node and the gradients
+/// arriving at its outputs (zeros filled in where an output got none).
+pub(crate) struct GradCtx<'a> {
+    pub g: &'a crate::graph::Graph,
+    pub n: NodeInfo<'a>,
+    pub inputs: &'a [Output],
+    pub outputs: &'a [Output],
+    pub grads: &'a [Output],
+}
+
+/// State a kernel reads or writes beyond its inputs.
+#[derive(Clone)]
+pub(crate) enum Resource {
+    Var(std::sync::Arc<crate::session::VarSlot>),
+    Rng(std::sync::Arc<std::sync::Mutex<u64>>),
+}
+
+pub(crate) struct KernelCtx<'a> {
+    pub n: NodeInfo<'a>,
+    pub inputs: Vec<Tensor>,
+    pub outputs: &'a [TensorType],
+    pub threads: usize,
+    pub resources: &'a [Resource],
+}
+
+impl KernelCtx<'_> {
+    pub fn var(&self, i: usize) -> Result<&crate::session::VarSlot> {
+        match self.resources.get(i) {
+            Some(Resource::Var(v)) => Ok(v),
+            _ => Err(self.n.kernel_err(format!("variable resource {i} missing"))),
+        }
+    }
+}
+
+pub(crate) type InferFn = fn(&InferCtx) -> Result<Vec<TensorType>>;
+pub(crate) type GradFn = fn(&GradCtx) -> Result<Vec<Option<Output>>>;
+pub(crate) type FlopsFn = fn(&CostCtx) -> f64;
+pub(crate) type KernelFn = fn(&mut KernelCtx) -> Result<Vec<Tensor>>;
+
+/// The definition of one op.
+pub(crate) struct OpDef {
+    pub name: &'static str,
+    pub min_inputs: usize,
+    pub max_inputs: Option<usize>,
+    pub infer: InferFn,
+    pub grad: Option<GradFn>,
+    pub flops: Option<FlopsFn>,
+    /// Has state or side effects: never pruned as a duplicate, never constant-folded.
+    pub stateful: bool,
+    /// Cheap enough to run inline on the thread that made it ready.
+    pub cheap: bool,
+}
+
+impl OpDef {
+    pub fn check_arity(&self, n: &NodeInfo, got: usize) -> Result<()> {
+        let ok = got >= self.min_inputs && self.max_inputs.is_none_or(|m| got <= m);
+        if ok {
+            return Ok(());
+        }
+        let expected = match self.max_inputs {
+            Some(m) if m == self.min_inputs => m.to_string(),
+            Some(m) => format!("{}..={}", self.min_inputs, m),
+            None => format!("at least {}", self.min_inputs),
+        };
+        Err(EngineError::Arity { node: n.name.into(), op: n.op.into(), expected, got })
+    }
+}
+
+pub(crate) struct KernelDef {
+    /// Dtypes the kernel accepts (of the node's first output, else first input); empty = any.
+    pub dtypes: &'static [DType],
+    pub compute: KernelFn,
+}
+
+/// All op definitions and kernels.
+pub(crate) struct Registry {
+    ops: HashMap<&'static str, OpDef>,
+    kernels: HashMap<(&'static str, DeviceType), KernelDef>,
+}
+
+/// Float dtypes the numeric kernels support.
+pub(crate) const FLOATS: &[DType] = &[DType::F32, DType::F64];
+/// Dtypes of the arithmetic kernels.
+pub(crate) const NUMERIC: &[DType] = &[DType::F32, DType::F64, DType::I32, DType::I64];
+
+impl Registry {
+    pub fn op(&self, name: &str) -> Option<&OpDef> {
+        self.ops.get(name)
+    }
+    pub fn kernel(&self, name: &str, dev: DeviceType) -> Option<&KernelDef> {
+        self.kernels.get(&(self.ops.get_key_value(name)?.0, dev))
+    }
+    /// Registers an op with its shape function; returns it for further settings.
+    pub fn def(&mut self, name: &'static str, min: usize, max: Option<usize>, infer: InferFn) -> &mut OpDef {
+        self.ops.entry(name).or_insert(OpDef {
+            name,
+            min_inputs: min,
+            max_inputs: max,
+            infer,
+            grad: None,
+            flops: None,
+            stateful: false,
+            cheap: false,
+        })
+    }
+    pub fn cpu(&mut self, name: &'static str, dtypes: &'static [DType], compute: KernelFn) {
+        self.kernels.insert((name, DeviceType::Cpu), KernelDef { dtypes, compute });
+    }
+    /// Names of all registered ops, sorted.
+    pub fn op_names(&self) -> Vec<&'static str> {
+        let mut v: Vec<_> = self.ops.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+impl OpDef {
+    pub fn grad(&mut self, f: GradFn) -> &mut Self {
+        self.grad = Some(f);
+        self
+    }
+    pub fn flops(&mut self, f: FlopsFn) -> &mut Self {
+        self.flops = Some(f);
+        self
+    }
+    pub fn stateful(&mut self) -> &mut Self {
+        self.stateful = true;
+        self
+    }
+    pub fn cheap(&mut self) -> &mut Self {
+        self.cheap = true;
+        self
+    }
+}
+
+/// The process-wide registry of every op family.
+pub(crate) fn registry() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| {
+        let mut r = Registry { ops: HashMap::new(), kernels: HashMap::new() };
+        basic::register(&mut r);
+        state::register(&mut r);
+        math::register(&mut r);
+        reduce::register(&mut r);
+        array::register(&mut r);
+        matmul::register(&mut r);
+        nn::register(&mut r);
+        conv::register(&mut r);
+        random::register(&mut r);
+        r
+    })
+}
+
+/// Names of all registered ops, sorted.
+pub fn op_names() -> Vec<&'static str> {
+    registry().op_names()
+}
+
+/// The cost of one execution of `op` with the given attributes and concrete
+/// input and output types (what the simulator asks for).
+pub fn op_cost(op: &str, attrs: &Attrs, inputs: &[(DType, Shape)], outputs: &[(DType, Shape)]) -> Result<OpCost> {
+    let def = registry().op(op).ok_or_else(|| EngineError::UnknownOp { node: String::new(), op: op.into() })?;
+    let bytes: usize = inputs.iter().chain(outputs).map(|(d, s)| d.size_in_bytes() * s.num_elements()).sum();
+    let ctx = CostCtx { n: NodeInfo { name: "", op, attrs }, inputs, outputs };
+    let flops = match def.flops {
+        Some(f) => f(&ctx),
+        None => 0.0,
+    };
+    Ok(OpCost { flops, bytes: bytes as f64 })
+}
+
+/// flops = one per output element (elementwise ops).
+pub(crate) fn flops_per_output(c: &CostCtx) -> f64 {
+    c.outputs.iter().map(|(_, s)| s.num_elements() as f64).sum()
+}
+
+/// flops = one per input element (reductions).
+pub(crate) fn flops_per_input(c: &CostCtx) -> f64 {
+    c.inputs.iter().map(|(_, s)| s.num_elements() as f64).sum()
+}
+
+// ---- helpers shared by the op files ------------------------------------
+
+/// The dtype the kernel is chosen by: first output's, else first input's.
+pub(crate) fn kernel_dtype(outputs: &[TensorType], inputs: &[TensorType]) -> Option<DType> {
+    outputs.first().or(inputs.first()).map(|t| t.dtype)
+}
+
+/// Requires every input to have the same dtype, and one of `allowed`.
+pub(crate) fn same_dtype(c: &InferCtx, allowed: &[DType]) -> Result<DType> {
+    let d = c.inputs.first().map(|t| t.dtype).ok_or_else(|| c.n.dtype_err("no inputs"))?;
+    for (i, t) in c.inputs.iter().enumerate() {
+        if t.dtype != d {
+            return Err(c.n.dtype_err(format!("input 0 is {} but input {} is {}", d, i, t.dtype)));
+        }
+    }
+    if !allowed.is_empty() && !allowed.contains(&d) {
+        return Err(c.n.dtype_err(format!("dtype {d} not supported (supported: {})", names(allowed))));
+    }
+    Ok(d)
+}
+
+pub(crate) fn names(ds: &[DType]) -> String {
+    ds.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
+}
+
+/// Dispatches `$body` with `$T` bound to the Rust type of a float dtype.
+macro_rules! with_float {
+    ($ctx:expr, $dt:expr, $T:ident => $body:expr) => {
+        match $dt {
+            $crate::dtype::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::dtype::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            d => Err($ctx.n.dtype_err(format!("dtype {d} not supported by this kernel"))),
+        }
+    };
+}
+pub(crate) use with_float;
+
+/// Like [`with_float`] over f32, f64, i32, i64.
+macro_rules! with_numeric {
+    ($ctx:expr, $dt:expr, $T:ident => $body:expr) => {
+        match $dt {
+            $crate::dtype::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::dtype::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::dtype::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::dtype::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            d => Err($ctx.n.dtype_err(format!("dtype {d} not supported by this kernel"))),
+        }
+    };
+}
+pub(crate) use with_numeric;
+
+/// Convenience: build an attrs map.
+macro_rules! attrs {
+    ($($k:expr => $v:expr),* $(,)?) => {{
+        #[allow(unused_mut)]
+        let mut a = $crate::attr::Attrs::new();
+        $(a.insert($k.to_string(), $v);)*
+        a
+    }};
+}
+pub(crate) use attrs;
+
+/// Dispatches `$body` with `$T` bound to the Rust type of any dtype.
+macro_rules! with_any {
+    ($dt:expr, $T:ident => $body:expr) => {
+        match $dt {
+            $crate::dtype::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::dtype::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::dtype::DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            $crate::dtype::DType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            $crate::dtype::DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::dtype::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::dtype::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::dtype::DType::Bool => {
+                type $T = bool;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_any;

@@ -1,0 +1,129 @@
+//! Optimizers as graph ops: each `minimize` appends the gradient graph and
+//! one fused apply op per variable (ApplyGradientDescent, ApplyMomentum,
+//! ApplyAdam — as TensorFlow's training ops), grouped into one train op.
+//! Slot variables (momentum accumulators, Adam moments) are ordinary
+//! variables named `<var>/<optimizer>/<slot>`, so checkpoints include them.
+
+use crate::error::{EngineError, Result};
+use crate::graph::{Graph, Output};
+use crate::shape::Shape;
+
+/// A gradient-based optimizer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Optimizer {
+    /// `w -= lr · g`.
+    Sgd { lr: f64 },
+    /// `a = momentum · a + g; w -= lr · a`.
+    Momentum { lr: f64, momentum: f64 },
+    /// Adam (Kingma & Ba), TensorFlow's formulation with bias-corrected rate.
+    Adam { lr: f64, beta1: f64, beta2: f64, epsilon: f64 },
+}
+
+impl Optimizer {
+    /// Adam with the usual defaults (beta1 0.9, beta2 0.999, epsilon 1e-8).
+    pub fn adam(lr: f64) -> Optimizer {
+        Optimizer::Adam { lr, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Optimizer::Sgd { .. } => "SGD",
+            Optimizer::Momentum { .. } => "Momentum",
+            Optimizer::Adam { .. } => "Adam",
+        }
+    }
+
+    /// Appends the update of `vars` (outputs of Variable nodes) that lowers
+    /// `loss`; returns the train op to run as a target.
+    pub fn minimize(&self, loss: &Output, vars: &[&Output]) -> Result<Output> {
+        let g = loss.graph().clone();
+        let grads = g.gradients(&[loss], vars)?;
+        let mut pairs = Vec::new();
+        for (v, gr) in vars.iter().zip(grads) {
+            match gr {
+                Some(gr) => pairs.push(((*v).clone(), gr)),
+                None => {
+                    return Err(EngineError::NoGradient { node: v.name(), op: format!("loss '{}' does not depend on this variable", loss.name()) });
+                }
+            }
+        }
+        self.apply_gradients(&g, &pairs)
+    }
+
+    /// Appends the update for given (variable, gradient) pairs.
+    pub fn apply_gradients(&self, g: &Graph, pairs: &[(Output, Output)]) -> Result<Output> {
+        let s = g.scope(self.name());
+        let mut updates = Vec::new();
+        match *self {
+            Optimizer::Sgd { lr } => {
+                for (v, gr) in pairs {
+                    let lr = s.scalar(lr, v.dtype())?;
+                    updates.push(s.apply_gradient_descent(v, &lr, gr)?);
+                }
+            }
+            Optimizer::Momentum { lr, momentum } => {
+                for (v, gr) in pairs {
+                    let acc = slot(g, v, self.name(), "accum")?;
+                    let lr = s.scalar(lr, v.dtype())?;
+                    let m = s.scalar(momentum, v.dtype())?;
+                    updates.push(s.apply_momentum(v, &acc, &lr, gr, &m)?);
+                }
+            }
+            Optimizer::Adam { lr, beta1, beta2, epsilon } => {
+                // One step counter per dtype: t += 1 before the updates; the
+                // bias corrections use beta^t.
+                let mut steps: Vec<(crate::dtype::DType, Output)> = Vec::new();
+                for (v, gr) in pairs {
+                    let dt = v.dtype();
+                    let t = match steps.iter().find(|(d, _)| *d == dt) {
+                        Some((_, t)) => t.clone(),
+                        None => {
+                            let name = unique_name(g, &format!("{}/step_{}", self.name(), dt));
+                            let zero = g.zeros(dt, Shape::scalar())?;
+                            let var = g.variable(&name, zero)?;
+                            let one = s.scalar(1.0, dt)?;
+                            let t = s.assign_add(&var, &one)?;
+                            steps.push((dt, t.clone()));
+                            t
+                        }
+                    };
+                    let m = slot(g, v, self.name(), "m")?;
+                    let vv = slot(g, v, self.name(), "v")?;
+                    let (lr, b1, b2, eps) = (s.scalar(lr, dt)?, s.scalar(beta1, dt)?, s.scalar(beta2, dt)?, s.scalar(epsilon, dt)?);
+                    let b1p = s.pow(&b1, &t)?;
+                    let b2p = s.pow(&b2, &t)?;
+                    updates.push(s.apply_adam(v, &m, &vv, [&lr, &b1, &b2, &eps, &b1p, &b2p], gr)?);
+                }
+            }
+        }
+        let refs: Vec<&Output> = updates.iter().collect();
+        g.group(&unique_train_name(g, self.name()), &refs)
+    }
+}
+
+fn unique_train_name(g: &Graph, opt: &str) -> String {
+    unique_name(g, &format!("{opt}/train"))
+}
+
+/// `base`, or `base_1`, `base_2`, ... whichever is free.
+fn unique_name(g: &Graph, base: &str) -> String {
+    let mut name = base.to_string();
+    let mut i = 1;
+    while g.output_by_name(&name, 0).is_ok() {
+        name = format!("{base}_{i}");
+        i += 1;
+    }
+    name
+}
+
+/// A zero-initialized variable shaped like `v`.
+fn slot(g: &Graph, v: &Output, opt: &str, what: &str) -> Result<Output> {
+    let t = v.tensor_type();
+    let shape = t.shape.to_shape().ok_or_else(|| EngineError::Shape {
+        node: v.name(),
+        op: "Variable".into(),
+        detail: format!("optimizer slots need a fully known shape, got {}", t.shape),
+    })?;
+    let zero = g.zeros(t.dtype, shape)?;
+    g.variable(&format!("{}/{opt}/{what}", v.name()), zero)
+}

@@ -1,0 +1,153 @@
+//! Concrete shapes (of tensors) and partial shapes (of graph edges, where a
+//! dimension such as the batch may be unknown until run time).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The dimensions of a tensor, row-major.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Shape(Vec<usize>);
+
+impl Shape {
+    pub fn new(dims: Vec<usize>) -> Shape {
+        Shape(dims)
+    }
+    /// The shape of a scalar: no dimensions.
+    pub fn scalar() -> Shape {
+        Shape(Vec::new())
+    }
+    pub fn dims(&self) -> &[usize] {
+        &self.0
+    }
+    pub fn rank(&self) -> usize {
+        self.0.len()
+    }
+    /// Product of the dimensions (1 for a scalar).
+    pub fn num_elements(&self) -> usize {
+        self.0.iter().product()
+    }
+    /// Row-major strides in elements.
+    pub(crate) fn strides(&self) -> Vec<usize> {
+        let mut s = vec![1; self.0.len()];
+        for i in (0..self.0.len().saturating_sub(1)).rev() {
+            s[i] = s[i + 1] * self.0[i + 1];
+        }
+        s
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[")?;
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                write!(f, ", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        write!(f, "]")
+    }
+}
+
+impl From<Vec<usize>> for Shape {
+    fn from(v: Vec<usize>) -> Shape {
+        Shape(v)
+    }
+}
+impl From<&[usize]> for Shape {
+    fn from(v: &[usize]) -> Shape {
+        Shape(v.to_vec())
+    }
+}
+impl<const N: usize> From<[usize; N]> for Shape {
+    fn from(v: [usize; N]) -> Shape {
+        Shape(v.to_vec())
+    }
+}
+impl From<&Shape> for Shape {
+    fn from(v: &Shape) -> Shape {
+        v.clone()
+    }
+}
+
+/// A shape whose rank is known but some dimensions may not be (`None`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct PartialShape(Vec<Option<usize>>);
+
+impl PartialShape {
+    pub fn new(dims: Vec<Option<usize>>) -> PartialShape {
+        PartialShape(dims)
+    }
+    pub fn scalar() -> PartialShape {
+        PartialShape(Vec::new())
+    }
+    /// A rank-`r` shape with every dimension unknown.
+    pub fn unknown_dims(r: usize) -> PartialShape {
+        PartialShape(vec![None; r])
+    }
+    pub fn dims(&self) -> &[Option<usize>] {
+        &self.0
+    }
+    pub fn rank(&self) -> usize {
+        self.0.len()
+    }
+    /// The concrete shape when every dimension is known.
+    pub fn to_shape(&self) -> Option<Shape> {
+        self.0.iter().copied().collect::<Option<Vec<usize>>>().map(Shape)
+    }
+    /// Product of the dimensions when all are known.
+    pub fn num_elements(&self) -> Option<usize> {
+        self.to_shape().map(|s| s.num_elements())
+    }
+    /// Whether a concrete shape fits this one.
+    pub fn accepts(&self, s: &Shape) -> bool {
+        self.0.len() == s.rank() && self.0.iter().zip(s.dims()).all(|(a, b)| a.is_none_or(|a| a == *b))
+    }
+    /// Whether two partial shapes could describe the same tensor.
+    pub fn compatible(&self, o: &PartialShape) -> bool {
+        self.0.len() == o.0.len() && self.0.iter().zip(&o.0).all(|(a, b)| a.is_none() || b.is_none() || a == b)
+    }
+}
+
+impl fmt::Display for PartialShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[")?;
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                write!(f, ", ")?;
+            }
+            match d {
+                Some(d) => write!(f, "{d}")?,
+                None => write!(f, "?")?,
+            }
+        }
+        write!(f, "]")
+    }
+}
+
+impl From<&Shape> for PartialShape {
+    fn from(s: &Shape) -> PartialShape {
+        PartialShape(s.dims().iter().map(|&d| Some(d)).collect())
+    }
+}
+impl From<Shape> for PartialShape {
+    fn from(s: Shape) -> PartialShape {
+        PartialShape::from(&s)
+    }
+}
+/// `-1` (any negative) marks an unknown dimension, as in TF's `[None, 64]`.
+impl From<&[i64]> for PartialShape {
+    fn from(v: &[i64]) -> PartialShape {
+        PartialShape(v.iter().map(|&d| if d < 0 { None } else { Some(d as usize) }).collect())
+    }
+}
+impl<const N: usize> From<[i64; N]> for PartialShape {
+    fn from(v: [i64; N]) -> PartialShape {
+        PartialShape::from(&v[..])
+    }
+}
+impl From<Vec<Option<usize>>> for PartialShape {
+    fn from(v: Vec<Option<usize>>) -> PartialShape {
+        PartialShape(v)
+    }
+}

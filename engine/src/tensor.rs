@@ -1,0 +1,336 @@
+//! Tensors: a dtype, a shape and contiguous row-major storage shared by
+//! reference count, so handing a tensor along a graph edge never copies it.
+//!
+//! Storage is an enum over devices (candle style). Only the CPU variant exists
+//! in this build; a device backend (CUDA behind the `cuda` feature) slots in as
+//! another variant of [`Storage`] and every match names it.
+
+use crate::dtype::{DType, Element};
+use crate::error::{EngineError, Result};
+use crate::shape::Shape;
+use half::{bf16, f16};
+use std::sync::Arc;
+
+/// Host memory of one tensor, one vector per dtype.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CpuStorage {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    I8(Vec<i8>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    Bool(Vec<bool>),
+}
+
+macro_rules! each_storage {
+    ($s:expr, $v:ident => $body:expr) => {
+        match $s {
+            CpuStorage::F32($v) => $body,
+            CpuStorage::F64($v) => $body,
+            CpuStorage::F16($v) => $body,
+            CpuStorage::BF16($v) => $body,
+            CpuStorage::I8($v) => $body,
+            CpuStorage::I32($v) => $body,
+            CpuStorage::I64($v) => $body,
+            CpuStorage::Bool($v) => $body,
+        }
+    };
+}
+
+impl CpuStorage {
+    pub fn dtype(&self) -> DType {
+        match self {
+            CpuStorage::F32(_) => DType::F32,
+            CpuStorage::F64(_) => DType::F64,
+            CpuStorage::F16(_) => DType::F16,
+            CpuStorage::BF16(_) => DType::BF16,
+            CpuStorage::I8(_) => DType::I8,
+            CpuStorage::I32(_) => DType::I32,
+            CpuStorage::I64(_) => DType::I64,
+            CpuStorage::Bool(_) => DType::Bool,
+        }
+    }
+    pub fn len(&self) -> usize {
+        each_storage!(self, v => v.len())
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn zeros(dtype: DType, n: usize) -> CpuStorage {
+        match dtype {
+            DType::F32 => CpuStorage::F32(vec![0.0; n]),
+            DType::F64 => CpuStorage::F64(vec![0.0; n]),
+            DType::F16 => CpuStorage::F16(vec![f16::ZERO; n]),
+            DType::BF16 => CpuStorage::BF16(vec![bf16::ZERO; n]),
+            DType::I8 => CpuStorage::I8(vec![0; n]),
+            DType::I32 => CpuStorage::I32(vec![0; n]),
+            DType::I64 => CpuStorage::I64(vec![0; n]),
+            DType::Bool => CpuStorage::Bool(vec![false; n]),
+        }
+    }
+    fn to_f64_vec(&self) -> Vec<f64> {
+        each_storage!(self, v => v.iter().map(|x| x.to_f64()).collect())
+    }
+    fn from_f64_iter(dtype: DType, v: impl Iterator<Item = f64>) -> CpuStorage {
+        match dtype {
+            DType::F32 => CpuStorage::F32(v.map(|x| x as f32).collect()),
+            DType::F64 => CpuStorage::F64(v.collect()),
+            DType::F16 => CpuStorage::F16(v.map(f16::from_f64).collect()),
+            DType::BF16 => CpuStorage::BF16(v.map(bf16::from_f64).collect()),
+            DType::I8 => CpuStorage::I8(v.map(|x| x as i8).collect()),
+            DType::I32 => CpuStorage::I32(v.map(|x| x as i32).collect()),
+            DType::I64 => CpuStorage::I64(v.map(|x| x as i64).collect()),
+            DType::Bool => CpuStorage::Bool(v.map(|x| x != 0.0).collect()),
+        }
+    }
+    /// Little-endian bytes (bool as 0/1), the layout of safetensors files.
+    pub(crate) fn to_le_bytes(&self) -> Vec<u8> {
+        match self {
+            CpuStorage::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            CpuStorage::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            CpuStorage::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            CpuStorage::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            CpuStorage::I8(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            CpuStorage::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            CpuStorage::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            CpuStorage::Bool(v) => v.iter().map(|&x| x as u8).collect(),
+        }
+    }
+    /// Inverse of [`to_le_bytes`](Self::to_le_bytes); `None` when the byte
+    /// count is not a multiple of the element size or a bool byte is not 0/1.
+    pub(crate) fn from_le_bytes(dtype: DType, b: &[u8]) -> Option<CpuStorage> {
+        let sz = dtype.size_in_bytes();
+        if b.len() % sz != 0 {
+            return None;
+        }
+        macro_rules! conv {
+            ($t:ty, $n:expr) => {
+                b.chunks_exact($n).map(|c| <$t>::from_le_bytes(c.try_into().unwrap_or([0; $n]))).collect()
+            };
+        }
+        Some(match dtype {
+            DType::F32 => CpuStorage::F32(conv!(f32, 4)),
+            DType::F64 => CpuStorage::F64(conv!(f64, 8)),
+            DType::F16 => CpuStorage::F16(conv!(f16, 2)),
+            DType::BF16 => CpuStorage::BF16(conv!(bf16, 2)),
+            DType::I8 => CpuStorage::I8(conv!(i8, 1)),
+            DType::I32 => CpuStorage::I32(conv!(i32, 4)),
+            DType::I64 => CpuStorage::I64(conv!(i64, 8)),
+            DType::Bool => {
+                if b.iter().any(|&x| x > 1) {
+                    return None;
+                }
+                CpuStorage::Bool(b.iter().map(|&x| x == 1).collect())
+            }
+        })
+    }
+}
+
+/// Where a tensor's elements live.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Storage {
+    Cpu(CpuStorage),
+}
+
+/// An immutable n-dimensional array. Cloning shares the storage.
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    storage: Arc<Storage>,
+    shape: Shape,
+}
+
+impl PartialEq for Tensor {
+    /// Same dtype, shape and elements (bitwise for floats' storage equality
+    /// semantics of `==`: NaN differs from NaN).
+    fn eq(&self, o: &Tensor) -> bool {
+        self.shape == o.shape && (Arc::ptr_eq(&self.storage, &o.storage) || self.storage == o.storage)
+    }
+}
+
+impl Tensor {
+    /// A tensor from elements in row-major order.
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: impl Into<Shape>) -> Result<Tensor> {
+        let shape = shape.into();
+        if data.len() != shape.num_elements() {
+            return Err(EngineError::Tensor(format!(
+                "{} elements do not fill shape {} ({} elements)",
+                data.len(),
+                shape,
+                shape.num_elements()
+            )));
+        }
+        Ok(Tensor::from_storage(T::wrap(data), shape))
+    }
+
+    pub(crate) fn from_storage(s: CpuStorage, shape: Shape) -> Tensor {
+        debug_assert_eq!(s.len(), shape.num_elements());
+        Tensor { storage: Arc::new(Storage::Cpu(s)), shape }
+    }
+
+    /// A rank-0 tensor.
+    pub fn scalar<T: Element>(v: T) -> Tensor {
+        Tensor::from_storage(T::wrap(vec![v]), Shape::scalar())
+    }
+
+    /// All zeros (false).
+    pub fn zeros(dtype: DType, shape: impl Into<Shape>) -> Tensor {
+        let shape = shape.into();
+        Tensor::from_storage(CpuStorage::zeros(dtype, shape.num_elements()), shape)
+    }
+
+    /// Every element `v` converted to `dtype`.
+    pub fn full(dtype: DType, shape: impl Into<Shape>, v: f64) -> Tensor {
+        let shape = shape.into();
+        let n = shape.num_elements();
+        Tensor::from_storage(CpuStorage::from_f64_iter(dtype, std::iter::repeat_n(v, n)), shape)
+    }
+
+    /// Elements given as f64, converted to `dtype`.
+    pub fn from_f64s(dtype: DType, data: &[f64], shape: impl Into<Shape>) -> Result<Tensor> {
+        let shape = shape.into();
+        if data.len() != shape.num_elements() {
+            return Err(EngineError::Tensor(format!(
+                "{} elements do not fill shape {}",
+                data.len(),
+                shape
+            )));
+        }
+        Ok(Tensor::from_storage(CpuStorage::from_f64_iter(dtype, data.iter().copied()), shape))
+    }
+
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+    pub fn dims(&self) -> &[usize] {
+        self.shape.dims()
+    }
+    pub fn rank(&self) -> usize {
+        self.shape.rank()
+    }
+    pub fn num_elements(&self) -> usize {
+        self.shape.num_elements()
+    }
+    pub fn dtype(&self) -> DType {
+        self.cpu().dtype()
+    }
+    /// Bytes of element data.
+    pub fn size_in_bytes(&self) -> usize {
+        self.num_elements() * self.dtype().size_in_bytes()
+    }
+
+    /// The host storage.
+    pub fn cpu(&self) -> &CpuStorage {
+        match &*self.storage {
+            Storage::Cpu(s) => s,
+        }
+    }
+
+    /// The elements as a slice; errors when `T` is not this tensor's dtype.
+    pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
+        T::slice(self.cpu()).ok_or_else(|| {
+            EngineError::Tensor(format!("tensor of dtype {} read as {}", self.dtype(), T::DTYPE))
+        })
+    }
+
+    /// A copy of the elements.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        self.as_slice::<T>().map(|s| s.to_vec())
+    }
+
+    /// Every element converted to f64 (any dtype).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        self.cpu().to_f64_vec()
+    }
+
+    /// The single element of a one-element tensor, as f64.
+    pub fn scalar_f64(&self) -> Result<f64> {
+        if self.num_elements() != 1 {
+            return Err(EngineError::Tensor(format!("expected one element, shape is {}", self.shape)));
+        }
+        Ok(self.to_f64_vec()[0])
+    }
+
+    /// The same storage seen with another shape of equal element count.
+    pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Tensor> {
+        let shape = shape.into();
+        if shape.num_elements() != self.num_elements() {
+            return Err(EngineError::Tensor(format!("cannot reshape {} into {}", self.shape, shape)));
+        }
+        Ok(Tensor { storage: self.storage.clone(), shape })
+    }
+
+    /// Converts to another dtype (a copy; same dtype shares).
+    pub fn cast(&self, dtype: DType) -> Tensor {
+        if dtype == self.dtype() {
+            return self.clone();
+        }
+        let s = match (self.cpu(), dtype) {
+            (CpuStorage::F32(v), DType::F64) => CpuStorage::F64(v.iter().map(|&x| x as f64).collect()),
+            (CpuStorage::F64(v), DType::F32) => CpuStorage::F32(v.iter().map(|&x| x as f32).collect()),
+            (CpuStorage::F32(v), DType::F16) => CpuStorage::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
+            (CpuStorage::F32(v), DType::BF16) => CpuStorage::BF16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
+            (CpuStorage::F16(v), DType::F32) => CpuStorage::F32(v.iter().map(|x| x.to_f32()).collect()),
+            (CpuStorage::BF16(v), DType::F32) => CpuStorage::F32(v.iter().map(|x| x.to_f32()).collect()),
+            (s, d) => CpuStorage::from_f64_iter(d, s.to_f64_vec().into_iter()),
+        };
+        Tensor::from_storage(s, self.shape.clone())
+    }
+
+    /// Mutable access to the elements when no other handle shares them
+    /// (lets optimizer kernels update a variable in place).
+    pub(crate) fn storage_mut(&mut self) -> Option<&mut CpuStorage> {
+        match Arc::get_mut(&mut self.storage) {
+            Some(Storage::Cpu(s)) => Some(s),
+            None => None,
+        }
+    }
+
+    /// Whether two tensors share one storage (used by tests of zero-copy).
+    pub fn shares_storage_with(&self, o: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &o.storage)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clone_shares_storage_and_reshape_does_not_copy() {
+        let t = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]).unwrap();
+        let u = t.clone();
+        assert!(t.shares_storage_with(&u));
+        let r = t.reshape([4]).unwrap();
+        assert!(r.shares_storage_with(&t));
+        assert_eq!(r.dims(), &[4]);
+    }
+
+    #[test]
+    fn wrong_element_count_is_an_error() {
+        let e = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [2, 2]).unwrap_err();
+        assert_eq!(e.to_string(), "tensor: 3 elements do not fill shape [2, 2] (4 elements)");
+    }
+
+    #[test]
+    fn casts_between_all_dtypes() {
+        let t = Tensor::from_vec(vec![1.5f32, -2.0, 0.0], [3]).unwrap();
+        for d in [DType::F64, DType::F16, DType::BF16, DType::I8, DType::I32, DType::I64, DType::Bool] {
+            let c = t.cast(d);
+            assert_eq!(c.dtype(), d);
+        }
+        assert_eq!(t.cast(DType::I32).to_vec::<i32>().unwrap(), vec![1, -2, 0]);
+        assert_eq!(t.cast(DType::Bool).to_vec::<bool>().unwrap(), vec![true, true, false]);
+        assert_eq!(t.cast(DType::F16).cast(DType::F32).to_vec::<f32>().unwrap(), vec![1.5, -2.0, 0.0]);
+        assert!(t.as_slice::<f64>().is_err());
+    }
+
+    #[test]
+    fn le_bytes_round_trip() {
+        let t = Tensor::from_vec(vec![1i64, -7, 1 << 40], [3]).unwrap();
+        let b = t.cpu().to_le_bytes();
+        assert_eq!(CpuStorage::from_le_bytes(DType::I64, &b).unwrap(), *t.cpu());
+        assert!(CpuStorage::from_le_bytes(DType::I64, &b[..5]).is_none());
+    }
+}
