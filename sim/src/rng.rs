@@ -12,6 +12,16 @@ pub fn point_rng(seed: u64, point: u64) -> ChaCha8Rng {
     rng
 }
 
+/// One seed for sweep point `point` of an experiment seeded `seed`, for
+/// `cluster::simulate(cfg, point_seed(seed, point))`: a splitmix64 mix, so
+/// neighbouring points and seeds get unrelated streams.
+pub fn point_seed(seed: u64, point: u64) -> u64 {
+    let mut z = seed ^ point.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -24,5 +34,8 @@ mod tests {
         let c: Vec<u64> = (0..4).map(|_| 0).scan(point_rng(7, 1), |r, _: u64| Some(r.random())).collect();
         assert_eq!(a, b);
         assert_ne!(a, c);
+        assert_eq!(point_seed(42, 3), point_seed(42, 3));
+        assert_ne!(point_seed(42, 3), point_seed(42, 4));
+        assert_ne!(point_seed(42, 3), point_seed(43, 3));
     }
 }
