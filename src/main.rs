@@ -24,14 +24,26 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Simulate a systolic array (SCALE-Sim conventions) on a GEMM or a topology file.
     Systolic(cmd::systolic::SystolicArgs),
+    /// Run an experiment's sweep (resuming an interrupted one), then render its report.
+    Run(cmd::run::RunArgs),
+    /// Check an experiment file, every sweep point included, and count its points.
+    Check(cmd::check::CheckArgs),
+    /// Merge result directories (shards of one sweep) and render the report.
+    Report(cmd::report::ReportArgs),
+    /// List the catalog of ready experiments (run one with `flowlab run catalog:NAME`).
+    List,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result: anyhow::Result<ExitCode> = match cli.command {
-        None => Ok(ExitCode::SUCCESS),
+        None => cmd::run::default_job(),
         Some(Command::Bench(args)) => cmd::bench::run(args),
         Some(Command::Systolic(args)) => cmd::systolic::run(args),
+        Some(Command::Run(args)) => cmd::run::run(args),
+        Some(Command::Check(args)) => cmd::check::run(args),
+        Some(Command::Report(args)) => cmd::report::run(args),
+        Some(Command::List) => cmd::run::list(),
     };
     match result {
         Ok(code) => code,

@@ -1,1 +1,36 @@
-//! YAML experiment schema, sweeps, parallel runner with resumable result store.
+//! YAML experiment schema, sweeps, the parallel runner with its resumable
+//! result store, and the catalog of ready experiments.
+//!
+//! ```text
+//! load("x.yaml" | "catalog:NAME") -> Experiment   (every point checked)
+//! run(&experiment, &options)      -> out/<name>/{experiment.yaml, results.jsonl, results.csv}
+//! render(dir)                     -> out/<name>/{*.png, *.svg, index.html}
+//! merge(dirs, out)                -> shards' results in one directory
+//! ```
+
+mod catalog;
+mod diagnostics;
+mod error;
+mod experiment;
+mod identity;
+mod kinds;
+mod merge;
+mod params;
+mod runner;
+mod store;
+mod suggest;
+mod sweep;
+
+use std::path::{Path, PathBuf};
+
+pub use catalog::{CATALOG_PREFIX, CatalogEntry, DEFAULT_EXPERIMENT, catalog, catalog_entry, load};
+pub use error::ExperimentError;
+pub use experiment::Experiment;
+pub use merge::{MergeSummary, merge};
+pub use runner::{Progress, RunOptions, RunSummary, Shard, default_out_dir, run};
+
+/// Renders the plots and the HTML page of a result directory; returns the
+/// page's path.
+pub fn render(dir: &Path) -> Result<PathBuf, ExperimentError> {
+    Ok(flowlab_reports::render(dir)?.index_html)
+}

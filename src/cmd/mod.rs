@@ -2,6 +2,9 @@
 //! the owning crate and prints the result.
 
 pub mod bench;
+pub mod check;
+pub mod report;
+pub mod run;
 pub mod systolic;
 
 /// Prints records as one JSON object per line, or as an aligned text table

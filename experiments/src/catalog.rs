@@ -1,0 +1,78 @@
+//! The catalog of ready experiments (`experiments/catalog/*.yaml`), built
+//! into the binary so `flowlab run catalog:NAME` works from anywhere.
+
+use crate::error::ExperimentError;
+use crate::experiment::Experiment;
+use crate::suggest::did_you_mean;
+
+/// One ready experiment.
+#[derive(Debug, Clone, Copy)]
+pub struct CatalogEntry {
+    /// The file's stem, as in `catalog:NAME`.
+    pub name: &'static str,
+    /// What it mirrors, one line.
+    pub summary: &'static str,
+    /// The YAML text.
+    pub text: &'static str,
+}
+
+/// The entry `flowlab` runs with no arguments.
+pub const DEFAULT_EXPERIMENT: &str = "backup-workers";
+
+/// Prefix that names a catalog entry instead of a file.
+pub const CATALOG_PREFIX: &str = "catalog:";
+
+const ENTRIES: &[CatalogEntry] = &[
+    CatalogEntry {
+        name: "backup-workers",
+        summary: "Figure 8 (right): 50 Inception-v3 workers plus 0..5 backup workers (the default job)",
+        text: include_str!("../catalog/backup-workers.yaml"),
+    },
+    CatalogEntry {
+        name: "sync-replication",
+        summary: "Figure 7: synchronous replication microbenchmark, null/dense/sparse fetches, 1..100 workers, 16 PS",
+        text: include_str!("../catalog/sync-replication.yaml"),
+    },
+    CatalogEntry {
+        name: "inception-scaling",
+        summary: "Figure 8 (left, middle): Inception-v3 throughput from 25 to 200 workers, async against sync",
+        text: include_str!("../catalog/inception-scaling.yaml"),
+    },
+    CatalogEntry {
+        name: "lstm-language-model",
+        summary: "Figure 9: LSTM-512-512 language model, 1..32 PS tasks, 4..256 workers",
+        text: include_str!("../catalog/lstm-language-model.yaml"),
+    },
+];
+
+/// Every catalog entry.
+pub fn catalog() -> &'static [CatalogEntry] {
+    ENTRIES
+}
+
+/// The entry named `name`.
+pub fn catalog_entry(name: &str) -> Result<&'static CatalogEntry, ExperimentError> {
+    ENTRIES.iter().find(|e| e.name == name).ok_or_else(|| {
+        let names: Vec<&str> = ENTRIES.iter().map(|e| e.name).collect();
+        ExperimentError::UnknownCatalogEntry {
+            name: name.to_string(),
+            suggestion: did_you_mean(name, names.iter().copied()),
+            available: names.iter().map(|n| n.to_string()).collect(),
+        }
+    })
+}
+
+/// Loads and checks an experiment named on the command line: a file path,
+/// or `catalog:NAME`.
+pub fn load(spec: &str) -> Result<Experiment, ExperimentError> {
+    match spec.strip_prefix(CATALOG_PREFIX) {
+        Some(name) => {
+            let entry = catalog_entry(name)?;
+            Experiment::from_text(spec, entry.text)
+        }
+        None => {
+            let text = std::fs::read_to_string(spec).map_err(|e| ExperimentError::io(spec, e))?;
+            Experiment::from_text(spec, &text)
+        }
+    }
+}

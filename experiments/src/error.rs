@@ -1,0 +1,72 @@
+//! The one error type of `flowlab-experiments`. Every variant names what a
+//! person has to look at to fix it: the file with line and column for bad
+//! experiment files, the directory for result stores.
+
+use std::path::PathBuf;
+
+/// Why an experiment could not be loaded, run or merged.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    /// A file or directory could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The experiment file is invalid at a known place.
+    #[error("{origin}:{line}:{column}: {message}")]
+    AtLocation {
+        origin: String,
+        line: u64,
+        column: u64,
+        message: String,
+    },
+
+    /// The experiment file is invalid, but no single place in it is to blame
+    /// (e.g. one combination of sweep values).
+    #[error("{origin}: {message}")]
+    InFile { origin: String, message: String },
+
+    /// `catalog:NAME` names no catalog entry.
+    #[error("no catalog experiment `{name}`{suggestion} (the catalog has: {})", available.join(", "))]
+    UnknownCatalogEntry {
+        name: String,
+        suggestion: String,
+        available: Vec<String>,
+    },
+
+    /// A command-line value is malformed (e.g. `--shard 3`).
+    #[error("{0}")]
+    Usage(String),
+
+    /// The output directory holds results that do not belong to this
+    /// experiment file, so resuming into it would mix two experiments.
+    #[error(
+        "{dir}: holds results of a different experiment file (its experiment.yaml differs); \
+         pass --fresh to start over, or --out to write elsewhere"
+    )]
+    DifferentExperiment { dir: PathBuf },
+
+    /// Result directories to merge do not hold the same experiment.
+    #[error("{dir}: cannot merge: its experiment.yaml differs from the one in {first}")]
+    MergeMismatch { dir: PathBuf, first: PathBuf },
+
+    /// A stored results file could not be read.
+    #[error(transparent)]
+    Results(#[from] flowlab_reports::ReportError),
+
+    /// The worker thread pool could not be started.
+    #[error("cannot start {jobs} worker threads: {message}")]
+    ThreadPool { jobs: usize, message: String },
+}
+
+impl ExperimentError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        ExperimentError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! An experiment file, parsed and fully checked: every point of its sweep is
+//! built and validated by its kind before anything runs, so a typo or an
+//! out-of-range value in the last point stops the run before the first.
+//!
+//! ```yaml
+//! name: backup-workers        # results go to out/backup-workers/
+//! kind: cluster               # cluster | graph | placement | systolic | engine | validate
+//! seed: 42                    # optional, 0 if absent
+//! repeat: 3                   # optional: runs per point, each with its own seed
+//! base: { ... }               # one point's parameters (the kind's schema)
+//! sweep: { workers: [25, 50], zip: [ {a: [..], b: [..]} ] }
+//! plots: [ { x: workers, y: throughput, series: strategy.sync.backup } ]
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use flowlab_reports::{PlotKind, PlotSpec};
+use serde_json::Value;
+use serde_saphyr::{Location, Spanned};
+
+use crate::diagnostics::{at, yaml_error};
+use crate::error::ExperimentError;
+use crate::identity::{run_key, run_seed};
+use crate::kinds::{self, Kind, PointError, Runnable};
+use crate::params::{display_value, leaves, set_dotted};
+use crate::suggest::did_you_mean;
+use crate::sweep::Sweep;
+
+/// More runs than this is almost surely a mistake in the sweep.
+const MAX_RUNS: u64 = 10_000_000;
+
+/// The top level of an experiment file.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExperimentFile {
+    name: Spanned<String>,
+    kind: Spanned<String>,
+    #[serde(default)]
+    seed: u64,
+    #[serde(default)]
+    repeat: Option<Spanned<u32>>,
+    base: Spanned<Value>,
+    #[serde(default)]
+    sweep: Sweep,
+    #[serde(default)]
+    plots: Vec<Spanned<PlotSpec>>,
+}
+
+/// One run: a sweep point and a repeat number, with its own seed.
+pub(crate) struct Run {
+    pub(crate) index: u64,
+    pub(crate) seed: u64,
+    pub(crate) key: String,
+    /// Every leaf of the point's parameter tree, by dotted key.
+    pub(crate) params: BTreeMap<String, Value>,
+    /// The values the sweep set, in sweep order, for progress lines.
+    pub(crate) label: String,
+    pub(crate) runnable: Arc<dyn Runnable>,
+}
+
+/// A checked experiment: its runs in index order and its result columns.
+pub struct Experiment {
+    /// The `name:` key: the output directory's name.
+    pub name: String,
+    /// The `kind:` key.
+    pub kind: &'static str,
+    /// Where the file came from (a path, or `catalog:NAME`), for messages.
+    pub origin: String,
+    /// The file's text, copied verbatim into the output directory.
+    pub text: String,
+    /// Number of sweep points (before repeats).
+    pub points: u64,
+    /// Runs per point.
+    pub repeat: u32,
+    pub(crate) runs: Vec<Run>,
+    pub(crate) param_columns: Vec<String>,
+    pub(crate) metric_columns: Vec<String>,
+}
+
+impl std::fmt::Debug for Experiment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Experiment")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("origin", &self.origin)
+            .field("points", &self.points)
+            .field("repeat", &self.repeat)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Experiment {
+    /// Number of runs: points times repeats.
+    pub fn run_count(&self) -> u64 {
+        self.runs.len() as u64
+    }
+
+    /// Parses and checks an experiment from its text. `origin` names it in
+    /// messages (`experiments/x.yaml:3:5: ...`).
+    pub fn from_text(origin: &str, text: &str) -> Result<Experiment, ExperimentError> {
+        let file: ExperimentFile = crate::diagnostics::parse_yaml(text).map_err(|e| yaml_error(origin, text, &e))?;
+        check_name(origin, &file.name)?;
+        let kind = kinds::lookup(&file.kind.value).map_err(|m| at(origin, file.kind.referenced, m))?;
+        kind.check_base(origin, text)?;
+        if !file.base.value.is_object() {
+            return Err(at(origin, file.base.referenced, "`base` must be a map of parameters".into()));
+        }
+        kind.prepare(&file.base.value)
+            .map_err(|e| at(origin, file.base.referenced, format!("base: {}", e.message())))?;
+        let repeat = match &file.repeat {
+            None => 1,
+            Some(r) if r.value == 0 => {
+                return Err(at(origin, r.referenced, "`repeat` must be at least 1".into()));
+            }
+            Some(r) => r.value,
+        };
+        check_sweep_shape(origin, &file.sweep)?;
+        check_sweep_values(origin, kind, &file.base.value, &file.sweep)?;
+
+        let points = file
+            .sweep
+            .point_count()
+            .filter(|n| n.saturating_mul(u64::from(repeat)) <= MAX_RUNS)
+            .ok_or_else(|| ExperimentError::InFile {
+                origin: origin.to_string(),
+                message: format!("the sweep has more than {MAX_RUNS} runs"),
+            })?;
+        let mut runs = Vec::with_capacity((points * u64::from(repeat)) as usize);
+        for point in 0..points {
+            let assignments = file.sweep.point(point);
+            let mut tree = file.base.value.clone();
+            for a in &assignments {
+                set_dotted(&mut tree, &a.key.key, a.value.value.clone());
+            }
+            let label = assignments
+                .iter()
+                .map(|a| format!("{}={}", a.key.key, display_value(&a.value.value)))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let runnable: Arc<dyn Runnable> = kind
+                .prepare(&tree)
+                .map_err(|e| ExperimentError::InFile {
+                    origin: origin.to_string(),
+                    message: format!("point {point} ({label}): {}", e.message()),
+                })?
+                .into();
+            let params = leaves(&tree, kind.tag_paths());
+            for r in 0..repeat {
+                let index = point * u64::from(repeat) + u64::from(r);
+                let seed = run_seed(file.seed, index);
+                runs.push(Run {
+                    index,
+                    seed,
+                    key: run_key(&params, r, seed),
+                    params: params.clone(),
+                    label: label.clone(),
+                    runnable: Arc::clone(&runnable),
+                });
+            }
+        }
+
+        let param_columns = param_columns(&file.sweep, &runs);
+        let metric_columns = kind.metric_names();
+        check_plots(origin, kind, &file.plots, &param_columns, &metric_columns)?;
+        Ok(Experiment {
+            name: file.name.value,
+            kind: kind.name(),
+            origin: origin.to_string(),
+            text: text.to_string(),
+            points,
+            repeat,
+            runs,
+            param_columns,
+            metric_columns,
+        })
+    }
+}
+
+/// The name becomes a directory: keep it to one plain path component.
+fn check_name(origin: &str, name: &Spanned<String>) -> Result<(), ExperimentError> {
+    let n = &name.value;
+    let plain = !n.is_empty()
+        && !n.starts_with('.')
+        && n.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if plain {
+        Ok(())
+    } else {
+        Err(at(
+            origin,
+            name.referenced,
+            format!("`name` must be letters, digits, `-`, `_` or `.` (not starting with `.`), got `{n}`"),
+        ))
+    }
+}
+
+/// Lists non-empty, zip groups of equal length, no key set twice.
+fn check_sweep_shape(origin: &str, sweep: &Sweep) -> Result<(), ExperimentError> {
+    let mut seen = BTreeSet::new();
+    for axis in &sweep.axes {
+        let members = axis.members();
+        if let crate::sweep::Axis::Zip { location, .. } = axis {
+            if members.is_empty() {
+                return Err(at(origin, *location, "empty zip group".into()));
+            }
+            let first = &members[0];
+            for m in &members[1..] {
+                if m.values.len() != first.values.len() {
+                    return Err(at(
+                        origin,
+                        m.list_location,
+                        format!(
+                            "zip group lists differ in length: `{}` has {} values, `{}` has {}",
+                            first.key.key,
+                            first.values.len(),
+                            m.key.key,
+                            m.values.len()
+                        ),
+                    ));
+                }
+            }
+        }
+        for m in members {
+            if m.values.is_empty() {
+                return Err(at(origin, m.list_location, format!("sweep key `{}` has no values", m.key.key)));
+            }
+            if m.key.key.is_empty() || m.key.key.split('.').any(str::is_empty) {
+                return Err(at(origin, m.key.location, format!("malformed sweep key `{}`", m.key.key)));
+            }
+            if !seen.insert(m.key.key.as_str()) {
+                return Err(at(origin, m.key.location, format!("sweep key `{}` is set twice", m.key.key)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each sweep value on its own over the base: blames a bad key or value at
+/// its place in the file, before combinations are tried.
+fn check_sweep_values(origin: &str, kind: &dyn Kind, base: &Value, sweep: &Sweep) -> Result<(), ExperimentError> {
+    for kv in sweep.keys() {
+        for value in &kv.values {
+            let mut tree = base.clone();
+            set_dotted(&mut tree, &kv.key.key, value.value.clone());
+            match kind.prepare(&tree) {
+                Ok(_) => {}
+                // The dotted key names a field the schema lacks (rather than
+                // the value, a map, holding one).
+                Err(PointError::UnknownKey { key, message })
+                    if kv.key.key.split('.').any(|part| part == key) =>
+                {
+                    return Err(at(
+                        origin,
+                        kv.key.location,
+                        format!("sweep key `{}` is not a parameter of kind {}: {message}", kv.key.key, kind.name()),
+                    ));
+                }
+                Err(e) => {
+                    return Err(at(
+                        origin,
+                        value_location(value),
+                        format!("sweep `{}` = {}: {}", kv.key.key, display_value(&value.value), e.message()),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn value_location(value: &Spanned<Value>) -> Location {
+    value.referenced
+}
+
+/// CSV parameter columns: the sweep's keys in file order, then every other
+/// leaf any point has, sorted.
+fn param_columns(sweep: &Sweep, runs: &[Run]) -> Vec<String> {
+    let all: BTreeSet<&String> = runs.iter().flat_map(|r| r.params.keys()).collect();
+    let mut columns: Vec<String> = Vec::new();
+    for kv in sweep.keys() {
+        // The key itself, then the leaves under it (a swept map or enum).
+        let prefix = format!("{}.", kv.key.key);
+        for key in &all {
+            let under = **key == kv.key.key || key.starts_with(&prefix);
+            if under && !columns.contains(key) {
+                columns.push((*key).clone());
+            }
+        }
+    }
+    for key in all {
+        if !columns.contains(key) {
+            columns.push(key.clone());
+        }
+    }
+    columns
+}
+
+/// Each plot's keys must name a parameter, a metric, or (for a CDF's `y`) a
+/// series the kind reports.
+fn check_plots(
+    origin: &str,
+    kind: &dyn Kind,
+    plots: &[Spanned<PlotSpec>],
+    params: &[String],
+    metrics: &[String],
+) -> Result<(), ExperimentError> {
+    let series = kind.series_names();
+    for plot in plots {
+        let spec = &plot.value;
+        spec.validate().map_err(|e| at(origin, plot.referenced, e.to_string()))?;
+        let mut fields: Vec<(&str, &str, Vec<&str>)> = Vec::new();
+        let scalar_keys: Vec<&str> = params.iter().chain(metrics).map(String::as_str).collect();
+        if let Some(x) = &spec.x {
+            fields.push(("x", x, scalar_keys.clone()));
+        }
+        if spec.kind == PlotKind::Cdf {
+            fields.push(("y", &spec.y, series.to_vec()));
+        } else {
+            fields.push(("y", &spec.y, scalar_keys.clone()));
+        }
+        if let Some(s) = &spec.series {
+            fields.push(("series", s, params.iter().map(String::as_str).collect()));
+        }
+        if let Some(z) = &spec.z {
+            fields.push(("z", z, scalar_keys.clone()));
+        }
+        for (role, key, known) in fields {
+            if !known.contains(&key) {
+                return Err(at(
+                    origin,
+                    plot.referenced,
+                    format!(
+                        "plot `{role}: {key}` names no {} of kind {}{} (known: {})",
+                        match role {
+                            "series" => "parameter",
+                            "y" if spec.kind == PlotKind::Cdf => "series",
+                            _ => "parameter or metric",
+                        },
+                        kind.name(),
+                        did_you_mean(key, known.iter().copied()),
+                        known.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}

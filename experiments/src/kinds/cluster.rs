@@ -1,0 +1,33 @@
+//! `kind: cluster`: one point is a `flowlab_sim::cluster::ClusterConfig`
+//! (model, workers, PS tasks, strategy, network, stragglers, steps), run by
+//! the cluster simulator.
+
+use flowlab_sim::cluster::{ClusterConfig, simulate};
+
+use super::{Outcome, TypedKind};
+
+pub(crate) static CLUSTER: TypedKind<ClusterConfig> = TypedKind {
+    name: "cluster",
+    validate: |config| config.validate().map_err(|e| e.to_string()),
+    run: run_point,
+    metric_names: || {
+        ClusterConfig::metric_names()
+            .iter()
+            .map(|name| name.to_string())
+            .collect()
+    },
+    series_names: &["step_time_s"],
+    tag_paths: &["strategy"],
+};
+
+fn run_point(config: &ClusterConfig, seed: u64) -> Result<Outcome, String> {
+    let report = simulate(config, seed).map_err(|e| e.to_string())?;
+    let mut outcome = Outcome {
+        metrics: report.metrics(),
+        ..Outcome::default()
+    };
+    outcome
+        .series
+        .insert("step_time_s".to_string(), report.step_times_s.clone());
+    Ok(outcome)
+}

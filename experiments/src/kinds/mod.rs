@@ -1,0 +1,169 @@
+//! Experiment kinds: what one sweep point is and how it runs. Each kind that
+//! exists binds a crate's typed configuration (deserialized from the point's
+//! parameter tree, validated before anything runs) to the function that runs
+//! it. Kinds named in the schema whose crates have not landed yet are
+//! rejected when the file is checked.
+
+mod cluster;
+
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::diagnostics;
+use crate::error::ExperimentError;
+
+/// Every kind the schema names, in the order the docs list them.
+pub(crate) const ALL_KINDS: &[&str] = &["cluster", "graph", "placement", "systolic", "engine", "validate"];
+
+/// What a finished point measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Outcome {
+    pub(crate) metrics: BTreeMap<String, f64>,
+    pub(crate) series: BTreeMap<String, Vec<f64>>,
+}
+
+/// Why a point's parameters are not a valid configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum PointError {
+    /// A key the kind's schema does not have: the key, and a message with
+    /// a suggestion.
+    UnknownKey { key: String, message: String },
+    /// Any other type or shape error.
+    Malformed(String),
+    /// Well-formed but out of range (the kind's own validation).
+    Invalid(String),
+}
+
+impl PointError {
+    pub(crate) fn message(&self) -> &str {
+        match self {
+            PointError::UnknownKey { message, .. } | PointError::Malformed(message) | PointError::Invalid(message) => {
+                message
+            }
+        }
+    }
+}
+
+/// One point, parsed and validated, ready to run.
+pub(crate) trait Runnable: Send + Sync {
+    fn run(&self, seed: u64) -> Result<Outcome, String>;
+}
+
+/// An experiment kind.
+pub(crate) trait Kind: Sync {
+    fn name(&self) -> &'static str;
+    /// Type-checks the file's `base:` against the kind's schema, so that
+    /// errors point at their line and column in the file.
+    fn check_base(&self, origin: &str, text: &str) -> Result<(), ExperimentError>;
+    /// Parses and validates one point's parameter tree.
+    fn prepare(&self, tree: &Value) -> Result<Box<dyn Runnable>, PointError>;
+    /// Scalar metrics every successful point reports, in column order.
+    fn metric_names(&self) -> Vec<String>;
+    /// Per-step sample series a point reports (for CDF plots).
+    fn series_names(&self) -> &'static [&'static str];
+    /// Dotted paths of externally tagged enums (`strategy: {sync: {...}}`),
+    /// whose variant name becomes a parameter of its own.
+    fn tag_paths(&self) -> &'static [&'static str];
+}
+
+/// The kind named `name`, or a message saying why there is none.
+pub(crate) fn lookup(name: &str) -> Result<&'static dyn Kind, String> {
+    match name {
+        "cluster" => Ok(&cluster::CLUSTER),
+        _ if ALL_KINDS.contains(&name) => Err(unavailable(name)),
+        _ => Err(format!(
+            "unknown kind `{name}`{} (expected one of: {})",
+            crate::suggest::did_you_mean(name, ALL_KINDS.iter().copied()),
+            ALL_KINDS.join(", ")
+        )),
+    }
+}
+
+/// The kinds that can run in this build.
+pub(crate) fn available() -> Vec<&'static str> {
+    vec!["cluster"]
+}
+
+fn unavailable(name: &str) -> String {
+    format!(
+        "kind `{name}` is not available yet (available: {})",
+        available().join(", ")
+    )
+}
+
+/// A kind defined by its typed configuration `C` and three functions.
+pub(crate) struct TypedKind<C> {
+    pub(crate) name: &'static str,
+    pub(crate) validate: fn(&C) -> Result<(), String>,
+    pub(crate) run: fn(&C, u64) -> Result<Outcome, String>,
+    pub(crate) metric_names: fn() -> Vec<String>,
+    pub(crate) series_names: &'static [&'static str],
+    pub(crate) tag_paths: &'static [&'static str],
+}
+
+/// The file with only `base:` typed (other keys are skipped), to get the
+/// parser's located errors.
+#[derive(serde::Deserialize)]
+struct BaseOnly<C> {
+    #[serde(rename = "base")]
+    _base: C,
+}
+
+struct Bound<C> {
+    config: C,
+    run: fn(&C, u64) -> Result<Outcome, String>,
+}
+
+impl<C: Send + Sync> Runnable for Bound<C> {
+    fn run(&self, seed: u64) -> Result<Outcome, String> {
+        (self.run)(&self.config, seed)
+    }
+}
+
+impl<C: DeserializeOwned + Send + Sync + 'static> Kind for TypedKind<C> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn check_base(&self, origin: &str, text: &str) -> Result<(), ExperimentError> {
+        diagnostics::parse_yaml::<BaseOnly<C>>(text)
+            .map(|_| ())
+            .map_err(|e| diagnostics::yaml_error(origin, text, &e))
+    }
+
+    fn prepare(&self, tree: &Value) -> Result<Box<dyn Runnable>, PointError> {
+        // Through YAML text rather than serde_json::from_value so that the
+        // errors are the parser's structured ones (unknown key with the
+        // expected names, wrong scalar type), as for the file itself.
+        let yaml = serde_saphyr::to_string(tree).map_err(|e| PointError::Malformed(e.to_string()))?;
+        let config: C = diagnostics::parse_yaml(&yaml).map_err(|e| {
+            let message = diagnostics::yaml_message(&yaml, &e);
+            match e.without_snippet() {
+                serde_saphyr::Error::SerdeUnknownField { field, .. } => PointError::UnknownKey {
+                    key: field.clone(),
+                    message,
+                },
+                _ => PointError::Malformed(message),
+            }
+        })?;
+        (self.validate)(&config).map_err(PointError::Invalid)?;
+        Ok(Box::new(Bound {
+            config,
+            run: self.run,
+        }))
+    }
+
+    fn metric_names(&self) -> Vec<String> {
+        (self.metric_names)()
+    }
+
+    fn series_names(&self) -> &'static [&'static str] {
+        self.series_names
+    }
+
+    fn tag_paths(&self) -> &'static [&'static str] {
+        self.tag_paths
+    }
+}

@@ -1,0 +1,273 @@
+//! Runs an experiment's points in parallel and stores each as it finishes.
+//!
+//! Points run on a rayon pool of `jobs` threads. A point's numbers depend
+//! only on its parameters and its seed, never on the thread or the order, so
+//! any `jobs` gives the same results. A point that fails (or panics) records
+//! its error and the sweep goes on.
+
+use std::collections::HashSet;
+use std::io::IsTerminal;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use flowlab_reports::ResultRow;
+use indicatif::{ProgressBar, ProgressStyle};
+use rayon::prelude::*;
+
+use crate::error::ExperimentError;
+use crate::experiment::{Experiment, Run};
+use crate::store::{Columns, ResultStore};
+
+/// Which share of the runs this process takes: runs whose index is
+/// `index mod count == index_of_shard`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u64,
+    pub count: u64,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = ExperimentError;
+
+    /// `K/N` with 0 <= K < N.
+    fn from_str(s: &str) -> Result<Shard, ExperimentError> {
+        let bad = || ExperimentError::Usage(format!("--shard `{s}`: expected K/N with 0 <= K < N, e.g. 0/4"));
+        let (k, n) = s.split_once('/').ok_or_else(bad)?;
+        let index: u64 = k.trim().parse().map_err(|_| bad())?;
+        let count: u64 = n.trim().parse().map_err(|_| bad())?;
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+/// How progress is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// A bar when stdout is a terminal, plain lines otherwise.
+    Auto,
+    /// One line per finished point.
+    Lines,
+    /// Nothing.
+    Quiet,
+}
+
+/// How to run an experiment.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The output directory (`out/<name>` if absent).
+    pub out_dir: Option<PathBuf>,
+    /// Worker threads (all cores if absent).
+    pub jobs: Option<usize>,
+    pub shard: Option<Shard>,
+    /// Discard earlier results instead of resuming.
+    pub fresh: bool,
+    pub progress: Progress,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            out_dir: None,
+            jobs: None,
+            shard: None,
+            fresh: false,
+            progress: Progress::Auto,
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    pub out_dir: PathBuf,
+    /// Runs in this shard.
+    pub runs: u64,
+    /// Runs already done by an earlier, interrupted invocation.
+    pub resumed: u64,
+    /// Runs done now.
+    pub ran: u64,
+    /// Runs of this shard whose stored row is an error.
+    pub failed: u64,
+    pub elapsed: Duration,
+}
+
+/// The default output directory of an experiment: `out/<name>`.
+pub fn default_out_dir(experiment: &Experiment) -> PathBuf {
+    Path::new("out").join(&experiment.name)
+}
+
+/// Runs every run of the experiment (of this shard) not already stored in
+/// the output directory, storing each as it finishes.
+pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, ExperimentError> {
+    let start = Instant::now();
+    let out_dir = options.out_dir.clone().unwrap_or_else(|| default_out_dir(experiment));
+    let mine: Vec<&Run> = experiment
+        .runs
+        .iter()
+        .filter(|r| options.shard.is_none_or(|s| r.index % s.count == s.index))
+        .collect();
+    let my_keys: HashSet<&str> = mine.iter().map(|r| r.key.as_str()).collect();
+    let columns = Columns {
+        params: experiment.param_columns.clone(),
+        metrics: experiment.metric_columns.clone(),
+    };
+    let (store, existing) = ResultStore::open(&out_dir, &experiment.text, columns, options.fresh, &my_keys)?;
+    let done: HashSet<&str> = existing.iter().map(|r| r.key.as_str()).collect();
+    let pending: Vec<&Run> = mine.iter().copied().filter(|r| !done.contains(r.key.as_str())).collect();
+    let resumed = (mine.len() - pending.len()) as u64;
+
+    let jobs = options
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .build()
+        .map_err(|e| ExperimentError::ThreadPool {
+            jobs,
+            message: e.to_string(),
+        })?;
+
+    let reporter = Reporter::new(options.progress, pending.len() as u64, mine.len() as u64, resumed);
+    let store = Mutex::new(store);
+    let first_error: Mutex<Option<ExperimentError>> = Mutex::new(None);
+    pool.install(|| {
+        pending.par_iter().for_each(|run| {
+            if lock(&first_error).is_some() {
+                return;
+            }
+            let row = execute(run);
+            let stored = lock(&store).append(&row);
+            match stored {
+                Ok(()) => reporter.finished(run, &row),
+                Err(e) => {
+                    lock(&first_error).get_or_insert(e);
+                }
+            }
+        });
+    });
+    reporter.done();
+    if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    let store = store.into_inner().unwrap_or_else(|p| p.into_inner());
+    let rows = store.finish()?;
+    let failed = rows
+        .iter()
+        .filter(|r| r.error.is_some() && my_keys.contains(r.key.as_str()))
+        .count() as u64;
+    Ok(RunSummary {
+        out_dir,
+        runs: mine.len() as u64,
+        resumed,
+        ran: pending.len() as u64,
+        failed,
+        elapsed: start.elapsed(),
+    })
+}
+
+/// A poisoned lock only means another point panicked while holding it; the
+/// data (a file handle, an error slot) is still sound.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs one point, turning an error or a panic into a failed row.
+fn execute(run: &Run) -> ResultRow {
+    let start = Instant::now();
+    let outcome = catch_unwind(AssertUnwindSafe(|| run.runnable.run(run.seed))).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown cause".to_string());
+        Err(format!("panicked: {message}"))
+    });
+    let elapsed_s = start.elapsed().as_secs_f64();
+    let (metrics, series, error) = match outcome {
+        Ok(o) => (o.metrics, o.series, None),
+        Err(e) => (Default::default(), Default::default(), Some(e)),
+    };
+    ResultRow {
+        index: run.index,
+        key: run.key.clone(),
+        seed: run.seed,
+        params: run.params.clone(),
+        metrics,
+        series,
+        error,
+        elapsed_s,
+    }
+}
+
+/// Shows progress as a bar or as lines.
+enum Reporter {
+    Bar(ProgressBar),
+    Lines { done: Mutex<u64>, total: u64 },
+    Quiet,
+}
+
+impl Reporter {
+    fn new(progress: Progress, pending: u64, total: u64, resumed: u64) -> Reporter {
+        let terminal = std::io::stdout().is_terminal();
+        match progress {
+            Progress::Quiet => Reporter::Quiet,
+            Progress::Auto if terminal => {
+                let bar = ProgressBar::new(pending);
+                let style = ProgressStyle::with_template(
+                    "{bar:40.cyan/blue} {pos}/{len} points  {per_sec}  elapsed {elapsed}  ETA {eta}  {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar());
+                bar.set_style(style);
+                if resumed > 0 {
+                    bar.println(format!("resuming: {resumed} of {total} runs already done"));
+                }
+                Reporter::Bar(bar)
+            }
+            Progress::Auto | Progress::Lines => {
+                if resumed > 0 {
+                    println!("resuming: {resumed} of {total} runs already done");
+                }
+                Reporter::Lines {
+                    done: Mutex::new(resumed),
+                    total,
+                }
+            }
+        }
+    }
+
+    fn finished(&self, run: &Run, row: &ResultRow) {
+        match self {
+            Reporter::Quiet => {}
+            Reporter::Bar(bar) => {
+                if let Some(e) = &row.error {
+                    bar.println(format!("run {} ({}) failed: {e}", run.index, run.label));
+                }
+                bar.inc(1);
+            }
+            Reporter::Lines { done, total } => {
+                let mut done = lock(done);
+                *done += 1;
+                let status = match &row.error {
+                    None => "ok".to_string(),
+                    Some(e) => format!("FAILED: {e}"),
+                };
+                let width = total.to_string().len();
+                println!(
+                    "[{:>width$}/{total}] run {} {} ({:.2} s) {status}",
+                    *done, run.index, run.label, row.elapsed_s
+                );
+            }
+        }
+    }
+
+    fn done(&self) {
+        if let Reporter::Bar(bar) = self {
+            bar.finish();
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! `flowlab run FILE`, `flowlab list`, and the default job (`flowlab` with no
+//! arguments): run an experiment's sweep, then render its report.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use flowlab_experiments::{
+    CATALOG_PREFIX, DEFAULT_EXPERIMENT, Experiment, Progress, RunOptions, RunSummary, Shard, catalog,
+};
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// An experiment file, or `catalog:NAME` (see `flowlab list`).
+    experiment: String,
+    /// Output directory [default: out/<name>].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Points run at once [default: all cores].
+    #[arg(long, short)]
+    jobs: Option<usize>,
+    /// Run only every N-th point, starting at K (0 <= K < N), e.g. 0/4.
+    #[arg(long, value_name = "K/N")]
+    shard: Option<Shard>,
+    /// Discard earlier results in the output directory instead of resuming.
+    #[arg(long)]
+    fresh: bool,
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let experiment = flowlab_experiments::load(&args.experiment)?;
+    let options = RunOptions {
+        out_dir: args.out,
+        jobs: args.jobs,
+        shard: args.shard,
+        fresh: args.fresh,
+        progress: Progress::Auto,
+    };
+    run_and_report(&experiment, &options)
+}
+
+/// `flowlab` alone: the catalog's default experiment, from scratch.
+pub fn default_job() -> anyhow::Result<ExitCode> {
+    let spec = format!("{CATALOG_PREFIX}{DEFAULT_EXPERIMENT}");
+    println!("flowlab: running {spec} (`flowlab list` shows the catalog, `flowlab --help` the commands)");
+    let experiment = flowlab_experiments::load(&spec)?;
+    let options = RunOptions {
+        fresh: true,
+        ..RunOptions::default()
+    };
+    run_and_report(&experiment, &options)
+}
+
+/// `flowlab list`: the catalog, one entry a line.
+pub fn list() -> anyhow::Result<ExitCode> {
+    let width = catalog().iter().map(|e| e.name.len()).max().unwrap_or(0);
+    for entry in catalog() {
+        let runs = match Experiment::from_text(entry.name, entry.text) {
+            Ok(e) => format!("{:>4} runs", e.run_count()),
+            Err(_) => "   unavailable".to_string(),
+        };
+        let default = if entry.name == DEFAULT_EXPERIMENT { "  (default)" } else { "" };
+        println!("{CATALOG_PREFIX}{:<width$}  {runs}  {}{default}", entry.name, entry.summary);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs, renders, and says where the report is. The exit status is the
+/// number of failed runs (at most 125), or 1 if only the report failed.
+fn run_and_report(experiment: &Experiment, options: &RunOptions) -> anyhow::Result<ExitCode> {
+    let summary = flowlab_experiments::run(experiment, options)?;
+    print_summary(experiment, &summary);
+    let report = flowlab_experiments::render(&summary.out_dir);
+    match &report {
+        Ok(index) => println!("report: {}", index.display()),
+        Err(e) => eprintln!("error: report not rendered: {e}"),
+    }
+    if summary.failed > 0 {
+        eprintln!(
+            "error: {} of {} runs failed (their errors are in {})",
+            summary.failed,
+            summary.runs,
+            summary.out_dir.join("results.csv").display()
+        );
+        return Ok(ExitCode::from(summary.failed.min(125) as u8));
+    }
+    Ok(if report.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn print_summary(experiment: &Experiment, s: &RunSummary) {
+    let resumed = if s.resumed > 0 {
+        format!(", {} resumed from an earlier run", s.resumed)
+    } else {
+        String::new()
+    };
+    println!(
+        "{}: {} runs ({} ran now{resumed}, {} failed) in {:.1} s; results in {}",
+        experiment.name,
+        s.runs,
+        s.ran,
+        s.failed,
+        s.elapsed.as_secs_f64(),
+        s.out_dir.display()
+    );
+}

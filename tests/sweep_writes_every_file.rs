@@ -1,0 +1,120 @@
+//! A small sweep runs end to end and writes every promised file: the input
+//! copied verbatim, one JSON row and one CSV row per point with every metric,
+//! a PNG and an SVG per plot, and an HTML page that shows them all.
+
+mod common;
+
+use common::{describe, read_rows, run_flowlab, small_sweep, write_file};
+
+const METRICS_ALWAYS_PRESENT: &[&str] = &["throughput"];
+
+#[test]
+fn check_counts_the_points_without_running() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_file(tmp.path(), "small.yaml", &small_sweep("small", 5));
+    let out = run_flowlab(&["check", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.trim(), format!("{}: ok: kind cluster, 6 points", file.display()));
+    assert!(!tmp.path().join("out").exists());
+}
+
+#[test]
+fn a_small_sweep_writes_results_plots_and_page() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = small_sweep("small", 5);
+    let file = write_file(tmp.path(), "small.yaml", &text);
+    let dir = tmp.path().join("results");
+    let out = run_flowlab(&["run", file.to_str().unwrap(), "--out", dir.to_str().unwrap(), "--jobs", "2"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+
+    // The experiment file, verbatim.
+    assert_eq!(std::fs::read_to_string(dir.join("experiment.yaml")).unwrap(), text);
+
+    // One JSON row per point, in index order, with its params, metrics and series.
+    let rows = read_rows(&dir);
+    assert_eq!(rows.len(), 6);
+    let mut keys = std::collections::HashSet::new();
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row["index"], i as u64);
+        assert!(keys.insert(row["key"].as_str().unwrap().to_string()), "duplicate key in {row}");
+        assert_eq!(row["error"], serde_json::Value::Null, "{row}");
+        let params = &row["params"];
+        assert_eq!(params["workers"], if i < 3 { 4 } else { 8 });
+        assert_eq!(params["strategy.sync.backup"], (i % 3) as u64);
+        assert_eq!(params["strategy"], "sync");
+        assert_eq!(params["network.topology"], "fat_tree");
+        assert_eq!(params["model"], "inception_v3");
+        for m in METRICS_ALWAYS_PRESENT {
+            let v = row["metrics"][m].as_f64().unwrap_or_else(|| panic!("metric {m} in {row}"));
+            assert!(v > 0.0, "{m} = {v}");
+        }
+        let steps = row["series"]["step_time_s"].as_array().expect("step_time_s series");
+        assert_eq!(steps.len(), 5);
+        assert!(steps.iter().all(|s| s.as_f64().unwrap() > 0.0));
+    }
+
+    // The CSV: a header, then one row per point with every column filled.
+    let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 7, "{csv}");
+    let header: Vec<&str> = lines[0].split(',').collect();
+    assert_eq!(&header[..5], ["index", "key", "seed", "workers", "strategy.sync.backup"]);
+    assert_eq!(header.last(), Some(&"error"));
+    assert!(header.contains(&"throughput"));
+    for (i, line) in lines[1..].iter().enumerate() {
+        let cells: Vec<&str> = line.split(',').collect();
+        assert_eq!(cells.len(), header.len(), "{line}");
+        assert_eq!(cells[0], i.to_string());
+        assert_eq!(cells[1], rows[i]["key"].as_str().unwrap());
+        assert_eq!(cells.last(), Some(&""), "no error in {line}");
+    }
+
+    // Plots: every PNG decodes and is not blank; the page shows every plot.
+    let index = dir.join("index.html");
+    assert!(stdout.contains(&format!("report: {}", index.display())), "{stdout}");
+    let html = std::fs::read_to_string(&index).unwrap();
+    let mut pngs = Vec::new();
+    let mut svgs = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".png") {
+            pngs.push(name);
+        } else if name.ends_with(".svg") {
+            svgs.push(name);
+        }
+    }
+    assert_eq!(pngs.len(), 2, "one PNG per plot: {pngs:?}");
+    assert_eq!(svgs.len(), 2, "one SVG per plot: {svgs:?}");
+    for name in &pngs {
+        assert_not_blank(&dir.join(name));
+        let stem = name.trim_end_matches(".png");
+        assert!(
+            html.contains(name.as_str()) || html.contains(&format!("{stem}.svg")),
+            "index.html does not show {name}"
+        );
+    }
+    for name in &svgs {
+        let svg = std::fs::read_to_string(dir.join(name)).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("</svg>"), "{name} is not an SVG");
+    }
+}
+
+/// Decodes a PNG and checks it has more than one colour.
+fn assert_not_blank(path: &std::path::Path) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
+    let mut reader = decoder.read_info().unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(info.width >= 100 && info.height >= 100, "{}: {}x{}", path.display(), info.width, info.height);
+    let pixels = &buf[..info.buffer_size()];
+    let bytes_per_pixel = info.line_size / info.width as usize;
+    let first = &pixels[..bytes_per_pixel];
+    let differing = pixels.chunks(bytes_per_pixel).filter(|p| *p != first).count();
+    assert!(
+        differing * 100 > pixels.len() / bytes_per_pixel,
+        "{}: fewer than 1% of pixels differ from the first: blank",
+        path.display()
+    );
+}
