@@ -123,7 +123,7 @@ impl Catalog {
     /// Loads a catalog from a user YAML file; errors name the file, line and key.
     pub fn from_yaml_file(path: impl AsRef<Path>) -> Result<Catalog, HwError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| HwError::Io { path: path.into(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|error| HwError::Io { path: path.into(), error })?;
         Catalog::from_yaml_str(&text, path)
     }
 

@@ -24,8 +24,8 @@ pub enum HwError {
     #[error("{path}: {key}: {message}")]
     InvalidValue { path: PathBuf, key: String, message: String },
 
-    #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    #[error("cannot read {path}: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
 
     #[error("{path}:{line}: {message}")]
     Parse { path: PathBuf, line: usize, message: String },

@@ -113,7 +113,7 @@ impl Profile {
     /// Reads a profile: JSON if the name ends in `.json`, YAML otherwise.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Profile, HwError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| HwError::Io { path: path.into(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|error| HwError::Io { path: path.into(), error })?;
         let profile: Profile = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
             serde_json::from_str(&text).map_err(|e| HwError::Parse {
                 path: path.into(),

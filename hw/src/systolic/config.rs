@@ -150,7 +150,7 @@ impl ArrayConfig {
     /// Reads a YAML file with the keys documented on the type.
     pub fn from_yaml_file(path: impl AsRef<Path>) -> Result<ArrayConfig, HwError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| HwError::Io { path: path.into(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|error| HwError::Io { path: path.into(), error })?;
         let c: ArrayConfig =
             serde_saphyr::from_str(&text).map_err(|e| HwError::Yaml { path: path.into(), message: e.to_string() })?;
         c.validate().map_err(|e| HwError::Yaml { path: path.into(), message: e.to_string() })?;
@@ -163,7 +163,7 @@ impl ArrayConfig {
     /// SCALE-Sim's own files load unchanged. Errors name the file and line.
     pub fn from_scalesim_cfg(path: impl AsRef<Path>) -> Result<ArrayConfig, HwError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| HwError::Io { path: path.into(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|error| HwError::Io { path: path.into(), error })?;
         Self::from_scalesim_str(&text, path)
     }
 

@@ -134,7 +134,7 @@ const CONV_COLUMNS: [&str; 8] =
 /// the header). Errors name the file, the line and the column.
 pub fn read_topology_csv(path: impl AsRef<Path>) -> Result<Vec<Layer>, HwError> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path).map_err(|source| HwError::Io { path: path.into(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|error| HwError::Io { path: path.into(), error })?;
     parse_topology(&text, path)
 }
 
