@@ -301,10 +301,24 @@ pub(crate) fn default_b(k: u64, j: u64) -> i32 {
     ((k * 17 + j * 5) % 11) as i32 - 5
 }
 
+/// Largest array (in PEs) the cycle-by-cycle model accepts: 512 x 512.
+pub const MAX_CYCLE_MODEL_PES: u64 = 512 * 512;
+
 /// Simulates one layer cycle by cycle (every PE stepped every cycle). Meant
-/// for small arrays and layers: the work is R * C per simulated cycle.
+/// for small arrays and layers: the work is R * C per simulated cycle, and
+/// arrays beyond [`MAX_CYCLE_MODEL_PES`] are refused (use `simulate_layer`).
 pub fn simulate_layer_cycles(cfg: &ArrayConfig, layer: &Layer) -> Result<LayerReport, HwError> {
     cfg.validate()?;
+    let pes = u64::from(cfg.rows) * u64::from(cfg.cols);
+    if pes > MAX_CYCLE_MODEL_PES {
+        return Err(HwError::InvalidParameter {
+            parameter: "ArrayHeight x ArrayWidth".into(),
+            message: format!(
+                "the cycle-by-cycle model takes at most {MAX_CYCLE_MODEL_PES} PEs, got {}x{}; use the fast path",
+                cfg.rows, cfg.cols
+            ),
+        });
+    }
     layer.validate()?;
     let map = Mapping::new(cfg, layer);
     // Check SRAM sizes before spending time on the array.

@@ -20,7 +20,7 @@ mod bench;
 
 pub use bench::{bench_records, BenchRecord};
 pub use config::{ArrayConfig, Dataflow, MAX_ARRAY_DIM};
-pub use cycle::simulate_layer_cycles;
+pub use cycle::{simulate_layer_cycles, MAX_CYCLE_MODEL_PES};
 pub use fast::simulate_layer;
 pub use layer::{read_topology_csv, Layer, MAX_LAYER_DIM};
 pub use report::LayerReport;
@@ -159,6 +159,13 @@ mod tests {
         assert_eq!(e, "invalid parameter `M`: must be between 1 and 16777216, got 0");
         let e = ArrayConfig::new(5000, 8, Dataflow::Os).unwrap_err().to_string();
         assert_eq!(e, "invalid parameter `ArrayHeight`: must be between 1 and 4096, got 5000");
+        let big = cfg(1024, 1024, Dataflow::Os);
+        let e = simulate_layer_cycles(&big, &Layer::gemm("g", 4, 4, 4).unwrap()).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "invalid parameter `ArrayHeight x ArrayWidth`: the cycle-by-cycle model takes at most 262144 PEs, got 1024x1024; use the fast path"
+        );
+        assert!(simulate_layer(&big, &Layer::gemm("g", 4, 4, 4).unwrap()).is_ok());
         c.rows = 0;
         assert!(simulate_layer(&c, &Layer::gemm("g", 4, 4, 4).unwrap()).is_err());
     }
