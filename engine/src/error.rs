@@ -71,6 +71,15 @@ pub enum EngineError {
     /// A device this build cannot run on (e.g. CUDA without the feature).
     #[error("device '{0}' is not available in this build")]
     Device(String),
+    /// A malformed device name or device specification.
+    #[error("invalid device name '{name}': {detail}")]
+    BadDeviceName { name: String, detail: String },
+    /// No device satisfies a node's constraints; the message names the nodes.
+    #[error("cannot place node '{node}': {detail}")]
+    Placement { node: String, detail: String },
+    /// A failed, timed out or aborted transfer; `key` names the devices and edge.
+    #[error("rendezvous {key}: {detail}")]
+    Rendezvous { key: String, detail: String },
 }
 
 /// Result with [`EngineError`].

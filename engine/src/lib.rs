@@ -7,6 +7,7 @@ pub mod kernels;
 pub mod train;
 
 mod attr;
+mod device;
 mod dtype;
 mod error;
 mod executor;
@@ -20,6 +21,7 @@ mod tensor;
 mod trace;
 
 pub use attr::{AttrValue, Attrs, TensorValue};
+pub use device::{DeviceName, DeviceSet};
 pub use dtype::{DType, Element};
 pub use error::{EngineError, Result};
 pub use graph::{Graph, IntoOutput, Node, NodeId, OpBuilder, Output, TensorType};
