@@ -24,6 +24,8 @@ pub struct BenchRecord {
     pub goal: String,
     /// Simulated seconds covered by the run (0 for the event core).
     pub sim_seconds: f64,
+    /// Max-min recomputations of the flow-level model during the run.
+    pub recomputations: u64,
 }
 
 /// Typed events of the event-core benchmark: a token ring of components.
@@ -60,6 +62,7 @@ fn event_core(events: u64) -> BenchRecord {
         unit: "M events/s".into(),
         goal: ">= 10".into(),
         sim_seconds: 0.0,
+        recomputations: 0,
     }
 }
 
@@ -99,6 +102,7 @@ fn timed(case: &str, cfg: &ClusterConfig, goal: &str) -> Result<BenchRecord, Sim
         unit: "steps/s".into(),
         goal: goal.into(),
         sim_seconds: r.sim_time_s,
+        recomputations: r.network_recomputations,
     })
 }
 

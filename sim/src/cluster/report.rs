@@ -46,6 +46,8 @@ pub struct ClusterReport {
     pub failures: u32,
     /// Events processed (queue events plus network completions).
     pub events: u64,
+    /// Flow-level bandwidth-share recomputations (0 for the analytical model).
+    pub network_recomputations: u64,
     /// Workers a step needs, and backup workers on top of them.
     pub workers: u32,
     pub backup_workers: u32,

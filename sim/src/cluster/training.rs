@@ -201,6 +201,7 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
         link_util_max: fabric.max_link_utilization(end),
         failures: sim.failures,
         events: sim.events,
+        network_recomputations: sim.net.recomputations(),
         workers: cfg.workers,
         backup_workers: cfg.total_workers() - cfg.workers,
         baseline_step_p50_s: None,
@@ -241,6 +242,22 @@ impl Sim<'_> {
         let max_t = SimTime::from_secs_f64(self.cfg.max_sim_time_s);
         while self.applied < self.target {
             let tq = self.q.peek_time();
+            // Events at the current instant run before the network is asked
+            // for its next event, so flows started together share one
+            // bandwidth recomputation instead of one each.
+            if tq.is_some() && tq == Some(self.q.now()) {
+                self.events += 1;
+                if self.events > self.cfg.max_events {
+                    return Err(SimError::BoundExceeded {
+                        what: "max_events".into(),
+                        limit: self.cfg.max_events.to_string(),
+                    });
+                }
+                if let Some((_, ev)) = self.q.pop() {
+                    self.on_event(ev)?;
+                }
+                continue;
+            }
             let tn = self.net.next_event_time();
             let t = match (tq, tn) {
                 (None, None) => {
@@ -646,6 +663,7 @@ fn run_allreduce(
         link_util_max: fabric.max_link_utilization(now),
         failures,
         events,
+        network_recomputations: net.recomputations(),
         workers: cfg.workers,
         backup_workers: 0,
         baseline_step_p50_s: None,

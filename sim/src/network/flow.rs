@@ -17,6 +17,9 @@ use crate::time::SimTime;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+/// Completion-coalescing window: 1 ns, far below any link latency modelled.
+const DRAIN_WINDOW: SimTime = SimTime(1_000);
+
 struct Flow {
     route: Route,
     remaining: f64,
@@ -256,8 +259,12 @@ impl NetworkModel for FlowNetwork {
                 let t = self.next_drain;
                 self.progress_to(t);
                 let mut i = 0;
+                // Flows that drain within DRAIN_WINDOW of each other finish
+                // together: float rounding in the shares would otherwise split
+                // one simultaneous completion into many recomputations.
+                let until = t + DRAIN_WINDOW;
                 while i < self.flows.len() {
-                    if self.flows[i].drain_at <= t {
+                    if self.flows[i].drain_at <= until {
                         let f = self.flows.swap_remove(i);
                         self.arrivals.push(Reverse((t + f.route.latency, self.seq, f.tag)));
                         self.seq += 1;

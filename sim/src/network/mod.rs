@@ -37,6 +37,16 @@ impl Network {
     }
 }
 
+impl Network {
+    /// Max-min recomputations so far (0 for the analytical model).
+    pub fn recomputations(&self) -> u64 {
+        match self {
+            Network::Analytical(_) => 0,
+            Network::Flow(f) => f.recomputations(),
+        }
+    }
+}
+
 macro_rules! dispatch {
     ($self:ident, $n:ident => $e:expr) => {
         match $self {
