@@ -118,3 +118,25 @@ fn assert_not_blank(path: &std::path::Path) {
         path.display()
     );
 }
+
+#[test]
+fn the_systolic_catalog_entry_writes_a_heatmap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("systolic");
+    let out = run_flowlab(&["run", "catalog:systolic-arrays", "--out", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let rows = read_rows(&dir);
+    assert_eq!(rows.len(), 18);
+    for row in &rows {
+        let u = row["metrics"]["utilization"].as_f64().unwrap();
+        assert!(u > 0.0 && u <= 1.0, "utilization {u} in {row}");
+    }
+    // The same array size gives the same MACs whatever the dataflow.
+    assert_eq!(rows[0]["metrics"]["macs"], rows[1]["metrics"]["macs"]);
+    let heatmap = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "png") && p.to_string_lossy().contains("heatmap"))
+        .expect("a heatmap PNG");
+    assert_not_blank(&heatmap);
+}

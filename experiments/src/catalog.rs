@@ -43,6 +43,11 @@ const ENTRIES: &[CatalogEntry] = &[
         summary: "Figure 9: LSTM-512-512 language model, 1..32 PS tasks, 4..256 workers",
         text: include_str!("../catalog/lstm-language-model.yaml"),
     },
+    CatalogEntry {
+        name: "systolic-arrays",
+        summary: "TPU-style systolic array: ResNet-50 utilization over array sizes and dataflows (os/ws/is)",
+        text: include_str!("../catalog/systolic-arrays.yaml"),
+    },
 ];
 
 /// Every catalog entry.

@@ -5,6 +5,7 @@
 //! rejected when the file is checked.
 
 mod cluster;
+mod systolic;
 
 use std::collections::BTreeMap;
 
@@ -72,6 +73,7 @@ pub(crate) trait Kind: Sync {
 pub(crate) fn lookup(name: &str) -> Result<&'static dyn Kind, String> {
     match name {
         "cluster" => Ok(&cluster::CLUSTER),
+        "systolic" => Ok(&systolic::SYSTOLIC),
         _ if ALL_KINDS.contains(&name) => Err(unavailable(name)),
         _ => Err(format!(
             "unknown kind `{name}`{} (expected one of: {})",
@@ -83,7 +85,7 @@ pub(crate) fn lookup(name: &str) -> Result<&'static dyn Kind, String> {
 
 /// The kinds that can run in this build.
 pub(crate) fn available() -> Vec<&'static str> {
-    vec!["cluster"]
+    vec!["cluster", "systolic"]
 }
 
 fn unavailable(name: &str) -> String {
