@@ -104,9 +104,6 @@ impl<'a> NodeInfo<'a> {
             v => Err(self.attr_err(key, format!("expected an int, found {v:?}"))),
         }
     }
-    pub fn int_or(&self, key: &str, d: i64) -> Result<i64> {
-        if self.attrs.contains_key(key) { self.int(key) } else { Ok(d) }
-    }
     pub fn float(&self, key: &str) -> Result<f64> {
         match self.get(key)? {
             AttrValue::Float(v) => Ok(*v),

@@ -352,7 +352,6 @@ impl<'a> Step<'a> {
             let mut ctx = KernelCtx {
                 n: NodeInfo { name: &node.name, op: &node.op, attrs: &node.attrs },
                 inputs,
-                outputs: &node.outputs,
                 threads: self.threads,
                 resources: &node.resources,
             };

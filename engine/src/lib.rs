@@ -2,6 +2,7 @@
 //! optimizers and checkpoints.
 
 pub mod bench;
+pub mod checkpoint;
 pub mod datasets;
 pub mod kernels;
 pub mod train;

@@ -79,7 +79,6 @@ pub(crate) enum Resource {
 pub(crate) struct KernelCtx<'a> {
     pub n: NodeInfo<'a>,
     pub inputs: Vec<Tensor>,
-    pub outputs: &'a [TensorType],
     pub threads: usize,
     pub resources: &'a [Resource],
 }
@@ -100,7 +99,6 @@ pub(crate) type KernelFn = fn(&mut KernelCtx) -> Result<Vec<Tensor>>;
 
 /// The definition of one op.
 pub(crate) struct OpDef {
-    pub name: &'static str,
     pub min_inputs: usize,
     pub max_inputs: Option<usize>,
     pub infer: InferFn,
@@ -154,7 +152,6 @@ impl Registry {
     /// Registers an op with its shape function; returns it for further settings.
     pub fn def(&mut self, name: &'static str, min: usize, max: Option<usize>, infer: InferFn) -> &mut OpDef {
         self.ops.entry(name).or_insert(OpDef {
-            name,
             min_inputs: min,
             max_inputs: max,
             infer,

@@ -1,0 +1,191 @@
+//! Every differentiable op's gradient against central finite differences in
+//! f64. `check` builds the op on f64 placeholders, reduces its output with a
+//! fixed pseudo-random weighting to a scalar loss, and compares the symbolic
+//! gradient of that loss with (L(x+h) - L(x-h)) / 2h for every input element.
+
+use flowlab_engine::{DType, Graph, Output, Result, Session, SessionOptions, Tensor};
+
+/// Deterministic values in [-1, 1] that avoid 0 (no ties, no kinks).
+fn values(n: usize, salt: u64) -> Vec<f64> {
+    (0..n)
+        .map(|i| {
+            let h = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(salt.wrapping_mul(0xBF58_476D_1CE4_E5B9));
+            let u = ((h >> 11) as f64) / ((1u64 << 53) as f64);
+            let v = 2.0 * u - 1.0;
+            if v.abs() < 0.1 { v + 0.2f64.copysign(v) } else { v }
+        })
+        .collect()
+}
+
+fn run1(s: &Session, feeds: &[(&Output, &Tensor)], y: &Output) -> f64 {
+    s.run(feeds, &[y], &[]).unwrap()[0].scalar_f64().unwrap()
+}
+
+/// Checks d(loss)/d(input) for each input shape given, with inputs drawn by
+/// `values` (or taken from `data` where given, mapped by `map`).
+fn check_with(name: &str, shapes: &[&[usize]], map: impl Fn(usize, f64) -> f64, eps: f64, tol: f64, build: impl Fn(&Graph, &[Output]) -> Result<Output>) {
+    let g = Graph::new();
+    let xs: Vec<Output> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| g.placeholder(&format!("x{i}"), DType::F64, PartialShapeOf(s).get()).unwrap())
+        .collect();
+    let y = build(&g, &xs).unwrap_or_else(|e| panic!("{name}: build failed: {e}"));
+    let y = if y.dtype() == DType::F64 { y } else { g.cast(&y, DType::F64).unwrap() };
+    let inputs: Vec<Tensor> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let n: usize = s.iter().product();
+            let v: Vec<f64> = values(n, i as u64 + 7).into_iter().map(|v| map(i, v)).collect();
+            Tensor::from_vec(v, s.to_vec()).unwrap()
+        })
+        .collect();
+    let sess = Session::with_options(&g, SessionOptions { threads: 1 }).unwrap();
+    let feeds: Vec<(&Output, &Tensor)> = xs.iter().zip(&inputs).collect();
+    let y_val = &sess.run(&feeds, &[&y], &[]).unwrap()[0];
+    let w = Tensor::from_vec(values(y_val.num_elements(), 99), y_val.shape().clone()).unwrap();
+    let loss = g.reduce_sum(g.mul(&y, g.constant(w).unwrap()).unwrap(), &[], false).unwrap();
+    let grads = g.gradients(&[&loss], &xs.iter().collect::<Vec<_>>()).unwrap();
+    for (i, gr) in grads.iter().enumerate() {
+        let gr = gr.as_ref().unwrap_or_else(|| panic!("{name}: no gradient for input {i}"));
+        let analytic = sess.run(&feeds, &[gr], &[]).unwrap()[0].to_vec::<f64>().unwrap();
+        assert_eq!(analytic.len(), inputs[i].num_elements(), "{name}: gradient {i} has the wrong size");
+        let base = inputs[i].to_vec::<f64>().unwrap();
+        for j in 0..base.len() {
+            let eval = |d: f64| {
+                let mut v = base.clone();
+                v[j] += d;
+                let t = Tensor::from_vec(v, inputs[i].shape().clone()).unwrap();
+                let mut f: Vec<(&Output, &Tensor)> = feeds.clone();
+                f[i] = (&xs[i], &t);
+                run1(&sess, &f, &loss)
+            };
+            let numeric = (eval(eps) - eval(-eps)) / (2.0 * eps);
+            let a = analytic[j];
+            assert!(
+                (a - numeric).abs() <= tol * (1.0 + numeric.abs()),
+                "{name}: d/dx{i}[{j}] analytic {a} vs numeric {numeric}"
+            );
+        }
+    }
+}
+
+struct PartialShapeOf<'a>(&'a [usize]);
+impl PartialShapeOf<'_> {
+    fn get(&self) -> flowlab_engine::PartialShape {
+        flowlab_engine::PartialShape::from(flowlab_engine::Shape::from(self.0))
+    }
+}
+
+fn check(name: &str, shapes: &[&[usize]], build: impl Fn(&Graph, &[Output]) -> Result<Output>) {
+    check_with(name, shapes, |_, v| v, 1e-6, 1e-6, build)
+}
+
+/// Inputs shifted to be positive (for log, sqrt, pow, div).
+fn check_positive(name: &str, shapes: &[&[usize]], build: impl Fn(&Graph, &[Output]) -> Result<Output>) {
+    check_with(name, shapes, |_, v| v.abs() + 0.5, 1e-6, 1e-6, build)
+}
+
+#[test]
+fn elementwise_binary_ops_with_broadcasting() {
+    check("Add", &[&[2, 3], &[3]], |g, x| g.add(&x[0], &x[1]));
+    check("Add column", &[&[2, 3], &[2, 1]], |g, x| g.add(&x[0], &x[1]));
+    check("Sub", &[&[2, 3], &[2, 3]], |_, x| &x[0] - &x[1]);
+    check("Sub scalar", &[&[], &[2, 3]], |_, x| &x[0] - &x[1]);
+    check("Mul", &[&[2, 3], &[1, 3]], |_, x| &x[0] * &x[1]);
+    check_positive("Div", &[&[2, 3], &[3]], |_, x| &x[0] / &x[1]);
+    check("Maximum", &[&[2, 3], &[2, 3]], |g, x| g.maximum(&x[0], &x[1]));
+    check("Minimum", &[&[2, 3], &[3]], |g, x| g.minimum(&x[0], &x[1]));
+    check_positive("Pow", &[&[2, 3], &[2, 3]], |g, x| g.pow(&x[0], &x[1]));
+}
+
+#[test]
+fn elementwise_unary_ops() {
+    check("Identity", &[&[2, 3]], |g, x| g.identity(&x[0]));
+    check("Neg", &[&[2, 3]], |g, x| g.neg(&x[0]));
+    check("Exp", &[&[2, 3]], |g, x| g.exp(&x[0]));
+    check_positive("Log", &[&[2, 3]], |g, x| g.log(&x[0]));
+    check_positive("Sqrt", &[&[2, 3]], |g, x| g.sqrt(&x[0]));
+    check_positive("Rsqrt", &[&[2, 3]], |g, x| g.rsqrt(&x[0]));
+    check("Square", &[&[2, 3]], |g, x| g.square(&x[0]));
+    check("Tanh", &[&[2, 3]], |g, x| g.tanh(&x[0]));
+    check("Sigmoid", &[&[2, 3]], |g, x| g.sigmoid(&x[0]));
+    check("Relu", &[&[3, 4]], |g, x| g.relu(&x[0]));
+    check_with("Cast f64->f32->f64", &[&[2, 3]], |_, v| v, 1e-2, 1e-4, |g, x| g.cast(g.cast(&x[0], DType::F32)?, DType::F64));
+}
+
+#[test]
+fn matmul_with_every_transpose_combination() {
+    check("MatMul", &[&[2, 3], &[3, 4]], |g, x| g.matmul(&x[0], &x[1]));
+    check("MatMul ta", &[&[3, 2], &[3, 4]], |g, x| g.matmul_ex(&x[0], &x[1], true, false));
+    check("MatMul tb", &[&[2, 3], &[4, 3]], |g, x| g.matmul_ex(&x[0], &x[1], false, true));
+    check("MatMul ta tb", &[&[3, 2], &[4, 3]], |g, x| g.matmul_ex(&x[0], &x[1], true, true));
+    check("BatchMatMul", &[&[2, 2, 3], &[2, 3, 4]], |g, x| g.batch_matmul(&x[0], &x[1]));
+    check("BatchMatMul adj", &[&[2, 3, 2], &[2, 4, 3]], |g, x| g.batch_matmul_ex(&x[0], &x[1], true, true));
+}
+
+#[test]
+fn reductions() {
+    check("Sum all", &[&[2, 3]], |g, x| g.reduce_sum(&x[0], &[], false));
+    check("Sum axis 1", &[&[2, 3, 2]], |g, x| g.reduce_sum(&x[0], &[1], false));
+    check("Sum axes 0,2 keep", &[&[2, 3, 2]], |g, x| g.reduce_sum(&x[0], &[0, -1], true));
+    check("Mean axis 0", &[&[4, 3]], |g, x| g.reduce_mean(&x[0], &[0], false));
+    check("Mean all", &[&[2, 3]], |g, x| g.reduce_mean(&x[0], &[], false));
+    check("Max axis 1", &[&[3, 4]], |g, x| g.reduce_max(&x[0], &[1], false));
+    check("Max all keep", &[&[3, 4]], |g, x| g.reduce_max(&x[0], &[], true));
+}
+
+#[test]
+fn shape_ops() {
+    check("Reshape", &[&[2, 6]], |g, x| g.reshape(&x[0], &[3, -1]));
+    check("Transpose", &[&[2, 3, 4]], |g, x| g.transpose(&x[0], &[2, 0, 1]));
+    check("Concat", &[&[2, 3], &[2, 1]], |g, x| g.concat(&[&x[0], &x[1]], 1));
+    check("Split", &[&[4, 3]], |g, x| {
+        let parts = g.split(&x[0], 2, 0)?;
+        g.mul(&parts[0], g.exp(&parts[1])?)
+    });
+    check("Split one used", &[&[2, 6]], |g, x| Ok(g.split(&x[0], 3, 1)?[1].clone()));
+    check("Slice", &[&[3, 4]], |g, x| g.slice(&x[0], &[1, 1], &[2, -1]));
+    check("ExpandDims", &[&[2, 3]], |g, x| g.expand_dims(&x[0], 1));
+    check("Squeeze", &[&[2, 1, 3]], |g, x| g.squeeze(&x[0], &[]));
+    check("Gather", &[&[4, 3]], |g, x| {
+        let idx = g.constant(Tensor::from_vec(vec![3i64, 0, 3, 1], [4]).unwrap())?;
+        g.gather(&x[0], &idx)
+    });
+}
+
+#[test]
+fn neural_network_ops() {
+    check("Softmax", &[&[2, 4]], |g, x| g.softmax(&x[0]));
+    check("LogSoftmax", &[&[2, 4]], |g, x| g.log_softmax(&x[0]));
+    check("BiasAdd", &[&[2, 3], &[3]], |g, x| g.bias_add(&x[0], &x[1]));
+    check("SoftmaxCrossEntropyWithLogits", &[&[3, 4], &[3, 4]], |g, x| {
+        g.softmax_cross_entropy_with_logits(&x[0], g.softmax(&x[1])?)
+    });
+    check("SparseSoftmaxCrossEntropyWithLogits", &[&[3, 4]], |g, x| {
+        let labels = g.constant(Tensor::from_vec(vec![1i64, 3, 0], [3]).unwrap())?;
+        g.sparse_softmax_cross_entropy_with_logits(&x[0], &labels)
+    });
+}
+
+#[test]
+fn convolution_and_pooling() {
+    check("Conv2D SAME", &[&[2, 5, 5, 2], &[3, 3, 2, 3]], |g, x| g.conv2d(&x[0], &x[1], [1, 1], true));
+    check("Conv2D VALID stride 2", &[&[1, 6, 5, 2], &[3, 2, 2, 2]], |g, x| g.conv2d(&x[0], &x[1], [2, 2], false));
+    check("MaxPool", &[&[1, 4, 4, 2]], |g, x| g.max_pool(&x[0], [2, 2], [2, 2], false));
+    check("MaxPool SAME overlapping", &[&[2, 5, 5, 1]], |g, x| g.max_pool(&x[0], [3, 3], [2, 2], true));
+    check("AvgPool SAME", &[&[1, 5, 4, 2]], |g, x| g.avg_pool(&x[0], [2, 2], [2, 2], true));
+}
+
+#[test]
+fn stop_gradient_treats_its_input_as_a_constant() {
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F64, [3]).unwrap();
+    // d/dx (sg(x) * x) = sg(x) = x, not 2x.
+    let y = g.reduce_sum(g.stop_gradient(&x).unwrap() * &x, &[], false).unwrap();
+    let gx = g.gradients(&[&y], &[&x]).unwrap()[0].clone().unwrap();
+    let s = Session::with_options(&g, SessionOptions { threads: 1 }).unwrap();
+    let v = Tensor::from_vec(vec![1.0f64, -2.0, 3.0], [3]).unwrap();
+    assert_eq!(s.run(&[(&x, &v)], &[&gx], &[]).unwrap()[0].to_vec::<f64>().unwrap(), vec![1.0, -2.0, 3.0]);
+}
