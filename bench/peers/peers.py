@@ -10,6 +10,7 @@ how to compare the two outputs.
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import sys
@@ -97,26 +98,39 @@ def tf_session(tf, graph, threads, optimize=True):
     return tf.compat.v1.Session(graph=graph, config=cfg)
 
 
-def bench_tf(quick):
+def run_isolated(fn, *args):
+    """Runs `fn(*args)` in a fresh Python process. TensorFlow sizes its
+    process-wide CPU thread pools from the first session's ConfigProto, so a
+    second session in the same process would silently keep the first thread
+    count."""
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        return pool.apply(fn, args)
+
+
+def import_tf():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import numpy as np
     import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
-    note(f"tensorflow {tf.__version__}")
-    rng = np.random.default_rng(2)
-    for batch in ([128] if quick else [128, 512]):
-        xs = rng.standard_normal((batch, 784), dtype=np.float32)
-        ys = rng.integers(0, 10, batch).astype(np.int32)
-        for threads in (1, 2):
-            g, x, y, _, train, init = mlp_train_graph(tf, batch)
-            with tf_session(tf, g, threads) as sess:
-                sess.run(init)
-                s = median_secs(10 if quick else 50, lambda: sess.run(train, {x: xs, y: ys}))
-            emit("tensorflow", f"mlp_train_b{batch}", threads, s)
+    return tf
 
-    # Executor overhead: a chain of 10,000 scalar adds, one Session.run.
-    n_ops = 10_000
+
+def tf_train_step_secs(batch, threads, reps):
+    import numpy as np
+
+    tf = import_tf()
+    rng = np.random.default_rng(2)
+    xs = rng.random((batch, 784), dtype=np.float32)
+    ys = rng.integers(0, 10, batch).astype(np.int32)
+    g, x, y, _, train, init = mlp_train_graph(tf, batch)
+    with tf_session(tf, g, threads) as sess:
+        sess.run(init)
+        return median_secs(reps, lambda: sess.run(train, {x: xs, y: ys}))
+
+
+def tf_chain_secs(n_ops, reps):
+    tf = import_tf()
     g = tf.Graph()
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [], name="x")
@@ -128,7 +142,19 @@ def bench_tf(quick):
         got = sess.run(h, {x: 0.0})
         if got != float(n_ops):
             raise RuntimeError(f"chain of {n_ops} adds returned {got}")
-        s = median_secs(5 if quick else 20, lambda: sess.run(h, {x: 0.0}))
+        return median_secs(reps, lambda: sess.run(h, {x: 0.0}))
+
+
+def bench_tf(quick):
+    tf = import_tf()
+    note(f"tensorflow {tf.__version__}")
+    for batch in ([128] if quick else [128, 512]):
+        for threads in (1, 2):
+            s = run_isolated(tf_train_step_secs, batch, threads, 10 if quick else 50)
+            emit("tensorflow", f"mlp_train_b{batch}", threads, s)
+    # Executor overhead: a chain of 10,000 scalar adds, one Session.run.
+    n_ops = 10_000
+    s = run_isolated(tf_chain_secs, n_ops, 5 if quick else 20)
     emit("tensorflow", f"chain_add_{n_ops}", 1, s, us_per_op=s * 1e6 / n_ops)
 
 

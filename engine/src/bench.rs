@@ -1,2 +1,289 @@
 //! `flowlab bench engine`: GEMM, training-step, inference and executor-overhead
 //! measurements, printed by the CLI as a table or JSON lines.
+//!
+//! Every figure is the median of several timed repetitions after one warm-up
+//! run, each thread count measured inside its own rayon pool of exactly that
+//! size, so `threads` means what it says whatever the machine's core count.
+
+use crate::dtype::DType;
+use crate::error::{EngineError, Result};
+use crate::graph::{Graph, Output};
+use crate::kernels::cpu::matmul;
+use crate::optimizers::Optimizer;
+use crate::session::{Session, SessionOptions};
+use crate::tensor::Tensor;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use std::time::Instant;
+
+/// One measurement, as printed by `flowlab bench engine` (JSON field names are
+/// part of the output format: `name`, `threads`, `median_ms`, `gflops`).
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchRecord {
+    /// What was measured, e.g. `gemm_f32_1024`.
+    pub name: String,
+    /// Threads of the rayon pool the measurement ran in.
+    pub threads: usize,
+    /// Median wall time of one repetition, in milliseconds.
+    pub median_ms: f64,
+    /// Arithmetic throughput, where the work has a flop count.
+    pub gflops: Option<f64>,
+    /// Wall time per executed op, for the executor-overhead chain only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub us_per_op: Option<f64>,
+}
+
+/// Runs every engine benchmark: f32 GEMM (1024^3, 2048^3), the MLP
+/// 784-512-512-10 training step (batch 128, 512) and batch-1 inference, at 1
+/// and 2 threads, and the executor overhead of a 10,000-op chain. `quick`
+/// uses fewer repetitions and skips the largest sizes.
+pub fn bench(quick: bool) -> Result<Vec<BenchRecord>> {
+    let mut records = Vec::new();
+    let sizes: &[usize] = if quick { &[1024] } else { &[1024, 2048] };
+    for &n in sizes {
+        for threads in [1, 2] {
+            let reps = match (quick, n) {
+                (true, _) => 3,
+                (false, 1024) => 15,
+                (false, _) => 7,
+            };
+            records.push(gemm_f32(n, threads, reps)?);
+        }
+    }
+    let batches: &[usize] = if quick { &[128] } else { &[128, 512] };
+    for &batch in batches {
+        for threads in [1, 2] {
+            records.push(mlp_train_step(batch, threads, if quick { 5 } else { 30 })?);
+        }
+    }
+    for threads in [1, 2] {
+        records.push(mlp_inference_b1(threads, if quick { 50 } else { 2000 })?);
+    }
+    records.push(executor_chain(if quick { 1000 } else { CHAIN_OPS }, if quick { 3 } else { 15 })?);
+    Ok(records)
+}
+
+/// Layer widths of the benchmark MLP (TF's classic MNIST model).
+const MLP_LAYERS: [usize; 4] = [784, 512, 512, 10];
+/// Length of the executor-overhead chain.
+const CHAIN_OPS: usize = 10_000;
+
+/// The MLP's graph: placeholders `x` [batch, 784] f32 and `y` [batch] i64,
+/// Glorot-uniform weights, ReLU hidden layers, mean sparse softmax
+/// cross-entropy, and an SGD train op (learning rate 0.01).
+struct Mlp {
+    graph: Graph,
+    x: Output,
+    y: Output,
+    logits: Output,
+    train: Output,
+    init: Output,
+}
+
+fn build_mlp(batch: usize) -> Result<Mlp> {
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, [batch as i64, MLP_LAYERS[0] as i64])?;
+    let y = g.placeholder("y", DType::I64, [batch as i64])?;
+    let mut h = x.clone();
+    for (i, w) in MLP_LAYERS.windows(2).enumerate() {
+        let s = g.scope(&format!("layer{i}"));
+        let limit = (6.0 / (w[0] + w[1]) as f64).sqrt();
+        let wt = s.variable("w", s.random_uniform([w[0], w[1]], DType::F32, -limit, limit, 1 + i as u64)?)?;
+        let b = s.variable("b", s.zeros(DType::F32, [w[1]])?)?;
+        h = s.bias_add(s.matmul(&h, &wt)?, &b)?;
+        if i + 2 < MLP_LAYERS.len() {
+            h = s.relu(&h)?;
+        }
+    }
+    let loss = g.reduce_mean(g.sparse_softmax_cross_entropy_with_logits(&h, &y)?, &[], false)?;
+    let vars = g.variables();
+    let train = Optimizer::Sgd { lr: 0.01 }.minimize(&loss, &vars.iter().collect::<Vec<_>>())?;
+    let init = g.global_variables_initializer()?;
+    Ok(Mlp { graph: g, x, y, logits: h, train, init })
+}
+
+/// A seeded batch: inputs uniform in [0, 1), labels uniform over the classes.
+fn mlp_batch(batch: usize) -> Result<(Tensor, Tensor)> {
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let xs: Vec<f32> = (0..batch * MLP_LAYERS[0]).map(|_| rng.random::<f32>()).collect();
+    let ys: Vec<i64> = (0..batch).map(|_| rng.random_range(0..MLP_LAYERS[3] as i64)).collect();
+    Ok((Tensor::from_vec(xs, [batch, MLP_LAYERS[0]])?, Tensor::from_vec(ys, [batch])?))
+}
+
+fn session(g: &Graph, threads: usize) -> Result<Session> {
+    Session::with_options(g, SessionOptions { threads })
+}
+
+/// One SGD step of the MLP (forward, backward, update) per repetition.
+fn mlp_train_step(batch: usize, threads: usize, reps: usize) -> Result<BenchRecord> {
+    let m = build_mlp(batch)?;
+    let (bx, by) = mlp_batch(batch)?;
+    let sess = session(&m.graph, threads)?;
+    sess.run(&[], &[], &[&m.init])?;
+    let feeds = [(&m.x, &bx), (&m.y, &by)];
+    let mut err = None;
+    let secs = median_secs(reps, || {
+        if let Err(e) = sess.run(&feeds, &[], &[&m.train]) {
+            err.get_or_insert(e);
+        }
+    });
+    if let Some(e) = err {
+        return Err(e);
+    }
+    // Forward + backward matmuls: 3x the forward multiply-adds, 2 flops each.
+    let macs: usize = MLP_LAYERS.windows(2).map(|w| batch * w[0] * w[1]).sum();
+    Ok(BenchRecord {
+        name: format!("mlp_train_b{batch}"),
+        threads,
+        median_ms: secs * 1e3,
+        gflops: Some(6.0 * macs as f64 / secs / 1e9),
+        us_per_op: None,
+    })
+}
+
+/// Latency of the MLP's logits for one example.
+fn mlp_inference_b1(threads: usize, reps: usize) -> Result<BenchRecord> {
+    let m = build_mlp(1)?;
+    let (bx, _) = mlp_batch(1)?;
+    let sess = session(&m.graph, threads)?;
+    sess.run(&[], &[], &[&m.init])?;
+    let feeds = [(&m.x, &bx)];
+    let mut err = None;
+    let secs = median_secs(reps, || {
+        if let Err(e) = sess.run(&feeds, &[&m.logits], &[]) {
+            err.get_or_insert(e);
+        }
+    });
+    if let Some(e) = err {
+        return Err(e);
+    }
+    Ok(BenchRecord { name: "mlp_infer_b1".into(), threads, median_ms: secs * 1e3, gflops: None, us_per_op: None })
+}
+
+/// Executor overhead: `x + 1 + 1 + ...` as `ops` chained scalar Add nodes,
+/// fetched in one run on one thread; checks the sum so nothing is skipped.
+fn executor_chain(ops: usize, reps: usize) -> Result<BenchRecord> {
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Vec::<Option<usize>>::new())?;
+    let one = g.scalar(1.0, DType::F32)?;
+    let mut h = x.clone();
+    for _ in 0..ops {
+        h = g.add(&h, &one)?;
+    }
+    let sess = session(&g, 1)?;
+    let zero = Tensor::scalar(0f32);
+    let got = sess.run(&[(&x, &zero)], &[&h], &[])?[0].scalar_f64()?;
+    if got != ops as f64 {
+        return Err(EngineError::Kernel {
+            node: h.name(),
+            op: "Add".into(),
+            detail: format!("benchmark chain of {ops} adds computed {got}"),
+        });
+    }
+    let mut err = None;
+    let secs = median_secs(reps, || {
+        if let Err(e) = sess.run(&[(&x, &zero)], &[&h], &[]) {
+            err.get_or_insert(e);
+        }
+    });
+    if let Some(e) = err {
+        return Err(e);
+    }
+    Ok(BenchRecord {
+        name: format!("chain_add_{ops}"),
+        threads: 1,
+        median_ms: secs * 1e3,
+        gflops: None,
+        us_per_op: Some(secs * 1e6 / ops as f64),
+    })
+}
+
+/// Builds a rayon pool of exactly `threads` threads.
+pub(crate) fn pool(threads: usize) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| EngineError::Kernel {
+        node: "bench".into(),
+        op: "ThreadPool".into(),
+        detail: format!("cannot start a pool of {threads} threads: {e}"),
+    })
+}
+
+/// Median seconds of `reps` timed calls of `f`, after one untimed warm-up.
+pub(crate) fn median_secs(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut t: Vec<f64> = (0..reps.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+/// Square f32 GEMM `n x n x n` through the public [`matmul`] kernel.
+fn gemm_f32(n: usize, threads: usize, reps: usize) -> Result<BenchRecord> {
+    let a: Vec<f32> = (0..n * n).map(|i| ((i * 7) % 13) as f32 * 0.1 - 0.6).collect();
+    let b: Vec<f32> = (0..n * n).map(|i| ((i * 5) % 11) as f32 * 0.1 - 0.5).collect();
+    let mut c = vec![0f32; n * n];
+    let secs = pool(threads)?.install(|| median_secs(reps, || matmul(&a, &b, &mut c, n, n, n, false, false, threads)));
+    Ok(BenchRecord {
+        name: format!("gemm_f32_{n}"),
+        threads,
+        median_ms: secs * 1e3,
+        gflops: Some(2.0 * (n as f64).powi(3) / secs / 1e9),
+        us_per_op: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quick_bench_reports_every_row_for_one_and_two_threads() {
+        let records = bench(true).unwrap();
+        let rows: Vec<(&str, usize)> = records.iter().map(|r| (r.name.as_str(), r.threads)).collect();
+        assert_eq!(
+            rows,
+            [
+                ("gemm_f32_1024", 1),
+                ("gemm_f32_1024", 2),
+                ("mlp_train_b128", 1),
+                ("mlp_train_b128", 2),
+                ("mlp_infer_b1", 1),
+                ("mlp_infer_b1", 2),
+                ("chain_add_1000", 1),
+            ]
+        );
+        for r in &records {
+            assert!(r.median_ms > 0.0, "{r:?}");
+        }
+        assert!(records[0].gflops.is_some_and(|g| g > 0.0));
+        let chain = &records[6];
+        assert!((chain.us_per_op.unwrap() - chain.median_ms).abs() < 1e-9, "1000 ops: us/op equals ms");
+        let json = serde_json::to_value(&records[0]).unwrap();
+        let mut keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["gflops", "median_ms", "name", "threads"]);
+    }
+
+    #[test]
+    fn mlp_training_steps_lower_the_loss() {
+        let m = build_mlp(32).unwrap();
+        let (bx, by) = mlp_batch(32).unwrap();
+        let loss = m.graph.reduce_mean(m.graph.sparse_softmax_cross_entropy_with_logits(&m.logits, &m.y).unwrap(), &[], false).unwrap();
+        let sess = session(&m.graph, 1).unwrap();
+        sess.run(&[], &[], &[&m.init]).unwrap();
+        let feeds = [(&m.x, &bx), (&m.y, &by)];
+        let first = sess.run(&feeds, &[&loss], &[]).unwrap()[0].scalar_f64().unwrap();
+        for _ in 0..20 {
+            sess.run(&feeds, &[], &[&m.train]).unwrap();
+        }
+        let last = sess.run(&feeds, &[&loss], &[]).unwrap()[0].scalar_f64().unwrap();
+        // Ten classes, random init: the first loss is near ln 10.
+        assert!((first - 10f64.ln()).abs() < 0.5, "initial loss {first}");
+        assert!(last < first - 0.1, "20 SGD steps on one batch: {first} -> {last}");
+    }
+}

@@ -18,6 +18,8 @@ pub struct BenchArgs {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum BenchTarget {
+    /// Engine: f32 GEMM, MLP training step and batch-1 inference (1 and 2 threads), executor overhead.
+    Engine,
     /// Systolic-array simulators: fast path over ResNet-50, cycle model on 32x32.
     Systolic,
     /// Cluster simulator: event core, 200-worker PS and 1,024-worker ring runs, scaling.
@@ -26,6 +28,10 @@ enum BenchTarget {
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let records: Vec<serde_json::Value> = match args.target {
+        BenchTarget::Engine => flowlab_engine::bench::bench(args.quick)?
+            .iter()
+            .map(serde_json::to_value)
+            .collect::<Result<_, _>>()?,
         BenchTarget::Systolic => flowlab_hw::systolic::bench_records(args.quick)?
             .iter()
             .map(serde_json::to_value)
