@@ -1,0 +1,245 @@
+//! Rendezvous: where a Send leaves a tensor and the matching Recv takes it.
+//!
+//! Contract. A [`RendezvousKey`] names one producer/consumer pair (source
+//! device, destination device, edge "node:output") and the step; each key is
+//! sent once and received once per step. The consumer may ask before or after
+//! the producer sends. A receive never hangs: it ends with the tensor, or an
+//! error naming the key when its deadline passes or the rendezvous is
+//! aborted (a failing device aborts the step so the others stop waiting).
+//! [`LocalRendezvous`] is the in-process implementation; the distributed
+//! runtime implements [`Rendezvous`] over the network.
+
+use crate::device::DeviceName;
+use crate::error::{EngineError, Result};
+use crate::tensor::Tensor;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// One transfer of one step.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RendezvousKey {
+    pub src_device: DeviceName,
+    pub dst_device: DeviceName,
+    /// The transferred tensor, "node:output" ("node:control" for a control edge).
+    pub edge: String,
+    /// Filled in per step (partitioning leaves it 0).
+    pub step_id: u64,
+}
+
+impl RendezvousKey {
+    /// The same transfer in step `step_id`.
+    pub fn for_step(&self, step_id: u64) -> RendezvousKey {
+        RendezvousKey { step_id, ..self.clone() }
+    }
+}
+
+impl fmt::Display for RendezvousKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "'{}' from {} to {} (step {})", self.edge, self.src_device, self.dst_device, self.step_id)
+    }
+}
+
+/// A place where Sends leave tensors for Recvs.
+pub trait Rendezvous: Send + Sync {
+    /// Leaves `tensor` under `key`; never blocks. Sending a key twice is an error.
+    fn send(&self, key: &RendezvousKey, tensor: Tensor) -> Result<()>;
+    /// Takes the tensor under `key`, waiting at most `timeout` for it.
+    fn recv(&self, key: &RendezvousKey, timeout: Duration) -> Result<Tensor>;
+    /// Fails every pending and later send and recv with `err`'s message.
+    fn abort(&self, err: &EngineError);
+}
+
+enum Slot {
+    /// Sent, not yet received.
+    Ready(Tensor),
+    /// A receiver is waiting.
+    Waiting,
+    /// Sent and received: the key is used up for this step.
+    Done,
+}
+
+#[derive(Default)]
+struct State {
+    slots: HashMap<RendezvousKey, Slot>,
+    aborted: Option<String>,
+}
+
+/// In-process rendezvous: a table of keys under one mutex, receivers wait
+/// on a condition variable. One per session; [`LocalRendezvous::end_step`]
+/// forgets a finished step's keys.
+#[derive(Default)]
+pub struct LocalRendezvous {
+    state: Mutex<State>,
+    cond: Condvar,
+}
+
+fn rdv_err(key: &RendezvousKey, detail: impl Into<String>) -> EngineError {
+    EngineError::Rendezvous { key: key.to_string(), detail: detail.into() }
+}
+
+impl LocalRendezvous {
+    pub fn new() -> LocalRendezvous {
+        LocalRendezvous::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets every key of step `step_id` (tensors sent but never received
+    /// are dropped).
+    pub fn end_step(&self, step_id: u64) {
+        self.lock().slots.retain(|k, _| k.step_id != step_id);
+    }
+
+    /// Number of keys remembered (sent, awaited or used) over all steps.
+    pub fn num_keys(&self) -> usize {
+        self.lock().slots.len()
+    }
+}
+
+impl Rendezvous for LocalRendezvous {
+    fn send(&self, key: &RendezvousKey, tensor: Tensor) -> Result<()> {
+        let mut s = self.lock();
+        if let Some(msg) = &s.aborted {
+            return Err(rdv_err(key, format!("send after abort: {msg}")));
+        }
+        match s.slots.get(key) {
+            Some(Slot::Ready(_)) | Some(Slot::Done) => Err(rdv_err(key, "sent twice in one step")),
+            Some(Slot::Waiting) | None => {
+                s.slots.insert(key.clone(), Slot::Ready(tensor));
+                drop(s);
+                self.cond.notify_all();
+                Ok(())
+            }
+        }
+    }
+
+    fn recv(&self, key: &RendezvousKey, timeout: Duration) -> Result<Tensor> {
+        let deadline = Instant::now() + timeout;
+        let mut s = self.lock();
+        match s.slots.get(key) {
+            Some(Slot::Done) => return Err(rdv_err(key, "received twice in one step")),
+            Some(Slot::Waiting) => return Err(rdv_err(key, "two receivers wait for one key")),
+            Some(Slot::Ready(_)) => {}
+            None => {
+                s.slots.insert(key.clone(), Slot::Waiting);
+            }
+        }
+        loop {
+            if let Some(msg) = &s.aborted {
+                return Err(rdv_err(key, format!("aborted: {msg}")));
+            }
+            if let Some(Slot::Ready(_)) = s.slots.get(key)
+                && let Some(Slot::Ready(t)) = s.slots.insert(key.clone(), Slot::Done)
+            {
+                return Ok(t);
+            }
+            if let Some(Slot::Done) = s.slots.get(key) {
+                return Err(rdv_err(key, "received twice in one step"));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(rdv_err(
+                    key,
+                    format!("no tensor arrived within {timeout:?} (the Send on {} did not run)", key.src_device),
+                ));
+            }
+            s = self.cond.wait_timeout(s, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    fn abort(&self, err: &EngineError) {
+        let mut s = self.lock();
+        if s.aborted.is_none() {
+            s.aborted = Some(err.to_string());
+        }
+        drop(s);
+        self.cond.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::thread;
+
+    fn key(edge: &str, step: u64) -> RendezvousKey {
+        RendezvousKey {
+            src_device: DeviceName::full("localhost", 0, 0, "CPU", 0),
+            dst_device: DeviceName::full("localhost", 0, 0, "CPU", 1),
+            edge: edge.into(),
+            step_id: step,
+        }
+    }
+
+    const LONG: Duration = Duration::from_secs(20);
+
+    #[test]
+    fn send_before_recv_and_recv_before_send_on_two_threads() {
+        let r = Arc::new(LocalRendezvous::new());
+        // Send first, receive later on another thread.
+        r.send(&key("a:0", 1), Tensor::scalar(1f32)).unwrap();
+        let r2 = r.clone();
+        let got = thread::spawn(move || r2.recv(&key("a:0", 1), LONG)).join().unwrap().unwrap();
+        assert_eq!(got.to_vec::<f32>().unwrap(), vec![1.0]);
+        // Receiver waits first: the sender runs only once the receiver is parked.
+        let r2 = r.clone();
+        let waiter = thread::spawn(move || r2.recv(&key("b:0", 1), LONG));
+        while !matches!(r.lock().slots.get(&key("b:0", 1)), Some(Slot::Waiting)) {
+            thread::yield_now();
+        }
+        r.send(&key("b:0", 1), Tensor::scalar(2f32)).unwrap();
+        assert_eq!(waiter.join().unwrap().unwrap().to_vec::<f32>().unwrap(), vec![2.0]);
+        // The same edge in another step is a different key.
+        r.send(&key("a:0", 2), Tensor::scalar(3f32)).unwrap();
+        assert_eq!(r.recv(&key("a:0", 2), LONG).unwrap().to_vec::<f32>().unwrap(), vec![3.0]);
+        assert_eq!(r.num_keys(), 3);
+        r.end_step(1);
+        assert_eq!(r.num_keys(), 1);
+    }
+
+    #[test]
+    fn a_key_is_used_once_per_step() {
+        let r = LocalRendezvous::new();
+        let k = key("x:0", 7);
+        r.send(&k, Tensor::scalar(1f32)).unwrap();
+        let e = r.send(&k, Tensor::scalar(1f32)).unwrap_err().to_string();
+        let name = "'x:0' from /job:localhost/replica:0/task:0/device:CPU:0 to /job:localhost/replica:0/task:0/device:CPU:1 (step 7)";
+        assert_eq!(e, format!("rendezvous {name}: sent twice in one step"));
+        r.recv(&k, LONG).unwrap();
+        assert_eq!(r.recv(&k, LONG).unwrap_err().to_string(), format!("rendezvous {name}: received twice in one step"));
+        assert_eq!(r.send(&k, Tensor::scalar(1f32)).unwrap_err().to_string(), format!("rendezvous {name}: sent twice in one step"));
+    }
+
+    #[test]
+    fn timeout_names_the_key_and_devices() {
+        let r = LocalRendezvous::new();
+        let e = r.recv(&key("never:0", 3), Duration::from_millis(20)).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "rendezvous 'never:0' from /job:localhost/replica:0/task:0/device:CPU:0 to \
+             /job:localhost/replica:0/task:0/device:CPU:1 (step 3): no tensor arrived within 20ms \
+             (the Send on /job:localhost/replica:0/task:0/device:CPU:0 did not run)"
+        );
+    }
+
+    #[test]
+    fn abort_wakes_waiting_receivers_and_fails_later_calls() {
+        let r = Arc::new(LocalRendezvous::new());
+        let r2 = r.clone();
+        let waiter = thread::spawn(move || r2.recv(&key("y:0", 1), LONG));
+        while !matches!(r.lock().slots.get(&key("y:0", 1)), Some(Slot::Waiting)) {
+            thread::yield_now();
+        }
+        r.abort(&EngineError::Kernel { node: "div".into(), op: "Div".into(), detail: "boom".into() });
+        let e = waiter.join().unwrap().unwrap_err().to_string();
+        assert!(e.starts_with("rendezvous 'y:0' from /job:localhost"), "{e}");
+        assert!(e.ends_with("(step 1): aborted: node 'div' (Div): boom"), "{e}");
+        let e = r.send(&key("z:0", 1), Tensor::scalar(1f32)).unwrap_err().to_string();
+        assert!(e.ends_with("send after abort: node 'div' (Div): boom"), "{e}");
+    }
+}
