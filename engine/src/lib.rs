@@ -14,6 +14,7 @@ mod error;
 mod executor;
 mod gradients;
 mod graph;
+mod graph_json;
 mod ops;
 mod optimizers;
 mod placement;
