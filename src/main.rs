@@ -30,6 +30,8 @@ enum Command {
     Check(cmd::check::CheckArgs),
     /// Merge result directories (shards of one sweep) and render the report.
     Report(cmd::report::ReportArgs),
+    /// Train a model on a data set with the real engine and report held-out accuracy.
+    Train(cmd::train::TrainArgs),
     /// List the catalog of ready experiments (run one with `flowlab run catalog:NAME`).
     List,
 }
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
         Some(Command::Check(args)) => cmd::check::run(args),
         Some(Command::Report(args)) => cmd::report::run(args),
         Some(Command::List) => cmd::run::list(),
+        Some(Command::Train(args)) => cmd::train::run(args),
     };
     match result {
         Ok(code) => code,

@@ -6,6 +6,7 @@ pub mod check;
 pub mod report;
 pub mod run;
 pub mod systolic;
+pub mod train;
 
 /// Prints records as one JSON object per line, or as an aligned text table
 /// whose columns are the union of the records' keys in first-seen order.
