@@ -20,6 +20,7 @@ pub(crate) mod matmul;
 pub(crate) mod nn;
 pub(crate) mod random;
 pub(crate) mod reduce;
+pub(crate) mod sendrecv;
 pub(crate) mod state;
 
 /// Device types kernels are registered for.
@@ -205,6 +206,7 @@ pub(crate) fn registry() -> &'static Registry {
         nn::register(&mut r);
         conv::register(&mut r);
         random::register(&mut r);
+        sendrecv::register(&mut r);
         r
     })
 }
