@@ -48,6 +48,11 @@ const ENTRIES: &[CatalogEntry] = &[
         summary: "TPU-style systolic array: ResNet-50 utilization over array sizes and dataflows (os/ws/is)",
         text: include_str!("../catalog/systolic-arrays.yaml"),
     },
+    CatalogEntry {
+        name: "quantized-comm",
+        summary: "Wire formats f32/f16/bf16/int8 against throughput and bytes, 50 sync workers, 17 PS",
+        text: include_str!("../catalog/quantized-comm.yaml"),
+    },
 ];
 
 /// Every catalog entry.

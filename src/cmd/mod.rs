@@ -17,7 +17,12 @@ pub fn print_records(records: &[serde_json::Value], json: bool) {
         }
         return;
     }
-    let mut columns: Vec<String> = Vec::new();
+    // serde_json sorts object keys, so put the identifying columns first.
+    let mut columns: Vec<String> = ["name", "threads"]
+        .iter()
+        .filter(|k| records.iter().any(|r| r.get(**k).is_some()))
+        .map(|k| k.to_string())
+        .collect();
     for r in records {
         if let Some(obj) = r.as_object() {
             for k in obj.keys() {
