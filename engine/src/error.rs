@@ -66,8 +66,10 @@ pub enum EngineError {
     #[error("{file}:{line}: {detail}")]
     Data { file: String, line: usize, detail: String },
     /// A file that could not be read or written.
-    #[error("{file}: {source}")]
-    Io { file: String, #[source] source: std::io::Error },
+    /// The cause is part of the message and deliberately not a `source`, so a
+    /// reported error chain does not print it twice.
+    #[error("{file}: {cause}")]
+    Io { file: String, cause: std::io::Error },
     /// A device this build cannot run on (e.g. CUDA without the feature).
     #[error("device '{0}' is not available in this build")]
     Device(String),
@@ -87,6 +89,6 @@ pub type Result<T> = std::result::Result<T, EngineError>;
 
 impl EngineError {
     pub(crate) fn io(file: &std::path::Path, source: std::io::Error) -> Self {
-        EngineError::Io { file: file.display().to_string(), source }
+        EngineError::Io { file: file.display().to_string(), cause: source }
     }
 }
