@@ -32,6 +32,19 @@ pub enum SimError {
         param: String,
         reason: String,
     },
+    /// A token of a device-set string such as "4xK40,1xcpu" that names no
+    /// catalog device or has a bad count.
+    #[error("bad device set `{spec}`: token `{token}`: {reason}")]
+    BadDeviceSet { spec: String, token: String, reason: String },
+    /// A graph the simulator or a placer cannot use, naming the node at fault.
+    #[error("node '{node}': {detail}")]
+    Graph { node: String, detail: String },
+    /// A placement that cannot be simulated or a placer that cannot place.
+    #[error("cannot place node '{node}': {detail}")]
+    Placement { node: String, detail: String },
+    /// A placer name that `placement::by_name` does not know.
+    #[error("unknown placer `{name}` (valid: {valid})")]
+    UnknownPlacer { name: String, valid: String },
     /// A run stopped by its step or simulated-time bound before finishing.
     #[error("simulation stopped by its bound: {what} (limit {limit})")]
     BoundExceeded { what: String, limit: String },

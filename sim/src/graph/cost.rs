@@ -1,0 +1,51 @@
+//! Time of one op on one device: a measured profile entry when there is one,
+//! the systolic array for MatMul/Conv2D on devices that have one (TPUs), the
+//! roofline otherwise.
+
+use super::sim_graph::{Gemm, NodeCost};
+use flowlab_hw::systolic::{ArrayConfig, Dataflow, Layer, simulate_layer};
+use flowlab_hw::{DeviceSpec, OpCost, Profile};
+use std::collections::HashMap;
+
+/// Prices ops on one device spec, caching systolic results per GEMM shape.
+pub(crate) struct DeviceCoster<'a> {
+    spec: &'a DeviceSpec,
+    profile: Option<&'a Profile>,
+    array: Option<ArrayConfig>,
+    gemm_cache: HashMap<Gemm, Option<f64>>,
+}
+
+impl<'a> DeviceCoster<'a> {
+    pub fn new(spec: &'a DeviceSpec, profile: Option<&'a Profile>) -> DeviceCoster<'a> {
+        // TPUs are weight-stationary; an array the hw model rejects falls
+        // back to the roofline.
+        let array = spec.systolic.as_ref().and_then(|s| {
+            let mut c = ArrayConfig::new(s.rows, s.cols, Dataflow::Ws).ok()?;
+            c.clock_mhz = s.clock_mhz;
+            Some(c)
+        });
+        DeviceCoster { spec, profile, array, gemm_cache: HashMap::new() }
+    }
+
+    /// Seconds for one execution of an op.
+    pub fn seconds(&mut self, op: &str, c: &NodeCost) -> f64 {
+        let cost = OpCost { flops: c.flops, bytes: c.bytes, dtype: c.dtype, class: c.class };
+        if let Some(p) = self.profile
+            && p.ops.contains_key(op)
+        {
+            return self.spec.op_time_seconds_named(op, &cost, Some(p));
+        }
+        if let (Some(gemm), Some(array)) = (c.gemm, &self.array) {
+            let cached = *self.gemm_cache.entry(gemm).or_insert_with(|| {
+                let (m, n, k) = gemm;
+                let layer = Layer::gemm(op, m, n, k).ok()?;
+                let r = simulate_layer(array, &layer).ok()?;
+                Some(r.end_to_end_cycles as f64 / (array.clock_mhz * 1e6))
+            });
+            if let Some(s) = cached {
+                return self.spec.launch_overhead_seconds() + s;
+            }
+        }
+        self.spec.op_time_seconds(&cost, self.profile)
+    }
+}

@@ -1,0 +1,345 @@
+//! The immutable part of a graph-level simulation: adjacency, tensor sizes and
+//! per-node costs, computed once from an engine [`Graph`] and reused by every
+//! simulated step (placers simulate thousands of placements of one graph).
+//!
+//! Costs come from the engine's op registry ([`flowlab_engine::op_cost`]): the
+//! simulator keeps no op list of its own. Unknown dimensions are costed as 1
+//! (with a warning), since the registry prices concrete shapes.
+
+use crate::error::SimError;
+use flowlab_engine::{AttrValue, DType, Graph, Node, Shape, TensorType, op_cost};
+use flowlab_hw::{Dtype, OpClass};
+
+/// The GEMM an op lowers to on a systolic array: (M, N, K).
+pub(crate) type Gemm = (u64, u64, u64);
+
+/// One node's device-independent cost.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NodeCost {
+    pub flops: f64,
+    pub bytes: f64,
+    pub dtype: Dtype,
+    pub class: OpClass,
+    /// MatMul and Conv2D as a GEMM, for devices with a systolic array.
+    pub gemm: Option<Gemm>,
+}
+
+/// Compressed adjacency lists: `items[offsets[i]..offsets[i + 1]]` belong to `i`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Csr {
+    pub offsets: Vec<u32>,
+    pub items: Vec<u32>,
+}
+
+impl Csr {
+    fn from_lists(lists: Vec<Vec<u32>>) -> Csr {
+        let mut offsets = Vec::with_capacity(lists.len() + 1);
+        let mut items = Vec::new();
+        offsets.push(0);
+        for l in lists {
+            items.extend(l);
+            offsets.push(items.len() as u32);
+        }
+        Csr { offsets, items }
+    }
+    #[inline]
+    pub fn get(&self, i: usize) -> &[u32] {
+        &self.items[self.offsets[i] as usize..self.offsets[i + 1] as usize]
+    }
+}
+
+/// A graph prepared for simulation. Tensors ("slots") are numbered
+/// `slot_base[node] + output`.
+#[derive(Debug, Clone)]
+pub struct SimGraph {
+    pub(crate) names: Vec<String>,
+    pub(crate) ops: Vec<String>,
+    /// Requested device per node ("" when unconstrained).
+    pub(crate) requested: Vec<String>,
+    /// Names of the nodes each node must be colocated with (attrs `var`,
+    /// `slots`, `_class = ["loc:@x"]`, as the engine's placer reads them).
+    pub(crate) colocate_with: Vec<Vec<String>>,
+    pub(crate) costs: Vec<NodeCost>,
+    /// First slot of each node (len n + 1).
+    pub(crate) slot_base: Vec<u32>,
+    pub(crate) slot_node: Vec<u32>,
+    pub(crate) slot_elems: Vec<u64>,
+    pub(crate) slot_dtype: Vec<DType>,
+    /// Bytes a slot occupies in device memory (0 for outputs that alias a
+    /// variable, i.e. outputs of update ops).
+    pub(crate) slot_mem: Vec<u64>,
+    /// Consumers of each slot, one entry per input edge.
+    pub(crate) slot_consumers: Csr,
+    /// Data inputs of each node as slots, one entry per edge.
+    pub(crate) inputs: Csr,
+    pub(crate) control_inputs: Csr,
+    pub(crate) control_consumers: Csr,
+    /// Whether the node is a variable (its value lives for the whole step).
+    pub(crate) is_variable: Vec<bool>,
+    /// A topological order (data and control edges).
+    pub(crate) topo: Vec<u32>,
+    pub(crate) warnings: Vec<String>,
+}
+
+fn hw_dtype(d: DType) -> Dtype {
+    match d {
+        DType::F16 => Dtype::F16,
+        DType::BF16 => Dtype::Bf16,
+        DType::I8 => Dtype::Int8,
+        _ => Dtype::F32,
+    }
+}
+
+/// The roofline class of an op: GEMMs and convolutions by name (their
+/// efficiencies differ), flop-free ops move data, the rest is elementwise.
+fn op_class(op: &str, flops: f64) -> OpClass {
+    if op.contains("MatMul") {
+        OpClass::Matmul
+    } else if op.starts_with("Conv") {
+        OpClass::Conv
+    } else if flops == 0.0 {
+        OpClass::DataMovement
+    } else if op.starts_with("Reduce") || matches!(op, "Sum" | "Mean" | "Max" | "Min" | "Prod" | "ArgMax") {
+        OpClass::Reduction
+    } else {
+        OpClass::Elementwise
+    }
+}
+
+fn colocation_names(n: &Node) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some(AttrValue::Str(var)) = n.attrs.get("var") {
+        v.push(var.clone());
+    }
+    for key in ["slots", "_class"] {
+        if let Some(AttrValue::Strs(list)) = n.attrs.get(key) {
+            for s in list {
+                v.push(if key == "_class" { s.strip_prefix("loc:@").unwrap_or(s).to_string() } else { s.clone() });
+            }
+        }
+    }
+    v
+}
+
+/// Concrete shape of a type, unknown dims as 1; `None` when some were unknown.
+fn concrete(t: &TensorType) -> (Shape, bool) {
+    let mut exact = true;
+    let dims = t
+        .shape
+        .dims()
+        .iter()
+        .map(|d| {
+            d.unwrap_or_else(|| {
+                exact = false;
+                1
+            })
+        })
+        .collect();
+    (Shape::new(dims), exact)
+}
+
+fn gemm_of(n: &Node, ins: &[(DType, Shape)], outs: &[(DType, Shape)]) -> Option<Gemm> {
+    let out = outs.first()?.1.dims();
+    match n.op.as_str() {
+        "MatMul" => {
+            let a = ins.first()?.1.dims();
+            let ta = matches!(n.attrs.get("transpose_a"), Some(AttrValue::Bool(true)));
+            if a.len() != 2 || out.len() != 2 {
+                return None;
+            }
+            let k = if ta { a[0] } else { a[1] };
+            Some((out[0] as u64, out[1] as u64, k as u64))
+        }
+        "Conv2D" => {
+            let f = ins.get(1)?.1.dims();
+            if f.len() != 4 || out.len() != 4 {
+                return None;
+            }
+            Some(((out[0] * out[1] * out[2]) as u64, out[3] as u64, (f[0] * f[1] * f[2]) as u64))
+        }
+        _ => None,
+    }
+}
+
+impl SimGraph {
+    /// Prepares `graph`; errors name the node (unknown op, cycle).
+    pub fn new(graph: &Graph) -> Result<SimGraph, SimError> {
+        SimGraph::from_nodes(graph.nodes())
+    }
+
+    /// Prepares a list of nodes in id order (e.g. read from a file, where
+    /// inputs may point forward and form cycles).
+    pub fn from_nodes(nodes: Vec<Node>) -> Result<SimGraph, SimError> {
+        let n = nodes.len();
+        let mut slot_base = Vec::with_capacity(n + 1);
+        let mut total = 0u32;
+        for node in &nodes {
+            slot_base.push(total);
+            total += node.outputs.len() as u32;
+        }
+        slot_base.push(total);
+        let mut slot_node = Vec::with_capacity(total as usize);
+        let mut slot_elems = Vec::with_capacity(total as usize);
+        let mut slot_dtype = Vec::with_capacity(total as usize);
+        let mut slot_mem = Vec::with_capacity(total as usize);
+        let mut costs = Vec::with_capacity(n);
+        let mut warnings = Vec::new();
+        let mut inexact: Vec<&str> = Vec::new();
+        let mut inputs = Vec::with_capacity(n);
+        let mut control_inputs = Vec::with_capacity(n);
+        let mut consumers: Vec<Vec<u32>> = vec![Vec::new(); total as usize];
+        let mut control_consumers: Vec<Vec<u32>> = vec![Vec::new(); n];
+        let mut colocate_with = Vec::with_capacity(n);
+        for (i, node) in nodes.iter().enumerate() {
+            let aliases_variable = node.attrs.contains_key("var");
+            let mut outs = Vec::with_capacity(node.outputs.len());
+            let mut exact = true;
+            for t in &node.outputs {
+                let (s, e) = concrete(t);
+                exact &= e;
+                let elems = s.num_elements() as u64;
+                slot_node.push(i as u32);
+                slot_elems.push(elems);
+                slot_dtype.push(t.dtype);
+                slot_mem.push(if aliases_variable { 0 } else { elems * t.dtype.size_in_bytes() as u64 });
+                outs.push((t.dtype, s));
+            }
+            let mut ins = Vec::with_capacity(node.inputs.len());
+            let mut in_slots = Vec::with_capacity(node.inputs.len());
+            for &(p, k) in &node.inputs {
+                let t = nodes.get(p).and_then(|pn| pn.outputs.get(k)).ok_or_else(|| SimError::Graph {
+                    node: node.name.clone(),
+                    detail: format!("input {p}:{k} does not exist"),
+                })?;
+                let slot = slot_base[p] + k as u32;
+                let (s, e) = concrete(t);
+                exact &= e;
+                ins.push((t.dtype, s));
+                in_slots.push(slot);
+                consumers[slot as usize].push(i as u32);
+            }
+            for &c in &node.control_inputs {
+                if c >= n {
+                    return Err(SimError::Graph { node: node.name.clone(), detail: format!("control input {c} does not exist") });
+                }
+                control_consumers[c].push(i as u32);
+            }
+            if !exact && inexact.len() < 3 {
+                inexact.push(&node.name);
+            }
+            let c = op_cost(&node.op, &node.attrs, &ins, &outs)
+                .map_err(|e| SimError::Graph { node: node.name.clone(), detail: format!("op '{}': {e}", node.op) })?;
+            let dtype = hw_dtype(outs.first().or(ins.first()).map_or(DType::F32, |(d, _)| *d));
+            costs.push(NodeCost {
+                flops: c.flops,
+                bytes: c.bytes,
+                dtype,
+                class: op_class(&node.op, c.flops),
+                gemm: gemm_of(node, &ins, &outs),
+            });
+            inputs.push(in_slots);
+            control_inputs.push(node.control_inputs.iter().map(|&c| c as u32).collect());
+            colocate_with.push(colocation_names(node));
+        }
+        if !inexact.is_empty() {
+            warnings.push(format!(
+                "some tensors have unknown dimensions (e.g. in node '{}'): they are costed with those dimensions set to 1",
+                inexact.join("', '")
+            ));
+        }
+        let inputs = Csr::from_lists(inputs);
+        let control_inputs = Csr::from_lists(control_inputs);
+        let slot_consumers = Csr::from_lists(consumers);
+        let control_consumers = Csr::from_lists(control_consumers);
+        let topo = topological_order(&nodes, &inputs, &control_inputs, &slot_node)?;
+        Ok(SimGraph {
+            names: nodes.iter().map(|x| x.name.clone()).collect(),
+            ops: nodes.iter().map(|x| x.op.clone()).collect(),
+            requested: nodes.iter().map(|x| x.device.clone()).collect(),
+            colocate_with,
+            costs,
+            slot_base,
+            slot_node,
+            slot_elems,
+            slot_dtype,
+            slot_mem,
+            slot_consumers,
+            inputs,
+            control_inputs,
+            control_consumers,
+            is_variable: nodes.iter().map(|x| x.op == "Variable").collect(),
+            topo,
+            warnings,
+        })
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Warnings raised while preparing the graph.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Name of node `i`.
+    pub fn name(&self, i: usize) -> &str {
+        &self.names[i]
+    }
+
+    #[inline]
+    pub(crate) fn slots(&self, node: usize) -> std::ops::Range<usize> {
+        self.slot_base[node] as usize..self.slot_base[node + 1] as usize
+    }
+
+    /// Bytes node `i`'s outputs occupy (what memory-aware placers reserve).
+    pub(crate) fn footprint(&self, i: usize) -> u64 {
+        self.slots(i).map(|s| self.slot_mem[s]).sum()
+    }
+}
+
+/// Kahn's algorithm over data and control edges (ties by node id). A node
+/// left over lies on a cycle (or after one): the error names it.
+fn topological_order(nodes: &[Node], inputs: &Csr, control: &Csr, slot_node: &[u32]) -> Result<Vec<u32>, SimError> {
+    let n = nodes.len();
+    let mut indeg = vec![0u32; n];
+    let mut succ: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for i in 0..n {
+        for &s in inputs.get(i) {
+            succ[slot_node[s as usize] as usize].push(i as u32);
+            indeg[i] += 1;
+        }
+        for &c in control.get(i) {
+            succ[c as usize].push(i as u32);
+            indeg[i] += 1;
+        }
+    }
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<u32>> = (0..n as u32).filter(|&i| indeg[i as usize] == 0).map(std::cmp::Reverse).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(std::cmp::Reverse(i)) = ready.pop() {
+        order.push(i);
+        for &j in &succ[i as usize] {
+            indeg[j as usize] -= 1;
+            if indeg[j as usize] == 0 {
+                ready.push(std::cmp::Reverse(j));
+            }
+        }
+    }
+    if order.len() < n {
+        let stuck = (0..n).find(|&i| indeg[i] > 0).unwrap_or(0);
+        return Err(SimError::Graph {
+            node: nodes[stuck].name.clone(),
+            detail: format!(
+                "the graph has a cycle through this node ({} of {} nodes are on or after a cycle)",
+                n - order.len(),
+                n
+            ),
+        });
+    }
+    Ok(order)
+}

@@ -1,0 +1,574 @@
+//! Replays one step of a placed graph on a virtual cluster.
+//!
+//! Contract. Each device runs its ready ops one at a time on one compute
+//! stream, the earliest-ready first (ties by node id). When an op finishes,
+//! each output needed on another device becomes ONE transfer per destination
+//! device (as the engine's partitioner makes one Send/Recv pair per tensor
+//! per device); a cross-device control edge becomes a scalar transfer. A
+//! transfer waits for a free copy engine of its source device (at least one)
+//! and takes `latency + bytes / bandwidth` of the pair's link, for the bytes
+//! of its communication format. Events are processed in time order, ties in
+//! scheduling order, so a run is exactly repeatable.
+//!
+//! [`GraphSimulator`] holds everything that does not depend on the placement
+//! (op times per device, wire bytes per tensor), so placers can score many
+//! placements of one graph cheaply.
+
+use super::cluster::VirtualCluster;
+use super::cost::DeviceCoster;
+use super::report::{DeviceReport, GraphSimReport, LinkReport};
+use super::sim_graph::SimGraph;
+use crate::error::SimError;
+use crate::event_queue::EventQueue;
+use crate::time::SimTime;
+use flowlab_engine::{DType, Graph, PartitionOptions, Placement, wire_format};
+use flowlab_hw::Profile;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+
+/// What the simulator needs besides the graph and the cluster.
+#[derive(Debug, Clone, Default)]
+pub struct SimOptions {
+    /// Communication formats, as the engine's partitioner takes them.
+    pub partition: PartitionOptions,
+    /// Measured op times or efficiencies; ops it lacks use the roofline.
+    pub profile: Option<Profile>,
+}
+
+/// A graph prepared for simulation on one cluster.
+pub struct GraphSimulator {
+    graph: SimGraph,
+    cluster: VirtualCluster,
+    ndev: usize,
+    /// Op time in picoseconds, `times[node * ndev + device]`.
+    times: Vec<u64>,
+    /// Bytes on the wire per slot (format applied).
+    wire_bytes: Vec<u64>,
+    /// Bytes of a control transfer (a scalar f32 in the graph's format).
+    control_bytes: u64,
+    /// Per ordered device pair: latency in ps and ps per byte.
+    latency_ps: Vec<f64>,
+    ps_per_byte: Vec<f64>,
+    copy_engines: Vec<usize>,
+    warnings: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Event {
+    OpDone(u32),
+    TransferDone(u32),
+}
+
+/// One transfer of a simulated step.
+#[derive(Clone, Copy, Debug)]
+struct Transfer {
+    /// Slot for data, node for control.
+    what: u32,
+    control: bool,
+    src: u16,
+    dst: u16,
+    bytes: u64,
+}
+
+/// Per-step state and results (internal; see [`GraphSimReport`]).
+pub(crate) struct Trace {
+    pub step: SimTime,
+    pub finish: Vec<u64>,
+    pub busy_ps: Vec<u64>,
+    pub peak_mem: Vec<u64>,
+    pub ops_per_device: Vec<usize>,
+    transfers: Vec<Transfer>,
+    pred: Vec<u32>,
+    dev_pred: Vec<u32>,
+}
+
+const NONE: u32 = u32::MAX;
+
+impl GraphSimulator {
+    /// Prepares `graph` for `cluster` (node costs per device, wire sizes).
+    pub fn new(graph: &Graph, cluster: &VirtualCluster, opts: &SimOptions) -> Result<GraphSimulator, SimError> {
+        GraphSimulator::from_sim_graph(SimGraph::new(graph)?, cluster, opts)
+    }
+
+    pub fn from_sim_graph(graph: SimGraph, cluster: &VirtualCluster, opts: &SimOptions) -> Result<GraphSimulator, SimError> {
+        let ndev = cluster.len();
+        if ndev == 0 {
+            return Err(SimError::param("devices", "the cluster has no devices"));
+        }
+        let n = graph.len();
+        let mut warnings = graph.warnings.clone();
+        // One coster per distinct spec; devices of one spec share times.
+        let mut spec_index: Vec<usize> = Vec::with_capacity(ndev);
+        let mut distinct: Vec<&flowlab_hw::DeviceSpec> = Vec::new();
+        for d in cluster.devices() {
+            match distinct.iter().position(|s| **s == d.spec) {
+                Some(k) => spec_index.push(k),
+                None => {
+                    spec_index.push(distinct.len());
+                    distinct.push(&d.spec);
+                }
+            }
+        }
+        let profile = opts.profile.as_ref();
+        let mut per_spec = vec![vec![0u64; n]; distinct.len()];
+        for (k, spec) in distinct.iter().enumerate() {
+            let mut coster = DeviceCoster::new(spec, profile);
+            for i in 0..n {
+                let s = coster.seconds(&graph.ops[i], &graph.costs[i]);
+                per_spec[k][i] = SimTime::from_secs_f64(s).0;
+            }
+        }
+        if let Some(p) = profile {
+            let mut missing: Vec<(&str, &str)> = Vec::new();
+            let mut seen = HashSet::new();
+            for i in 0..n {
+                let op = graph.ops[i].as_str();
+                if !p.ops.contains_key(op) && seen.insert(op) {
+                    missing.push((op, &graph.names[i]));
+                }
+            }
+            for (op, node) in missing {
+                warnings.push(format!("the profile has no measurement for op '{op}' (e.g. node '{node}'): using the roofline"));
+            }
+        }
+        let mut times = vec![0u64; n * ndev];
+        for i in 0..n {
+            for d in 0..ndev {
+                times[i * ndev + d] = per_spec[spec_index[d]][i];
+            }
+        }
+        let po = &opts.partition;
+        let mut wire_bytes = Vec::with_capacity(graph.slot_elems.len());
+        for s in 0..graph.slot_elems.len() {
+            let node = graph.slot_node[s] as usize;
+            let dtype = graph.slot_dtype[s];
+            let requested = if po.edge_formats.is_empty() {
+                po.format
+            } else {
+                let edge = format!("{}:{}", graph.names[node], s - graph.slot_base[node] as usize);
+                po.edge_formats.get(&edge).copied().unwrap_or(po.format)
+            };
+            let elems = graph.slot_elems[s];
+            let bytes = if dtype == DType::F32 { wire_format(dtype, requested).bytes_for(elems) } else { elems * dtype.size_in_bytes() as u64 };
+            wire_bytes.push(bytes);
+        }
+        let control_bytes = wire_format(DType::F32, po.format).bytes_for(1);
+        let mut latency_ps = vec![0.0; ndev * ndev];
+        let mut ps_per_byte = vec![0.0; ndev * ndev];
+        for a in 0..ndev {
+            for b in 0..ndev {
+                let l = cluster.link(a, b);
+                latency_ps[a * ndev + b] = l.latency_seconds() * SimTime::PS_PER_SECOND;
+                ps_per_byte[a * ndev + b] = SimTime::PS_PER_SECOND / l.bytes_per_second();
+            }
+        }
+        let copy_engines = cluster.devices().iter().map(|d| (d.spec.copy_engines as usize).max(1)).collect();
+        Ok(GraphSimulator {
+            graph,
+            cluster: cluster.clone(),
+            ndev,
+            times,
+            wire_bytes,
+            control_bytes,
+            latency_ps,
+            ps_per_byte,
+            copy_engines,
+            warnings,
+        })
+    }
+
+    pub fn graph(&self) -> &SimGraph {
+        &self.graph
+    }
+
+    pub fn cluster(&self) -> &VirtualCluster {
+        &self.cluster
+    }
+
+    /// Warnings from preparing the graph and its costs.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Time of node `i` on device `d`, in picoseconds.
+    #[inline]
+    pub(crate) fn op_ps(&self, i: usize, d: usize) -> u64 {
+        self.times[i * self.ndev + d]
+    }
+
+    /// Time to send `bytes` from device `a` to device `b` (0 on one device).
+    #[inline]
+    pub(crate) fn transfer_ps(&self, a: usize, b: usize, bytes: u64) -> u64 {
+        if a == b {
+            return 0;
+        }
+        let k = a * self.ndev + b;
+        SimTime::from_secs_f64_ceil((self.latency_ps[k] + bytes as f64 * self.ps_per_byte[k]) / SimTime::PS_PER_SECOND).0
+    }
+
+    /// Bytes on the wire for slot `s`.
+    #[inline]
+    pub(crate) fn slot_wire_bytes(&self, s: usize) -> u64 {
+        self.wire_bytes[s]
+    }
+
+    pub(crate) fn control_bytes(&self) -> u64 {
+        self.control_bytes
+    }
+
+    /// Device indices of a placement; errors name the node whose device is
+    /// missing or outside the cluster.
+    pub fn device_indices(&self, placement: &Placement) -> Result<Vec<u16>, SimError> {
+        let n = self.graph.len();
+        if placement.len() < n {
+            let node = self.graph.names.get(placement.len()).cloned().unwrap_or_default();
+            return Err(SimError::Placement {
+                node,
+                detail: format!("the placement covers {} of the graph's {} nodes", placement.len(), n),
+            });
+        }
+        let index: HashMap<&flowlab_engine::DeviceName, u16> =
+            self.cluster.devices().iter().enumerate().map(|(i, d)| (&d.name, i as u16)).collect();
+        let mut out = Vec::with_capacity(n);
+        for (i, d) in placement.devices().iter().take(n).enumerate() {
+            match index.get(d) {
+                Some(&k) => out.push(k),
+                None => {
+                    return Err(SimError::Placement {
+                        node: self.graph.names[i].clone(),
+                        detail: format!("it is placed on '{d}', which is not a device of the simulated set ({})", self.cluster.list()),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A placement from device indices.
+    pub fn placement_of(&self, dev: &[u16]) -> Placement {
+        Placement::from_devices(dev.iter().map(|&d| self.cluster.devices()[d as usize].name.clone()).collect())
+    }
+
+    /// Simulates one step of `placement` and reports it.
+    pub fn simulate(&self, placement: &Placement) -> Result<GraphSimReport, SimError> {
+        let dev = self.device_indices(placement)?;
+        self.simulate_indices(&dev)
+    }
+
+    /// Like [`GraphSimulator::simulate`], with one device index per node.
+    pub fn simulate_indices(&self, dev: &[u16]) -> Result<GraphSimReport, SimError> {
+        let t = self.run(dev)?;
+        Ok(self.report(dev, &t))
+    }
+
+    /// Step time and whether memory fits, without building a report (what
+    /// placers call in their inner loops).
+    pub(crate) fn step_time(&self, dev: &[u16]) -> Result<(SimTime, bool), SimError> {
+        let t = self.run(dev)?;
+        let fits = t.peak_mem.iter().zip(self.cluster.devices()).all(|(&p, d)| p as f64 <= d.capacity_bytes);
+        Ok((t.step, fits))
+    }
+
+    /// The event-driven replay (see the module contract).
+    pub(crate) fn run(&self, dev: &[u16]) -> Result<Trace, SimError> {
+        let g = &self.graph;
+        let n = g.len();
+        let nd = self.ndev;
+        if dev.len() != n {
+            return Err(SimError::param("placement", format!("{} devices given for {} nodes", dev.len(), n)));
+        }
+        if let Some((i, &d)) = dev.iter().enumerate().find(|&(_, &d)| d as usize >= nd) {
+            return Err(SimError::Placement { node: g.names[i].clone(), detail: format!("device index {d} outside the cluster of {nd}") });
+        }
+        let nslots = g.slot_elems.len();
+        let mut pending: Vec<u32> = (0..n).map(|i| (g.inputs.get(i).len() + g.control_inputs.get(i).len()) as u32).collect();
+        let mut ready_at = vec![0u64; n];
+        let mut pred = vec![NONE; n];
+        let mut dev_pred = vec![NONE; n];
+        let mut finish = vec![0u64; n];
+        let mut done = 0usize;
+        let mut heaps: Vec<BinaryHeap<Reverse<(u64, u32)>>> = vec![BinaryHeap::new(); nd];
+        let mut busy = vec![false; nd];
+        let mut last_op = vec![NONE; nd];
+        let mut busy_ps = vec![0u64; nd];
+        let mut ops_per_device = vec![0usize; nd];
+        let mut copy_free: Vec<Vec<u64>> = self.copy_engines.iter().map(|&k| vec![0u64; k]).collect();
+        let mut mem = vec![0u64; nd];
+        let mut peak_mem = vec![0u64; nd];
+        let mut slot_ref = vec![0u32; nslots];
+        // Transfer id per (slot, destination), for releasing received copies.
+        let mut xfer_of = vec![NONE; nslots * nd];
+        let mut xfer_ref: Vec<u32> = Vec::new();
+        let mut transfers: Vec<Transfer> = Vec::new();
+        let mut q: EventQueue<Event> = EventQueue::new();
+
+        for i in 0..n {
+            if g.is_variable[i] {
+                let d = dev[i] as usize;
+                mem[d] += g.footprint(i);
+                peak_mem[d] = peak_mem[d].max(mem[d]);
+            }
+        }
+        for i in 0..n {
+            if pending[i] == 0 {
+                heaps[dev[i] as usize].push(Reverse((0, i as u32)));
+            }
+        }
+
+        // Starts the earliest-ready op of device `d` if it is idle.
+        macro_rules! try_start {
+            ($d:expr, $now:expr) => {{
+                let d: usize = $d;
+                if !busy[d]
+                    && let Some(Reverse((ready, i))) = heaps[d].pop()
+                {
+                    let i = i as usize;
+                    let now: u64 = $now;
+                    if now > ready {
+                        dev_pred[i] = last_op[d];
+                    }
+                    let dt = self.op_ps(i, d);
+                    busy[d] = true;
+                    busy_ps[d] += dt;
+                    ops_per_device[d] += 1;
+                    if !g.is_variable[i] {
+                        mem[d] += g.footprint(i);
+                        peak_mem[d] = peak_mem[d].max(mem[d]);
+                    }
+                    q.schedule_at(SimTime(now + dt), Event::OpDone(i as u32));
+                }
+            }};
+        }
+        // One dependency of `c` satisfied at `now`, the last one coming from `from`.
+        macro_rules! arrive {
+            ($c:expr, $now:expr, $from:expr) => {{
+                let c = $c as usize;
+                let now: u64 = $now;
+                if now > ready_at[c] || pred[c] == NONE {
+                    ready_at[c] = now;
+                    pred[c] = $from;
+                }
+                pending[c] -= 1;
+                if pending[c] == 0 {
+                    let d = dev[c] as usize;
+                    heaps[d].push(Reverse((ready_at[c], c as u32)));
+                    try_start!(d, now);
+                }
+            }};
+        }
+
+        for d in 0..nd {
+            try_start!(d, 0);
+        }
+        while let Some((t, ev)) = q.pop() {
+            let now = t.0;
+            match ev {
+                Event::OpDone(i) => {
+                    let iu = i as usize;
+                    let d = dev[iu] as usize;
+                    finish[iu] = now;
+                    done += 1;
+                    busy[d] = false;
+                    last_op[d] = i;
+                    // Outputs: local consumers now, remote ones by transfer.
+                    for s in g.slots(iu) {
+                        let mut refs = 0u32;
+                        let mut sent: u64 = 0;
+                        for &c in g.slot_consumers.get(s) {
+                            let cd = dev[c as usize] as usize;
+                            if cd == d {
+                                refs += 1;
+                            } else if sent & (1u64 << cd) == 0 {
+                                sent |= 1u64 << cd;
+                                refs += 1;
+                                let bytes = self.wire_bytes[s];
+                                let x = transfers.len() as u32;
+                                transfers.push(Transfer { what: s as u32, control: false, src: d as u16, dst: cd as u16, bytes });
+                                xfer_of[s * nd + cd] = x;
+                                xfer_ref.push(0);
+                                let engine = copy_free[d].iter_mut().min().map_or(0, |f| {
+                                    let start = (*f).max(now);
+                                    *f = start + self.transfer_ps(d, cd, bytes);
+                                    *f
+                                });
+                                q.schedule_at(SimTime(engine), Event::TransferDone(x));
+                            }
+                        }
+                        slot_ref[s] = refs;
+                        if refs == 0 && !g.is_variable[iu] {
+                            mem[d] -= g.slot_mem[s];
+                        }
+                        for &c in g.slot_consumers.get(s) {
+                            if dev[c as usize] as usize == d {
+                                arrive!(c, now, i);
+                            }
+                        }
+                    }
+                    let mut sent: u64 = 0;
+                    for &c in g.control_consumers.get(iu) {
+                        let cd = dev[c as usize] as usize;
+                        if cd == d {
+                            arrive!(c, now, i);
+                        } else if sent & (1u64 << cd) == 0 {
+                            sent |= 1u64 << cd;
+                            let x = transfers.len() as u32;
+                            let bytes = self.control_bytes;
+                            transfers.push(Transfer { what: i, control: true, src: d as u16, dst: cd as u16, bytes });
+                            xfer_ref.push(0);
+                            let end = copy_free[d].iter_mut().min().map_or(0, |f| {
+                                let start = (*f).max(now);
+                                *f = start + self.transfer_ps(d, cd, bytes);
+                                *f
+                            });
+                            q.schedule_at(SimTime(end), Event::TransferDone(x));
+                        }
+                    }
+                    // Inputs this op was the last consumer of are freed.
+                    for &s in g.inputs.get(iu) {
+                        let s = s as usize;
+                        let p = g.slot_node[s] as usize;
+                        if dev[p] as usize == d {
+                            slot_ref[s] -= 1;
+                            if slot_ref[s] == 0 && !g.is_variable[p] {
+                                mem[d] -= g.slot_mem[s];
+                            }
+                        } else {
+                            let x = xfer_of[s * nd + d] as usize;
+                            xfer_ref[x] -= 1;
+                            if xfer_ref[x] == 0 {
+                                mem[d] -= g.slot_mem[s];
+                            }
+                        }
+                    }
+                    try_start!(d, now);
+                }
+                Event::TransferDone(x) => {
+                    let tr = transfers[x as usize];
+                    let dst = tr.dst as usize;
+                    if tr.control {
+                        for &c in g.control_consumers.get(tr.what as usize) {
+                            if dev[c as usize] as usize == dst {
+                                arrive!(c, now, tr.what);
+                            }
+                        }
+                    } else {
+                        let s = tr.what as usize;
+                        let p = g.slot_node[s];
+                        let consumers = g.slot_consumers.get(s);
+                        let here = consumers.iter().filter(|&&c| dev[c as usize] as usize == dst).count() as u32;
+                        xfer_ref[x as usize] = here;
+                        mem[dst] += g.slot_mem[s];
+                        peak_mem[dst] = peak_mem[dst].max(mem[dst]);
+                        // The source copy is no longer needed for this transfer.
+                        release_source(&mut slot_ref, &mut mem, g, s, tr.src as usize);
+                        for &c in consumers {
+                            if dev[c as usize] as usize == dst {
+                                arrive!(c, now, p);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if done < n {
+            let stuck = (0..n).find(|&i| pending[i] > 0).unwrap_or(0);
+            return Err(SimError::Graph {
+                node: g.names[stuck].clone(),
+                detail: "it never became ready (its inputs form a cycle)".into(),
+            });
+        }
+        Ok(Trace { step: q.now(), finish, busy_ps, peak_mem, ops_per_device, transfers, pred, dev_pred })
+    }
+
+    /// Builds the report of a finished run.
+    pub(crate) fn report(&self, dev: &[u16], t: &Trace) -> GraphSimReport {
+        let g = &self.graph;
+        let step = t.step.as_secs_f64();
+        let mut over = Vec::new();
+        let devices: Vec<DeviceReport> = self
+            .cluster
+            .devices()
+            .iter()
+            .enumerate()
+            .map(|(d, vd)| {
+                let busy = SimTime(t.busy_ps[d]).as_secs_f64();
+                let over_capacity = t.peak_mem[d] as f64 > vd.capacity_bytes;
+                if over_capacity {
+                    over.push(format!(
+                        "{} ({}) needs {} bytes at peak but holds {:.0}",
+                        vd.name, vd.spec.name, t.peak_mem[d], vd.capacity_bytes
+                    ));
+                }
+                DeviceReport {
+                    name: vd.name.to_string(),
+                    spec: vd.spec.name.clone(),
+                    ops: t.ops_per_device[d],
+                    busy_seconds: busy,
+                    utilization: if step > 0.0 { busy / step } else { 0.0 },
+                    peak_memory_bytes: t.peak_mem[d],
+                    capacity_bytes: vd.capacity_bytes,
+                    over_capacity,
+                }
+            })
+            .collect();
+        let mut per_link: Vec<(u64, usize)> = vec![(0, 0); self.ndev * self.ndev];
+        let mut transfer_bytes = 0;
+        for tr in &t.transfers {
+            let e = &mut per_link[tr.src as usize * self.ndev + tr.dst as usize];
+            e.0 += tr.bytes;
+            e.1 += 1;
+            transfer_bytes += tr.bytes;
+        }
+        let links = per_link
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, c))| *c > 0)
+            .map(|(k, &(bytes, transfers))| {
+                let (a, b) = (k / self.ndev, k % self.ndev);
+                LinkReport {
+                    src: self.cluster.devices()[a].name.to_string(),
+                    dst: self.cluster.devices()[b].name.to_string(),
+                    link: self.cluster.link(a, b).name.clone(),
+                    bytes,
+                    transfers,
+                }
+            })
+            .collect();
+        // Critical path: back from the last op through whatever held each
+        // op back: the device (previous op there) or its last input.
+        let mut path = Vec::new();
+        let last = (0..g.len()).max_by_key(|&i| (t.finish[i], Reverse(i)));
+        let mut cur = last.map_or(NONE, |i| i as u32);
+        while cur != NONE && path.len() <= g.len() {
+            path.push(g.names[cur as usize].clone());
+            let c = cur as usize;
+            cur = if t.dev_pred[c] != NONE { t.dev_pred[c] } else { t.pred[c] };
+        }
+        path.reverse();
+        let _ = dev;
+        GraphSimReport {
+            step_seconds: step,
+            step_ps: t.step.0,
+            devices,
+            critical_path: path,
+            links,
+            ops: g.len(),
+            transfers: t.transfers.len(),
+            transfer_bytes,
+            over_memory: !over.is_empty(),
+            memory_error: if over.is_empty() { None } else { Some(format!("over memory capacity: {}", over.join("; "))) },
+            warnings: self.warnings.clone(),
+        }
+    }
+}
+
+/// Drops one reference to slot `s` on its source device `d`.
+fn release_source(slot_ref: &mut [u32], mem: &mut [u64], g: &SimGraph, s: usize, d: usize) {
+    let p = g.slot_node[s] as usize;
+    if slot_ref[s] > 0 {
+        slot_ref[s] -= 1;
+        if slot_ref[s] == 0 && !g.is_variable[p] {
+            mem[d] -= g.slot_mem[s];
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! Closed-form checks of the graph-level simulator. Op times come from a
+//! profile of measured seconds, so every expected step time is exact.
+
+use super::*;
+use flowlab_engine::{DType, Graph, Output, PartitionOptions, Placement, Shape};
+use flowlab_hw::{CommFormat, LinkSpec, OpMeasurement, Profile};
+
+const MS: u64 = 1_000_000_000; // picoseconds
+
+/// Ops priced by hand: Neg 1 ms, Add 2 ms, sources free.
+pub(crate) fn profile() -> Profile {
+    let mut p = Profile::default();
+    for (op, s) in [("Neg", 1e-3), ("Add", 2e-3), ("Placeholder", 0.0), ("Const", 0.0), ("Variable", 0.0), ("Assign", 0.0)] {
+        p.ops.insert(op.into(), OpMeasurement::Seconds(s));
+    }
+    p
+}
+
+/// `n` K40s joined by a 1 GB/s link with 10 us latency.
+pub(crate) fn cluster(n: usize) -> VirtualCluster {
+    let link = LinkSpec { name: "test-link".into(), bandwidth_gb_s: 1.0, latency_us: 10.0 };
+    VirtualCluster::parse(&format!("{n}xk40")).unwrap().with_link(link)
+}
+
+pub(crate) fn opts() -> SimOptions {
+    SimOptions { partition: PartitionOptions::default(), profile: Some(profile()) }
+}
+
+pub(crate) fn neg(x: &Output) -> Output {
+    x.graph().op("Neg").input(x).build().unwrap()
+}
+
+/// All nodes on device `d`, then `moves` applied.
+fn place(g: &Graph, c: &VirtualCluster, d: usize, moves: &[(&Output, usize)]) -> Placement {
+    let mut p = Placement::from_devices(vec![c.devices()[d].name.clone(); g.num_nodes()]);
+    for (o, k) in moves {
+        p.set(o.node_id(), c.devices()[*k].name.clone());
+    }
+    p
+}
+
+#[test]
+fn a_chain_on_one_device_takes_the_sum_of_its_op_times() {
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![1000])).unwrap();
+    let c = neg(&neg(&neg(&x)));
+    let cl = cluster(2);
+    let sim = GraphSimulator::new(&g, &cl, &opts()).unwrap();
+    let r = sim.simulate(&place(&g, &cl, 1, &[])).unwrap();
+    assert_eq!(r.step_ps, 3 * MS);
+    assert_eq!(r.devices[1].ops, 4);
+    assert_eq!(r.devices[0].ops, 0);
+    assert!((r.devices[1].busy_seconds - 3e-3).abs() < 1e-15);
+    assert!((r.devices[1].utilization - 1.0).abs() < 1e-12);
+    assert_eq!(r.transfers, 0);
+    assert_eq!(r.critical_path, vec!["x", "Neg", "Neg_1", "Neg_2"]);
+    assert_eq!(c.name(), "Neg_2");
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+}
+
+#[test]
+fn independent_branches_on_two_devices_take_the_longer_one() {
+    let g = Graph::new();
+    let x0 = g.placeholder("x0", DType::F32, Shape::new(vec![10])).unwrap();
+    let x1 = g.placeholder("x1", DType::F32, Shape::new(vec![10])).unwrap();
+    let a = neg(&neg(&neg(&x0)));
+    let b1 = neg(&x1);
+    let b = neg(&b1);
+    let cl = cluster(2);
+    let sim = GraphSimulator::new(&g, &cl, &opts()).unwrap();
+    let split = place(&g, &cl, 0, &[(&x1, 1), (&b1, 1), (&b, 1)]);
+    let r = sim.simulate(&split).unwrap();
+    assert_eq!(r.step_ps, 3 * MS, "max(3 ms, 2 ms)");
+    assert_eq!((r.devices[0].ops, r.devices[1].ops), (4, 3));
+    assert_eq!(r.transfers, 0);
+    assert_eq!(*r.critical_path.last().unwrap(), a.name());
+    let one = sim.simulate(&place(&g, &cl, 0, &[])).unwrap();
+    assert_eq!(one.step_ps, 5 * MS, "3 ms + 2 ms serialized");
+}
+
+#[test]
+fn a_transfer_costs_latency_plus_bytes_over_bandwidth_and_bf16_halves_the_bytes() {
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![1000])).unwrap();
+    let y = neg(&x);
+    let z = neg(&x);
+    let cl = cluster(2);
+    let p = place(&g, &cl, 0, &[(&y, 1), (&z, 1)]);
+    let r = GraphSimulator::new(&g, &cl, &opts()).unwrap().simulate(&p).unwrap();
+    // One transfer of 4,000 bytes (one Recv per tensor per device, however
+    // many consumers): 10 us + 4,000 B / 1 GB/s = 14 us, then two 1 ms ops.
+    assert_eq!(r.transfers, 1);
+    assert_eq!(r.transfer_bytes, 4000);
+    assert_eq!(r.step_ps, 14_000_000 + 2 * MS);
+    assert_eq!(r.links.len(), 1);
+    assert_eq!((r.links[0].bytes, r.links[0].transfers), (4000, 1));
+    assert_eq!(r.links[0].link, "test-link");
+    assert_eq!(r.links[0].src, cl.devices()[0].name.to_string());
+    let mut o = opts();
+    o.partition.format = CommFormat::Bf16;
+    let r = GraphSimulator::new(&g, &cl, &o).unwrap().simulate(&p).unwrap();
+    assert_eq!(r.transfer_bytes, 2000);
+    assert_eq!(r.step_ps, 12_000_000 + 2 * MS);
+    // A per-edge override beats the graph's format.
+    o.partition.edge_formats.insert("x:0".into(), CommFormat::Int8 { block: None });
+    let r = GraphSimulator::new(&g, &cl, &o).unwrap().simulate(&p).unwrap();
+    assert_eq!(r.transfer_bytes, 1004, "1,000 int8 values and one f32 scale");
+}
+
+#[test]
+fn control_edges_across_devices_are_scalar_transfers() {
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![10])).unwrap();
+    let a = neg(&x);
+    let gated = g.control_dependencies(&[&a]).unwrap();
+    let b = gated.op("Neg").input(&x).build().unwrap();
+    let cl = cluster(2);
+    let p = place(&g, &cl, 0, &[(&b, 1)]);
+    let r = GraphSimulator::new(&g, &cl, &opts()).unwrap().simulate(&p).unwrap();
+    // x (40 B) and a's control signal (one f32) go to device 1; b waits for a.
+    assert_eq!(r.transfers, 2);
+    assert_eq!(r.transfer_bytes, 44);
+    // Both transfers share one copy engine only if needed: K40 has two, so
+    // the control transfer (10.004 us) leaves at 1 ms and b ends 1 ms later.
+    assert_eq!(r.step_ps, MS + 10_004_000 + MS);
+    assert_eq!(r.critical_path, vec!["x", "Neg", "Neg_1"]);
+}
+
+#[test]
+fn peak_memory_follows_tensor_lifetimes_and_variables_stay() {
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![1000])).unwrap();
+    let a = neg(&x);
+    let b = neg(&a);
+    g.op("Add").input(&a).input(&b).build().unwrap();
+    let cl = cluster(1);
+    let sim = GraphSimulator::new(&g, &cl, &opts()).unwrap();
+    let r = sim.simulate(&place(&g, &cl, 0, &[])).unwrap();
+    // x 4 kB until a ends; a lives until Add ends; during Add: a, b and the
+    // sum, 12 kB.
+    assert_eq!(r.devices[0].peak_memory_bytes, 12_000);
+    assert!(!r.over_memory);
+    assert_eq!(r.step_ps, 4 * MS);
+
+    // A variable (500 f32 = 2 kB) is resident for the whole step.
+    let init = g.constant(flowlab_engine::Tensor::from_vec(vec![0f32; 500], vec![500]).unwrap()).unwrap();
+    g.variable("w", init).unwrap();
+    let sim = GraphSimulator::new(&g, &cl, &opts()).unwrap();
+    let r = sim.simulate(&place(&g, &cl, 0, &[])).unwrap();
+    assert_eq!(r.devices[0].peak_memory_bytes, 14_000);
+
+    let mut small = cl.clone();
+    small.set_capacity(0, 10_000.0).unwrap();
+    let r = GraphSimulator::new(&g, &small, &opts()).unwrap().simulate(&place(&g, &small, 0, &[])).unwrap();
+    assert!(r.over_memory);
+    assert!(r.devices[0].over_capacity);
+    assert_eq!(
+        r.memory_error.as_deref(),
+        Some("over memory capacity: /job:localhost/replica:0/task:0/device:GPU:0 (k40) needs 14000 bytes at peak but holds 10000")
+    );
+}
+
+#[test]
+fn a_profile_without_an_op_warns_and_falls_back_to_the_roofline() {
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![1000])).unwrap();
+    let y = x.graph().op("Relu").input(&x).build().unwrap();
+    let cl = cluster(1);
+    let sim = GraphSimulator::new(&g, &cl, &opts()).unwrap();
+    assert_eq!(
+        sim.warnings(),
+        ["the profile has no measurement for op 'Relu' (e.g. node 'Relu'): using the roofline"]
+    );
+    let r = sim.simulate(&place(&g, &cl, 0, &[])).unwrap();
+    let k40 = &cl.devices()[0].spec;
+    let cost = flowlab_engine::op_cost("Relu", &Default::default(), &[(DType::F32, Shape::new(vec![1000]))], &[(DType::F32, Shape::new(vec![1000]))]).unwrap();
+    let want = k40.op_time_seconds(
+        &flowlab_hw::OpCost { flops: cost.flops, bytes: cost.bytes, dtype: flowlab_hw::Dtype::F32, class: flowlab_hw::OpClass::Elementwise },
+        None,
+    );
+    assert_eq!(r.step_ps, crate::SimTime::from_secs_f64(want).0);
+    assert_eq!(r.warnings.len(), 1);
+    let _ = y;
+}
+
+#[test]
+fn matmul_on_a_tpu_runs_on_the_systolic_array() {
+    use flowlab_hw::systolic::{ArrayConfig, Dataflow, Layer, simulate_layer};
+    let g = Graph::new();
+    let a = g.placeholder("a", DType::F32, Shape::new(vec![256, 512])).unwrap();
+    let b = g.placeholder("b", DType::F32, Shape::new(vec![512, 128])).unwrap();
+    g.matmul(&a, &b).unwrap();
+    let cl = VirtualCluster::parse("tpu-v2").unwrap();
+    let spec = cl.devices()[0].spec.clone();
+    let sys = spec.systolic.clone().unwrap();
+    let mut cfg = ArrayConfig::new(sys.rows, sys.cols, Dataflow::Ws).unwrap();
+    cfg.clock_mhz = sys.clock_mhz;
+    let rep = simulate_layer(&cfg, &Layer::gemm("m", 256, 128, 512).unwrap()).unwrap();
+    let want = spec.launch_overhead_seconds() + rep.end_to_end_cycles as f64 / (sys.clock_mhz * 1e6);
+    let mut o = SimOptions::default();
+    let mut p = Profile::default();
+    p.ops.insert("Placeholder".into(), OpMeasurement::Seconds(0.0));
+    o.profile = Some(p);
+    let sim = GraphSimulator::new(&g, &cl, &o).unwrap();
+    let r = sim.simulate(&place(&g, &cl, 0, &[])).unwrap();
+    assert_eq!(r.step_ps, crate::SimTime::from_secs_f64(want).0);
+}
+
+#[test]
+fn bad_placements_and_cycles_are_named() {
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![4])).unwrap();
+    let y = neg(&x);
+    let cl = cluster(1);
+    let sim = GraphSimulator::new(&g, &cl, &opts()).unwrap();
+    let mut p = place(&g, &cl, 0, &[]);
+    p.set(y.node_id(), flowlab_engine::DeviceName::full("localhost", 0, 0, "GPU", 7));
+    assert_eq!(
+        sim.simulate(&p).unwrap_err().to_string(),
+        "cannot place node 'Neg': it is placed on '/job:localhost/replica:0/task:0/device:GPU:7', \
+         which is not a device of the simulated set (/job:localhost/replica:0/task:0/device:GPU:0)"
+    );
+    let short = Placement::from_devices(vec![cl.devices()[0].name.clone()]);
+    assert_eq!(sim.simulate(&short).unwrap_err().to_string(), "cannot place node 'Neg': the placement covers 1 of the graph's 2 nodes");
+
+    let z = neg(&y);
+    let mut nodes = g.nodes();
+    nodes[y.node_id()].inputs = vec![(z.node_id(), 0)];
+    let e = SimGraph::from_nodes(nodes).unwrap_err().to_string();
+    assert_eq!(e, "node 'Neg': the graph has a cycle through this node (2 of 3 nodes are on or after a cycle)");
+}

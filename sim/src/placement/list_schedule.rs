@@ -1,0 +1,214 @@
+//! List-scheduling placers: each builds a schedule (start and finish per
+//! node) while it places, using the simulator's op and transfer times.
+//!
+//! - `tf_greedy`: the TensorFlow whitepaper's simulated placer. Nodes in
+//!   topological order; each goes to the device where it would finish
+//!   earliest, counting its compute and the transfers of its inputs.
+//! - `m_etf`: Baechi's memory-constrained Earliest Task First. Among all
+//!   ready (node, device) pairs, schedule the one that can start earliest,
+//!   on devices with memory left for the node's colocation group.
+//! - `m_sct`: Baechi's memory-constrained Small Communication Times: ETF,
+//!   except that each node's favourite child (the consumer of its largest
+//!   output edge) is kept on its parent's device when that does not start it
+//!   later than ETF's choice by more than the transfer it saves. Baechi picks
+//!   favourite children by solving an LP relaxation; the largest edge is the
+//!   greedy stand-in used here.
+//!
+//! A node's whole colocation group goes to the device its first scheduled
+//! member picks; that device reserves the group's memory then.
+
+use super::problem::Problem;
+use crate::error::SimError;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+const UNPLACED: u16 = u16::MAX;
+
+/// Schedule state shared by the three placers.
+struct Schedule<'a> {
+    p: &'a Problem,
+    dev: Vec<u16>,
+    finish: Vec<u64>,
+    avail: Vec<u64>,
+    used: Vec<u64>,
+    group_dev: Vec<u16>,
+}
+
+impl<'a> Schedule<'a> {
+    fn new(p: &'a Problem) -> Schedule<'a> {
+        Schedule {
+            p,
+            dev: vec![UNPLACED; p.n],
+            finish: vec![0; p.n],
+            avail: vec![0; p.ndev],
+            used: vec![0; p.ndev],
+            group_dev: vec![UNPLACED; p.groups.len()],
+        }
+    }
+
+    /// Whether node `i` may go to device `d` now.
+    fn can(&self, i: usize, d: usize) -> bool {
+        let k = self.p.group_of[i] as usize;
+        match self.group_dev[k] {
+            UNPLACED => self.p.fits(k, d, &self.used),
+            gd => gd as usize == d,
+        }
+    }
+
+    /// When all of `i`'s inputs (placed) would be on device `d`.
+    fn data_ready(&self, i: usize, d: usize) -> u64 {
+        self.p
+            .in_edges(i)
+            .map(|(src, bytes)| self.finish[src] + self.p.sim.transfer_ps(self.dev[src] as usize, d, bytes))
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn assign(&mut self, i: usize, d: usize, start: u64) {
+        let k = self.p.group_of[i] as usize;
+        if self.group_dev[k] == UNPLACED {
+            self.group_dev[k] = d as u16;
+            self.used[d] += self.p.groups[k].footprint;
+        }
+        self.dev[i] = d as u16;
+        self.finish[i] = start + self.p.sim.op_ps(i, d);
+        self.avail[d] = self.finish[i];
+    }
+}
+
+/// The TensorFlow whitepaper's greedy placer (see the module comment).
+pub(crate) fn tf_greedy(p: &Problem) -> Result<Vec<u16>, SimError> {
+    let mut s = Schedule::new(p);
+    for &i in &p.sim.graph().topo {
+        let i = i as usize;
+        let mut best: Option<(u64, u64, usize)> = None;
+        for d in 0..p.ndev {
+            if !s.can(i, d) {
+                continue;
+            }
+            let start = s.avail[d].max(s.data_ready(i, d));
+            let end = start + p.sim.op_ps(i, d);
+            if best.is_none_or(|(e, _, _)| end < e) {
+                best = Some((end, start, d));
+            }
+        }
+        let (_, start, d) = best.ok_or_else(|| p.no_room(p.group_of[i] as usize, &s.used))?;
+        s.assign(i, d, start);
+    }
+    Ok(s.dev)
+}
+
+/// Baechi's m-ETF (see the module comment).
+pub(crate) fn m_etf(p: &Problem) -> Result<Vec<u16>, SimError> {
+    etf(p, false)
+}
+
+/// Baechi's m-SCT (see the module comment).
+pub(crate) fn m_sct(p: &Problem) -> Result<Vec<u16>, SimError> {
+    etf(p, true)
+}
+
+/// The consumer of each node's largest outgoing data edge (ties: lowest id).
+fn favourite_children(p: &Problem) -> Vec<u32> {
+    let g = p.sim.graph();
+    (0..p.n)
+        .map(|i| {
+            let mut best: Option<(u64, u32)> = None;
+            for s in g.slots(i) {
+                let bytes = p.sim.slot_wire_bytes(s);
+                for &c in g.slot_consumers.get(s) {
+                    if best.is_none_or(|(b, id)| bytes > b || (bytes == b && c < id)) {
+                        best = Some((bytes, c));
+                    }
+                }
+            }
+            best.map_or(u32::MAX, |(_, c)| c)
+        })
+        .collect()
+}
+
+fn etf(p: &Problem, sct: bool) -> Result<Vec<u16>, SimError> {
+    let nd = p.ndev;
+    let mut s = Schedule::new(p);
+    let mut pending: Vec<u32> = (0..p.n).map(|i| p.in_degree(i)).collect();
+    // Data-ready time per (ready node, device).
+    let mut ready_dr = vec![0u64; p.n * nd];
+    let mut heaps: Vec<BinaryHeap<Reverse<(u64, u32)>>> = vec![BinaryHeap::new(); nd];
+    let fav = if sct { favourite_children(p) } else { Vec::new() };
+    // The favourite child waiting on each device (the last node placed there's).
+    let mut urgent: Vec<u32> = vec![u32::MAX; nd];
+    let mut placed = 0usize;
+
+    let push_ready = |i: usize, s: &Schedule, heaps: &mut Vec<BinaryHeap<Reverse<(u64, u32)>>>, ready_dr: &mut Vec<u64>| {
+        for d in 0..nd {
+            if s.can(i, d) {
+                let dr = s.data_ready(i, d);
+                ready_dr[i * nd + d] = dr;
+                heaps[d].push(Reverse((dr, i as u32)));
+            }
+        }
+    };
+    for i in 0..p.n {
+        if pending[i] == 0 {
+            push_ready(i, &s, &mut heaps, &mut ready_dr);
+        }
+    }
+    while placed < p.n {
+        // ETF: per device, its earliest-data-ready valid node.
+        let mut best: Option<(u64, u64, u32, usize)> = None;
+        for d in 0..nd {
+            while let Some(&Reverse((dr, i))) = heaps[d].peek() {
+                let iu = i as usize;
+                if s.dev[iu] != UNPLACED || !s.can(iu, d) {
+                    heaps[d].pop();
+                    continue;
+                }
+                let est = s.avail[d].max(dr);
+                let key = (est, dr, i, d);
+                if best.is_none_or(|b| key < b) {
+                    best = Some(key);
+                }
+                break;
+            }
+        }
+        let Some((mut est, _, mut i, mut d)) = best else {
+            let stuck = (0..p.n).find(|&i| s.dev[i] == UNPLACED && pending[i] == 0).unwrap_or(0);
+            return Err(p.no_room(p.group_of[stuck] as usize, &s.used));
+        };
+        if sct {
+            // A waiting favourite child takes its parent's device unless it
+            // would start later than ETF's pick by more than it saves.
+            let mut pick: Option<(u64, u32, usize)> = None;
+            for (dd, &c) in urgent.iter().enumerate() {
+                if c == u32::MAX {
+                    continue;
+                }
+                let cu = c as usize;
+                if s.dev[cu] != UNPLACED || pending[cu] != 0 || !s.can(cu, dd) {
+                    continue;
+                }
+                let c_est = s.avail[dd].max(ready_dr[cu * nd + dd]);
+                let saved = p.in_edges(cu).filter(|&(src, _)| s.dev[src] as usize == dd).map(|(_, b)| p.sim.transfer_ps(dd, (dd + 1) % nd, b)).max().unwrap_or(0);
+                if c_est <= est + saved && pick.is_none_or(|(e, _, _)| c_est < e) {
+                    pick = Some((c_est, c, dd));
+                }
+            }
+            if let Some((e, c, dd)) = pick {
+                (est, i, d) = (e, c, dd);
+            }
+        }
+        let iu = i as usize;
+        s.assign(iu, d, est);
+        placed += 1;
+        if sct {
+            urgent[d] = fav[iu];
+        }
+        for c in p.out_edges(iu) {
+            pending[c] -= 1;
+            if pending[c] == 0 {
+                push_ready(c, &s, &mut heaps, &mut ready_dr);
+            }
+        }
+    }
+    Ok(s.dev)
+}

@@ -1,0 +1,170 @@
+//! Cost-based placement heuristics, each an engine [`Placer`] scored with the
+//! graph-level simulator.
+//!
+//! | name | rule |
+//! |---|---|
+//! | `single_device` | everything on the fastest device with memory for it |
+//! | `round_robin` | colocation groups dealt to devices in turn |
+//! | `default` | the engine's rule: first allowed device, accelerators first |
+//! | `tf_greedy` | TF whitepaper: topological order, earliest finish incl. input transfers |
+//! | `m_topo` | Baechi: topological order, devices filled to an even memory share |
+//! | `m_etf` | Baechi: earliest task first under memory limits |
+//! | `m_sct` | Baechi: ETF keeping favourite children with their parents |
+//! | `local_search` | simulated annealing over group moves from another placer's answer |
+//!
+//! All of them honour requested devices and colocation groups (union-find
+//! over `var`, `slots`, `_class`, as the engine's placer), and all but
+//! `default` keep each device's reserved memory (the outputs of the nodes
+//! placed there) within its capacity, or fail naming the node that does not
+//! fit. Placement time is reported by [`place_timed`].
+
+mod list_schedule;
+mod local_search;
+mod m_topo;
+mod problem;
+mod simple;
+
+#[cfg(test)]
+mod tests;
+
+use crate::error::SimError;
+use crate::graph::{GraphSimulator, SimOptions, VirtualCluster};
+use flowlab_engine::{DeviceSet, EngineError, Graph, Placement, Placer};
+use local_search::SearchLimits;
+use problem::Problem;
+use std::time::{Duration, Instant};
+
+/// Placer names [`by_name`] accepts.
+pub const PLACERS: &[&str] = &["single_device", "round_robin", "default", "tf_greedy", "m_topo", "m_etf", "m_sct", "local_search"];
+
+/// What the cost-based placers need.
+#[derive(Debug, Clone)]
+pub struct PlacerOptions {
+    pub cluster: VirtualCluster,
+    pub sim: SimOptions,
+    /// Seed of `local_search`'s random moves.
+    pub seed: u64,
+    /// Wall-clock budget of `local_search`.
+    pub budget: Duration,
+    /// Move bound of `local_search` (with a zero budget: no time limit).
+    pub iterations: Option<usize>,
+    /// The placer `local_search` starts from.
+    pub start: String,
+}
+
+impl PlacerOptions {
+    /// Defaults: f32 transfers, no profile, seed 0, 2 s budget from m_etf.
+    pub fn new(cluster: VirtualCluster) -> PlacerOptions {
+        PlacerOptions {
+            cluster,
+            sim: SimOptions::default(),
+            seed: 0,
+            budget: Duration::from_secs(2),
+            iterations: None,
+            start: "m_etf".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    SingleDevice,
+    RoundRobin,
+    Default,
+    TfGreedy,
+    MTopo,
+    MEtf,
+    MSct,
+    LocalSearch,
+}
+
+fn rule(name: &str) -> Result<Rule, SimError> {
+    Ok(match name {
+        "single_device" => Rule::SingleDevice,
+        "round_robin" => Rule::RoundRobin,
+        "default" => Rule::Default,
+        "tf_greedy" => Rule::TfGreedy,
+        "m_topo" => Rule::MTopo,
+        "m_etf" => Rule::MEtf,
+        "m_sct" => Rule::MSct,
+        "local_search" => Rule::LocalSearch,
+        _ => return Err(SimError::UnknownPlacer { name: name.into(), valid: PLACERS.join(", ") }),
+    })
+}
+
+/// A placer of this module, as an engine [`Placer`].
+pub struct SimPlacer {
+    rule: Rule,
+    opts: PlacerOptions,
+}
+
+/// The placer called `name` (see [`PLACERS`]).
+pub fn by_name(name: &str, opts: &PlacerOptions) -> Result<Box<dyn Placer>, SimError> {
+    Ok(Box::new(SimPlacer::new(name, opts)?))
+}
+
+impl SimPlacer {
+    pub fn new(name: &str, opts: &PlacerOptions) -> Result<SimPlacer, SimError> {
+        let rule = rule(name)?;
+        if rule == Rule::LocalSearch && rule_of_start(opts)? == Rule::LocalSearch {
+            return Err(SimError::param("start", "local_search cannot start from itself"));
+        }
+        Ok(SimPlacer { rule, opts: opts.clone() })
+    }
+
+    /// Places `graph` on the cluster's devices that are in `devices`.
+    pub fn place_sim(&self, graph: &Graph, devices: &DeviceSet) -> Result<Placement, SimError> {
+        let sim = GraphSimulator::new(graph, &self.opts.cluster, &self.opts.sim)?;
+        let p = Problem::new(sim, devices)?;
+        let dev = self.assign(&p, self.rule)?;
+        Ok(p.sim.placement_of(&dev))
+    }
+
+    fn assign(&self, p: &Problem, rule: Rule) -> Result<Vec<u16>, SimError> {
+        match rule {
+            Rule::SingleDevice => simple::single_device(p),
+            Rule::RoundRobin => simple::round_robin(p),
+            Rule::Default => simple::default_rule(p),
+            Rule::TfGreedy => list_schedule::tf_greedy(p),
+            Rule::MTopo => m_topo::m_topo(p),
+            Rule::MEtf => list_schedule::m_etf(p),
+            Rule::MSct => list_schedule::m_sct(p),
+            Rule::LocalSearch => {
+                let start = self.assign(p, rule_of_start(&self.opts)?)?;
+                let lim = SearchLimits { seed: self.opts.seed, budget: self.opts.budget, iterations: self.opts.iterations };
+                local_search::local_search(p, start, &lim)
+            }
+        }
+    }
+}
+
+fn rule_of_start(opts: &PlacerOptions) -> Result<Rule, SimError> {
+    rule(&opts.start).map_err(|_| SimError::param("start", format!("unknown start placer `{}` (valid: {})", opts.start, PLACERS.join(", "))))
+}
+
+impl Placer for SimPlacer {
+    fn place(&self, graph: &Graph, devices: &DeviceSet) -> flowlab_engine::Result<Placement> {
+        self.place_sim(graph, devices).map_err(|e| match e {
+            SimError::Placement { node, detail } | SimError::Graph { node, detail } => EngineError::Placement { node, detail },
+            other => EngineError::Placement { node: String::new(), detail: other.to_string() },
+        })
+    }
+}
+
+/// A placement and how long the placer took to decide it.
+#[derive(Debug, Clone)]
+pub struct PlacementOutcome {
+    pub placer: String,
+    pub placement: Placement,
+    /// Wall-clock seconds of the placer's run (simulator set-up included).
+    pub seconds: f64,
+}
+
+/// Runs the placer called `name` on all of the cluster's devices and times it.
+pub fn place_timed(name: &str, graph: &Graph, opts: &PlacerOptions) -> Result<PlacementOutcome, SimError> {
+    let placer = SimPlacer::new(name, opts)?;
+    let devices = opts.cluster.device_set();
+    let t = Instant::now();
+    let placement = placer.place_sim(graph, &devices)?;
+    Ok(PlacementOutcome { placer: name.into(), placement, seconds: t.elapsed().as_secs_f64() })
+}

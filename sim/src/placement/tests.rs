@@ -1,0 +1,164 @@
+//! Behaviour every placer must show: pinned nodes and colocation honoured,
+//! memory respected or reported, m-ETF faster than one device on wide work,
+//! local search never worse than its start.
+
+use super::*;
+use crate::graph::tests::{cluster, neg, opts};
+use crate::graph::GraphSimulator;
+use flowlab_engine::{AttrValue, DType, Graph, Output, Shape};
+
+fn options(devices: usize) -> PlacerOptions {
+    let mut o = PlacerOptions::new(cluster(devices));
+    o.sim = opts();
+    o.iterations = Some(60);
+    o.budget = Duration::ZERO;
+    o.seed = 7;
+    o
+}
+
+/// `branches` independent chains of `depth` Negs, each from its own input.
+fn wide(branches: usize, depth: usize) -> (Graph, Vec<Output>) {
+    let g = Graph::new();
+    let mut ends = Vec::new();
+    for b in 0..branches {
+        let mut x = g.placeholder(&format!("x{b}"), DType::F32, Shape::new(vec![256])).unwrap();
+        for _ in 0..depth {
+            x = neg(&x);
+        }
+        ends.push(x);
+    }
+    (g, ends)
+}
+
+fn step(o: &PlacerOptions, g: &Graph, p: &Placement) -> u64 {
+    GraphSimulator::new(g, &o.cluster, &o.sim).unwrap().simulate(p).unwrap().step_ps
+}
+
+#[test]
+fn every_placer_honours_a_pinned_node_and_colocation() {
+    let (g, ends) = wide(4, 3);
+    // One node pinned to the third device; another colocated with it by
+    // `_class`, a third pinned with the legacy short form.
+    let pinned = g.device("/gpu:2").op("Neg").name("pinned").input(&ends[0]).build().unwrap();
+    let follower = g
+        .op("Neg")
+        .name("follower")
+        .input(&ends[1])
+        .attr("_class", AttrValue::Strs(vec!["loc:@pinned".into()]))
+        .build()
+        .unwrap();
+    let short = g.device("/gpu:1").op("Neg").name("short").input(&ends[2]).build().unwrap();
+    let o = options(4);
+    for name in PLACERS {
+        let placer = by_name(name, &o).unwrap();
+        let p = placer.place(&g, &o.cluster.device_set()).unwrap();
+        let dev = |x: &Output| p.device(x.node_id()).unwrap().to_string();
+        assert_eq!(dev(&pinned), "/job:localhost/replica:0/task:0/device:GPU:2", "{name}");
+        assert_eq!(dev(&follower), dev(&pinned), "{name}");
+        assert_eq!(dev(&short), "/job:localhost/replica:0/task:0/device:GPU:1", "{name}");
+        assert_eq!(p.len(), g.num_nodes(), "{name}");
+        // The real partitioner accepts it unchanged.
+        flowlab_engine::partition(&g, &p).unwrap();
+    }
+}
+
+#[test]
+fn variables_stay_with_their_update_ops() {
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![64])).unwrap();
+    let w = g.variable("w", g.constant(flowlab_engine::Tensor::from_vec(vec![0f32; 64], vec![64]).unwrap())).unwrap();
+    let y = neg(&x);
+    let upd = g.device("/gpu:3").op("AssignAdd").name("bump").input(&y).attr("var", AttrValue::Str("w".into())).build().unwrap();
+    let o = options(4);
+    for name in PLACERS {
+        let p = by_name(name, &o).unwrap().place(&g, &o.cluster.device_set()).unwrap();
+        let gpu3 = "/job:localhost/replica:0/task:0/device:GPU:3";
+        assert_eq!(p.device(upd.node_id()).unwrap().to_string(), gpu3, "{name}");
+        assert_eq!(p.device(w.node_id()).unwrap().to_string(), gpu3, "{name}: the variable follows its update");
+    }
+}
+
+#[test]
+fn m_etf_beats_one_device_on_independent_heavy_branches() {
+    let (g, _) = wide(8, 5);
+    let o = options(4);
+    let one = place_timed("single_device", &g, &o).unwrap();
+    let etf = place_timed("m_etf", &g, &o).unwrap();
+    let (t1, te) = (step(&o, &g, &one.placement), step(&o, &g, &etf.placement));
+    // 40 ms of work: 40 ms on one device; two chains per device on four
+    // devices (10 ms), plus at most one input transfer (10 us + 1,024 B at
+    // 1 GB/s) when a chain starts away from its input.
+    assert_eq!(t1, 40_000_000_000);
+    let bound = 10_000_000_000 + 11_024_000;
+    assert!(te <= bound, "m_etf: {te}");
+    for name in ["tf_greedy", "m_sct"] {
+        let p = place_timed(name, &g, &o).unwrap();
+        let t = step(&o, &g, &p.placement);
+        assert!(t <= bound, "{name}: {t}");
+    }
+    let rr = place_timed("m_topo", &g, &o).unwrap();
+    assert!(step(&o, &g, &rr.placement) < t1, "m_topo spreads memory, hence work");
+    assert!(etf.seconds >= 0.0);
+}
+
+#[test]
+fn local_search_is_never_worse_than_its_start_and_is_seeded() {
+    let (g, _) = wide(6, 4);
+    for start in ["round_robin", "single_device", "m_topo"] {
+        let mut o = options(3);
+        o.start = start.into();
+        let s = place_timed(start, &g, &o).unwrap();
+        let ls = place_timed("local_search", &g, &o).unwrap();
+        let (ts, tl) = (step(&o, &g, &s.placement), step(&o, &g, &ls.placement));
+        assert!(tl <= ts, "{start}: {tl} > {ts}");
+        let again = place_timed("local_search", &g, &o).unwrap();
+        assert_eq!(again.placement, ls.placement, "same seed, same placement");
+    }
+    // From one device, 60 moves find a strictly better placement.
+    let mut o = options(3);
+    o.start = "single_device".into();
+    let s = place_timed("single_device", &g, &o).unwrap();
+    let ls = place_timed("local_search", &g, &o).unwrap();
+    assert!(step(&o, &g, &ls.placement) < step(&o, &g, &s.placement));
+}
+
+#[test]
+fn a_model_too_big_for_the_devices_is_reported() {
+    let (g, _) = wide(4, 2);
+    // 4 inputs + 8 Negs of 1 kB each = 12 kB; two devices of 4 kB.
+    let mut o = options(2);
+    for d in 0..2 {
+        o.cluster.set_capacity(d, 4_000.0).unwrap();
+    }
+    for name in ["single_device", "round_robin", "tf_greedy", "m_topo", "m_etf", "m_sct"] {
+        let e = place_timed(name, &g, &o).unwrap_err().to_string();
+        assert!(e.starts_with("cannot place node '"), "{name}: {e}");
+        assert!(e.contains("no device has memory for it") || e.contains("single_device: the graph needs 12288 bytes"), "{name}: {e}");
+    }
+    // The default rule does not check memory; the simulator reports it.
+    let p = place_timed("default", &g, &o).unwrap();
+    let r = GraphSimulator::new(&g, &o.cluster, &o.sim).unwrap().simulate(&p.placement).unwrap();
+    assert!(r.over_memory);
+    assert!(r.memory_error.unwrap().contains("device:GPU:0 (k40) needs"));
+}
+
+#[test]
+fn bad_names_and_requests_are_errors() {
+    let o = options(2);
+    let e = by_name("fastest", &o).err().unwrap().to_string();
+    assert_eq!(
+        e,
+        "unknown placer `fastest` (valid: single_device, round_robin, default, tf_greedy, m_topo, m_etf, m_sct, local_search)"
+    );
+    let (g, ends) = wide(1, 1);
+    g.device("/gpu:5").op("Neg").name("far").input(&ends[0]).build().unwrap();
+    let e = place_timed("m_etf", &g, &o).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "cannot place node 'far': requested device '/device:GPU:5' matches no device of the set \
+         (/job:localhost/replica:0/task:0/device:GPU:0, /job:localhost/replica:0/task:0/device:GPU:1)"
+    );
+    let mut o2 = options(2);
+    o2.start = "local_search".into();
+    assert!(by_name("local_search", &o2).is_err());
+}
