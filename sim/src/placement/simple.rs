@@ -6,40 +6,35 @@ use super::problem::Problem;
 use crate::error::SimError;
 
 /// Everything on the device that runs the graph fastest alone (least total
-/// op time) among those with memory for it; groups that may not use it go
-/// to their first allowed device with room.
+/// op time) among those whose simulated peak memory holds it; groups that
+/// may not use that device go to their first allowed device with room.
+/// (Peak, not the sum of all outputs: one device frees tensors as it goes.)
 pub(crate) fn single_device(p: &Problem) -> Result<Vec<u16>, SimError> {
-    let mut best: Option<(u64, usize)> = None;
-    for d in 0..p.ndev {
-        if !p.groups.iter().any(|g| g.allowed & (1 << d) != 0) {
-            continue;
+    let mut order: Vec<(u64, usize)> = (0..p.ndev)
+        .filter(|&d| p.groups.iter().any(|g| g.allowed & (1 << d) != 0))
+        .map(|d| ((0..p.n).filter(|&i| p.allowed(i, d)).map(|i| p.sim.op_ps(i, d)).sum(), d))
+        .collect();
+    order.sort_unstable();
+    let mut tried = Vec::new();
+    for &(_, home) in &order {
+        let dev = all_on(p, home)?;
+        let peaks = p.sim.peak_memory(&dev)?;
+        if (0..p.ndev).all(|d| peaks[d] as f64 <= p.capacity[d]) {
+            return Ok(dev);
         }
-        let total: u64 = (0..p.n).filter(|&i| p.allowed(i, d)).map(|i| p.sim.op_ps(i, d)).sum();
-        let bytes: u64 = p.groups.iter().filter(|g| g.allowed & (1 << d) != 0).map(|g| g.footprint).sum();
-        if bytes as f64 > p.capacity[d] {
-            continue;
-        }
-        if best.is_none_or(|(t, _)| total < t) {
-            best = Some((total, d));
-        }
+        tried.push(format!("{} would need {} bytes of {:.0}", p.sim.cluster().devices()[home].name, peaks[home], p.capacity[home]));
     }
-    let Some((_, home)) = best else {
-        let need: u64 = p.groups.iter().map(|g| g.footprint).sum();
-        let largest = p.capacity.iter().copied().fold(0.0, f64::max);
-        return Err(SimError::Placement {
-            node: p.sim.graph().names.first().cloned().unwrap_or_default(),
-            detail: format!("single_device: the graph needs {need} bytes but the largest device holds {largest:.0}"),
-        });
-    };
-    let mut used = vec![0u64; p.ndev];
+    Err(SimError::Placement {
+        node: p.sim.graph().names.first().cloned().unwrap_or_default(),
+        detail: format!("single_device: no device holds the graph ({})", tried.join("; ")),
+    })
+}
+
+/// Every group on `home` when it may use it, else on its first allowed device.
+fn all_on(p: &Problem, home: usize) -> Result<Vec<u16>, SimError> {
     let mut dev = vec![0u16; p.n];
-    for (k, g) in p.groups.iter().enumerate() {
-        let d = if g.allowed & (1 << home) != 0 {
-            home
-        } else {
-            (0..p.ndev).find(|&d| p.fits(k, d, &used)).ok_or_else(|| p.no_room(k, &used))?
-        };
-        used[d] += g.footprint;
+    for g in &p.groups {
+        let d = if g.allowed & (1 << home) != 0 { home } else { g.allowed.trailing_zeros() as usize };
         for &m in &g.members {
             dev[m as usize] = d as u16;
         }

@@ -133,7 +133,7 @@ fn a_model_too_big_for_the_devices_is_reported() {
     for name in ["single_device", "round_robin", "tf_greedy", "m_topo", "m_etf", "m_sct"] {
         let e = place_timed(name, &g, &o).unwrap_err().to_string();
         assert!(e.starts_with("cannot place node '"), "{name}: {e}");
-        assert!(e.contains("no device has memory for it") || e.contains("single_device: the graph needs 12288 bytes"), "{name}: {e}");
+        assert!(e.contains("no device has memory for it") || e.contains("single_device: no device holds the graph"), "{name}: {e}");
     }
     // The default rule does not check memory; the simulator reports it.
     let p = place_timed("default", &g, &o).unwrap();
@@ -161,4 +161,21 @@ fn bad_names_and_requests_are_errors() {
     let mut o2 = options(2);
     o2.start = "local_search".into();
     assert!(by_name("local_search", &o2).is_err());
+}
+
+#[test]
+fn single_device_picks_the_fastest_device() {
+    // Big GEMMs: the K40's peak wins (tiny ops would favour the CPU's
+    // smaller launch overhead).
+    let g = Graph::new();
+    let a = g.placeholder("a", DType::F32, Shape::new(vec![512, 512])).unwrap();
+    let b = g.matmul(&a, &a).unwrap();
+    g.matmul(&b, &a).unwrap();
+    let mut o = PlacerOptions::new(VirtualCluster::parse("cpu,k40").unwrap());
+    o.sim = SimOptions::default();
+    let p = place_timed("single_device", &g, &o).unwrap();
+    assert!(p.placement.devices().iter().all(|d| d.to_string() == "/job:localhost/replica:0/task:0/device:GPU:0"));
+    // The engine's rule also prefers the accelerator.
+    let d = place_timed("default", &g, &o).unwrap();
+    assert_eq!(d.placement, p.placement);
 }
