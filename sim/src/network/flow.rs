@@ -6,9 +6,18 @@
 //!
 //! The sharing is computed by progressive filling: repeatedly take the link
 //! whose remaining capacity per unfrozen flow is smallest, freeze its flows
-//! at that rate and charge them on their other links. Only links that carry
-//! flows are visited, and a lazy heap finds the bottleneck, so one
-//! recomputation costs O(F * path length + L log L).
+//! at that rate and charge them on their other links. A change only affects
+//! the flows connected to it through shared links, so only that connected
+//! component is refilled (the others keep their rates bit for bit).
+//!
+//! Flows frozen by the same link get the same rate, so they form a *group*
+//! (named by that link) with one virtual clock: the bytes each member has
+//! drained since the group's rate last changed. A member finishes when the
+//! clock reaches its target; remaining bytes are never updated eagerly, and
+//! a rate change costs O(1) per group rather than O(1) per flow. Each group
+//! keeps its members in a heap by target (stale entries skipped by a
+//! generation counter), and a tournament tree over links gives the earliest
+//! drain of all groups.
 
 use crate::error::SimError;
 use crate::network::model::{Fabric, FlowTag, NetworkModel, Route};
@@ -20,34 +29,187 @@ use std::collections::BinaryHeap;
 /// Completion-coalescing window: 1 ns, far below any link latency modelled.
 const DRAIN_WINDOW: SimTime = SimTime(1_000);
 
+/// No group yet (a flow started since the last recomputation).
+const NONE: u32 = u32::MAX;
+
+/// A flow in a link's list, carrying what the component search and the
+/// filling need so that those loops touch little else.
+#[derive(Clone, Copy)]
+struct Member {
+    slot: u32,
+    /// The flow's route: `route_links[start..start + len]` of the fabric.
+    start: u32,
+    len: u16,
+    /// Index of this link in the route.
+    k: u16,
+}
+
+impl Member {
+    fn links<'a>(&self, routes: &'a [u32]) -> &'a [u32] {
+        &routes[self.start as usize..self.start as usize + self.len as usize]
+    }
+}
+
 struct Flow {
     route: Route,
-    remaining: f64,
-    rate: f64,
-    drain_at: SimTime,
     tag: FlowTag,
+    /// Bytes left, carried from the old group to the new one when it moves.
+    carry: f64,
+    /// Group clock value at which the flow's last byte has left.
+    target: f64,
+    /// Bumped when the flow leaves a group, so its heap entry goes stale.
+    generation: u32,
+    /// Index of this flow in the creation-order list (arrival tie order).
+    order: u32,
+    /// Position of this flow in each of its links' flow lists, by route index.
+    pos: Vec<u32>,
+    /// Marked as draining in the current drain round.
+    draining: bool,
+}
+
+/// The flows frozen by one link, all at the same rate.
+struct Group {
+    /// Bytes drained per member since the clock was last reset, as of `at`.
+    clock: f64,
+    at: SimTime,
+    rate: f64,
+    members: u32,
+    /// (target bits, flow slot, generation): non-negative f64 bits order like the values.
+    heap: BinaryHeap<Reverse<(u64, u32, u32)>>,
+}
+
+impl Group {
+    fn clock_at(&self, now: SimTime) -> f64 {
+        if now <= self.at {
+            self.clock
+        } else {
+            self.clock + self.rate * (now - self.at).as_secs_f64()
+        }
+    }
+
+    /// When a member with `target` has drained, at the current rate.
+    fn drain_time(&self, target: f64) -> SimTime {
+        self.at + ceil_time((target - self.clock).max(0.0) / self.rate)
+    }
+}
+
+/// The minimum of one value per link, kept under point updates (a
+/// tournament tree).
+struct MinTree {
+    leaves: usize,
+    tree: Vec<u64>,
+}
+
+impl MinTree {
+    fn new(n: usize) -> MinTree {
+        let leaves = n.next_power_of_two().max(1);
+        MinTree { leaves, tree: vec![u64::MAX; 2 * leaves] }
+    }
+
+    fn min(&self) -> u64 {
+        self.tree[1]
+    }
+
+    fn set(&mut self, l: usize, v: u64) {
+        let mut i = self.leaves + l;
+        if self.tree[i] == v {
+            return;
+        }
+        self.tree[i] = v;
+        while i > 1 {
+            i /= 2;
+            let m = self.tree[2 * i].min(self.tree[2 * i + 1]);
+            if self.tree[i] == m {
+                break;
+            }
+            self.tree[i] = m;
+        }
+    }
+
+    /// Appends to `out` every index whose value is at most `x`.
+    fn collect_at_most(&self, x: u64, out: &mut Vec<u32>, stack: &mut Vec<usize>) {
+        stack.clear();
+        stack.push(1);
+        while let Some(i) = stack.pop() {
+            if self.tree[i] > x {
+                continue;
+            }
+            if i >= self.leaves {
+                out.push((i - self.leaves) as u32);
+            } else {
+                stack.push(2 * i);
+                stack.push(2 * i + 1);
+            }
+        }
+    }
+}
+
+/// Seconds to picoseconds, rounded up (a transfer must not finish early).
+fn ceil_time(secs: f64) -> SimTime {
+    SimTime::from_secs_f64_ceil(secs)
 }
 
 pub struct FlowNetwork {
     fabric: Fabric,
     capacity: Vec<f64>,
+    /// Flow slots (reused through `free`). The hot per-slot fields are
+    /// dense arrays: epoch stamps (visited by the component search, frozen
+    /// by the filling) and the link whose share the flow runs at (`NONE`
+    /// before its first share).
+    visited: Vec<u32>,
+    frozen: Vec<u32>,
+    group: Vec<u32>,
     flows: Vec<Flow>,
+    free: Vec<u32>,
+    live: usize,
+    /// Live flows in creation order, kept with swap-removal: it fixes the
+    /// order in which flows finishing together are reported.
+    order: Vec<u32>,
+    /// Per link: (flow slot, index of the link in the flow's route).
+    link_flows: Vec<Vec<Member>>,
+    groups: Vec<Group>,
+    /// Earliest drain time per group (picoseconds).
+    drains: MinTree,
+    /// The fast path's bookkeeping. A link is a *group link* while its
+    /// group has members. `group_links_crossed[slot]`: group links on the
+    /// flow's route; `crossing_not_one`: live flows for which that is not 1.
+    /// `free_keys`: share key (capacity / flows) of each busy link that is
+    /// not a group link; `group_keys`: u64::MAX - share key of each group link.
+    is_group_link: Vec<bool>,
+    group_links_crossed: Vec<u32>,
+    crossing_not_one: usize,
+    free_keys: MinTree,
+    group_keys: MinTree,
+    /// Flows started since the last recomputation.
+    fresh: Vec<u32>,
+    /// Whether the fast path may be taken (tests turn it off to compare),
+    /// and how many recomputations took it.
+    fast_path: bool,
+    fast_recomputations: u64,
     /// Drained flows in propagation: (arrival, seq, tag).
     arrivals: BinaryHeap<Reverse<(SimTime, u64, FlowTag)>>,
     seq: u64,
-    last_update: SimTime,
-    dirty: bool,
-    next_drain: SimTime,
+    now: SimTime,
+    /// Links whose flow set changed since the last recomputation.
+    seeds: Vec<u32>,
+    /// Links carrying flows, and each link's index in `busy`.
+    busy: Vec<u32>,
+    busy_pos: Vec<u32>,
     recomputations: u64,
-    // Scratch for progressive filling, sized to the link count.
+    epoch: u32,
+    // Scratch, sized to the link count.
+    link_stamp: Vec<u32>,
+    component: Vec<u32>,
     residual: Vec<f64>,
     unfrozen: Vec<u32>,
-    total: Vec<u32>,
-    link_start: Vec<u32>,
-    touched: Vec<u32>,
-    link_flows: Vec<u32>,
-    frozen: Vec<bool>,
+    batch_share: Vec<f64>,
     heap: BinaryHeap<Reverse<(u64, u32)>>,
+    movers: Vec<(u32, u32)>,
+    /// Flows in `component`.
+    component_flows: usize,
+    drain_heap: BinaryHeap<Reverse<u32>>,
+    scratch: Vec<u32>,
+    stack: Vec<usize>,
 }
 
 impl FlowNetwork {
@@ -58,21 +220,51 @@ impl FlowNetwork {
         FlowNetwork {
             fabric,
             capacity,
+            visited: Vec::new(),
+            frozen: Vec::new(),
+            group: Vec::new(),
             flows: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            order: Vec::new(),
+            link_flows: (0..n).map(|_| Vec::new()).collect(),
+            groups: (0..n)
+                .map(|_| Group {
+                    clock: 0.0,
+                    at: SimTime::ZERO,
+                    rate: 0.0,
+                    members: 0,
+                    heap: BinaryHeap::new(),
+                })
+                .collect(),
+            drains: MinTree::new(n),
+            is_group_link: vec![false; n],
+            group_links_crossed: Vec::new(),
+            crossing_not_one: 0,
+            free_keys: MinTree::new(n),
+            group_keys: MinTree::new(n),
+            fresh: Vec::new(),
+            fast_path: true,
+            fast_recomputations: 0,
             arrivals: BinaryHeap::new(),
             seq: 0,
-            last_update: SimTime::ZERO,
-            dirty: false,
-            next_drain: SimTime::MAX,
+            now: SimTime::ZERO,
+            seeds: Vec::new(),
+            busy: Vec::new(),
+            busy_pos: vec![NONE; n],
             recomputations: 0,
+            epoch: 0,
+            link_stamp: vec![0; n],
+            component: Vec::new(),
             residual: vec![0.0; n],
             unfrozen: vec![0; n],
-            total: vec![0; n],
-            link_start: vec![0; n + 1],
-            touched: Vec::new(),
-            link_flows: Vec::new(),
-            frozen: Vec::new(),
+            batch_share: vec![-1.0; n],
             heap: BinaryHeap::new(),
+            movers: Vec::new(),
+            component_flows: 0,
+            drain_heap: BinaryHeap::new(),
+            scratch: Vec::new(),
+            stack: Vec::new(),
         }
     }
 
@@ -84,82 +276,254 @@ impl FlowNetwork {
     /// Current rate of the flow with `tag`, in bytes per second (tests).
     pub fn rate_of(&mut self, tag: FlowTag) -> Option<f64> {
         self.refresh();
-        self.flows.iter().find(|f| f.tag == tag).map(|f| f.rate)
-    }
-
-    /// Drains every flow by its rate up to `t`.
-    fn progress_to(&mut self, t: SimTime) {
-        if t <= self.last_update {
-            return;
-        }
-        let dt = (t - self.last_update).as_secs_f64();
-        for f in &mut self.flows {
-            f.remaining = (f.remaining - f.rate * dt).max(0.0);
-        }
-        self.last_update = t;
+        let &slot = self.order.iter().find(|&&s| self.flows[s as usize].tag == tag)?;
+        Some(self.groups[self.group[slot as usize] as usize].rate)
     }
 
     fn refresh(&mut self) {
-        if self.dirty {
+        if !self.seeds.is_empty() {
             self.recompute();
-            self.dirty = false;
         }
     }
 
-    /// Max-min fair rates by progressive filling, then each flow's drain time.
+    fn next_drain(&self) -> SimTime {
+        SimTime(self.drains.min())
+    }
+
+    /// Republishes link `l`'s share key in the fast path's trees.
+    fn update_keys(&mut self, l: usize) {
+        let n = self.link_flows[l].len() as u32;
+        let key = share_key(self.capacity[l], n.max(1));
+        let (free, grouped) = match (n > 0, self.is_group_link[l]) {
+            (false, _) => (u64::MAX, u64::MAX),
+            (true, false) => (key, u64::MAX),
+            (true, true) => (u64::MAX, u64::MAX - key),
+        };
+        self.free_keys.set(l, free);
+        self.group_keys.set(l, grouped);
+    }
+
+    /// Makes link `l` a group link exactly while its group has members.
+    fn sync_group_link(&mut self, l: usize) {
+        let is = self.groups[l].members > 0;
+        if is == self.is_group_link[l] {
+            return;
+        }
+        self.is_group_link[l] = is;
+        for e in &self.link_flows[l] {
+            let c = &mut self.group_links_crossed[e.slot as usize];
+            let before = *c == 1;
+            if is {
+                *c += 1;
+            } else {
+                *c -= 1;
+            }
+            let after = *c == 1;
+            if before && !after {
+                self.crossing_not_one += 1;
+            } else if after && !before {
+                self.crossing_not_one -= 1;
+            }
+        }
+        self.update_keys(l);
+    }
+
+    /// The fast path applies when every flow crosses exactly one group link
+    /// and every group link's fair share (capacity / flows) is below every
+    /// other busy link's. Progressive filling then freezes each group
+    /// link's flows, untouched by the others, at exactly capacity / flows,
+    /// before any other link can become the bottleneck (shares only grow
+    /// while filling; the margin covers rounding), and freezes every flow:
+    /// so the groups keep their members and only the changed ones need a
+    /// new share.
+    fn fast_path_applies(&self) -> bool {
+        if !self.fast_path || self.crossing_not_one > 0 {
+            return false;
+        }
+        let free = self.free_keys.min();
+        if free == u64::MAX {
+            return true;
+        }
+        let grouped = self.group_keys.min();
+        if grouped == u64::MAX {
+            return false;
+        }
+        f64::from_bits(u64::MAX - grouped) < f64::from_bits(free) * (1.0 - 1e-9)
+    }
+
+    /// The fast path: new flows join the group link on their route; the
+    /// changed group links take capacity / flows as their share.
+    fn fast_recompute(&mut self) {
+        let now = self.now;
+        let routes = self.fabric.all_route_links();
+        for &f in &self.fresh {
+            let route = self.flows[f as usize].route;
+            let links = &routes[route.start as usize..(route.start + route.len) as usize];
+            let Some(&l) = links.iter().find(|&&l| self.is_group_link[l as usize]) else {
+                continue; // unreachable: every flow crosses one group link
+            };
+            self.movers.push((f, l));
+        }
+        for &l in &self.component {
+            let l = l as usize;
+            if !self.is_group_link[l] {
+                continue;
+            }
+            let n = self.link_flows[l].len() as u32;
+            let share = f64::from_bits(share_key(self.capacity[l], n));
+            let g = &mut self.groups[l];
+            if share != g.rate {
+                g.clock = g.clock_at(now);
+                g.at = now;
+                g.rate = share;
+            }
+        }
+        for &(f, l) in &self.movers {
+            let flow = &mut self.flows[f as usize];
+            let g = &mut self.groups[l as usize];
+            flow.target = g.clock_at(now) + flow.carry;
+            self.group[f as usize] = l;
+            g.members += 1;
+            g.heap.push(Reverse((flow.target.to_bits(), f, flow.generation)));
+        }
+        for i in 0..self.component.len() {
+            let l = self.component[i] as usize;
+            self.refresh_group(l);
+        }
+    }
+
+    /// Drops stale heap entries of group `l` and republishes its earliest drain.
+    fn refresh_group(&mut self, l: usize) {
+        let g = &mut self.groups[l];
+        let mut t = SimTime::MAX;
+        if g.members == 0 {
+            g.heap.clear();
+        } else {
+            while let Some(&Reverse((target, slot, generation))) = g.heap.peek() {
+                if self.flows[slot as usize].generation != generation {
+                    g.heap.pop();
+                    continue;
+                }
+                t = g.drain_time(f64::from_bits(target));
+                break;
+            }
+        }
+        self.drains.set(l, t.0);
+    }
+
+    /// Collects into `component` the links connected to the changed ones.
+    /// When the changed links alone carry half the flows or more, the
+    /// component is nearly everything: take every busy link without a search
+    /// (refilling an unchanged component gives the same shares bit for bit).
+    /// Returns true when the fast path applies (the component is then
+    /// just the changed links).
+    fn find_component(&mut self, epoch: u32) -> bool {
+        let FlowNetwork { link_flows, seeds, link_stamp, component, .. } = self;
+        component.clear();
+        let mut seeded = 0usize;
+        for &l in seeds.iter() {
+            if link_stamp[l as usize] != epoch {
+                link_stamp[l as usize] = epoch;
+                component.push(l);
+                seeded += link_flows[l as usize].len();
+            }
+        }
+        seeds.clear();
+        if self.fast_path_applies() {
+            return true;
+        }
+        let FlowNetwork { fabric, visited, link_flows, link_stamp, component, busy, live, component_flows, .. } = self;
+        if 2 * seeded >= *live {
+            for &l in busy.iter() {
+                if link_stamp[l as usize] != epoch {
+                    link_stamp[l as usize] = epoch;
+                    component.push(l);
+                }
+            }
+            *component_flows = *live;
+            return false;
+        }
+        let mut count = 0;
+        let routes = fabric.all_route_links();
+        let mut i = 0;
+        while i < component.len() {
+            let l = component[i] as usize;
+            i += 1;
+            for e in &link_flows[l] {
+                let v = &mut visited[e.slot as usize];
+                if *v == epoch {
+                    continue;
+                }
+                *v = epoch;
+                count += 1;
+                for &m in e.links(routes) {
+                    if link_stamp[m as usize] != epoch {
+                        link_stamp[m as usize] = epoch;
+                        component.push(m);
+                    }
+                }
+            }
+        }
+        *component_flows = count;
+        false
+    }
+
+    /// Refills the component of links reachable from the changed links.
     fn recompute(&mut self) {
         self.recomputations += 1;
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            // Stamps wrapped: clear them so no stale stamp matches.
+            self.link_stamp.fill(0);
+            self.visited.fill(0);
+            self.frozen.fill(0);
+            self.epoch = 1;
+        }
+        let epoch = self.epoch;
+        let now = self.now;
+        self.movers.clear();
+        if self.find_component(epoch) {
+            self.fast_recomputations += 1;
+            self.fast_recompute();
+            self.fresh.clear();
+            return;
+        }
+        self.fresh.clear();
         let FlowNetwork {
             fabric,
             capacity,
+            frozen,
+            group,
             flows,
+            link_flows,
+            groups,
+            component,
             residual,
             unfrozen,
-            total,
-            link_start,
-            touched,
-            link_flows,
-            frozen,
+            batch_share,
             heap,
+            movers,
+            component_flows,
             ..
         } = self;
-        touched.clear();
-        for f in flows.iter() {
-            for &l in fabric.route_links(f.route) {
-                let l = l as usize;
-                if unfrozen[l] == 0 {
-                    touched.push(l as u32);
-                    residual[l] = capacity[l];
-                }
-                unfrozen[l] += 1;
+        let routes = fabric.all_route_links();
+        // Progressive filling on the component.
+        let mut keys = std::mem::take(heap).into_vec();
+        keys.clear();
+        for &l in component.iter() {
+            let l = l as usize;
+            let n = link_flows[l].len() as u32;
+            unfrozen[l] = n;
+            batch_share[l] = -1.0;
+            if n > 0 {
+                residual[l] = capacity[l];
+                keys.push(Reverse((share_key(residual[l], n), l as u32)));
             }
         }
-        // Link -> flows adjacency (CSR over touched links).
-        let mut off = 0u32;
-        for &l in touched.iter() {
-            let l = l as usize;
-            link_start[l] = off;
-            total[l] = unfrozen[l];
-            off += unfrozen[l];
-        }
-        link_flows.clear();
-        link_flows.resize(off as usize, 0);
-        // Use `link_start` as a fill cursor, then restore it from counts.
-        for (fi, f) in flows.iter().enumerate() {
-            for &l in fabric.route_links(f.route) {
-                let c = &mut link_start[l as usize];
-                link_flows[*c as usize] = fi as u32;
-                *c += 1;
-            }
-        }
-        heap.clear();
-        for &l in touched.iter() {
-            let l = l as usize;
-            link_start[l] -= unfrozen[l];
-            heap.push(Reverse((share_key(residual[l], unfrozen[l]), l as u32)));
-        }
-        frozen.clear();
-        frozen.resize(flows.len(), false);
+        *heap = BinaryHeap::from(keys);
+        // Every flow of the component is visited once, so the filling can
+        // stop when all are frozen (the remaining links carry none).
+        let mut left = *component_flows;
         // Shares only grow as flows freeze (freezing at the global minimum
         // share s leaves (r - s) / (n - 1) >= r / n), so a popped key is a
         // lower bound: if it is stale, re-insert the link with its current
@@ -175,35 +539,159 @@ impl FlowNetwork {
                 continue;
             }
             let share = f64::from_bits(key);
-            let (s, n) = (link_start[l] as usize, total[l] as usize);
-            for i in s..s + n {
-                let fi = link_flows[i] as usize;
-                if frozen[fi] {
+            batch_share[l] = share;
+            for e in &link_flows[l] {
+                let z = &mut frozen[e.slot as usize];
+                if *z == epoch {
                     continue;
                 }
-                frozen[fi] = true;
-                if flows[fi].rate != share {
-                    flows[fi].rate = share;
-                    flows[fi].drain_at = SimTime::MAX; // re-derived below
+                *z = epoch;
+                left -= 1;
+                if group[e.slot as usize] != l as u32 {
+                    movers.push((e.slot, l as u32));
                 }
-                for &m in fabric.route_links(flows[fi].route) {
+                // Link `l` itself is done: its residual is never read again.
+                for &m in e.links(routes) {
                     let m = m as usize;
-                    residual[m] = (residual[m] - share).max(0.0);
-                    unfrozen[m] -= 1;
+                    if m != l {
+                        residual[m] = (residual[m] - share).max(0.0);
+                        unfrozen[m] -= 1;
+                    }
+                }
+            }
+            unfrozen[l] = 0;
+            if left == 0 {
+                break;
+            }
+        }
+        // Flows changing group leave their old one at its current rate.
+        for &(f, _) in movers.iter() {
+            let old = group[f as usize];
+            if old != NONE {
+                let flow = &mut flows[f as usize];
+                let g = &mut groups[old as usize];
+                flow.carry = (flow.target - g.clock_at(now)).max(0.0);
+                g.members -= 1;
+                flow.generation = flow.generation.wrapping_add(1);
+            }
+        }
+        // New rates: a group whose rate changed restarts its clock now; an
+        // unchanged rate keeps every member's drain time exactly.
+        for &l in component.iter() {
+            let l = l as usize;
+            let g = &mut groups[l];
+            let share = batch_share[l];
+            if g.members == 0 {
+                g.heap.clear();
+                g.clock = 0.0;
+                g.at = now;
+                g.rate = share.max(0.0);
+            } else if share != g.rate {
+                debug_assert!(share >= 0.0, "a group with members froze no flows");
+                g.clock = g.clock_at(now);
+                g.at = now;
+                g.rate = share;
+            }
+        }
+        for &(f, l) in movers.iter() {
+            let flow = &mut flows[f as usize];
+            let g = &mut groups[l as usize];
+            flow.target = g.clock_at(now) + flow.carry;
+            group[f as usize] = l;
+            g.members += 1;
+            g.heap.push(Reverse((flow.target.to_bits(), f, flow.generation)));
+        }
+        for i in 0..self.component.len() {
+            let l = self.component[i] as usize;
+            self.refresh_group(l);
+            self.sync_group_link(l);
+        }
+    }
+
+    /// Removes every flow that drains by `until`, reporting it as finished
+    /// at `t`, in the order the flows' creation-order list scan finds them.
+    fn drain(&mut self, t: SimTime, until: SimTime) {
+        // Groups with a member due: walk the tournament tree.
+        let mut due = std::mem::take(&mut self.scratch);
+        due.clear();
+        let mut stack = std::mem::take(&mut self.stack);
+        self.drains.collect_at_most(until.0, &mut due, &mut stack);
+        self.drain_heap.clear();
+        for &l in &due {
+            let g = &mut self.groups[l as usize];
+            while let Some(&Reverse((target, slot, generation))) = g.heap.peek() {
+                let flow = &mut self.flows[slot as usize];
+                if flow.generation != generation {
+                    g.heap.pop();
+                    continue;
+                }
+                if g.drain_time(f64::from_bits(target)) > until {
+                    break;
+                }
+                g.heap.pop();
+                g.members -= 1;
+                flow.generation = flow.generation.wrapping_add(1);
+                flow.draining = true;
+                self.drain_heap.push(Reverse(flow.order));
+            }
+        }
+        // Replays a scan of the creation-order list that swap-removes every
+        // draining flow: the flow moved into a hole is examined next.
+        while let Some(Reverse(p)) = self.drain_heap.pop() {
+            if p as usize >= self.order.len() {
+                continue; // its flow was moved into a lower hole
+            }
+            let slot = self.order[p as usize];
+            if !self.flows[slot as usize].draining {
+                continue;
+            }
+            self.remove(slot, t);
+            self.order.swap_remove(p as usize);
+            if let Some(&moved) = self.order.get(p as usize) {
+                let m = &mut self.flows[moved as usize];
+                m.order = p;
+                if m.draining {
+                    self.drain_heap.push(Reverse(p));
                 }
             }
         }
-        // Every touched link's counter is back to zero here.
-        let now = self.last_update;
-        let mut next = SimTime::MAX;
-        for f in flows.iter_mut() {
-            // An unchanged rate keeps its drain time (exact, no re-rounding).
-            if f.drain_at == SimTime::MAX {
-                f.drain_at = now + SimTime::from_secs_f64_ceil(f.remaining / f.rate);
-            }
-            next = next.min(f.drain_at);
+        for &l in &due {
+            self.sync_group_link(l as usize);
         }
-        self.next_drain = next;
+        self.scratch = due;
+        self.stack = stack;
+    }
+
+    /// Takes flow `slot` out of its links and reports it arriving after the path latency.
+    fn remove(&mut self, slot: u32, t: SimTime) {
+        let flow = &mut self.flows[slot as usize];
+        flow.draining = false;
+        let (route, tag) = (flow.route, flow.tag);
+        for k in 0..route.len as usize {
+            let l = self.fabric.route_links(route)[k];
+            let p = self.flows[slot as usize].pos[k] as usize;
+            let list = &mut self.link_flows[l as usize];
+            list.swap_remove(p);
+            if let Some(&moved) = list.get(p) {
+                self.flows[moved.slot as usize].pos[moved.k as usize] = p as u32;
+            }
+            if list.is_empty() {
+                let b = self.busy_pos[l as usize] as usize;
+                self.busy.swap_remove(b);
+                if let Some(&moved) = self.busy.get(b) {
+                    self.busy_pos[moved as usize] = b as u32;
+                }
+            }
+            self.seeds.push(l);
+            self.update_keys(l as usize);
+        }
+        if self.group_links_crossed[slot as usize] != 1 {
+            self.crossing_not_one -= 1;
+        }
+        self.arrivals.push(Reverse((t + route.latency, self.seq, tag)));
+        self.seq += 1;
+        self.free.push(slot);
+        self.live -= 1;
     }
 }
 
@@ -224,28 +712,78 @@ impl NetworkModel for FlowNetwork {
     ) -> Result<(), SimError> {
         let route = self.fabric.route(src, dst)?;
         self.fabric.account(route, bytes);
-        let now = now.max(self.last_update);
+        let now = now.max(self.now);
         if route.len == 0 || bytes == 0 {
             self.arrivals.push(Reverse((now + route.latency, self.seq, tag)));
             self.seq += 1;
             return Ok(());
         }
-        self.progress_to(now);
-        self.flows.push(Flow {
-            route,
-            remaining: bytes as f64,
-            rate: 0.0,
-            drain_at: SimTime::MAX,
-            tag,
-        });
-        self.dirty = true;
+        if self.seeds.is_empty() {
+            self.now = now;
+        } else if now > self.now {
+            // Changes at an earlier instant are settled first.
+            self.recompute();
+            self.now = now;
+        }
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.visited.push(0);
+                self.frozen.push(0);
+                self.group.push(NONE);
+                self.group_links_crossed.push(0);
+                self.flows.push(Flow {
+                    route,
+                    tag,
+                    carry: 0.0,
+                    target: 0.0,
+                    generation: 0,
+                    order: 0,
+                    pos: Vec::new(),
+                    draining: false,
+                });
+                (self.flows.len() - 1) as u32
+            }
+        };
+        let order = self.order.len() as u32;
+        self.order.push(slot);
+        self.live += 1;
+        self.fresh.push(slot);
+        let FlowNetwork { fabric, group, flows, link_flows, seeds, busy, busy_pos, .. } = self;
+        group[slot as usize] = NONE;
+        let flow = &mut flows[slot as usize];
+        flow.route = route;
+        flow.tag = tag;
+        flow.carry = bytes as f64;
+        flow.order = order;
+        flow.draining = false;
+        flow.pos.clear();
+        for (k, &l) in fabric.route_links(route).iter().enumerate() {
+            let list = &mut link_flows[l as usize];
+            if list.is_empty() {
+                busy_pos[l as usize] = busy.len() as u32;
+                busy.push(l);
+            }
+            flow.pos.push(list.len() as u32);
+            list.push(Member { slot, start: route.start, len: route.len as u16, k: k as u16 });
+            seeds.push(l);
+        }
+        let crossed = self.fabric.route_links(route).iter().filter(|&&l| self.is_group_link[l as usize]).count() as u32;
+        self.group_links_crossed[slot as usize] = crossed;
+        if crossed != 1 {
+            self.crossing_not_one += 1;
+        }
+        for k in 0..route.len {
+            let l = self.fabric.route_links(route)[k as usize] as usize;
+            self.update_keys(l);
+        }
         Ok(())
     }
 
     fn next_event_time(&mut self) -> Option<SimTime> {
         self.refresh();
         let a = self.arrivals.peek().map(|Reverse((t, _, _))| *t);
-        let d = (!self.flows.is_empty()).then_some(self.next_drain);
+        let d = (self.live > 0).then_some(self.next_drain());
         match (a, d) {
             (Some(a), Some(d)) => Some(a.min(d)),
             (a, d) => a.or(d),
@@ -255,24 +793,13 @@ impl NetworkModel for FlowNetwork {
     fn advance(&mut self, now: SimTime, done: &mut Vec<FlowTag>) {
         loop {
             self.refresh();
-            if !self.flows.is_empty() && self.next_drain <= now {
-                let t = self.next_drain;
-                self.progress_to(t);
-                let mut i = 0;
+            if self.live > 0 && self.next_drain() <= now {
+                let t = self.next_drain();
+                self.now = self.now.max(t);
                 // Flows that drain within DRAIN_WINDOW of each other finish
                 // together: float rounding in the shares would otherwise split
                 // one simultaneous completion into many recomputations.
-                let until = t + DRAIN_WINDOW;
-                while i < self.flows.len() {
-                    if self.flows[i].drain_at <= until {
-                        let f = self.flows.swap_remove(i);
-                        self.arrivals.push(Reverse((t + f.route.latency, self.seq, f.tag)));
-                        self.seq += 1;
-                    } else {
-                        i += 1;
-                    }
-                }
-                self.dirty = true;
+                self.drain(t, t + DRAIN_WINDOW);
                 continue;
             }
             break;
@@ -284,7 +811,7 @@ impl NetworkModel for FlowNetwork {
             done.push(*tag);
             self.arrivals.pop();
         }
-        self.progress_to(now);
+        self.now = self.now.max(now);
     }
 
     fn path_latency(&mut self, src: usize, dst: usize) -> Result<SimTime, SimError> {
@@ -292,10 +819,111 @@ impl NetworkModel for FlowNetwork {
     }
 
     fn in_flight(&self) -> usize {
-        self.flows.len() + self.arrivals.len()
+        self.live + self.arrivals.len()
     }
 
     fn fabric(&self) -> &Fabric {
         &self.fabric
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::{LinkParams, TopologyShape};
+
+    /// Parameter-server-like traffic with staggered starts on `shape`:
+    /// returns every arrival (tag, picoseconds) and the recomputation count.
+    fn ps_traffic(shape: &TopologyShape, fast_path: bool) -> (Vec<(FlowTag, u64)>, u64, u64) {
+        let topo = Topology::build(shape, LinkParams::from_gbps(10.0, 2.0)).unwrap();
+        let mut net = FlowNetwork::new(topo);
+        net.fast_path = fast_path;
+        let (ps, workers) = (3usize, 13usize);
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        // Each worker pushes to every PS at its own time, then fetches back
+        // a little later; shard sizes differ per PS.
+        let mut starts: Vec<(u64, usize, usize, u64)> = Vec::new();
+        for w in 0..workers {
+            let t = next(3_000_000_000); // up to 3 ms
+            for k in 0..ps {
+                let bytes = 2_000_000 + 10_000 * k as u64 + next(500_000);
+                starts.push((t, ps + w, k, bytes));
+                starts.push((t + 2_000_000_000 + next(1_000_000_000), k, ps + w, bytes));
+            }
+        }
+        starts.sort();
+        let mut out = Vec::new();
+        let mut done = Vec::new();
+        let mut i = 0;
+        loop {
+            let tn = net.next_event_time();
+            let ts = starts.get(i).map(|s| SimTime(s.0));
+            match (ts, tn) {
+                (Some(s), n) if n.is_none_or(|n| s < n) => {
+                    while i < starts.len() && starts[i].0 == s.0 {
+                        let (_, src, dst, b) = starts[i];
+                        net.start_flow(s, src, dst, b, i as FlowTag).unwrap();
+                        i += 1;
+                    }
+                }
+                (_, Some(n)) => {
+                    net.advance(n, &mut done);
+                    out.extend(done.drain(..).map(|tag| (tag, n.0)));
+                }
+                (None, None) => break,
+                _ => unreachable!(),
+            }
+        }
+        assert_eq!(out.len(), starts.len());
+        (out, net.recomputations(), net.fast_recomputations)
+    }
+
+    #[test]
+    fn fast_path_gives_the_same_arrivals_as_full_filling() {
+        for shape in [
+            TopologyShape::Star { endpoints: 16 },
+            TopologyShape::FatTree { k: 4 },
+        ] {
+            let (fast, rf, taken) = ps_traffic(&shape, true);
+            let (full, rs, none) = ps_traffic(&shape, false);
+            assert_eq!(fast, full, "{shape:?}");
+            assert_eq!(rf, rs);
+            // The comparison means something only if the fast path ran, often.
+            assert!(taken * 10 > rf, "{shape:?}: fast path in {taken} of {rf}");
+            assert_eq!(none, 0);
+        }
+    }
+
+    #[test]
+    fn a_change_leaves_other_components_untouched() {
+        // 0->1 alone; 2->3 joined later by 4->3: the first flow's finish
+        // must be exactly its size over the link rate, whatever happens in
+        // the other component meanwhile.
+        let topo = Topology::build(&TopologyShape::Star { endpoints: 5 }, LinkParams::from_gbps(10.0, 0.0)).unwrap();
+        let mut net = FlowNetwork::new(topo);
+        net.start_flow(SimTime::ZERO, 0, 1, 1_250_000_000, 1).unwrap();
+        net.start_flow(SimTime::ZERO, 2, 3, 625_000_000, 2).unwrap();
+        let t = net.next_event_time().unwrap();
+        assert_eq!(t, SimTime(500_000_000_000)); // flow 2 alone: 0.5 s
+        let mut done = Vec::new();
+        let half = SimTime(250_000_000_000);
+        net.advance(half, &mut done);
+        net.start_flow(half, 4, 3, 625_000_000, 3).unwrap();
+        assert_eq!(net.rate_of(2), Some(1.25e9 / 2.0));
+        assert_eq!(net.rate_of(1), Some(1.25e9));
+        let mut arrivals = Vec::new();
+        while let Some(t) = net.next_event_time() {
+            net.advance(t, &mut done);
+            arrivals.extend(done.drain(..).map(|tag| (tag, t.0)));
+        }
+        // Flow 2: 0.25 s alone, then 312.5 MB left at half rate: 0.75 s.
+        // Flow 3: half rate until 0.75 s (312.5 MB), then alone: 1.0 s.
+        assert_eq!(arrivals, vec![(2, 750_000_000_000), (1, 1_000_000_000_000), (3, 1_000_000_000_000)]);
     }
 }

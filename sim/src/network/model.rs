@@ -8,6 +8,28 @@ use crate::network::topology::Topology;
 use crate::time::SimTime;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Hashes the packed (source, destination) key of the route cache with one
+/// multiply (the default SipHash dominated route look-ups).
+#[derive(Default)]
+struct PairHasher(u64);
+
+impl Hasher for PairHasher {
+    fn finish(&self) -> u64 {
+        // Fold the high bits down: hashbrown picks buckets by the low bits.
+        let x = self.0 ^ (self.0 >> 29);
+        x ^ (x >> 32)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
 
 /// The caller's label for a flow, returned on completion.
 pub type FlowTag = u64;
@@ -59,7 +81,8 @@ pub struct Fabric {
     topology: Topology,
     /// Route arena: a cached route is `route_links[start..start+len]`.
     route_links: Vec<u32>,
-    route_cache: HashMap<(u32, u32), Route>,
+    /// Keyed by `src << 32 | dst`.
+    route_cache: HashMap<u64, Route, BuildHasherDefault<PairHasher>>,
     link_bytes: Vec<u64>,
     bytes_moved: u64,
 }
@@ -79,7 +102,7 @@ impl Fabric {
         Fabric {
             topology,
             route_links: Vec::new(),
-            route_cache: HashMap::new(),
+            route_cache: HashMap::default(),
             link_bytes: vec![0; n],
             bytes_moved: 0,
         }
@@ -90,7 +113,8 @@ impl Fabric {
     }
 
     pub fn route(&mut self, src: usize, dst: usize) -> Result<Route, SimError> {
-        if let Some(r) = self.route_cache.get(&(src as u32, dst as u32)) {
+        let key = (src as u64) << 32 | dst as u64;
+        if let Some(r) = self.route_cache.get(&key) {
             return Ok(*r);
         }
         let links = self.topology.route(src, dst)?;
@@ -109,8 +133,13 @@ impl Fabric {
             latency,
             min_bytes_per_s: min_bw,
         };
-        self.route_cache.insert((src as u32, dst as u32), r);
+        self.route_cache.insert(key, r);
         Ok(r)
+    }
+
+    /// The route arena: every cached route's links, back to back.
+    pub fn all_route_links(&self) -> &[u32] {
+        &self.route_links
     }
 
     pub fn route_links(&self, r: Route) -> &[u32] {
