@@ -1,0 +1,86 @@
+//! A word-level LSTM language model unrolled over a fixed number of steps,
+//! as TensorFlow's PTB tutorial builds it (Zaremba et al., 2014, "medium"
+//! configuration): embedding lookup (Gather), two stacked LSTM layers of 650
+//! units (one fused kernel per layer: concat(x, h) · W + b split into the
+//! input, candidate, forget and output gates, forget bias 0), 35 steps, and a
+//! softmax over the 10,000-word vocabulary at every step. Weights start
+//! uniform in ±0.05; the initial state is zero; dropout and gradient
+//! clipping of the recipe are left out (they do not change the parameter
+//! count). 19,775,200 trainable parameters.
+
+use super::ModelGraph;
+use super::ZooOptions;
+use super::builder::{Init, Net};
+use flowlab_engine::{DType, Graph, Optimizer, Output, Result};
+
+const VOCAB: usize = 10_000;
+const HIDDEN: usize = 650;
+const LAYERS: usize = 2;
+const STEPS: usize = 35;
+const INIT_SCALE: f64 = 0.05;
+
+/// One LSTM layer's weights.
+struct Cell {
+    kernel: Output,
+    bias: Output,
+}
+
+impl Cell {
+    /// One step: returns the new (h, c).
+    fn step(&self, g: &Graph, x: &Output, h: &Output, c: &Output) -> Result<(Output, Output)> {
+        let z = g.bias_add(g.matmul(g.concat(&[x, h], 1)?, &self.kernel)?, &self.bias)?;
+        let gates = g.split(&z, 4, 1)?;
+        let (i, j, f, o) = (&gates[0], &gates[1], &gates[2], &gates[3]);
+        let c_new = g.add(g.mul(c, g.sigmoid(f)?)?, g.mul(g.sigmoid(i)?, g.tanh(j)?)?)?;
+        let h_new = g.mul(g.tanh(&c_new)?, g.sigmoid(o)?)?;
+        Ok((h_new, c_new))
+    }
+}
+
+pub(crate) fn build(o: &ZooOptions) -> Result<ModelGraph> {
+    let vocab = o.vocab.unwrap_or(VOCAB);
+    let hidden = o.hidden.unwrap_or(HIDDEN);
+    let layers = o.layers.unwrap_or(LAYERS);
+    let steps = o.seq_len.unwrap_or(STEPS);
+    let (b, t) = (o.batch as i64, steps as i64);
+    let mut net = Net::new(o.seed);
+    let g = net.g.clone();
+    let tokens = g.placeholder("tokens", DType::I64, [b, t])?;
+    let targets = g.placeholder("targets", DType::I64, [b, t])?;
+
+    let embedding = net.param(&g, "embedding", &[vocab, hidden], Init::Uniform(INIT_SCALE))?;
+    let emb = g.scope("embedding_lookup");
+    let inputs = emb.gather(&embedding, &tokens)?;
+    let inputs: Vec<Output> =
+        emb.split(&inputs, steps, 1)?.iter().map(|x| emb.reshape(x, &[b, hidden as i64])).collect::<Result<_>>()?;
+
+    let mut cells = Vec::with_capacity(layers);
+    for l in 0..layers {
+        let s = g.scope(&format!("lstm/layer_{l}"));
+        let kernel = net.param(&s, "kernel", &[2 * hidden, 4 * hidden], Init::Uniform(INIT_SCALE))?;
+        let bias = net.param(&s, "bias", &[4 * hidden], Init::Const(0.0))?;
+        cells.push(Cell { kernel, bias });
+    }
+    let zero_scope = g.scope("lstm/zero_state");
+    let zero = zero_scope.zeros(DType::F32, [o.batch, hidden])?;
+    let mut state: Vec<(Output, Output)> = vec![(zero.clone(), zero); layers];
+    let mut outputs = Vec::with_capacity(steps);
+    for (ti, x) in inputs.iter().enumerate() {
+        let mut x = x.clone();
+        for (l, cell) in cells.iter().enumerate() {
+            let s = g.scope(&format!("lstm/layer_{l}/step_{ti}"));
+            let (h, c) = cell.step(&s, &x, &state[l].0, &state[l].1)?;
+            state[l] = (h.clone(), c);
+            x = h;
+        }
+        outputs.push(x);
+    }
+    let out = g.scope("softmax");
+    let refs: Vec<&Output> = outputs.iter().collect();
+    let flat = out.reshape(out.concat(&refs, 1)?, &[b * t, hidden as i64])?;
+    let logits = net.dense(&g, "softmax", &flat, hidden, vocab, true)?;
+    let labels = g.scope("loss").reshape(&targets, &[b * t])?;
+    let loss = net.softmax_loss("loss", &logits, &labels)?;
+    let opt = o.optimizer.clone().unwrap_or(Optimizer::Sgd { lr: 1.0 });
+    net.finish("lstm_lm", o.batch, vec![tokens, targets], loss, &opt)
+}

@@ -1,0 +1,192 @@
+//! The model zoo: real training graphs (forward pass, gradients from the
+//! engine's autodiff, one optimizer update per variable, batch-norm
+//! moving-average updates) of the workloads the paper and its successors
+//! measure, built with the engine's graph builder.
+//!
+//! Every graph is built at a fixed batch size, so every tensor's shape is
+//! fully known and the simulator can ask the op registry for each node's
+//! cost. [`build`] gives the published architecture; [`build_with`] takes
+//! [`ZooOptions`] for smaller variants (tests, quick experiments).
+//!
+//! | name | architecture | trainable parameters |
+//! |---|---|---|
+//! | `mlp` | 784-512-512-10, ReLU | 669,706 |
+//! | `cnn` | TF "Deep MNIST": conv5x5x32, pool, conv5x5x64, pool, fc1024, fc10 | 3,274,634 |
+//! | `resnet50` | He et al. 2016, bottlenecks 3-4-6-3, BN with gamma and beta | 25,557,032 |
+//! | `inception_v3` | Szegedy et al. 2016 as in Keras `InceptionV3`, BN without gamma | 23,817,352 |
+//! | `lstm_lm` | Zaremba et al. 2014 PTB "medium": 2x650 LSTM, vocab 10,000, 35 steps | 19,775,200 |
+//! | `transformer` | Vaswani et al. 2017 base encoder: 6 x (d 512, 8 heads, ff 2048), seq 128 | 35,363,840 |
+
+mod builder;
+mod cnn;
+mod inception;
+mod lstm_lm;
+mod mlp;
+mod resnet;
+mod transformer;
+#[cfg(test)]
+mod tests;
+
+use crate::error::SimError;
+use flowlab_engine::{Graph, Optimizer, Output};
+
+/// One model's training graph and what a caller needs to run or simulate it.
+#[derive(Clone, Debug)]
+pub struct ModelGraph {
+    pub name: String,
+    pub graph: Graph,
+    /// Placeholders to feed each step: the input (images, features or token
+    /// ids) then the labels (class ids or next-token ids), both fully shaped.
+    pub inputs: Vec<Output>,
+    /// Mean cross entropy over the batch (and, for language models, over time).
+    pub loss: Output,
+    /// Runs one training step: every optimizer update and every batch-norm
+    /// moving-average update.
+    pub train_op: Output,
+    pub batch: usize,
+    /// Trainable parameters: exactly the elements the optimizer updates.
+    pub params: u64,
+    /// Non-trainable variables of the model (batch-norm moving mean and
+    /// variance); optimizer slots are not counted.
+    pub non_trainable_params: u64,
+}
+
+/// The zoo's model names, in the order of the table above.
+pub fn names() -> &'static [&'static str] {
+    &["mlp", "cnn", "resnet50", "inception_v3", "lstm_lm", "transformer"]
+}
+
+/// Sizes of a model variant. `None` keeps the published value of the model
+/// being built (listed per field).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ZooOptions {
+    pub batch: usize,
+    /// Square input side: cnn 28, resnet50 224, inception_v3 299.
+    pub image_size: Option<usize>,
+    /// Output classes of the image models (mlp and cnn 10, else 1000); for
+    /// `transformer`, `Some(k)` swaps the language-model head for a
+    /// k-way classifier of the mean-pooled sequence.
+    pub classes: Option<usize>,
+    /// Divides every convolution's channel count (at least 1 channel is
+    /// kept); 1 is the published width.
+    pub width_divisor: usize,
+    /// Inception-v3's auxiliary classifier on the 17x17 grid (loss weight 0.4).
+    pub aux_head: bool,
+    /// Unrolled steps (lstm_lm 35) or sequence length (transformer 128).
+    pub seq_len: Option<usize>,
+    /// Vocabulary (lstm_lm 10,000, transformer 32,000).
+    pub vocab: Option<usize>,
+    /// Width: mlp hidden units 512, lstm_lm hidden 650, transformer d_model 512.
+    pub hidden: Option<usize>,
+    /// Depth: mlp hidden layers 2, lstm_lm layers 2, transformer layers 6.
+    pub layers: Option<usize>,
+    /// Attention heads (transformer 8).
+    pub heads: Option<usize>,
+    /// Feed-forward width (transformer 2048).
+    pub ff: Option<usize>,
+    /// The update rule; `None` picks the model's usual one (momentum 0.9 for
+    /// the image models, SGD lr 1.0 for lstm_lm as in the PTB recipe, Adam
+    /// for transformer).
+    pub optimizer: Option<Optimizer>,
+    /// Seeds the variables' initializers.
+    pub seed: u64,
+}
+
+impl ZooOptions {
+    /// The published model at batch size `batch`.
+    pub fn new(batch: usize) -> ZooOptions {
+        ZooOptions {
+            batch,
+            image_size: None,
+            classes: None,
+            width_divisor: 1,
+            aux_head: false,
+            seq_len: None,
+            vocab: None,
+            hidden: None,
+            layers: None,
+            heads: None,
+            ff: None,
+            optimizer: None,
+            seed: 1,
+        }
+    }
+
+    /// `c` divided by the width divisor, at least 1.
+    pub(crate) fn width(&self, c: usize) -> usize {
+        (c / self.width_divisor.max(1)).max(1)
+    }
+}
+
+/// The published model `name` at batch size `batch`.
+pub fn build(name: &str, batch: usize) -> Result<ModelGraph, SimError> {
+    build_with(name, &ZooOptions::new(batch))
+}
+
+/// Model `name` with the sizes in `opts`. An unknown name, a zero size or
+/// a size the architecture cannot take is an error naming it.
+pub fn build_with(name: &str, opts: &ZooOptions) -> Result<ModelGraph, SimError> {
+    let unknown = || SimError::UnknownModel { name: name.to_string(), known: names().join(", ") };
+    if !names().contains(&name) {
+        return Err(unknown());
+    }
+    check_positive("batch", Some(opts.batch))?;
+    check_positive("width_divisor", Some(opts.width_divisor))?;
+    for (key, v) in [
+        ("image_size", opts.image_size),
+        ("classes", opts.classes),
+        ("seq_len", opts.seq_len),
+        ("vocab", opts.vocab),
+        ("hidden", opts.hidden),
+        ("layers", opts.layers),
+        ("heads", opts.heads),
+        ("ff", opts.ff),
+    ] {
+        check_positive(key, v)?;
+    }
+    let engine_err = |e: flowlab_engine::EngineError| SimError::ModelBuild { model: name.to_string(), detail: e.to_string() };
+    match name {
+        "mlp" => mlp::build(opts).map_err(engine_err),
+        "cnn" => {
+            let size = opts.image_size.unwrap_or(cnn::IMAGE_SIZE);
+            if size % 4 != 0 {
+                return Err(SimError::param("image_size", format!("cnn needs a multiple of 4 (two 2x2 pools), got {size}")));
+            }
+            cnn::build(opts, size).map_err(engine_err)
+        }
+        "resnet50" => {
+            let size = opts.image_size.unwrap_or(resnet::IMAGE_SIZE);
+            if size < resnet::MIN_IMAGE_SIZE {
+                return Err(SimError::param("image_size", format!("resnet50 needs at least {}, got {size}", resnet::MIN_IMAGE_SIZE)));
+            }
+            resnet::build(opts, size).map_err(engine_err)
+        }
+        "inception_v3" => {
+            let size = opts.image_size.unwrap_or(inception::IMAGE_SIZE);
+            if size < inception::MIN_IMAGE_SIZE {
+                return Err(SimError::param(
+                    "image_size",
+                    format!("inception_v3 needs at least {}, got {size}", inception::MIN_IMAGE_SIZE),
+                ));
+            }
+            inception::build(opts, size).map_err(engine_err)
+        }
+        "lstm_lm" => lstm_lm::build(opts).map_err(engine_err),
+        "transformer" => {
+            let d = opts.hidden.unwrap_or(transformer::D_MODEL);
+            let h = opts.heads.unwrap_or(transformer::HEADS);
+            if d % h != 0 {
+                return Err(SimError::param("heads", format!("{h} heads do not divide d_model {d}")));
+            }
+            transformer::build(opts).map_err(engine_err)
+        }
+        _ => Err(unknown()),
+    }
+}
+
+fn check_positive(key: &str, v: Option<usize>) -> Result<(), SimError> {
+    match v {
+        Some(0) => Err(SimError::param(key, "must be positive, got 0")),
+        _ => Ok(()),
+    }
+}
