@@ -29,6 +29,15 @@ pub struct SystolicArgs {
     /// DRAM bandwidth in words per cycle per operand (default: the config's, else unlimited).
     #[arg(long)]
     bandwidth: Option<u64>,
+    /// Count as SCALE-Sim does (last-cycle index; strided outputs
+    /// ceil((H-F)/S)+1 wide), so compute cycles equal SCALE-Sim's "Total
+    /// Cycles" when nothing stalls. On by default for a SCALE-Sim .cfg config.
+    #[arg(long, conflicts_with = "physical")]
+    scalesim_compat: bool,
+    /// Count physically (every cycle; the convolution's floor((H-F)/S)+1
+    /// outputs) even with a SCALE-Sim .cfg config. The default otherwise.
+    #[arg(long)]
+    physical: bool,
     /// Step every PE every cycle instead of the closed-form fast path (small arrays).
     #[arg(long)]
     cycle_accurate: bool,
@@ -69,6 +78,12 @@ pub fn run(args: SystolicArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(b) = args.bandwidth {
         cfg.dram_words_per_cycle = Some(b);
+    }
+    if args.scalesim_compat {
+        cfg.scalesim_compat = true;
+    }
+    if args.physical {
+        cfg.scalesim_compat = false;
     }
     cfg.validate()?;
     let layers = match (&args.gemm, &args.topology) {

@@ -66,6 +66,15 @@ impl fmt::Display for Dataflow {
 /// `WordBytes` (default 1, as in SCALE-Sim) and `ClockMHz` (default 1000).
 /// `Bandwidth` is words per cycle on each operand's DRAM interface; leaving it
 /// out means unlimited bandwidth (SCALE-Sim's `InterfaceBandwidth: CALC`).
+///
+/// `ScaleSimCompat` (default false; true for a config read from a SCALE-Sim
+/// `.cfg` file) reproduces SCALE-Sim's two counting conventions, so that
+/// compute cycles equal SCALE-Sim's "Total Cycles" when nothing stalls:
+/// a layer's cycle count is the index of its last cycle (one less than the
+/// number of cycles), and a strided convolution's output is
+/// `ceil((H - F) / S) + 1` wide (a window hanging off the input edge counts).
+/// The default mode is the physical one: every cycle counted and the
+/// convolution's `floor((H - F) / S) + 1` outputs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArrayConfig {
@@ -87,6 +96,8 @@ pub struct ArrayConfig {
     pub word_bytes: u32,
     #[serde(rename = "ClockMHz", default = "default_clock_mhz")]
     pub clock_mhz: f64,
+    #[serde(rename = "ScaleSimCompat", default)]
+    pub scalesim_compat: bool,
 }
 
 fn default_word_bytes() -> u32 {
@@ -110,6 +121,7 @@ impl ArrayConfig {
             dram_words_per_cycle: None,
             word_bytes: 1,
             clock_mhz: 1000.0,
+            scalesim_compat: false,
         };
         c.validate()?;
         Ok(c)
@@ -161,6 +173,8 @@ impl ArrayConfig {
     /// `[run_presets] InterfaceBandwidth` (`CALC` means unlimited bandwidth).
     /// Keys are case-insensitive and other SCALE-Sim keys are ignored, so
     /// SCALE-Sim's own files load unchanged. Errors name the file and line.
+    /// The result has `scalesim_compat` set: a SCALE-Sim file asks for
+    /// SCALE-Sim's numbers (clear the field for the physical counts).
     pub fn from_scalesim_cfg(path: impl AsRef<Path>) -> Result<ArrayConfig, HwError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|error| HwError::Io { path: path.into(), error })?;
@@ -225,6 +239,7 @@ impl ArrayConfig {
             dram_words_per_cycle,
             word_bytes: 1,
             clock_mhz: 1000.0,
+            scalesim_compat: true,
         };
         c.validate().map_err(|e| HwError::Yaml { path: path.into(), message: e.to_string() })?;
         Ok(c)
@@ -246,6 +261,7 @@ mod tests {
         let text = "[general]\nrun_name = x\n\n[architecture_presets]\nArrayHeight:    32\nArrayWidth:     16\nIfmapSramSzkB:   64\nFilterSramSzkB:  64\nOfmapSramSzkB:   32\nIfmapOffset:    0\nBandwidth : 10\nDataflow : ws\n\n[run_presets]\nInterfaceBandwidth: USER\n";
         let c = ArrayConfig::from_scalesim_str(text, Path::new("a.cfg")).unwrap();
         assert_eq!((c.rows, c.cols, c.dataflow, c.ofmap_sram_kib, c.dram_words_per_cycle), (32, 16, Dataflow::Ws, 32, Some(10)));
+        assert!(c.scalesim_compat, "a SCALE-Sim file asks for SCALE-Sim's conventions");
         let calc = text.replace("USER", "CALC").replace("Bandwidth : 10\n", "");
         assert_eq!(ArrayConfig::from_scalesim_str(&calc, Path::new("a.cfg")).unwrap().dram_words_per_cycle, None);
         let e = ArrayConfig::from_scalesim_str(&text.replace("ws", "xx"), Path::new("a.cfg")).unwrap_err().to_string();
@@ -265,6 +281,9 @@ mod tests {
         std::fs::write(&p, "ArrayHeight: 8\nArrayWidth: 8\nDataflow: os\nIfmapSramSzkB: 4\nFilterSramSzkB: 4\nOfmapSramSzkB: 4\nBandwidth: 2\n").unwrap();
         let c = ArrayConfig::from_yaml_file(&p).unwrap();
         assert_eq!((c.rows, c.dataflow, c.dram_words_per_cycle, c.word_bytes), (8, Dataflow::Os, Some(2), 1));
+        assert!(!c.scalesim_compat, "YAML defaults to the physical counts");
+        std::fs::write(&p, "ArrayHeight: 8\nArrayWidth: 8\nDataflow: os\nIfmapSramSzkB: 4\nFilterSramSzkB: 4\nOfmapSramSzkB: 4\nScaleSimCompat: true\n").unwrap();
+        assert!(ArrayConfig::from_yaml_file(&p).unwrap().scalesim_compat);
         std::fs::write(&p, "ArrayHeight: 8\nArrayWidth: 8\nDataflow: os\nIfmapSramSzkB: 4\nFilterSramSzkB: 4\nOfmapSramSzkB: 4\nArrayDepth: 2\n").unwrap();
         let e = ArrayConfig::from_yaml_file(&p).unwrap_err().to_string();
         assert!(e.contains("c.yaml") && e.contains("ArrayDepth"), "{e}");

@@ -99,9 +99,11 @@ impl Layer {
         Ok(())
     }
 
+    /// Output rows of the convolution: `floor((H - F) / S) + 1`.
     pub fn ofmap_h(&self) -> u64 {
         (self.ifmap_h - self.filter_h) / self.stride_h + 1
     }
+    /// Output columns of the convolution: `floor((W - F) / S) + 1`.
     pub fn ofmap_w(&self) -> u64 {
         (self.ifmap_w - self.filter_w) / self.stride_w + 1
     }
@@ -109,6 +111,15 @@ impl Layer {
     /// The im2col GEMM: M = output pixels, N = filters, K = window size.
     pub fn gemm_dims(&self) -> (u64, u64, u64) {
         (self.ofmap_h() * self.ofmap_w(), self.num_filters, self.filter_h * self.filter_w * self.channels)
+    }
+
+    /// The im2col GEMM as SCALE-Sim sizes it: `ceil((H - F) / S) + 1` outputs
+    /// per axis, so a last window hanging off the input edge is counted
+    /// (one more output row or column when `S` does not divide `H - F`).
+    pub fn gemm_dims_scalesim(&self) -> (u64, u64, u64) {
+        let oh = (self.ifmap_h - self.filter_h).div_ceil(self.stride_h) + 1;
+        let ow = (self.ifmap_w - self.filter_w).div_ceil(self.stride_w) + 1;
+        (oh * ow, self.num_filters, self.filter_h * self.filter_w * self.channels)
     }
 
     pub fn macs(&self) -> u64 {
@@ -195,6 +206,9 @@ mod tests {
         assert_eq!(l.len(), 2);
         assert_eq!((l[0].ofmap_h(), l[0].ofmap_w()), (109, 109));
         assert_eq!(l[0].gemm_dims(), (109 * 109, 64, 147));
+        // 224 - 7 = 217 is odd: SCALE-Sim counts a 110th window off the edge.
+        assert_eq!(l[0].gemm_dims_scalesim(), (110 * 110, 64, 147));
+        assert_eq!(l[1].gemm_dims_scalesim(), l[1].gemm_dims());
         assert_eq!(l[1].gemm_dims(), (1, 1000, 2048));
         let g = parse_topology("Layer, M, N, K,\nTest 1, 256, 128, 64,\n", Path::new("g.csv")).unwrap();
         assert_eq!(g[0].gemm_dims(), (256, 128, 64));

@@ -43,7 +43,7 @@ pub(crate) struct Fold {
 
 impl Mapping {
     pub fn new(cfg: &ArrayConfig, layer: &Layer) -> Mapping {
-        let (m, n, k) = layer.gemm_dims();
+        let (m, n, k) = if cfg.scalesim_compat { layer.gemm_dims_scalesim() } else { layer.gemm_dims() };
         let (r, c) = (u64::from(cfg.rows), u64::from(cfg.cols));
         let (sr, sc, t) = match cfg.dataflow {
             Dataflow::Os => (m, n, k),

@@ -15,9 +15,11 @@ pub(crate) struct SramCounts {
 }
 
 /// Per-layer results. Cycle fields:
-/// * `compute_cycles`: sum over folds of the fold's cycles (no memory waits);
-///   equals SCALE-Sim's "Total Cycles" + 1 when SCALE-Sim sees no stall
-///   (SCALE-Sim reports the index of the last cycle).
+/// * `compute_cycles`: sum over folds of the fold's cycles (no memory waits).
+///   SCALE-Sim reports the index of a layer's last cycle, one less; with
+///   `ArrayConfig::scalesim_compat` the report follows it, so compute cycles
+///   equal SCALE-Sim's "Total Cycles" when SCALE-Sim sees no stall (and M
+///   is sized as SCALE-Sim sizes strided outputs, see `Layer::gemm_dims_scalesim`).
 /// * `stall_cycles`: cycles the array waits for DRAM between and within folds.
 /// * `total_cycles` = compute + stall.
 /// * `prefetch_cycles` / `drain_cycles`: filling the SRAMs before the first
@@ -69,6 +71,8 @@ impl LayerReport {
         sram: SramCounts,
         mem: &MemoryOutcome,
     ) -> LayerReport {
+        // Every layer takes at least one cycle, so the index is never negative.
+        let compute_cycles = if cfg.scalesim_compat { compute_cycles - 1 } else { compute_cycles };
         let total = compute_cycles + mem.stall_cycles;
         let e2e = mem.prefetch_cycles + total + mem.drain_cycles;
         let wb = u64::from(cfg.word_bytes);
@@ -90,7 +94,8 @@ impl LayerReport {
             prefetch_cycles: mem.prefetch_cycles,
             drain_cycles: mem.drain_cycles,
             end_to_end_cycles: e2e,
-            utilization: macs as f64 / (map.r as f64 * map.c as f64 * total as f64),
+            // max(1): a one-cycle layer has last-cycle index 0 in compat mode.
+            utilization: macs as f64 / (map.r as f64 * map.c as f64 * total.max(1) as f64),
             mapping_efficiency: map.mapping_efficiency(),
             ifmap_sram_reads: sram.ifmap_reads,
             filter_sram_reads: sram.filter_reads,
