@@ -149,7 +149,7 @@ pub fn build_with(name: &str, opts: &ZooOptions) -> Result<ModelGraph, SimError>
         "mlp" => mlp::build(opts).map_err(engine_err),
         "cnn" => {
             let size = opts.image_size.unwrap_or(cnn::IMAGE_SIZE);
-            if size % 4 != 0 {
+            if !size.is_multiple_of(4) {
                 return Err(SimError::param("image_size", format!("cnn needs a multiple of 4 (two 2x2 pools), got {size}")));
             }
             cnn::build(opts, size).map_err(engine_err)
@@ -175,7 +175,7 @@ pub fn build_with(name: &str, opts: &ZooOptions) -> Result<ModelGraph, SimError>
         "transformer" => {
             let d = opts.hidden.unwrap_or(transformer::D_MODEL);
             let h = opts.heads.unwrap_or(transformer::HEADS);
-            if d % h != 0 {
+            if !d.is_multiple_of(h) {
                 return Err(SimError::param("heads", format!("{h} heads do not divide d_model {d}")));
             }
             transformer::build(opts).map_err(engine_err)
