@@ -53,6 +53,11 @@ const ENTRIES: &[CatalogEntry] = &[
         summary: "Wire formats f32/f16/bf16/int8 against throughput and bytes, 50 sync workers, 17 PS",
         text: include_str!("../catalog/quantized-comm.yaml"),
     },
+    CatalogEntry {
+        name: "placement-heuristics",
+        summary: "Section 3.3: TF greedy vs Baechi m-TOPO/m-ETF/m-SCT placing four models on 4xK40, simulated step time",
+        text: include_str!("../catalog/placement-heuristics.yaml"),
+    },
 ];
 
 /// Every catalog entry.

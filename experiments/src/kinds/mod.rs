@@ -5,6 +5,7 @@
 //! rejected when the file is checked.
 
 mod cluster;
+mod placement;
 mod systolic;
 
 use std::collections::BTreeMap;
@@ -73,6 +74,7 @@ pub(crate) trait Kind: Sync {
 pub(crate) fn lookup(name: &str) -> Result<&'static dyn Kind, String> {
     match name {
         "cluster" => Ok(&cluster::CLUSTER),
+        "placement" => Ok(&placement::PLACEMENT),
         "systolic" => Ok(&systolic::SYSTOLIC),
         _ if ALL_KINDS.contains(&name) => Err(unavailable(name)),
         _ => Err(format!(
@@ -85,7 +87,7 @@ pub(crate) fn lookup(name: &str) -> Result<&'static dyn Kind, String> {
 
 /// The kinds that can run in this build.
 pub(crate) fn available() -> Vec<&'static str> {
-    vec!["cluster", "systolic"]
+    vec!["cluster", "placement", "systolic"]
 }
 
 fn unavailable(name: &str) -> String {
