@@ -29,9 +29,13 @@ pub struct BenchRecord {
     pub median_ms: f64,
     /// Arithmetic throughput, where the work has a flop count.
     pub gflops: Option<f64>,
-    /// Wall time per executed op, for the executor-overhead chain only.
+    /// Wall time per executed op (executor chain), or per cross-device
+    /// transfer (Send/Recv ping-pong).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub us_per_op: Option<f64>,
+    /// One-device time over this row's time (two-branch graph on 2 devices).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speedup: Option<f64>,
 }
 
 /// Runs every engine benchmark: f32 GEMM (1024^3, 2048^3), the MLP
@@ -61,7 +65,109 @@ pub fn bench(quick: bool) -> Result<Vec<BenchRecord>> {
         records.push(mlp_inference_b1(threads, if quick { 50 } else { 2000 })?);
     }
     records.push(executor_chain(if quick { 1000 } else { CHAIN_OPS }, if quick { 3 } else { 15 })?);
+    records.extend(two_branch(if quick { 10 } else { TWO_BRANCH_MATMULS }, if quick { 3 } else { 11 })?);
+    records.push(send_recv_ping_pong(if quick { 200 } else { PING_PONG_HOPS }, if quick { 3 } else { 15 })?);
     Ok(records)
+}
+
+/// MatMuls per branch of the two-branch graph (about 25 ms per branch on
+/// one core of this machine).
+const TWO_BRANCH_MATMULS: usize = 75;
+/// Device crossings of the Send/Recv ping-pong chain.
+const PING_PONG_HOPS: usize = 2000;
+
+fn multi_session(g: &Graph, devices: usize) -> Result<Session> {
+    Session::with_options(g, SessionOptions { threads: 1, devices: crate::device::DeviceSet::local_cpus(devices), ..Default::default() })
+}
+
+/// Two independent chains of `n` 256x256 MatMuls (by the identity, so values
+/// stay put), each summed to a scalar; with `split`, chain i asks for CPU:i.
+fn two_branch_graph(n: usize, split: bool) -> Result<(Graph, Vec<Output>)> {
+    let g = Graph::new();
+    let eye: Vec<f32> = (0..256 * 256).map(|i| if i / 256 == i % 256 { 1.0 } else { 0.0 }).collect();
+    let x: Vec<f32> = (0..256 * 256).map(|i| ((i * 7) % 13) as f32 * 0.1).collect();
+    let mut sums = Vec::new();
+    for b in 0..2 {
+        let d = if split { g.device(&format!("/cpu:{b}")) } else { g.clone() };
+        let w = d.constant(Tensor::from_vec(eye.clone(), [256, 256])?)?;
+        let mut h = d.constant(Tensor::from_vec(x.clone(), [256, 256])?)?;
+        for _ in 0..n {
+            h = d.matmul(&h, &w)?;
+        }
+        sums.push(d.reduce_sum(&h, &[], false)?);
+    }
+    Ok((g, sums))
+}
+
+/// The two-branch graph on 1 device x 1 thread and on 2 CPU devices x 1
+/// thread each: both medians, the second row with the speedup.
+fn two_branch(n: usize, reps: usize) -> Result<Vec<BenchRecord>> {
+    let mut rows = Vec::new();
+    let mut first = 0.0;
+    for devices in [1, 2] {
+        let (g, sums) = two_branch_graph(n, devices > 1)?;
+        let sess = multi_session(&g, devices)?;
+        let fetches: Vec<&Output> = sums.iter().collect();
+        let mut err = None;
+        let secs = median_secs(reps, || {
+            if let Err(e) = sess.run(&[], &fetches, &[]) {
+                err.get_or_insert(e);
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if devices == 1 {
+            first = secs;
+        }
+        rows.push(BenchRecord {
+            name: format!("two_branch_matmul256x{n}_{devices}dev"),
+            threads: 1,
+            median_ms: secs * 1e3,
+            gflops: Some(2.0 * 2.0 * n as f64 * 256f64.powi(3) / secs / 1e9),
+            us_per_op: None,
+            speedup: (devices > 1).then(|| first / secs),
+        });
+    }
+    Ok(rows)
+}
+
+/// A chain `h = h + 1` of `hops` Adds on a 4-element f32 tensor, alternating
+/// between two CPU devices so every Add follows a transfer; the same chain
+/// on one device is subtracted, leaving the cost per Send/Recv pair.
+fn send_recv_ping_pong(hops: usize, reps: usize) -> Result<BenchRecord> {
+    let mut times = [0.0; 2];
+    for (k, devices) in [1usize, 2].into_iter().enumerate() {
+        let g = Graph::new();
+        let dev = |i: usize| if devices > 1 { g.device(&format!("/cpu:{}", i % 2)) } else { g.clone() };
+        let mut h = dev(0).constant(Tensor::from_vec(vec![0f32; 4], [4])?)?;
+        let ones: Vec<Output> = (0..2).map(|i| dev(i).constant(Tensor::from_vec(vec![1f32; 4], [4])?)).collect::<Result<_>>()?;
+        for i in 1..=hops {
+            h = dev(i).add(&h, &ones[i % 2])?;
+        }
+        let sess = multi_session(&g, devices)?;
+        let got = sess.run(&[], &[&h], &[])?[0].to_vec::<f32>()?;
+        if got != vec![hops as f32; 4] {
+            return Err(EngineError::Kernel { node: h.name(), op: "Add".into(), detail: format!("ping-pong chain of {hops} computed {got:?}") });
+        }
+        let mut err = None;
+        times[k] = median_secs(reps, || {
+            if let Err(e) = sess.run(&[], &[&h], &[]) {
+                err.get_or_insert(e);
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+    }
+    Ok(BenchRecord {
+        name: format!("send_recv_ping_pong_4xf32_{hops}"),
+        threads: 1,
+        median_ms: times[1] * 1e3,
+        gflops: None,
+        us_per_op: Some((times[1] - times[0]) * 1e6 / hops as f64),
+        speedup: None,
+    })
 }
 
 /// Layer widths of the benchmark MLP (TF's classic MNIST model).
@@ -112,7 +218,7 @@ fn mlp_batch(batch: usize) -> Result<(Tensor, Tensor)> {
 }
 
 fn session(g: &Graph, threads: usize) -> Result<Session> {
-    Session::with_options(g, SessionOptions { threads })
+    Session::with_options(g, SessionOptions { threads, ..Default::default() })
 }
 
 /// One SGD step of the MLP (forward, backward, update) per repetition.
@@ -139,6 +245,7 @@ fn mlp_train_step(batch: usize, threads: usize, reps: usize) -> Result<BenchReco
         median_ms: secs * 1e3,
         gflops: Some(6.0 * macs as f64 / secs / 1e9),
         us_per_op: None,
+        speedup: None,
     })
 }
 
@@ -158,7 +265,7 @@ fn mlp_inference_b1(threads: usize, reps: usize) -> Result<BenchRecord> {
     if let Some(e) = err {
         return Err(e);
     }
-    Ok(BenchRecord { name: "mlp_infer_b1".into(), threads, median_ms: secs * 1e3, gflops: None, us_per_op: None })
+    Ok(BenchRecord { name: "mlp_infer_b1".into(), threads, median_ms: secs * 1e3, gflops: None, us_per_op: None, speedup: None })
 }
 
 /// Executor overhead: `x + 1 + 1 + ...` as `ops` chained scalar Add nodes,
@@ -196,6 +303,7 @@ fn executor_chain(ops: usize, reps: usize) -> Result<BenchRecord> {
         median_ms: secs * 1e3,
         gflops: None,
         us_per_op: Some(secs * 1e6 / ops as f64),
+        speedup: None,
     })
 }
 
@@ -234,6 +342,7 @@ fn gemm_f32(n: usize, threads: usize, reps: usize) -> Result<BenchRecord> {
         median_ms: secs * 1e3,
         gflops: Some(2.0 * (n as f64).powi(3) / secs / 1e9),
         us_per_op: None,
+        speedup: None,
     })
 }
 
@@ -255,8 +364,13 @@ mod tests {
                 ("mlp_infer_b1", 1),
                 ("mlp_infer_b1", 2),
                 ("chain_add_1000", 1),
+                ("two_branch_matmul256x10_1dev", 1),
+                ("two_branch_matmul256x10_2dev", 1),
+                ("send_recv_ping_pong_4xf32_200", 1),
             ]
         );
+        assert!(records[8].speedup.is_some_and(|s| s > 0.0) && records[7].speedup.is_none());
+        assert!(records[9].us_per_op.is_some());
         for r in &records {
             assert!(r.median_ms > 0.0, "{r:?}");
         }

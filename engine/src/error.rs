@@ -82,6 +82,9 @@ pub enum EngineError {
     /// A failed, timed out or aborted transfer; `key` names the devices and edge.
     #[error("rendezvous {key}: {detail}")]
     Rendezvous { key: String, detail: String },
+    /// The first error of a multi-device step, with the device it happened on.
+    #[error("{error} (on device {device})")]
+    OnDevice { device: String, error: Box<EngineError> },
 }
 
 /// Result with [`EngineError`].

@@ -10,17 +10,27 @@
 //! them, one expensive node continues inline and the others are spawned on
 //! the session's rayon pool. Output tensors are dropped as soon as their
 //! last consumer has run, so variables can be updated in place.
+//!
+//! In a multi-device step each partition runs its own `Prepared` with a
+//! [`StepComm`]. Recv nodes then wait without a thread: the executor asks
+//! the rendezvous for every Recv up front (`recv_async`), and the calling
+//! thread, once its ready work is done, waits for arrivals (until the
+//! step's receive timeout) and runs each Recv with the arrived wire tensor
+//! as its input. A failing node aborts the step's rendezvous, which wakes
+//! every other device's waits with the error.
 
 use crate::attr::{Attrs, NodeInfo};
 use crate::error::{EngineError, Result};
 use crate::graph::{Graph, NodeId, TensorType};
+use crate::ops::sendrecv::{StepComm, TransferSpec};
 use crate::ops::{self, DeviceType, KernelCtx, KernelFn, Resource};
+use crate::session::VarSlot;
 use crate::tensor::Tensor;
 use crate::trace::{NodeStats, StepStats};
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// Where a node input comes from in a step.
 #[derive(Clone, Copy, Debug)]
@@ -29,6 +39,8 @@ enum Source {
     Slot(usize),
     /// The i-th feed.
     Feed(usize),
+    /// The wire tensor that arrived for the i-th Recv node.
+    Wire(usize),
 }
 
 struct ExecNode {
@@ -43,6 +55,7 @@ struct ExecNode {
     cheap: bool,
     resources: Vec<Resource>,
     constant: Option<Tensor>,
+    transfer: Option<TransferSpec>,
 }
 
 /// Everything about one run signature that does not change between steps.
@@ -53,6 +66,10 @@ pub(crate) struct Prepared {
     num_slots: usize,
     uses: Vec<usize>,
     fetches: Vec<Source>,
+    /// Exec indices of the Recv nodes (they start when their tensor arrives).
+    recvs: Vec<usize>,
+    /// Variables (and optimizer slots) the step's update ops write.
+    writes: Vec<Arc<VarSlot>>,
     /// Declared type and node name of each feed, for validation.
     pub(crate) feed_types: Vec<(String, TensorType)>,
 }
@@ -156,6 +173,7 @@ impl Prepared {
                 resources.push(res.rng(&node.name));
             }
             let constant = if node.op == "Const" { Some(info.tensor("value")?.to_tensor()?) } else { None };
+            let transfer = if node.op == "Send" || node.op == "Recv" { Some(TransferSpec::of(&info)?) } else { None };
             nodes.push(ExecNode {
                 name: node.name.clone(),
                 op: node.op.clone(),
@@ -168,16 +186,26 @@ impl Prepared {
                 cheap: def.cheap,
                 resources,
                 constant,
+                transfer,
             });
             first_slot += node.outputs.len();
         }
         let num_slots = first_slot;
         let mut uses = vec![0usize; num_slots];
         let mut pending = vec![0usize; nodes.len()];
+        let mut recvs = Vec::new();
         for (e, &id) in ids.iter().enumerate() {
             let node = &d.nodes[id];
             let mut preds: Vec<usize> = Vec::new();
             let mut inputs = Vec::with_capacity(node.inputs.len());
+            if node.op == "Recv" {
+                // Not a root: it starts when its tensor arrives.
+                inputs.push(Source::Wire(recvs.len()));
+                pending[e] = 1;
+                recvs.push(e);
+                nodes[e].inputs = inputs;
+                continue;
+            }
             for &(src, idx) in &node.inputs {
                 if let Some(&f) = feed_index.get(&(src, idx)) {
                     inputs.push(Source::Feed(f));
@@ -211,7 +239,32 @@ impl Prepared {
             }
         }
         let roots = (0..nodes.len()).filter(|&e| pending[e] == 0).collect();
-        Ok(Prepared { nodes, pending, roots, num_slots, uses, fetches: fetch_src, feed_types })
+        let mut writes: Vec<Arc<VarSlot>> = Vec::new();
+        for n in nodes.iter().filter(|n| n.op != "Variable") {
+            for r in &n.resources {
+                if let Resource::Var(v) = r
+                    && !writes.iter().any(|w| Arc::ptr_eq(w, v))
+                {
+                    writes.push(v.clone());
+                }
+            }
+        }
+        Ok(Prepared { nodes, pending, roots, num_slots, uses, fetches: fetch_src, recvs, writes, feed_types })
+    }
+
+    /// (node name, transfer) of every Send node of the step.
+    pub(crate) fn sends(&self) -> impl Iterator<Item = (&str, &TransferSpec)> {
+        self.nodes.iter().filter(|n| n.op == "Send").filter_map(|n| n.transfer.as_ref().map(|t| (n.name.as_str(), t)))
+    }
+
+    /// (node name, transfer) of every Recv node of the step.
+    pub(crate) fn recvs(&self) -> impl Iterator<Item = (&str, &TransferSpec)> {
+        self.recvs.iter().filter_map(|&e| self.nodes[e].transfer.as_ref().map(|t| (self.nodes[e].name.as_str(), t)))
+    }
+
+    /// The variables (and optimizer slots) this step's update ops write.
+    pub(crate) fn writes(&self) -> &[Arc<VarSlot>] {
+        &self.writes
     }
 
     /// Number of nodes a step executes.
@@ -220,13 +273,25 @@ impl Prepared {
     }
 
     /// Runs one step; `pool` is `None` for single-threaded execution.
+    /// `comm` connects the step to the other devices' partitions; `device`
+    /// names this partition's device in the statistics.
     pub(crate) fn run(
         &self,
         feeds: &[Tensor],
         threads: usize,
         pool: Option<&rayon::ThreadPool>,
         trace: bool,
+        comm: Option<&StepComm>,
+        device: &str,
     ) -> Result<(Vec<Tensor>, Option<StepStats>)> {
+        if let (Some(&e), None) = (self.recvs.first(), comm) {
+            let n = &self.nodes[e];
+            return Err(EngineError::Kernel {
+                node: n.name.clone(),
+                op: n.op.clone(),
+                detail: "Recv runs only in a multi-device step (the partitioner inserts it)".into(),
+            });
+        }
         let step = Step {
             prep: self,
             feeds,
@@ -234,22 +299,36 @@ impl Prepared {
             pending: self.pending.iter().map(|&p| AtomicUsize::new(p)).collect(),
             uses: self.uses.iter().map(|&u| AtomicUsize::new(u)).collect(),
             slots: (0..self.num_slots).map(|_| Mutex::new(None)).collect(),
+            wires: (0..self.recvs.len()).map(|_| Mutex::new(None)).collect(),
             error: Mutex::new(None),
             failed: AtomicBool::new(false),
             stats: if trace { Some(Mutex::new(Vec::with_capacity(self.nodes.len()))) } else { None },
-            start: Instant::now(),
+            start: comm.map_or_else(Instant::now, |c| c.start),
+            comm,
+            device,
         };
+        let inbox = Arc::new(Inbox::default());
+        if let Some(c) = comm {
+            for (k, &e) in self.recvs.iter().enumerate() {
+                let key = self.nodes[e].transfer.as_ref().map(|t| t.key.for_step(c.step_id));
+                let Some(key) = key else { continue };
+                let ib = inbox.clone();
+                c.rdv.recv_async(&key, Box::new(move |r| ib.push(k, r)));
+            }
+        }
         match pool {
-            Some(pool) if threads > 1 => pool.scope(|s| {
+            Some(pool) if threads > 1 => pool.in_place_scope(|s| {
                 for &r in &self.roots {
                     let step = &step;
                     s.spawn(move |s| step.process(r, Some(s)));
                 }
+                step.drive(&inbox, Some(s));
             }),
             _ => {
                 for &r in &self.roots {
                     step.process(r, None);
                 }
+                step.drive(&inbox, None);
             }
         }
         if let Some(e) = step.error.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -264,17 +343,60 @@ impl Prepared {
                     .unwrap_or_else(|e| e.into_inner())
                     .clone()
                     .ok_or_else(|| EngineError::Cycle(self.slot_owner(s)))?,
+                Source::Wire(k) => return Err(EngineError::Cycle(self.nodes[self.recvs[k]].name.clone())),
             });
         }
         let stats = step.stats.map(|m| StepStats {
             nodes: m.into_inner().unwrap_or_else(|e| e.into_inner()),
             total_us: step.start.elapsed().as_secs_f64() * 1e6,
+            transfers: Vec::new(),
         });
         Ok((out, stats))
     }
 
     fn slot_owner(&self, s: usize) -> String {
         self.nodes.iter().rev().find(|n| n.first_slot <= s).map(|n| n.name.clone()).unwrap_or_default()
+    }
+}
+
+/// Wire tensors (or abort errors) that arrived for Recv nodes, by Recv
+/// index; the sender's thread pushes, the device's driver thread takes.
+#[derive(Default)]
+struct Inbox {
+    items: Mutex<Vec<(usize, Result<Tensor>)>>,
+    cond: Condvar,
+    arrived: AtomicUsize,
+}
+
+/// How long a driver spins for an arrival before it sleeps: a transfer
+/// that answers within this costs no futex wake-up.
+const SPIN: Duration = Duration::from_micros(30);
+
+impl Inbox {
+    fn push(&self, k: usize, r: Result<Tensor>) {
+        self.items.lock().unwrap_or_else(|e| e.into_inner()).push((k, r));
+        self.arrived.fetch_add(1, Ordering::Release);
+        self.cond.notify_one();
+    }
+
+    /// Waits until something arrived (spinning briefly first) or `deadline`
+    /// passes (None: nothing arrived in time).
+    fn wait(&self, taken: usize, deadline: Instant) -> Option<Vec<(usize, Result<Tensor>)>> {
+        let spin_until = Instant::now() + SPIN;
+        while self.arrived.load(Ordering::Acquire) == taken && Instant::now() < spin_until {
+            std::hint::spin_loop();
+        }
+        let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if !items.is_empty() {
+                return Some(std::mem::take(&mut *items));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            items = self.cond.wait_timeout(items, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
     }
 }
 
@@ -286,13 +408,86 @@ struct Step<'a> {
     pending: Vec<AtomicUsize>,
     uses: Vec<AtomicUsize>,
     slots: Vec<Mutex<Option<Tensor>>>,
+    wires: Vec<Mutex<Option<Tensor>>>,
     error: Mutex<Option<EngineError>>,
     failed: AtomicBool,
     stats: Option<Mutex<Vec<NodeStats>>>,
     start: Instant,
+    comm: Option<&'a StepComm<'a>>,
+    device: &'a str,
 }
 
 impl<'a> Step<'a> {
+    /// Records the step's first error on this device and, in a
+    /// multi-device step, aborts the rendezvous so the other devices stop.
+    fn fail(&self, err: EngineError, root_cause: bool) {
+        self.failed.store(true, Ordering::Release);
+        let err = match self.comm {
+            Some(c) if root_cause => {
+                // The step reports the error kept in `comm`; this device
+                // only needs to know that it failed.
+                let note = EngineError::Rendezvous { key: format!("step {}", c.step_id), detail: format!("aborted on {}: {err}", self.device) };
+                c.fail(self.device, err);
+                note
+            }
+            _ => err,
+        };
+        let mut slot = self.error.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = Some(err);
+        }
+    }
+
+    /// Waits for the Recv nodes' tensors and starts each Recv as its tensor
+    /// arrives; returns when all arrived, the step failed, or the receive
+    /// timeout passed (which fails the step naming the first missing key).
+    fn drive<'s>(&'s self, inbox: &Inbox, scope: Option<&rayon::Scope<'s>>)
+    where
+        'a: 's,
+    {
+        let Some(comm) = self.comm else { return };
+        let recvs = &self.prep.recvs;
+        let mut arrived = vec![false; recvs.len()];
+        let mut taken = 0;
+        let deadline = Instant::now() + comm.recv_timeout;
+        while taken < recvs.len() && !self.failed.load(Ordering::Acquire) {
+            let Some(batch) = inbox.wait(taken, deadline) else {
+                let k = arrived.iter().position(|a| !a).unwrap_or(0);
+                let node = &self.prep.nodes[recvs[k]];
+                let key = node.transfer.as_ref().map(|t| t.key.for_step(comm.step_id));
+                let err = EngineError::Rendezvous {
+                    key: key.as_ref().map_or_else(|| node.name.clone(), |k| k.to_string()),
+                    detail: format!(
+                        "Recv '{}' waited {:?} and no tensor arrived (the Send on {} did not run)",
+                        node.name,
+                        comm.recv_timeout,
+                        key.map_or_else(String::new, |k| k.src_device.to_string())
+                    ),
+                };
+                self.fail(err, true);
+                return;
+            };
+            for (k, r) in batch {
+                taken += 1;
+                arrived[k] = true;
+                match r {
+                    Ok(t) => {
+                        *self.wires[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+                        let e = recvs[k];
+                        match scope {
+                            Some(s) => s.spawn(move |s| self.process(e, Some(s))),
+                            None => self.process(e, None),
+                        }
+                    }
+                    Err(err) => {
+                        self.fail(err, false);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
     /// Runs `first` and then, inline, whatever it makes ready that is cheap
     /// (plus one expensive node); spawns the other expensive ones.
     fn process<'s>(&'s self, first: usize, scope: Option<&rayon::Scope<'s>>)
@@ -305,11 +500,7 @@ impl<'a> Step<'a> {
                 return;
             }
             if let Err(err) = self.execute(e) {
-                self.failed.store(true, Ordering::Relaxed);
-                let mut slot = self.error.lock().unwrap_or_else(|e| e.into_inner());
-                if slot.is_none() {
-                    *slot = Some(err);
-                }
+                self.fail(err, true);
                 return;
             }
             let mut inline_expensive = None;
@@ -347,6 +538,9 @@ impl<'a> Step<'a> {
                     Source::Slot(s) => self.slots[s].lock().unwrap_or_else(|e| e.into_inner()).clone().ok_or_else(|| {
                         EngineError::Kernel { node: node.name.clone(), op: node.op.clone(), detail: format!("input slot {s} is empty") }
                     })?,
+                    Source::Wire(k) => self.wires[k].lock().unwrap_or_else(|e| e.into_inner()).take().ok_or_else(|| {
+                        EngineError::Kernel { node: node.name.clone(), op: node.op.clone(), detail: "no tensor arrived".into() }
+                    })?,
                 });
             }
             let mut ctx = KernelCtx {
@@ -354,6 +548,8 @@ impl<'a> Step<'a> {
                 inputs,
                 threads: self.threads,
                 resources: &node.resources,
+                comm: self.comm,
+                transfer: node.transfer.as_ref(),
             };
             let out = (node.kernel)(&mut ctx)?;
             drop(ctx);
@@ -399,6 +595,7 @@ impl<'a> Step<'a> {
                 end_us: t1.as_secs_f64() * 1e6,
                 thread: rayon::current_thread_index().map(|i| i + 1).unwrap_or(0),
                 output_bytes: bytes,
+                device: self.device.to_string(),
             });
         }
         Ok(())

@@ -47,15 +47,25 @@ pub trait Rendezvous: Send + Sync {
     fn send(&self, key: &RendezvousKey, tensor: Tensor) -> Result<()>;
     /// Takes the tensor under `key`, waiting at most `timeout` for it.
     fn recv(&self, key: &RendezvousKey, timeout: Duration) -> Result<Tensor>;
+    /// Asks for the tensor under `key` without waiting: `done` is called
+    /// once, with the tensor (at once if it is there, else by the sender's
+    /// thread) or with the abort error. Whoever calls this keeps its own
+    /// deadline (the executor does: a device waits without a thread).
+    fn recv_async(&self, key: &RendezvousKey, done: RecvCallback);
     /// Fails every pending and later send and recv with `err`'s message.
     fn abort(&self, err: &EngineError);
 }
+
+/// What [`Rendezvous::recv_async`] calls with the outcome.
+pub type RecvCallback = Box<dyn FnOnce(Result<Tensor>) + Send>;
 
 enum Slot {
     /// Sent, not yet received.
     Ready(Tensor),
     /// A receiver is waiting.
     Waiting,
+    /// An asynchronous receiver waits for its callback.
+    Callback(RecvCallback),
     /// Sent and received: the key is used up for this step.
     Done,
 }
@@ -108,6 +118,13 @@ impl Rendezvous for LocalRendezvous {
         }
         match s.slots.get(key) {
             Some(Slot::Ready(_)) | Some(Slot::Done) => Err(rdv_err(key, "sent twice in one step")),
+            Some(Slot::Callback(_)) => {
+                if let Some(Slot::Callback(done)) = s.slots.insert(key.clone(), Slot::Done) {
+                    drop(s);
+                    done(Ok(tensor));
+                }
+                Ok(())
+            }
             Some(Slot::Waiting) | None => {
                 s.slots.insert(key.clone(), Slot::Ready(tensor));
                 drop(s);
@@ -122,7 +139,7 @@ impl Rendezvous for LocalRendezvous {
         let mut s = self.lock();
         match s.slots.get(key) {
             Some(Slot::Done) => return Err(rdv_err(key, "received twice in one step")),
-            Some(Slot::Waiting) => return Err(rdv_err(key, "two receivers wait for one key")),
+            Some(Slot::Waiting) | Some(Slot::Callback(_)) => return Err(rdv_err(key, "two receivers wait for one key")),
             Some(Slot::Ready(_)) => {}
             None => {
                 s.slots.insert(key.clone(), Slot::Waiting);
@@ -151,13 +168,55 @@ impl Rendezvous for LocalRendezvous {
         }
     }
 
+    fn recv_async(&self, key: &RendezvousKey, done: RecvCallback) {
+        let mut s = self.lock();
+        if let Some(msg) = &s.aborted {
+            let e = rdv_err(key, format!("aborted: {msg}"));
+            drop(s);
+            return done(Err(e));
+        }
+        match s.slots.get(key) {
+            Some(Slot::Done) => {
+                drop(s);
+                done(Err(rdv_err(key, "received twice in one step")))
+            }
+            Some(Slot::Waiting) | Some(Slot::Callback(_)) => {
+                drop(s);
+                done(Err(rdv_err(key, "two receivers wait for one key")))
+            }
+            Some(Slot::Ready(_)) => {
+                if let Some(Slot::Ready(t)) = s.slots.insert(key.clone(), Slot::Done) {
+                    drop(s);
+                    done(Ok(t));
+                }
+            }
+            None => {
+                s.slots.insert(key.clone(), Slot::Callback(done));
+            }
+        }
+    }
+
     fn abort(&self, err: &EngineError) {
         let mut s = self.lock();
         if s.aborted.is_none() {
             s.aborted = Some(err.to_string());
         }
+        let msg = s.aborted.clone().unwrap_or_default();
+        let waiting: Vec<(RendezvousKey, RecvCallback)> = s
+            .slots
+            .iter_mut()
+            .filter(|(_, v)| matches!(v, Slot::Callback(_)))
+            .map(|(k, v)| match std::mem::replace(v, Slot::Done) {
+                Slot::Callback(done) => Some((k.clone(), done)),
+                _ => None,
+            })
+            .flatten()
+            .collect();
         drop(s);
         self.cond.notify_all();
+        for (k, done) in waiting {
+            done(Err(rdv_err(&k, format!("aborted: {msg}"))));
+        }
     }
 }
 

@@ -4,15 +4,59 @@
 //! signature once and caches it, so a training loop's thousandth step does
 //! no graph analysis. Variables live in the session (by node name) and keep
 //! their values across runs.
+//!
+//! Devices. The session places the whole graph once, at creation
+//! ([`SessionOptions::placement`] or [`DefaultPlacer`] over
+//! [`SessionOptions::devices`]), so variables never move. With one device a
+//! step runs today's single executor: no partitioning, no transfers. With
+//! several, each run signature is pruned, partitioned and prepared once per
+//! device (see `multi_device`), and each device has its own pool of
+//! `threads` workers.
+//!
+//! Failed steps. A step that fails leaves the variables it writes as they
+//! were before it: the session keeps a handle on each written variable's
+//! value before the step (no copy) and puts it back on error. The cost is
+//! that the step's first in-place update of such a variable (optimizer
+//! kernels update unshared values in place) copies it instead, one copy of
+//! each updated variable per step. Concurrent `run` calls on one session
+//! that write the same variables are not isolated from each other's restore.
 
 use crate::error::{EngineError, Result};
 use crate::executor::{Prepared, Resources};
+use crate::multi_device::{LocalDevice, MultiPlan, Snapshot};
+use crate::ops::sendrecv::CommCounters;
 use crate::graph::{Graph, NodeId, Output, TensorType};
 use crate::ops::Resource;
 use crate::tensor::Tensor;
 use crate::trace::StepStats;
+use crate::device::{DeviceName, DeviceSet};
+use crate::partition::PartitionOptions;
+use crate::placement::{DefaultPlacer, Placement, Placer};
+use crate::trace::CommStats;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// A placement given in the options must cover the graph with devices of the set.
+fn check_placement(graph: &Graph, p: &Placement, devices: &DeviceSet) -> Result<()> {
+    let nodes = graph.nodes();
+    if let Some(n) = nodes.get(p.len()) {
+        return Err(EngineError::Placement {
+            node: n.name.clone(),
+            detail: format!("the given placement covers {} of the graph's {} nodes", p.len(), nodes.len()),
+        });
+    }
+    for (n, d) in nodes.iter().zip(p.devices()) {
+        if !devices.contains(d) {
+            return Err(EngineError::Placement {
+                node: n.name.clone(),
+                detail: format!("placed on '{d}', which is not in the session's device set ({})", devices.list()),
+            });
+        }
+    }
+    Ok(())
+}
 
 /// The value of one variable in one session.
 pub(crate) struct VarSlot {
@@ -27,17 +71,32 @@ impl VarSlot {
     }
 }
 
-/// Session settings.
+/// Session settings. Build with `..Default::default()` so new fields do
+/// not break callers.
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
-    /// Worker threads for independent nodes and inside kernels; 1 runs every
-    /// step on the calling thread.
+    /// Worker threads PER DEVICE, for independent nodes and inside kernels;
+    /// 1 runs a one-device step on the calling thread.
     pub threads: usize,
+    /// The devices the graph runs on (default: one CPU).
+    pub devices: DeviceSet,
+    /// Node -> device; `None` places with [`DefaultPlacer`] over `devices`.
+    pub placement: Option<Placement>,
+    /// Communication formats of cross-device transfers (whole graph, per edge).
+    pub partition: PartitionOptions,
+    /// A Recv that waits longer than this fails the step, naming its key.
+    pub recv_timeout: Duration,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) }
+        SessionOptions {
+            threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            devices: DeviceSet::local_cpus(1),
+            placement: None,
+            partition: PartitionOptions::default(),
+            recv_timeout: Duration::from_secs(60),
+        }
     }
 }
 
@@ -64,13 +123,43 @@ impl Resources for Mutex<State> {
     }
 }
 
+/// One run signature, prepared.
+enum Plan {
+    /// One device: one executor over the pruned graph.
+    Local(Prepared),
+    /// Several devices: one executor per partition.
+    Multi(MultiPlan),
+}
+
+impl Plan {
+    fn feed_types(&self) -> &[(String, TensorType)] {
+        match self {
+            Plan::Local(p) => &p.feed_types,
+            Plan::Multi(m) => &m.feed_types,
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Plan::Local(p) => p.len(),
+            Plan::Multi(m) => m.len(),
+        }
+    }
+}
+
 /// Runs a graph. Cheap to share between threads (`&self` everywhere).
 pub struct Session {
     graph: Graph,
     threads: usize,
-    pool: Option<rayon::ThreadPool>,
+    devices: Vec<LocalDevice>,
+    placement: Placement,
+    /// Whether `placement` came from the options (then it is never extended).
+    placement_given: bool,
+    partition: PartitionOptions,
+    recv_timeout: Duration,
     state: Mutex<State>,
-    cache: Mutex<HashMap<RunKey, Arc<Prepared>>>,
+    cache: Mutex<HashMap<RunKey, Arc<Plan>>>,
+    counters: CommCounters,
+    next_step: AtomicU64,
 }
 
 impl Session {
@@ -79,20 +168,81 @@ impl Session {
         Session::with_options(graph, SessionOptions::default())
     }
 
+    /// A session over `opts.devices`. Placement errors (a device request
+    /// no device matches, colocation conflicts, missing kernels, a given
+    /// placement naming devices outside the set) surface here, naming the node.
     pub fn with_options(graph: &Graph, opts: SessionOptions) -> Result<Session> {
         let threads = opts.threads.max(1);
-        let pool = if threads > 1 {
-            Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .thread_name(|i| format!("flowlab-exec-{i}"))
-                    .build()
-                    .map_err(|e| EngineError::Device(format!("cpu thread pool: {e}")))?,
-            )
-        } else {
-            None
+        let placement_given = opts.placement.is_some();
+        let placement = match opts.placement {
+            Some(p) => {
+                check_placement(graph, &p, &opts.devices)?;
+                p
+            }
+            None => DefaultPlacer.place(graph, &opts.devices)?,
         };
-        Ok(Session { graph: graph.clone(), threads, pool, state: Mutex::new(State::default()), cache: Mutex::new(HashMap::new()) })
+        let devices = opts.devices.devices().iter().map(|(d, _)| LocalDevice::new(d, threads)).collect::<Result<Vec<_>>>()?;
+        Ok(Session {
+            graph: graph.clone(),
+            threads,
+            devices,
+            placement,
+            placement_given,
+            partition: opts.partition,
+            recv_timeout: opts.recv_timeout,
+            state: Mutex::new(State::default()),
+            cache: Mutex::new(HashMap::new()),
+            counters: CommCounters::default(),
+            next_step: AtomicU64::new(1),
+        })
+    }
+
+    /// The device of every node, fixed when the session was created.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    /// Transfers and bytes sent between devices since the session was created.
+    pub fn comm_stats(&self) -> CommStats {
+        self.counters.snapshot()
+    }
+
+    /// The session's devices, in the order of the device set.
+    pub fn devices(&self) -> Vec<DeviceName> {
+        self.devices.iter().map(|d| d.name.clone()).collect()
+    }
+
+    /// The placement covering nodes added to the graph after the session was
+    /// created: the default placer's choice for them, provided it moves no
+    /// node placed before.
+    fn placement_now(&self) -> Result<std::borrow::Cow<'_, Placement>> {
+        let n = self.graph.num_nodes();
+        if self.placement.len() >= n {
+            return Ok(std::borrow::Cow::Borrowed(&self.placement));
+        }
+        let nodes = self.graph.nodes();
+        if self.placement_given {
+            return Err(EngineError::Placement {
+                node: nodes[self.placement.len()].name.clone(),
+                detail: format!("the session's placement covers only the first {} nodes of the graph", self.placement.len()),
+            });
+        }
+        let mut set = DeviceSet::new();
+        for d in &self.devices {
+            set.add(&d.label)?;
+        }
+        let p = DefaultPlacer.place(&self.graph, &set)?;
+        for (i, (old, new)) in self.placement.devices().iter().zip(p.devices()).enumerate() {
+            if old != new {
+                return Err(EngineError::Placement {
+                    node: nodes[i].name.clone(),
+                    detail: format!(
+                        "nodes added since the session was created would move it from {old} to {new} (variables stay where they were placed; create a new session)"
+                    ),
+                });
+            }
+        }
+        Ok(std::borrow::Cow::Owned(p))
     }
 
     pub fn graph(&self) -> &Graph {
@@ -164,9 +314,9 @@ impl Session {
             fetches.iter().map(|o| (o.node, o.index)).collect(),
             targets.iter().map(|o| o.node).collect(),
         );
-        let prepared = self.prepared(key)?;
+        let plan = self.prepared(key)?;
         let mut values = Vec::with_capacity(feeds.len());
-        for ((_, t), (name, ty)) in feeds.iter().zip(&prepared.feed_types) {
+        for ((_, t), (name, ty)) in feeds.iter().zip(plan.feed_types()) {
             if t.dtype() != ty.dtype || !ty.shape.accepts(t.shape()) {
                 return Err(EngineError::FeedMismatch {
                     node: name.clone(),
@@ -176,14 +326,34 @@ impl Session {
             }
             values.push((*t).clone());
         }
-        prepared.run(&values, self.threads, self.pool.as_ref(), trace)
+        match &*plan {
+            Plan::Local(p) => {
+                let d = &self.devices[0];
+                let snapshot = Snapshot::take(p.writes());
+                let r = p.run(&values, self.threads, d.pool.as_ref(), trace, None, &d.label);
+                if r.is_err() {
+                    snapshot.restore();
+                }
+                r
+            }
+            Plan::Multi(m) => {
+                let step = self.next_step.fetch_add(1, Ordering::Relaxed);
+                m.run(&values, &self.devices, self.threads, trace, step, self.recv_timeout, &self.counters)
+            }
+        }
     }
 
-    fn prepared(&self, key: RunKey) -> Result<Arc<Prepared>> {
+    fn prepared(&self, key: RunKey) -> Result<Arc<Plan>> {
         if let Some(p) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(p.clone());
         }
-        let p = Arc::new(Prepared::new(&self.graph, &key.0, &key.1, &key.2, &self.state)?);
+        let plan = if self.devices.len() == 1 {
+            Plan::Local(Prepared::new(&self.graph, &key.0, &key.1, &key.2, &self.state)?)
+        } else {
+            let placement = self.placement_now()?;
+            Plan::Multi(MultiPlan::new(&self.graph, &placement, &self.devices, &self.partition, &key.0, &key.1, &key.2, &self.state)?)
+        };
+        let p = Arc::new(plan);
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, p.clone());
         Ok(p)
     }

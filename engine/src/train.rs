@@ -133,7 +133,7 @@ pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
     let train_op = Optimizer::adam(cfg.learning_rate).minimize(&loss, &vars.iter().collect::<Vec<_>>())?;
     let init = g.global_variables_initializer()?;
 
-    let sess = Session::with_options(&g, SessionOptions { threads: cfg.threads })?;
+    let sess = Session::with_options(&g, SessionOptions { threads: cfg.threads, ..Default::default() })?;
     sess.run(&[], &[], &[&init])?;
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_0f_ba7c4);
     let mut order: Vec<usize> = (0..train_set.len()).collect();

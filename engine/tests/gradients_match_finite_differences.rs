@@ -41,7 +41,7 @@ fn check_with(name: &str, shapes: &[&[usize]], map: impl Fn(usize, f64) -> f64, 
             Tensor::from_vec(v, s.to_vec()).unwrap()
         })
         .collect();
-    let sess = Session::with_options(&g, SessionOptions { threads: 1 }).unwrap();
+    let sess = Session::with_options(&g, SessionOptions { threads: 1, ..Default::default() }).unwrap();
     let feeds: Vec<(&Output, &Tensor)> = xs.iter().zip(&inputs).collect();
     let y_val = &sess.run(&feeds, &[&y], &[]).unwrap()[0];
     let w = Tensor::from_vec(values(y_val.num_elements(), 99), y_val.shape().clone()).unwrap();
@@ -185,7 +185,7 @@ fn stop_gradient_treats_its_input_as_a_constant() {
     // d/dx (sg(x) * x) = sg(x) = x, not 2x.
     let y = g.reduce_sum(g.stop_gradient(&x).unwrap() * &x, &[], false).unwrap();
     let gx = g.gradients(&[&y], &[&x]).unwrap()[0].clone().unwrap();
-    let s = Session::with_options(&g, SessionOptions { threads: 1 }).unwrap();
+    let s = Session::with_options(&g, SessionOptions { threads: 1, ..Default::default() }).unwrap();
     let v = Tensor::from_vec(vec![1.0f64, -2.0, 3.0], [3]).unwrap();
     assert_eq!(s.run(&[(&x, &v)], &[&gx], &[]).unwrap()[0].to_vec::<f64>().unwrap(), vec![1.0, -2.0, 3.0]);
 }

@@ -26,7 +26,7 @@ fn save_load_save_is_byte_identical_and_the_loaded_graph_runs() {
     let h = Graph::load_json(&p).unwrap();
     assert_eq!(h.to_json(), text);
     assert_eq!(h.nodes(), g.nodes());
-    let s = Session::with_options(&h, SessionOptions { threads: 1 }).unwrap();
+    let s = Session::with_options(&h, SessionOptions { threads: 1, ..Default::default() }).unwrap();
     s.run_named(&[], &[], &["init"]).unwrap();
     let x = Tensor::from_vec(vec![1.0f32; 8], [2, 4]).unwrap();
     let y = Tensor::from_vec(vec![0i64, 2], [2]).unwrap();

@@ -10,7 +10,7 @@ fn t2(v: Vec<f32>, r: usize, c: usize) -> Tensor {
 }
 
 fn sess(g: &Graph, threads: usize) -> Session {
-    Session::with_options(g, SessionOptions { threads }).unwrap()
+    Session::with_options(g, SessionOptions { threads, ..Default::default() }).unwrap()
 }
 
 #[test]

@@ -82,6 +82,10 @@ pub(crate) struct KernelCtx<'a> {
     pub inputs: Vec<Tensor>,
     pub threads: usize,
     pub resources: &'a [Resource],
+    /// The step's rendezvous and transfer statistics (multi-device steps only).
+    pub comm: Option<&'a sendrecv::StepComm<'a>>,
+    /// The transfer of a Send or Recv node.
+    pub transfer: Option<&'a sendrecv::TransferSpec>,
 }
 
 impl KernelCtx<'_> {

@@ -7,19 +7,30 @@
 //! On the wire an f32 tensor travels in its CommFormat: as is for f32, else
 //! encoded into an i8 tensor of exactly `CommFormat::bytes_for(n)` bytes,
 //! which the receiving side decodes. Other dtypes always travel as is.
-//! No kernels are registered yet: a kernel needs the step's rendezvous and
-//! step id, which the executor does not hand to kernels; [`send_tensor`] and
-//! [`recv_tensor`] are what those kernels will call.
+//!
+//! The kernels find the step's rendezvous, step id, receive timeout and
+//! statistics in [`StepComm`] (through `KernelCtx::comm`) and the node's
+//! transfer (key, format, type) in [`TransferSpec`], both prepared once.
+//! The executor receives asynchronously: it hands the arrived wire tensor to
+//! the Recv kernel as its input, so a Recv never occupies a worker thread
+//! while it waits; without one the kernel waits itself, at most the step's
+//! receive timeout, and gives up at once when the step is aborted.
 
-use super::Registry;
+use super::{KernelCtx, Registry};
+use crate::attr::NodeInfo;
+use crate::device::DeviceName;
 use crate::dtype::DType;
 use crate::error::{EngineError, Result};
 use crate::graph::TensorType;
 use crate::rendezvous::{Rendezvous, RendezvousKey};
-use crate::shape::Shape;
+use crate::shape::{PartialShape, Shape};
 use crate::tensor::Tensor;
+use crate::trace::{CommStats, TransferStats};
 use flowlab_hw::CommFormat;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 pub(crate) fn register(r: &mut Registry) {
     r.def("Send", 1, Some(1), |c| {
@@ -27,13 +38,154 @@ pub(crate) fn register(r: &mut Registry) {
         c.n.str("recv_device")?;
         Ok(vec![])
     })
-    .stateful();
+    .stateful()
+    .cheap();
     r.def("Recv", 0, Some(0), |c| {
         c.n.str("edge")?;
         c.n.str("send_device")?;
         Ok(vec![TensorType { dtype: c.n.dtype("dtype")?, shape: c.n.shape("shape")?.clone() }])
     })
-    .stateful();
+    .stateful()
+    .cheap();
+    r.cpu("Send", &[], k_send);
+    r.cpu("Recv", &[], k_recv);
+}
+
+/// The transfer of one Send or Recv node, decoded from its attrs once.
+#[derive(Clone, Debug)]
+pub(crate) struct TransferSpec {
+    /// The key with step id 0.
+    pub key: RendezvousKey,
+    pub format: CommFormat,
+    /// Name of the format as given in the attr (for statistics).
+    pub format_name: String,
+    /// Recv only: the declared type of the received tensor.
+    pub ty: Option<TensorType>,
+}
+
+impl TransferSpec {
+    /// Reads the attrs of a Send or Recv node.
+    pub(crate) fn of(n: &NodeInfo) -> Result<TransferSpec> {
+        let dev = |attr: &str| -> Result<DeviceName> {
+            DeviceName::parse(n.str(attr)?).map_err(|e| n.attr_err(attr, e.to_string()))
+        };
+        let format_name = match n.attrs.get("comm_format") {
+            Some(_) => n.str("comm_format")?.to_string(),
+            None => "f32".to_string(),
+        };
+        let format: CommFormat = format_name.parse().map_err(|e: flowlab_hw::HwError| n.attr_err("comm_format", e.to_string()))?;
+        let key = RendezvousKey { src_device: dev("send_device")?, dst_device: dev("recv_device")?, edge: n.str("edge")?.to_string(), step_id: 0 };
+        let ty = if n.op == "Recv" { Some(TensorType { dtype: n.dtype("dtype")?, shape: n.shape("shape")?.clone() }) } else { None };
+        Ok(TransferSpec { key, format, format_name, ty })
+    }
+}
+
+/// Cumulative transfer counters of a session.
+#[derive(Default)]
+pub(crate) struct CommCounters {
+    transfers: AtomicU64,
+    bytes_sent: AtomicU64,
+    bytes_f32: AtomicU64,
+}
+
+impl CommCounters {
+    pub(crate) fn snapshot(&self) -> CommStats {
+        CommStats {
+            transfers: self.transfers.load(Ordering::Relaxed),
+            bytes_sent: self.bytes_sent.load(Ordering::Relaxed),
+            bytes_f32: self.bytes_f32.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What the Send and Recv kernels of one step share: the step's
+/// rendezvous and id, the receive timeout, and where statistics go.
+pub(crate) struct StepComm<'a> {
+    pub rdv: &'a dyn Rendezvous,
+    pub step_id: u64,
+    pub recv_timeout: Duration,
+    pub counters: &'a CommCounters,
+    /// The instant step times are measured from.
+    pub start: Instant,
+    /// Per-transfer records, when the step is traced: sends leave their
+    /// start here (by key), receives complete them.
+    pub trace: Option<Mutex<TransferTrace>>,
+    /// The step's first error, with its device.
+    pub first_error: Mutex<Option<EngineError>>,
+}
+
+#[derive(Default)]
+pub(crate) struct TransferTrace {
+    started: HashMap<(String, String), (f64, u64)>,
+    pub done: Vec<TransferStats>,
+}
+
+impl StepComm<'_> {
+    fn now_us(&self) -> f64 {
+        self.start.elapsed().as_secs_f64() * 1e6
+    }
+
+    /// Records `err` (on `device`) as the step's error if it is the first,
+    /// and aborts the rendezvous so every other device stops waiting.
+    pub(crate) fn fail(&self, device: &str, err: EngineError) {
+        let err = EngineError::OnDevice { device: device.to_string(), error: Box::new(err) };
+        self.rdv.abort(&err);
+        let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
+        if first.is_none() {
+            *first = Some(err);
+        }
+    }
+}
+
+fn comm<'a>(c: &KernelCtx<'a>) -> Result<(&'a StepComm<'a>, &'a TransferSpec)> {
+    match (c.comm, c.transfer) {
+        (Some(comm), Some(spec)) => Ok((comm, spec)),
+        _ => Err(c.n.kernel_err("Send and Recv run only in a multi-device step (the partitioner inserts them)")),
+    }
+}
+
+fn k_send(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let (comm, spec) = comm(c)?;
+    let t0 = comm.trace.as_ref().map(|_| comm.now_us());
+    let t = &c.inputs[0];
+    let raw = t.size_in_bytes() as u64;
+    let key = spec.key.for_step(comm.step_id);
+    let sent = send_tensor(comm.rdv, &key, t, spec.format)?;
+    comm.counters.transfers.fetch_add(1, Ordering::Relaxed);
+    comm.counters.bytes_sent.fetch_add(sent, Ordering::Relaxed);
+    comm.counters.bytes_f32.fetch_add(raw, Ordering::Relaxed);
+    if let (Some(tr), Some(t0)) = (&comm.trace, t0) {
+        let mut tr = tr.lock().unwrap_or_else(|e| e.into_inner());
+        tr.started.insert((key.edge, key.dst_device.to_string()), (t0, sent));
+    }
+    Ok(vec![])
+}
+
+fn k_recv(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let (comm, spec) = comm(c)?;
+    let key = spec.key.for_step(comm.step_id);
+    let ty = spec.ty.as_ref().ok_or_else(|| c.n.kernel_err("Recv without a declared type"))?;
+    let wire = match c.inputs.pop() {
+        Some(w) => w,
+        None => comm.rdv.recv(&key, comm.recv_timeout)?,
+    };
+    let t = decode_wire(&key, wire, spec.format, ty.dtype, &ty.shape)?;
+    if let Some(tr) = &comm.trace {
+        let end = comm.now_us();
+        let mut tr = tr.lock().unwrap_or_else(|e| e.into_inner());
+        let dst = key.dst_device.to_string();
+        let (start, bytes) = tr.started.remove(&(key.edge.clone(), dst.clone())).unwrap_or((end, 0));
+        tr.done.push(TransferStats {
+            edge: key.edge,
+            send_device: key.src_device.to_string(),
+            recv_device: dst,
+            format: spec.format_name.clone(),
+            bytes,
+            start_us: start,
+            end_us: end,
+        });
+    }
+    Ok(vec![t])
 }
 
 /// The format a tensor of `dtype` actually travels in: `format` for f32,
@@ -67,16 +219,36 @@ pub fn recv_tensor(
     timeout: Duration,
 ) -> Result<Tensor> {
     let wire = rdv.recv(key, timeout)?;
+    let partial = PartialShape::new(shape.dims().iter().map(|&d| Some(d)).collect());
+    decode_wire(key, wire, format, dtype, &partial)
+}
+
+/// Decodes a received wire tensor to `dtype` and a shape that fits `shape`.
+/// An encoded tensor travels flat: its shape is `shape` with at most one
+/// unknown dimension filled in from the element count.
+pub(crate) fn decode_wire(key: &RendezvousKey, wire: Tensor, format: CommFormat, dtype: DType, shape: &PartialShape) -> Result<Tensor> {
     let format = wire_format(dtype, format);
     let bad = |detail: String| EngineError::Rendezvous { key: key.to_string(), detail };
     let t = if format == CommFormat::F32 {
         wire
     } else {
-        let bytes: Vec<u8> = wire.as_slice::<i8>()?.iter().map(|&b| b as u8).collect();
-        let v = format.decode(&bytes).map_err(|e| bad(e.to_string()))?;
-        Tensor::from_vec(v, shape.clone())?
+        let bytes: &[u8] = bytemuck::cast_slice(wire.as_slice::<i8>()?);
+        let v = format.decode(bytes).map_err(|e| bad(e.to_string()))?;
+        let n = v.len();
+        let known: usize = shape.dims().iter().flatten().product();
+        let unknown = shape.dims().iter().filter(|d| d.is_none()).count();
+        let dims: Vec<usize> = match unknown {
+            0 => shape.dims().iter().flatten().copied().collect(),
+            1 if known > 0 && n % known == 0 => shape.dims().iter().map(|d| d.unwrap_or(n / known)).collect(),
+            _ => {
+                return Err(bad(format!(
+                    "{n} values in {format} do not fill shape {shape} (an encoded tensor may leave one dimension unknown)"
+                )));
+            }
+        };
+        Tensor::from_vec(v, Shape::new(dims))?
     };
-    if t.dtype() != dtype || t.shape() != shape {
+    if t.dtype() != dtype || !shape.accepts(t.shape()) {
         return Err(bad(format!("expected {dtype}{shape}, received {}{}", t.dtype(), t.shape())));
     }
     Ok(t)

@@ -1,0 +1,541 @@
+//! Multi-device steps: one run signature, split over the session's devices.
+//!
+//! Contract. [`MultiPlan::new`] does, once per (feeds, fetches, targets)
+//! signature: prune the graph to what the step needs (stopping at fed
+//! edges), copy that part into a fresh graph whose fed outputs become
+//! placeholders on the producer's device, partition it with Send/Recv pairs
+//! ([`partition_with`]), and prepare one executor per partition with every
+//! Send as a target. A Recv whose Send is not part of the step is an error
+//! here, before anything runs. [`MultiPlan::run`] gives the step a fresh
+//! rendezvous and step id, runs the partitions side by side (one OS thread
+//! per partition, each with its device's pool), and returns the fetches from
+//! the partitions that hold them. On any error the rendezvous is aborted,
+//! the step returns the first error with its device, and the variables the
+//! step writes are restored to their values before the step.
+
+use crate::device::DeviceName;
+use crate::error::{EngineError, Result};
+use crate::executor::{Prepared, Resources};
+use crate::graph::{Graph, NodeId, TensorType};
+use crate::ops::sendrecv::{CommCounters, StepComm, TransferTrace};
+use crate::partition::{PartitionOptions, partition_with};
+use crate::placement::Placement;
+use crate::rendezvous::LocalRendezvous;
+use crate::session::VarSlot;
+use crate::tensor::Tensor;
+use crate::trace::StepStats;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One device of a session: its name and its own worker pool (`None` for
+/// one thread: the partition then runs on the step's thread for it).
+pub(crate) struct LocalDevice {
+    pub name: DeviceName,
+    pub label: String,
+    pub pool: Option<rayon::ThreadPool>,
+}
+
+impl LocalDevice {
+    pub(crate) fn new(name: &DeviceName, threads: usize) -> Result<LocalDevice> {
+        let label = name.to_string();
+        let pool = if threads > 1 {
+            let tag = format!("{}{}", name.device_type.as_deref().unwrap_or("dev").to_ascii_lowercase(), name.id.unwrap_or(0));
+            Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(move |i| format!("flowlab-{tag}-{i}"))
+                    .build()
+                    .map_err(|e| EngineError::Device(format!("{label}: thread pool: {e}")))?,
+            )
+        } else {
+            None
+        };
+        Ok(LocalDevice { name: name.clone(), label, pool })
+    }
+}
+
+/// Variables the step writes, with their values before it.
+pub(crate) struct Snapshot(Vec<(Arc<VarSlot>, Option<Tensor>)>);
+
+impl Snapshot {
+    /// Keeps a handle on each value (no copy; the step's first in-place
+    /// update of a kept value copies it instead).
+    pub(crate) fn take(writes: &[Arc<VarSlot>]) -> Snapshot {
+        Snapshot(writes.iter().map(|v| (v.clone(), v.lock().clone())).collect())
+    }
+
+    /// Puts every kept value back.
+    pub(crate) fn restore(self) {
+        for (v, old) in self.0 {
+            *v.lock() = old;
+        }
+    }
+}
+
+/// Where a fetch comes from.
+enum FetchSrc {
+    Feed(usize),
+    /// (partition, index among that partition's fetches)
+    Part(usize, usize),
+}
+
+struct PartPlan {
+    /// Index into the session's devices.
+    device: usize,
+    prep: Prepared,
+    /// Run-feed index of each of this partition's feeds.
+    feeds: Vec<usize>,
+}
+
+/// A run signature prepared for several devices.
+pub(crate) struct MultiPlan {
+    parts: Vec<PartPlan>,
+    fetches: Vec<FetchSrc>,
+    writes: Vec<Arc<VarSlot>>,
+    pub(crate) feed_types: Vec<(String, TensorType)>,
+}
+
+fn unknown(n: NodeId) -> EngineError {
+    EngineError::UnknownNode(format!("#{n}"))
+}
+
+impl MultiPlan {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        graph: &Graph,
+        placement: &Placement,
+        devices: &[LocalDevice],
+        opts: &PartitionOptions,
+        feeds: &[(NodeId, usize)],
+        fetches: &[(NodeId, usize)],
+        targets: &[NodeId],
+        res: &dyn Resources,
+    ) -> Result<MultiPlan> {
+        let nodes = graph.nodes();
+        let feed_index: HashMap<(NodeId, usize), usize> = feeds.iter().enumerate().map(|(i, &f)| (f, i)).collect();
+        let mut feed_types = Vec::with_capacity(feeds.len());
+        for &(n, i) in feeds {
+            let node = nodes.get(n).ok_or_else(|| unknown(n))?;
+            let t = node.outputs.get(i).ok_or_else(|| EngineError::BadOutputIndex {
+                node: node.name.clone(),
+                op: node.op.clone(),
+                index: i,
+                outputs: node.outputs.len(),
+            })?;
+            feed_types.push((format!("{}:{}", node.name, i), t.clone()));
+        }
+
+        // Prune: walk back from fetches and targets, stopping at fed edges.
+        let mut needed = vec![false; nodes.len()];
+        let mut stack: Vec<NodeId> = Vec::new();
+        for &t in targets {
+            nodes.get(t).ok_or_else(|| unknown(t))?;
+            stack.push(t);
+        }
+        for &(n, i) in fetches {
+            let node = nodes.get(n).ok_or_else(|| unknown(n))?;
+            if i >= node.outputs.len() {
+                return Err(EngineError::BadOutputIndex { node: node.name.clone(), op: node.op.clone(), index: i, outputs: node.outputs.len() });
+            }
+            if !feed_index.contains_key(&(n, i)) {
+                stack.push(n);
+            }
+        }
+        while let Some(n) = stack.pop() {
+            if needed[n] {
+                continue;
+            }
+            needed[n] = true;
+            for &(src, idx) in &nodes[n].inputs {
+                if !feed_index.contains_key(&(src, idx)) {
+                    stack.push(src);
+                }
+            }
+            stack.extend(nodes[n].control_inputs.iter().copied());
+        }
+        // Variables named by the needed update ops come along (unexecuted
+        // unless needed) so the copies can resolve them by name.
+        let by_name: HashMap<&str, NodeId> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+        let mut copy = needed.clone();
+        for n in nodes.iter().zip(&needed).filter(|(_, nd)| **nd).map(|(n, _)| n) {
+            let mut names: Vec<&str> = Vec::new();
+            if let Some(crate::attr::AttrValue::Str(v)) = n.attrs.get("var") {
+                names.push(v);
+            }
+            if let Some(crate::attr::AttrValue::Strs(s)) = n.attrs.get("slots") {
+                names.extend(s.iter().map(String::as_str));
+            }
+            for v in names {
+                if let Some(&id) = by_name.get(v) {
+                    copy[id] = true;
+                }
+            }
+        }
+
+        let device_of = |id: NodeId| -> Result<DeviceName> {
+            let n = &nodes[id];
+            let d = placement.device(id).ok_or_else(|| EngineError::Placement {
+                node: n.name.clone(),
+                detail: format!("the placement covers {} of the graph's {} nodes", placement.len(), nodes.len()),
+            })?;
+            if !devices.iter().any(|x| &x.name == d) {
+                return Err(EngineError::Placement { node: n.name.clone(), detail: format!("placed on '{d}', which is not a device of the session") });
+            }
+            Ok(d.clone())
+        };
+
+        // The step's graph: copies of the needed nodes, fed outputs replaced
+        // by placeholders on their producer's device.
+        let g2 = Graph::new();
+        let mut dev2: Vec<DeviceName> = Vec::new();
+        let mut new_id: HashMap<NodeId, NodeId> = HashMap::new();
+        let mut feed_node: HashMap<(NodeId, usize), String> = HashMap::new();
+        let feed_name = |n: NodeId, k: usize| -> String {
+            let node = &nodes[n];
+            if node.op == "Placeholder" && !copy[n] { node.name.clone() } else { format!("_feed/{}/{k}", node.name) }
+        };
+        for id in (0..nodes.len()).filter(|&i| copy[i]) {
+            let node = &nodes[id];
+            let mut b = g2.op(&node.op).name(&node.name);
+            for &(src, k) in &node.inputs {
+                if feed_index.contains_key(&(src, k)) {
+                    let name = match feed_node.get(&(src, k)) {
+                        Some(name) => name.clone(),
+                        None => {
+                            let name = feed_name(src, k);
+                            let t = &nodes[src].outputs[k];
+                            g2.op("Placeholder")
+                                .name(&name)
+                                .attr("dtype", crate::attr::AttrValue::DType(t.dtype))
+                                .attr("shape", crate::attr::AttrValue::Shape(t.shape.clone()))
+                                .build()?;
+                            dev2.push(device_of(src)?);
+                            feed_node.insert((src, k), name.clone());
+                            name
+                        }
+                    };
+                    b = b.input(g2.output_by_name(&name, 0)?);
+                } else {
+                    let s = *new_id.get(&src).ok_or_else(|| unknown(src))?;
+                    b = b.input(g2.out(s, k));
+                }
+            }
+            for &c in &node.control_inputs {
+                let s = *new_id.get(&c).ok_or_else(|| unknown(c))?;
+                b = b.control_input(&g2.out(s, 0));
+            }
+            for (k, v) in &node.attrs {
+                b = b.attr(k, v.clone());
+            }
+            new_id.insert(id, b.build()?.node_id());
+            dev2.push(device_of(id)?);
+        }
+        let parts = partition_with(&g2, &Placement::from_devices(dev2), opts)?;
+
+        // One executor per partition; every Send is a target.
+        let mut plans = Vec::with_capacity(parts.len());
+        let mut fetch_src: Vec<Option<FetchSrc>> = fetches
+            .iter()
+            .map(|f| feed_index.get(f).map(|&i| FetchSrc::Feed(i)))
+            .collect();
+        for (pi, part) in parts.iter().enumerate() {
+            let device = devices.iter().position(|d| d.name == part.device).ok_or_else(|| EngineError::Placement {
+                node: String::new(),
+                detail: format!("partition for '{}', which is not a device of the session", part.device),
+            })?;
+            let has = |name: &str| part.graph.output_by_name(name, 0).ok().map(|o| o.node_id());
+            let (mut pfeeds, mut pfeed_idx) = (Vec::new(), Vec::new());
+            for (&(n, k), name) in &feed_node {
+                if let Some(id) = has(name) {
+                    pfeeds.push((id, 0));
+                    pfeed_idx.push(feed_index[&(n, k)]);
+                }
+            }
+            let mut pfetches = Vec::new();
+            for (j, &(n, k)) in fetches.iter().enumerate() {
+                if fetch_src[j].is_none()
+                    && let Some(id) = has(&nodes[n].name)
+                {
+                    fetch_src[j] = Some(FetchSrc::Part(pi, pfetches.len()));
+                    pfetches.push((id, k));
+                }
+            }
+            let mut ptargets: Vec<NodeId> = targets.iter().filter_map(|&t| has(&nodes[t].name)).collect();
+            for s in &part.sends {
+                ptargets.push(has(&s.send_node).ok_or_else(|| EngineError::UnknownNode(s.send_node.clone()))?);
+            }
+            let prep = Prepared::new(&part.graph, &pfeeds, &pfetches, &ptargets, res)?;
+            plans.push(PartPlan { device, prep, feeds: pfeed_idx });
+        }
+        let fetches = fetch_src
+            .into_iter()
+            .zip(fetches)
+            .map(|(s, &(n, _))| s.ok_or_else(|| EngineError::UnknownNode(nodes[n].name.clone())))
+            .collect::<Result<Vec<_>>>()?;
+        check_sends(&plans, devices)?;
+        let mut writes: Vec<Arc<VarSlot>> = Vec::new();
+        for p in &plans {
+            for w in p.prep.writes() {
+                if !writes.iter().any(|x| Arc::ptr_eq(x, w)) {
+                    writes.push(w.clone());
+                }
+            }
+        }
+        Ok(MultiPlan { parts: plans, fetches, writes, feed_types })
+    }
+
+    /// Nodes the step executes over all devices (Send and Recv included).
+    pub(crate) fn len(&self) -> usize {
+        self.parts.iter().map(|p| p.prep.len()).sum()
+    }
+
+    /// Runs one step as step `step_id`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run(
+        &self,
+        feeds: &[Tensor],
+        devices: &[LocalDevice],
+        threads: usize,
+        trace: bool,
+        step_id: u64,
+        recv_timeout: Duration,
+        counters: &CommCounters,
+    ) -> Result<(Vec<Tensor>, Option<StepStats>)> {
+        let rdv = LocalRendezvous::new();
+        let comm = StepComm {
+            rdv: &rdv,
+            step_id,
+            recv_timeout,
+            counters,
+            start: Instant::now(),
+            trace: trace.then(|| Mutex::new(TransferTrace::default())),
+            first_error: Mutex::new(None),
+        };
+        let snapshot = Snapshot::take(&self.writes);
+        let run_part = |p: &PartPlan| {
+            let f: Vec<Tensor> = p.feeds.iter().map(|&i| feeds[i].clone()).collect();
+            let d = &devices[p.device];
+            p.prep.run(&f, threads, d.pool.as_ref(), trace, Some(&comm), &d.label)
+        };
+        let results: Vec<Result<(Vec<Tensor>, Option<StepStats>)>> = std::thread::scope(|s| {
+            let mut handles = Vec::with_capacity(self.parts.len());
+            for (i, p) in self.parts.iter().enumerate().skip(1) {
+                let run_part = &run_part;
+                let h = std::thread::Builder::new().name(format!("flowlab-step-{}", devices[p.device].label)).spawn_scoped(s, move || run_part(p));
+                handles.push((i, h));
+            }
+            let mut out = Vec::with_capacity(self.parts.len());
+            out.push(self.parts.first().map_or_else(|| Ok((Vec::new(), None)), |p| run_part(p)));
+            for (i, h) in handles {
+                let r = match h {
+                    Ok(h) => h.join().unwrap_or_else(|_| {
+                        Err(EngineError::Device(format!("{}: the step's thread panicked", devices[self.parts[i].device].label)))
+                    }),
+                    Err(e) => Err(EngineError::Device(format!("{}: cannot start the step's thread: {e}", devices[self.parts[i].device].label))),
+                };
+                out.push(r);
+            }
+            out
+        });
+        let first = comm.first_error.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(e) = first {
+            snapshot.restore();
+            return Err(e);
+        }
+        let mut outs = Vec::with_capacity(results.len());
+        let mut stats = StepStats::default();
+        for r in results {
+            match r {
+                Ok((v, s)) => {
+                    outs.push(v);
+                    if let Some(s) = s {
+                        stats.nodes.extend(s.nodes);
+                    }
+                }
+                Err(e) => {
+                    snapshot.restore();
+                    return Err(e);
+                }
+            }
+        }
+        drop(snapshot);
+        let mut values = Vec::with_capacity(self.fetches.len());
+        for f in &self.fetches {
+            values.push(match *f {
+                FetchSrc::Feed(i) => feeds[i].clone(),
+                FetchSrc::Part(p, j) => outs[p][j].clone(),
+            });
+        }
+        let stats = trace.then(|| {
+            stats.total_us = comm.start.elapsed().as_secs_f64() * 1e6;
+            stats.nodes.sort_by(|a, b| a.end_us.total_cmp(&b.end_us));
+            if let Some(t) = comm.trace {
+                stats.transfers = t.into_inner().unwrap_or_else(|e| e.into_inner()).done;
+            }
+            stats
+        });
+        Ok((values, stats))
+    }
+}
+
+/// Every Recv of the step must have its Send in the step: otherwise it
+/// would wait until the timeout.
+fn check_sends(parts: &[PartPlan], devices: &[LocalDevice]) -> Result<()> {
+    let mut sends: HashSet<(String, String, String)> = HashSet::new();
+    for p in parts {
+        for (_, t) in p.prep.sends() {
+            sends.insert((t.key.edge.clone(), t.key.src_device.to_string(), t.key.dst_device.to_string()));
+        }
+    }
+    for p in parts {
+        for (name, t) in p.prep.recvs() {
+            let k = (t.key.edge.clone(), t.key.src_device.to_string(), t.key.dst_device.to_string());
+            if !sends.contains(&k) {
+                return Err(EngineError::Rendezvous {
+                    key: t.key.to_string(),
+                    detail: format!(
+                        "Recv '{name}' on {} has no Send: no node of this step on {} sends '{}'{}",
+                        devices[p.device].label,
+                        k.1,
+                        k.0,
+                        if devices.iter().any(|d| d.label == k.1) { "" } else { " (that device is not in the session)" }
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attr::AttrValue;
+    use crate::dtype::DType;
+    use crate::executor::Resources;
+    use crate::ops::Resource;
+    use crate::shape::PartialShape;
+    use crate::trace::CommStats;
+
+    struct NoResources;
+    impl Resources for NoResources {
+        fn var(&self, name: &str, _: &TensorType) -> Resource {
+            panic!("no variable {name} in this test")
+        }
+        fn rng(&self, name: &str) -> Resource {
+            panic!("no rng {name} in this test")
+        }
+    }
+
+    const CPU0: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
+    const CPU1: &str = "/job:localhost/replica:0/task:0/device:CPU:1";
+
+    fn recv_graph() -> (Graph, NodeId) {
+        let g = Graph::new();
+        let r = g
+            .op("Recv")
+            .name("orphan")
+            .attr("edge", AttrValue::Str("ghost:0".into()))
+            .attr("send_device", AttrValue::Str(CPU0.into()))
+            .attr("recv_device", AttrValue::Str(CPU1.into()))
+            .attr("dtype", AttrValue::DType(DType::F32))
+            .attr("shape", AttrValue::Shape(PartialShape::scalar()))
+            .build()
+            .unwrap();
+        (g, r.node_id())
+    }
+
+    fn comm<'a>(rdv: &'a LocalRendezvous, counters: &'a CommCounters, timeout: Duration) -> StepComm<'a> {
+        StepComm {
+            rdv,
+            step_id: 5,
+            recv_timeout: timeout,
+            counters,
+            start: Instant::now(),
+            trace: None,
+            first_error: Mutex::new(None),
+        }
+    }
+
+    #[test]
+    fn a_recv_that_waits_past_the_timeout_fails_the_step_naming_its_key() {
+        let (g, r) = recv_graph();
+        let prep = Prepared::new(&g, &[], &[(r, 0)], &[], &NoResources).unwrap();
+        let (rdv, counters) = (LocalRendezvous::new(), CommCounters::default());
+        let c = comm(&rdv, &counters, Duration::from_millis(30));
+        assert!(prep.run(&[], 1, None, false, Some(&c), CPU1).is_err());
+        let e = c.first_error.lock().unwrap().take().unwrap().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "rendezvous 'ghost:0' from {CPU0} to {CPU1} (step 5): Recv 'orphan' waited 30ms and no tensor arrived \
+                 (the Send on {CPU0} did not run) (on device {CPU1})"
+            )
+        );
+    }
+
+    #[test]
+    fn an_abort_wakes_a_waiting_device_at_once() {
+        let (g, r) = recv_graph();
+        let prep = Prepared::new(&g, &[], &[(r, 0)], &[], &NoResources).unwrap();
+        let (rdv, counters) = (LocalRendezvous::new(), CommCounters::default());
+        let c = comm(&rdv, &counters, Duration::from_secs(60));
+        let t0 = Instant::now();
+        let e = std::thread::scope(|s| {
+            let h = s.spawn(|| prep.run(&[], 1, None, false, Some(&c), CPU1));
+            std::thread::sleep(Duration::from_millis(20));
+            c.fail(CPU0, EngineError::Kernel { node: "div".into(), op: "Div".into(), detail: "boom".into() });
+            h.join().unwrap().unwrap_err().to_string()
+        });
+        assert!(t0.elapsed() < Duration::from_secs(30), "woken by the abort, not the timeout");
+        assert!(e.ends_with(&format!("aborted: node 'div' (Div): boom (on device {CPU0})")), "{e}");
+        let first = c.first_error.lock().unwrap().take().unwrap().to_string();
+        assert_eq!(first, format!("node 'div' (Div): boom (on device {CPU0})"));
+    }
+
+    #[test]
+    fn a_send_and_its_recv_on_two_threads_deliver_the_tensor_and_count_bytes() {
+        let g = Graph::new();
+        let x = g.constant(Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0], [4]).unwrap()).unwrap();
+        let send = g
+            .op("Send")
+            .name("s")
+            .input(&x)
+            .attr("edge", AttrValue::Str("ghost:0".into()))
+            .attr("send_device", AttrValue::Str(CPU0.into()))
+            .attr("recv_device", AttrValue::Str(CPU1.into()))
+            .attr("comm_format", AttrValue::Str("bf16".into()))
+            .build()
+            .unwrap();
+        let sender = Prepared::new(&g, &[], &[], &[send.node_id()], &NoResources).unwrap();
+        let g2 = Graph::new();
+        let r = g2
+            .op("Recv")
+            .name("r")
+            .attr("edge", AttrValue::Str("ghost:0".into()))
+            .attr("send_device", AttrValue::Str(CPU0.into()))
+            .attr("recv_device", AttrValue::Str(CPU1.into()))
+            .attr("comm_format", AttrValue::Str("bf16".into()))
+            .attr("dtype", AttrValue::DType(DType::F32))
+            .attr("shape", AttrValue::Shape(PartialShape::new(vec![None])))
+            .build()
+            .unwrap();
+        let receiver = Prepared::new(&g2, &[], &[(r.node_id(), 0)], &[], &NoResources).unwrap();
+        let (rdv, counters) = (LocalRendezvous::new(), CommCounters::default());
+        let mut c = comm(&rdv, &counters, Duration::from_secs(20));
+        c.trace = Some(Mutex::new(TransferTrace::default()));
+        let got = std::thread::scope(|s| {
+            let h = s.spawn(|| receiver.run(&[], 1, None, true, Some(&c), CPU1));
+            sender.run(&[], 1, None, false, Some(&c), CPU0).unwrap();
+            h.join().unwrap().unwrap()
+        });
+        assert_eq!(got.0[0].to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0], "small integers survive bf16");
+        assert_eq!(got.0[0].dims(), &[4], "the unknown dimension is filled in");
+        assert_eq!(counters.snapshot(), CommStats { transfers: 1, bytes_sent: 8, bytes_f32: 16 });
+        let done = c.trace.take().unwrap().into_inner().unwrap().done;
+        assert_eq!(done.len(), 1);
+        assert_eq!((done[0].edge.as_str(), done[0].format.as_str(), done[0].bytes), ("ghost:0", "bf16", 8));
+        assert_eq!((done[0].send_device.as_str(), done[0].recv_device.as_str()), (CPU0, CPU1));
+    }
+}
