@@ -75,6 +75,16 @@ const PARALLEL_MIN_MACS: usize = 1 << 21;
 /// training step that measured better on two cores (sum over the step's
 /// products at batch 128 and 512: 13.8 ms as bands vs 14.8 ms with
 /// gemm's threading, 22.3 ms on one thread).
+///
+/// Re-measured 2026-11-22 (square f32 products, 2 threads, release, median
+/// of 5 sittings on the shared, busy 2-core machine): 1024^3 as bands along
+/// m 167, along n 173, gemm's `Parallelism::Rayon(2)` 177 GFLOP/s; 2048^3
+/// 160, 161, 152; numpy/OpenBLAS in the same sittings 149 and 164. The three
+/// are within the sittings' noise, so the band split stays. A batch-1
+/// product (m = 1: a GEMV over a 784x512 weight matrix, 45-52 µs on one
+/// thread) got slower split in two (51-71 µs with a rayon worker, 77 µs with
+/// a dedicated spinning worker), so products under [`PARALLEL_MIN_MACS`]
+/// stay on the calling thread.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_strided<T: Float>(
     a: &[T],
@@ -105,7 +115,17 @@ pub(crate) fn gemm_strided<T: Float>(
     // op(b) is [k, n]: stored [k, n], or [n, k] when transposed.
     let bv = View::of(b, if trans_b { k } else { n }, trans_b);
     let c_rs = n as isize;
-    let parts = if m * n * k >= PARALLEL_MIN_MACS { threads.min(m.max(n).div_ceil(SPLIT_UNIT)).max(1) } else { 1 };
+    let along_rows = m >= n;
+    let (len, other) = if along_rows { (m, n) } else { (n, m) };
+    let mut parts = if m * n * k >= PARALLEL_MIN_MACS { threads.min(len.div_ceil(SPLIT_UNIT)).max(1) } else { 1 };
+    let band = len.div_ceil(parts).div_ceil(SPLIT_UNIT) * SPLIT_UNIT;
+    // gemm reduces a product whose output has at most GEMM_SMALL_OUTPUT
+    // elements along k with another kernel, which rounds differently: a
+    // band that small would make the result depend on the thread count.
+    let smallest_band = len - band * (len.div_ceil(band) - 1);
+    if smallest_band * other <= GEMM_SMALL_OUTPUT {
+        parts = 1;
+    }
     if parts <= 1 {
         // SAFETY: the asserted lengths cover every index the views reach
         // (the largest is (m-1)*rs + (k-1)*cs = m*k - 1 for a, likewise b, c);
@@ -113,9 +133,6 @@ pub(crate) fn gemm_strided<T: Float>(
         unsafe { gemm_block(m, n, k, av, bv, c.as_mut_ptr(), c_rs, accumulate, gemm::Parallelism::None) };
         return;
     }
-    let along_rows = m >= n;
-    let len = if along_rows { m } else { n };
-    let band = len.div_ceil(parts).div_ceil(SPLIT_UNIT) * SPLIT_UNIT;
     let cv = View { ptr: c.as_mut_ptr() as *const T, rs: c_rs, cs: 1 };
     let run = |p: usize| {
         let lo = p * band;
@@ -139,6 +156,11 @@ pub(crate) fn gemm_strided<T: Float>(
         run(0);
     });
 }
+
+/// gemm 0.19 takes its "horizontal" small-output path (a different
+/// summation order over k) when the output has at most 16 x 16 elements and
+/// the operands are laid out for it; bands never get that small.
+const GEMM_SMALL_OUTPUT: usize = 16 * 16;
 
 /// Bands are cut at multiples of this many rows or columns (one AVX-512
 /// vector of f32), so bands stay balanced yet rarely end mid-vector.
@@ -261,7 +283,8 @@ pub(crate) mod tests {
     #[test]
     fn threaded_matmul_matches_naive_when_split_by_rows_or_columns() {
         // Each size is above PARALLEL_MIN_MACS: 150x140 splits by rows,
-        // 100x170 by columns, 40x30 into three uneven bands (16, 16, 8).
+        // 100x170 by columns; 40x30 would leave an 8x30 band (240 outputs,
+        // gemm's small-output path), so it runs on one thread.
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         pool.install(|| {
             for ta in [false, true] {
@@ -270,6 +293,35 @@ pub(crate) mod tests {
                     check::<f64>(150, 140, 120, ta, tb, 2, 1e-12);
                     check::<f64>(100, 170, 130, ta, tb, 2, 1e-12);
                     check::<f64>(40, 30, 2000, ta, tb, 3, 1e-12);
+                }
+            }
+        });
+    }
+
+    /// The thread count must not change a single bit: every output element
+    /// is reduced over k by one single-threaded gemm call, in the same order,
+    /// whichever band it falls in. Sizes straddle band edges (not multiples of
+    /// SPLIT_UNIT), include a batch-1 row (m = 1) and a one-column product.
+    #[test]
+    fn threaded_matmul_is_bit_identical_to_one_thread() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let sizes = [(150, 140, 120), (100, 170, 130), (1, 4100, 600), (2100, 1, 1000), (37, 61, 1500), (40, 30, 2000)];
+        pool.install(|| {
+            for &(m, n, k) in &sizes {
+                assert!(m * n * k >= PARALLEL_MIN_MACS, "{m}x{n}x{k} would not be split");
+                for ta in [false, true] {
+                    for tb in [false, true] {
+                        let a = random::<f32>(m * k, 11);
+                        let b = random::<f32>(k * n, 12);
+                        let mut one = vec![0.0f32; m * n];
+                        matmul(&a, &b, &mut one, m, n, k, ta, tb, 1);
+                        for threads in [2, 3] {
+                            let mut many = vec![0.0f32; m * n];
+                            matmul(&a, &b, &mut many, m, n, k, ta, tb, threads);
+                            let same = one.iter().zip(&many).all(|(x, y)| x.to_bits() == y.to_bits());
+                            assert!(same, "{m}x{n}x{k} ta={ta} tb={tb}: {threads} threads differ from 1");
+                        }
+                    }
                 }
             }
         });

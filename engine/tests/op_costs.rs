@@ -1,0 +1,143 @@
+//! Every op that does arithmetic reports flops > 0 through `op_cost`, the
+//! number the simulator turns into time. Real training graphs (forward,
+//! symbolic gradients, optimizer updates) supply the nodes, so the gradient
+//! helper ops the autodiff inserts are costed with the shapes they really get.
+
+use flowlab_engine::train::{build_model, ModelKind};
+use flowlab_engine::{op_cost, op_names, DType, Graph, Optimizer, Output, Result, Shape, Tensor};
+use std::collections::BTreeMap;
+
+/// Ops that only move, alias or create data without computing on it: a cost
+/// of bytes and 0 flops is right for them.
+const NO_ARITHMETIC: &[&str] = &[
+    "Assign", "Const", "ExpandDims", "Identity", "NoOp", "OnesLike", "Placeholder", "Recv", "Reshape", "ReshapeLike",
+    "Send", "Shape", "Squeeze", "StopGradient", "Variable", "ZerosLike",
+];
+
+/// A CNN trained with Adam: Conv2D, MaxPool, BiasAdd, Relu, MatMul and their
+/// gradients (Conv2DBackpropInput/Filter, MaxPoolGrad, BiasAddGrad, ReluGrad),
+/// sparse softmax cross-entropy, ApplyAdam.
+fn cnn_training(g: &Graph) -> Result<()> {
+    let x = g.placeholder("x", DType::F32, [16, 64])?;
+    let y = g.placeholder("y", DType::I64, [16])?;
+    let logits = build_model(g, ModelKind::Cnn, &x, 1)?;
+    let loss = g.reduce_mean(g.sparse_softmax_cross_entropy_with_logits(&logits, &y)?, &[], false)?;
+    let vars = g.variables();
+    Optimizer::adam(1e-3).minimize(&loss, &vars.iter().collect::<Vec<_>>())?;
+    Ok(())
+}
+
+/// Most remaining differentiable ops with their gradients, under SGD and Momentum.
+fn many_ops_training(g: &Graph) -> Result<()> {
+    // A variable image, so the gradient flows back through AvgPool too.
+    let x = g.variable("img", g.random_normal([4, 6, 6, 3], DType::F32, 0.0, 1.0, 1)?)?;
+    let bias = g.variable("bias", g.zeros(DType::F32, [5])?)?;
+    let w = g.variable("w", g.random_normal([6, 5], DType::F32, 0.0, 0.1, 2)?)?;
+    let v = g.variable("v", g.random_uniform([2, 5, 3], DType::F32, 0.5, 1.5, 3)?)?;
+    let p = g.avg_pool(&x, [2, 2], [2, 2], false)?;
+    let p = g.reshape(&p, &[4, 27])?;
+    let p = g.slice(&p, &[0, 0], &[4, 6])?;
+    // Broadcasting add: its gradient for `bias` is a SumToShape.
+    let h = g.add(g.matmul(&p, &w)?, &bias)?;
+    let a = g.sigmoid(&h)?;
+    let b = g.tanh(&h)?;
+    let c = g.exp(g.neg(&a)?)?;
+    let d = g.log(g.add(g.square(&b)?, g.scalar(1.0, DType::F32)?)?)?;
+    let e = g.sqrt(g.add(&c, g.scalar(1.0, DType::F32)?)?)?;
+    let f = g.rsqrt(g.add(&e, &d)?)?;
+    let q = g.pow(g.add(&c, g.scalar(2.0, DType::F32)?)?, g.scalar(1.5, DType::F32)?)?;
+    let m = g.maximum(g.minimum(&f, &q)?, g.div(&a, &e)?)?;
+    let m = g.sub(g.mul(&m, &b)?, &a)?;
+    let cat = g.concat(&[&m, &a], 1)?;
+    let parts = g.split(&cat, 2, 1)?;
+    let t = g.transpose(&parts[0], &[1, 0])?;
+    let bm = g.batch_matmul(g.reshape(&t, &[1, 5, 4]), g.reshape(&parts[1], &[1, 4, 5]))?;
+    let rows = g.constant(Tensor::from_vec(vec![0i64, 2], [2])?)?;
+    let gathered = g.gather(g.reshape(&bm, &[5, 5]), &rows)?;
+    let sm = g.softmax(&gathered)?;
+    let lsm = g.log_softmax(&gathered)?;
+    let labels = g.softmax(g.transpose(g.reduce_max(&v, &[0], false), &[1, 0]))?;
+    let xent = g.softmax_cross_entropy_with_logits(g.slice(&parts[1], &[0, 0], &[3, 5]), &labels)?;
+    let loss = g.add(
+        g.add(g.reduce_mean(&sm, &[], false), g.reduce_mean(&lsm, &[], false)),
+        g.add(g.reduce_sum(&xent, &[], false), g.reduce_mean(g.expand_dims(&m, 0), &[], false)),
+    )?;
+    let loss = g.add(&loss, g.reduce_mean(g.reduce_max(&v, &[0], false), &[], false))?;
+    let vars = [x.clone(), bias.clone(), w.clone(), v.clone()];
+    let grads = g.gradients(&[&loss], &vars.iter().collect::<Vec<_>>())?;
+    let pairs: Vec<(Output, Output)> =
+        vars.iter().cloned().zip(grads).filter_map(|(var, gr)| gr.map(|gr| (var, gr))).collect();
+    assert_eq!(pairs.len(), vars.len(), "every variable gets a gradient");
+    Optimizer::Sgd { lr: 0.1 }.apply_gradients(g, &pairs)?;
+    Optimizer::Momentum { lr: 0.1, momentum: 0.9 }.apply_gradients(g, &pairs)?;
+    Ok(())
+}
+
+#[test]
+fn every_arithmetic_op_reports_flops() {
+    let g = Graph::new();
+    cnn_training(&g.scope("cnn")).unwrap();
+    many_ops_training(&g.scope("many")).unwrap();
+    // op -> (nodes seen, nodes with 0 flops)
+    let mut seen: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
+    let nodes = g.nodes();
+    for n in &nodes {
+        let concrete = |t: &flowlab_engine::TensorType| {
+            (t.dtype, t.shape.to_shape().unwrap_or_else(|| panic!("node {} has a partial shape {:?}", n.name, t.shape)))
+        };
+        let outs: Vec<(DType, Shape)> = n.outputs.iter().map(concrete).collect();
+        let ins: Vec<(DType, Shape)> = n.inputs.iter().map(|&(p, k)| concrete(&nodes[p].outputs[k])).collect();
+        let cost = op_cost(&n.op, &n.attrs, &ins, &outs).unwrap();
+        assert!(cost.flops.is_finite() && cost.flops >= 0.0, "{} ({}): flops {}", n.name, n.op, cost.flops);
+        let e = seen.entry(n.op.clone()).or_default();
+        e.0 += 1;
+        if cost.flops == 0.0 && !NO_ARITHMETIC.contains(&n.op.as_str()) {
+            e.1.push(n.name.clone());
+        }
+    }
+    let zero: Vec<String> = seen.iter().filter(|(_, (_, z))| !z.is_empty()).map(|(op, (_, z))| format!("{op}: {z:?}")).collect();
+    assert!(zero.is_empty(), "arithmetic ops costed at 0 flops:\n{}", zero.join("\n"));
+    // The gradient helpers the autodiff inserts are all among the nodes checked.
+    for op in [
+        "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPoolGrad", "AvgPoolGrad", "BiasAddGrad", "ReluGrad",
+        "SparseSoftmaxCrossEntropyWithLogits", "SoftmaxCrossEntropyWithLogits", "ApplyAdam", "ApplyMomentum",
+        "ApplyGradientDescent", "GatherGrad", "SliceGrad", "ConcatGrad", "ReductionGrad", "MaxReduceGrad", "SumToShape",
+    ] {
+        assert!(seen.contains_key(op), "no {op} node in the test graphs; ops seen: {:?}", seen.keys().collect::<Vec<_>>());
+    }
+    // Every registered op is accounted for: moves data only, was checked in
+    // the graphs above, or is checked on hand-made shapes below.
+    let unreached: Vec<&str> = op_names()
+        .into_iter()
+        .filter(|o| !NO_ARITHMETIC.contains(o) && !seen.contains_key(*o) && !hand_costed().iter().any(|(h, _, _)| h == o))
+        .collect();
+    assert!(unreached.is_empty(), "ops neither in the test graphs nor costed by hand: {unreached:?}");
+}
+
+type Io = Vec<(DType, Shape)>;
+
+/// Ops no training graph above contains, with shapes to cost them on.
+fn hand_costed() -> Vec<(&'static str, Io, Io)> {
+    let f = |dims: &[usize]| (DType::F32, Shape::new(dims.to_vec()));
+    let i = |dims: &[usize]| (DType::I64, Shape::new(dims.to_vec()));
+    vec![
+        ("AssignAdd", vec![f(&[8, 8])], vec![f(&[8, 8])]),
+        ("AssignSub", vec![f(&[8, 8])], vec![f(&[8, 8])]),
+        ("ScatterAdd", vec![i(&[3]), f(&[3, 8])], vec![f(&[10, 8])]),
+        ("Cast", vec![f(&[8])], vec![(DType::F64, Shape::new(vec![8]))]),
+        ("Fill", vec![f(&[])], vec![f(&[4, 4])]),
+        ("ArgMax", vec![f(&[4, 10])], vec![i(&[4])]),
+        ("Equal", vec![f(&[4]), f(&[4])], vec![(DType::Bool, Shape::new(vec![4]))]),
+        ("TruncatedNormal", vec![], vec![f(&[16, 16])]),
+    ]
+}
+
+#[test]
+fn ops_outside_the_training_graphs_report_flops() {
+    let attrs = Default::default();
+    for (op, ins, outs) in hand_costed() {
+        let c = op_cost(op, &attrs, &ins, &outs).unwrap();
+        assert!(c.flops > 0.0, "{op}: {c:?}");
+        assert!(c.bytes > 0.0, "{op}: {c:?}");
+    }
+}
