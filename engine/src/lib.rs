@@ -5,6 +5,7 @@ pub mod bench;
 pub mod checkpoint;
 pub mod datasets;
 pub mod kernels;
+pub mod replicate;
 pub mod train;
 
 mod attr;

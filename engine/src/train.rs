@@ -2,15 +2,26 @@
 //! built with the graph API, trained with Adam on mini-batches, evaluated on
 //! a held-out fifth chosen by a seeded shuffle. Used by `flowlab train` and
 //! by the end-to-end tests.
+//!
+//! On several local CPU devices a run is either model parallel
+//! ([`ParallelPlacement::Layers`]: consecutive layers, with their variables,
+//! forward and backward ops and optimizer updates, on consecutive devices)
+//! or data parallel ([`ParallelPlacement::Replicas`]: one replica per device
+//! sharing variables on device 0, see [`crate::replicate`]). Cross-device
+//! tensors travel in the configured [`CommFormat`].
 
 use crate::datasets::Dataset;
+use crate::device::{DeviceName, DeviceSet};
+use crate::partition::PartitionOptions;
 use crate::dtype::DType;
 use crate::error::{EngineError, Result};
 use crate::graph::{Graph, Output};
 use crate::optimizers::Optimizer;
+use crate::replicate::data_parallel;
 use crate::session::{Session, SessionOptions};
 use crate::tensor::Tensor;
 use crate::trace::StepStats;
+use flowlab_hw::CommFormat;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
@@ -28,6 +39,20 @@ pub enum ModelKind {
     Cnn,
 }
 
+/// How a model is spread over several devices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ParallelPlacement {
+    /// Model parallel: the layers are cut into one contiguous group per
+    /// device; each layer's variables live with it.
+    Layers,
+    /// Data parallel: one replica per device, variables on device 0.
+    Replicas,
+}
+
+/// Number of steps at the end of training that `--trace` records.
+const TRACED_STEPS: usize = 3;
+
 /// Settings of one training run.
 #[derive(Clone, Debug)]
 pub struct TrainConfig {
@@ -36,14 +61,58 @@ pub struct TrainConfig {
     pub seed: u64,
     pub batch: usize,
     pub learning_rate: f64,
+    /// Worker threads per device.
     pub threads: usize,
-    /// Write a Chrome/Perfetto trace of the last training step here.
+    /// Local CPU devices (1 = everything on one device).
+    pub devices: usize,
+    /// How the model uses `devices` > 1.
+    pub placement: ParallelPlacement,
+    /// Format of cross-device transfers.
+    pub comm: CommFormat,
+    /// Write a Chrome/Perfetto trace of the last few training steps here.
     pub trace: Option<PathBuf>,
 }
 
 impl TrainConfig {
     pub fn new(model: ModelKind) -> TrainConfig {
-        TrainConfig { model, epochs: 30, seed: 1, batch: 32, learning_rate: 3e-3, threads: 1, trace: None }
+        TrainConfig {
+            model,
+            epochs: 30,
+            seed: 1,
+            batch: 32,
+            learning_rate: 3e-3,
+            threads: 1,
+            devices: 1,
+            placement: ParallelPlacement::Replicas,
+            comm: CommFormat::F32,
+            trace: None,
+        }
+    }
+
+    /// Rejects settings that cannot train, naming the setting.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(EngineError::Tensor(m));
+        if self.batch == 0 || self.epochs == 0 {
+            return bad(format!("batch ({}) and epochs ({}) must be positive", self.batch, self.epochs));
+        }
+        if self.devices == 0 {
+            return bad("devices must be at least 1".into());
+        }
+        if self.devices > 1 && self.placement == ParallelPlacement::Replicas && self.batch % self.devices != 0 {
+            return bad(format!(
+                "batch {} does not split evenly into {} replicas: use a batch that is a multiple of {}",
+                self.batch, self.devices, self.devices
+            ));
+        }
+        let layers = model_layers(self.model).len();
+        if self.placement == ParallelPlacement::Layers && self.devices > layers {
+            return bad(format!(
+                "placement layers puts whole layers on devices: the {} has {layers} layers, so at most {layers} devices (got {})",
+                model_label(self.model),
+                self.devices
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -59,9 +128,24 @@ pub struct TrainReport {
     pub train_loss: f64,
     pub steps: usize,
     pub epochs: usize,
+    /// Whole run, graph building and evaluation included.
     pub seconds: f64,
+    /// Training steps only, divided by the epochs.
+    pub seconds_per_epoch: f64,
     pub train_examples: usize,
     pub test_examples: usize,
+    pub devices: usize,
+    pub placement: ParallelPlacement,
+    pub comm: CommFormat,
+    /// Cross-device transfers over the whole run (devices > 1 only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transfers: Option<u64>,
+    /// Bytes those transfers put on the wire in `comm`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_sent: Option<u64>,
+    /// Bytes the same transfers would have taken as f32.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_f32: Option<u64>,
 }
 
 /// Splits off a held-out fifth after a seeded shuffle: (train, test).
@@ -73,41 +157,189 @@ pub fn split_holdout(data: &Dataset, seed: u64) -> (Dataset, Dataset) {
     (data.select(train), data.select(test))
 }
 
-/// A dense layer `x·W + b` with Glorot-uniform W and zero b.
-fn dense(g: &Graph, name: &str, x: &Output, inputs: usize, units: usize, seed: u64) -> Result<Output> {
-    let s = g.scope(name);
-    let limit = (6.0 / (inputs + units) as f64).sqrt();
-    let w = s.variable("w", s.random_uniform([inputs, units], DType::F32, -limit, limit, seed)?)?;
-    let b = s.variable("b", s.zeros(DType::F32, [units])?)?;
-    s.bias_add(s.matmul(x, &w)?, &b)
+fn model_label(kind: ModelKind) -> &'static str {
+    match kind {
+        ModelKind::Mlp => "mlp",
+        ModelKind::Cnn => "cnn",
+    }
 }
 
-fn conv_relu(g: &Graph, name: &str, x: &Output, k: usize, cin: usize, cout: usize, seed: u64) -> Result<Output> {
-    let s = g.scope(name);
-    let limit = (6.0 / ((cin + cout) * k * k) as f64).sqrt();
-    let w = s.variable("w", s.random_uniform([k, k, cin, cout], DType::F32, -limit, limit, seed)?)?;
-    let b = s.variable("b", s.zeros(DType::F32, [cout])?)?;
-    s.relu(s.bias_add(s.conv2d(x, &w, [1, 1], true)?, &b)?)
+/// One trainable layer: its kind and shape; its variables are `<name>/w`
+/// and `<name>/b`.
+#[derive(Clone, Copy, Debug)]
+enum LayerSpec {
+    /// `x·W + b` (inputs reshaped to [-1, inputs]), then ReLU if `relu`.
+    Dense { name: &'static str, inputs: usize, units: usize, relu: bool },
+    /// 3x3 same convolution + bias + ReLU, then 2x2 max-pool (inputs
+    /// reshaped to 8x8x1 images when they come flat).
+    ConvPool { name: &'static str, cin: usize, cout: usize },
+}
+
+fn model_layers(kind: ModelKind) -> Vec<LayerSpec> {
+    match kind {
+        ModelKind::Mlp => vec![
+            LayerSpec::Dense { name: "hidden", inputs: 64, units: 128, relu: true },
+            LayerSpec::Dense { name: "logits", inputs: 128, units: 10, relu: false },
+        ],
+        ModelKind::Cnn => vec![
+            LayerSpec::ConvPool { name: "conv1", cin: 1, cout: 16 },
+            LayerSpec::ConvPool { name: "conv2", cin: 16, cout: 32 },
+            LayerSpec::Dense { name: "logits", inputs: 128, units: 10, relu: false },
+        ],
+    }
+}
+
+/// A layer with its variables.
+#[derive(Clone, Debug)]
+struct Layer {
+    spec: LayerSpec,
+    w: Output,
+    b: Output,
+}
+
+impl Layer {
+    /// Creates the variables (Glorot-uniform W, zero b) on `g`'s device.
+    fn new(g: &Graph, spec: LayerSpec, seed: u64) -> Result<Layer> {
+        let (name, wshape, fan, units): (&str, Vec<usize>, usize, usize) = match spec {
+            LayerSpec::Dense { name, inputs, units, .. } => (name, vec![inputs, units], inputs + units, units),
+            LayerSpec::ConvPool { name, cin, cout } => (name, vec![3, 3, cin, cout], (cin + cout) * 9, cout),
+        };
+        let s = g.scope(name);
+        let limit = (6.0 / fan as f64).sqrt();
+        let w = s.variable("w", s.random_uniform(wshape, DType::F32, -limit, limit, seed)?)?;
+        let b = s.variable("b", s.zeros(DType::F32, [units])?)?;
+        Ok(Layer { spec, w, b })
+    }
+
+    fn apply(&self, g: &Graph, x: &Output) -> Result<Output> {
+        match self.spec {
+            LayerSpec::Dense { name, inputs, relu, .. } => {
+                let s = g.scope(name);
+                let x = if x.shape().rank() == 2 { x.clone() } else { s.reshape(x, &[-1, inputs as i64])? };
+                let z = s.bias_add(s.matmul(&x, &self.w)?, &self.b)?;
+                if relu { g.relu(z) } else { Ok(z) }
+            }
+            LayerSpec::ConvPool { name, .. } => {
+                let s = g.scope(name);
+                let x = if x.shape().rank() == 4 { x.clone() } else { s.reshape(x, &[-1, 8, 8, 1])? };
+                let c = s.relu(s.bias_add(s.conv2d(&x, &self.w, [1, 1], true)?, &self.b)?)?;
+                g.max_pool(&c, [2, 2], [2, 2], true)
+            }
+        }
+    }
+
+    fn vars(&self) -> [&Output; 2] {
+        [&self.w, &self.b]
+    }
+}
+
+/// Creates the model's layers; layer i's variables on `device_of(i)`.
+fn create_layers(g: &Graph, kind: ModelKind, seed: u64, device_of: impl Fn(usize) -> Graph) -> Result<Vec<Layer>> {
+    let _ = g;
+    let seed = seed.wrapping_mul(1000);
+    model_layers(kind).into_iter().enumerate().map(|(i, spec)| Layer::new(&device_of(i), spec, seed + 1 + i as u64)).collect()
+}
+
+fn forward(g: &Graph, layers: &[Layer], x: &Output) -> Result<Output> {
+    layers.iter().try_fold(x.clone(), |h, l| l.apply(g, &h))
 }
 
 /// The model's logits for `x` ([batch, 64] floats in [0, 1]).
 pub fn build_model(g: &Graph, kind: ModelKind, x: &Output, seed: u64) -> Result<Output> {
-    let seed = seed.wrapping_mul(1000);
-    match kind {
-        ModelKind::Mlp => {
-            let h = g.relu(dense(g, "hidden", x, 64, 128, seed + 1)?)?;
-            dense(g, "logits", &h, 128, 10, seed + 2)
+    let layers = create_layers(g, kind, seed, |_| g.clone())?;
+    forward(g, &layers, x)
+}
+
+/// Mean cross entropy and accuracy of logits against labels.
+fn loss_and_accuracy(g: &Graph, logits: &Output, y: &Output) -> Result<(Output, Output)> {
+    let loss = g.reduce_mean(g.sparse_softmax_cross_entropy_with_logits(logits, y)?, &[], false)?;
+    let correct = g.cast(g.equal(g.argmax(logits, 1)?, y)?, DType::F32)?;
+    Ok((loss, g.reduce_mean(&correct, &[], false)?))
+}
+
+/// The local CPU device `i` (the names `DeviceSet::local_cpus` holds).
+pub fn local_cpu(i: usize) -> DeviceName {
+    DeviceName::full("localhost", 0, 0, "CPU", i as u32)
+}
+
+/// The nodes a run needs: placeholders, training loss and op, evaluation.
+struct TrainGraph {
+    x: Output,
+    y: Output,
+    loss: Output,
+    train_op: Output,
+    eval_loss: Output,
+    eval_accuracy: Output,
+}
+
+/// Model parallel (and the single-device case): layers cut into `devices`
+/// contiguous groups; backpropagation runs group by group from the last,
+/// each group's backward ops and updates on its own device.
+fn build_layers(g: &Graph, cfg: &TrainConfig, features: usize) -> Result<TrainGraph> {
+    let n_layers = model_layers(cfg.model).len();
+    let group_of = |layer: usize| layer * cfg.devices / n_layers;
+    let dev = |group: usize| -> Graph { if cfg.devices == 1 { g.clone() } else { g.device(&local_cpu(group).to_string()) } };
+    let first = dev(0);
+    let x = first.placeholder("x", DType::F32, [-1, features as i64])?;
+    let last = dev(cfg.devices - 1);
+    let y = last.placeholder("y", DType::I64, [-1])?;
+    let layers = create_layers(g, cfg.model, cfg.seed, |i| dev(group_of(i)))?;
+    // Forward, group by group; boundaries[k] is the input of group k.
+    let mut boundaries = vec![x.clone()];
+    let mut h = x.clone();
+    for k in 0..cfg.devices {
+        let gk = dev(k);
+        for (i, l) in layers.iter().enumerate() {
+            if group_of(i) == k {
+                h = l.apply(&gk, &h)?;
+            }
         }
-        ModelKind::Cnn => {
-            let img = g.reshape(x, &[-1, 8, 8, 1])?;
-            let c1 = conv_relu(g, "conv1", &img, 3, 1, 16, seed + 1)?;
-            let p1 = g.max_pool(&c1, [2, 2], [2, 2], true)?;
-            let c2 = conv_relu(g, "conv2", &p1, 3, 16, 32, seed + 2)?;
-            let p2 = g.max_pool(&c2, [2, 2], [2, 2], true)?;
-            let flat = g.reshape(&p2, &[-1, 128])?;
-            dense(g, "logits", &flat, 128, 10, seed + 3)
-        }
+        boundaries.push(h.clone());
     }
+    let (loss, accuracy) = loss_and_accuracy(&last, &h, &y)?;
+    let opt = Optimizer::adam(cfg.learning_rate);
+    // Backward: group k gets d loss / d (its output) from group k+1.
+    let mut upstream: Option<Output> = None;
+    let mut updates = Vec::new();
+    for k in (0..cfg.devices).rev() {
+        let gk = dev(k);
+        let vars: Vec<&Output> = layers.iter().enumerate().filter(|(i, _)| group_of(*i) == k).flat_map(|(_, l)| l.vars()).collect();
+        let mut xs = vars.clone();
+        if k > 0 {
+            xs.push(&boundaries[k]);
+        }
+        let grads = match &upstream {
+            None => gk.gradients(&[&loss], &xs)?,
+            Some(up) => gk.gradients_with(&[&boundaries[k + 1]], &xs, Some(&[up]))?,
+        };
+        let mut pairs = Vec::new();
+        for (v, gr) in xs.iter().zip(&grads) {
+            let gr = gr.clone().ok_or_else(|| EngineError::NoGradient { node: v.name(), op: "the loss does not depend on it".into() })?;
+            pairs.push(((*v).clone(), gr));
+        }
+        upstream = if k > 0 { pairs.pop().map(|(_, gr)| gr) } else { None };
+        updates.push(opt.apply_gradients(&gk, &pairs)?);
+    }
+    let train_op = if updates.len() == 1 { updates.remove(0) } else { g.group("train", &updates.iter().collect::<Vec<_>>())? };
+    Ok(TrainGraph { x, y, loss: loss.clone(), train_op, eval_loss: loss, eval_accuracy: accuracy })
+}
+
+/// Data parallel: variables, inputs, averaging and the update on device 0;
+/// replica i on device i; evaluation as one tower on device 0.
+fn build_replicas(g: &Graph, cfg: &TrainConfig, features: usize) -> Result<TrainGraph> {
+    let param = local_cpu(0);
+    let pg = g.device(&param.to_string());
+    let x = pg.placeholder("x", DType::F32, [-1, features as i64])?;
+    let y = pg.placeholder("y", DType::I64, [-1])?;
+    let layers = create_layers(g, cfg.model, cfg.seed, |_| pg.clone())?;
+    let vars: Vec<&Output> = layers.iter().flat_map(|l| l.vars()).collect();
+    let devices: Vec<DeviceName> = (0..cfg.devices).map(local_cpu).collect();
+    let r = data_parallel(g, &devices, &param, &x, &y, &vars, &Optimizer::adam(cfg.learning_rate), |rg, xs, ys| {
+        Ok(loss_and_accuracy(rg, &forward(rg, &layers, xs)?, ys)?.0)
+    })?;
+    let eval = pg.scope("eval");
+    let (eval_loss, eval_accuracy) = loss_and_accuracy(&eval, &forward(&eval, &layers, &x)?, &y)?;
+    Ok(TrainGraph { x, y, loss: r.loss, train_op: r.train_op, eval_loss, eval_accuracy })
 }
 
 fn batch_tensors(d: &Dataset, idx: &[usize]) -> Result<(Tensor, Tensor)> {
@@ -115,45 +347,66 @@ fn batch_tensors(d: &Dataset, idx: &[usize]) -> Result<(Tensor, Tensor)> {
     Ok((Tensor::from_vec(b.x, [idx.len(), d.features])?, Tensor::from_vec(b.y, [idx.len()])?))
 }
 
+/// The session for `cfg`: `threads` workers on each of `devices` CPUs.
+fn session_for(g: &Graph, cfg: &TrainConfig) -> Result<Session> {
+    Session::with_options(
+        g,
+        SessionOptions {
+            threads: cfg.threads,
+            devices: DeviceSet::local_cpus(cfg.devices),
+            partition: PartitionOptions { format: cfg.comm, ..Default::default() },
+            ..Default::default()
+        },
+    )
+}
+
+/// (transfers, bytes sent, bytes as f32) of the session so far.
+fn comm_figures(sess: &Session) -> Option<(u64, u64, u64)> {
+    let c = sess.comm_stats();
+    Some((c.transfers, c.bytes_sent, c.bytes_f32))
+}
+
 /// Trains on `data` (held-out fifth by `cfg.seed`) and reports held-out accuracy.
+/// Data parallel runs drop the last batch's few examples beyond a multiple
+/// of `devices` (at most `devices - 1` per epoch) so every replica gets an
+/// equal shard.
 pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
-    if cfg.batch == 0 || cfg.epochs == 0 {
-        return Err(EngineError::Tensor(format!("batch ({}) and epochs ({}) must be positive", cfg.batch, cfg.epochs)));
-    }
+    cfg.validate()?;
     let start = Instant::now();
     let (train_set, test_set) = split_holdout(data, cfg.seed);
     let g = Graph::new();
-    let x = g.placeholder("x", DType::F32, [-1, data.features as i64])?;
-    let y = g.placeholder("y", DType::I64, [-1])?;
-    let logits = build_model(&g, cfg.model, &x, cfg.seed)?;
-    let loss = g.reduce_mean(g.sparse_softmax_cross_entropy_with_logits(&logits, &y)?, &[], false)?;
-    let correct = g.cast(g.equal(g.argmax(&logits, 1)?, &y)?, DType::F32)?;
-    let accuracy = g.reduce_mean(&correct, &[], false)?;
-    let vars = g.variables();
-    let train_op = Optimizer::adam(cfg.learning_rate).minimize(&loss, &vars.iter().collect::<Vec<_>>())?;
+    let replicas = cfg.devices > 1 && cfg.placement == ParallelPlacement::Replicas;
+    let tg = if replicas { build_replicas(&g, cfg, data.features)? } else { build_layers(&g, cfg, data.features)? };
     let init = g.global_variables_initializer()?;
 
-    let sess = Session::with_options(&g, SessionOptions { threads: cfg.threads, ..Default::default() })?;
+    let sess = session_for(&g, cfg)?;
     sess.run(&[], &[], &[&init])?;
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_0f_ba7c4);
     let mut order: Vec<usize> = (0..train_set.len()).collect();
     let mut steps = 0;
     let mut train_loss = 0.0;
-    let mut last_trace: Option<StepStats> = None;
+    let mut traced: Vec<StepStats> = Vec::new();
+    let train_start = Instant::now();
     for epoch in 0..cfg.epochs {
         order.shuffle(&mut rng);
         let (mut sum, mut n) = (0.0, 0usize);
-        let batches: Vec<&[usize]> = order.chunks(cfg.batch).collect();
+        let mut batches: Vec<&[usize]> = order.chunks(cfg.batch).collect();
+        if replicas && let Some(last) = batches.pop() {
+            let keep = last.len() - last.len() % cfg.devices;
+            if keep > 0 {
+                batches.push(&last[..keep]);
+            }
+        }
         for (bi, idx) in batches.iter().enumerate() {
             let (bx, by) = batch_tensors(&train_set, idx)?;
-            let feeds = [(&x, &bx), (&y, &by)];
-            let last = epoch + 1 == cfg.epochs && bi + 1 == batches.len();
-            let out = if last && cfg.trace.is_some() {
-                let (v, s) = sess.run_traced(&feeds, &[&loss], &[&train_op])?;
-                last_trace = Some(s);
+            let feeds = [(&tg.x, &bx), (&tg.y, &by)];
+            let traced_step = epoch + 1 == cfg.epochs && bi + TRACED_STEPS >= batches.len();
+            let out = if traced_step && cfg.trace.is_some() {
+                let (v, s) = sess.run_traced(&feeds, &[&tg.loss], &[&tg.train_op])?;
+                traced.push(s);
                 v
             } else {
-                sess.run(&feeds, &[&loss], &[&train_op])?
+                sess.run(&feeds, &[&tg.loss], &[&tg.train_op])?
             };
             sum += out[0].scalar_f64()? * idx.len() as f64;
             n += idx.len();
@@ -161,11 +414,13 @@ pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
         }
         train_loss = sum / n.max(1) as f64;
     }
+    let train_seconds = train_start.elapsed().as_secs_f64();
+    let comm = if cfg.devices > 1 { comm_figures(&sess) } else { None };
     let all: Vec<usize> = (0..test_set.len()).collect();
     let (tx, ty) = batch_tensors(&test_set, &all)?;
-    let out = sess.run(&[(&x, &tx), (&y, &ty)], &[&accuracy, &loss], &[])?;
-    if let (Some(path), Some(t)) = (&cfg.trace, &last_trace) {
-        t.write_chrome_trace(path)?;
+    let out = sess.run(&[(&tg.x, &tx), (&tg.y, &ty)], &[&tg.eval_accuracy, &tg.eval_loss], &[])?;
+    if let Some(path) = &cfg.trace {
+        std::fs::write(path, StepStats::chrome_trace_of(&traced)).map_err(|e| EngineError::Io { file: path.display().to_string(), cause: e })?;
     }
     Ok(TrainReport {
         model: cfg.model,
@@ -175,7 +430,14 @@ pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
         steps,
         epochs: cfg.epochs,
         seconds: start.elapsed().as_secs_f64(),
+        seconds_per_epoch: train_seconds / cfg.epochs as f64,
         train_examples: train_set.len(),
         test_examples: test_set.len(),
+        devices: cfg.devices,
+        placement: cfg.placement,
+        comm: cfg.comm,
+        transfers: comm.map(|c| c.0),
+        bytes_sent: comm.map(|c| c.1),
+        bytes_f32: comm.map(|c| c.2),
     })
 }

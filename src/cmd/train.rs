@@ -1,10 +1,14 @@
 //! `flowlab train MODEL --data digits`: trains a model with the real engine
 //! and prints held-out accuracy (with --json the last line is one JSON object).
+//! `--devices N` spreads it over N local CPU devices, model parallel
+//! (`--placement layers`) or data parallel (`--placement replicas`), with
+//! cross-device tensors sent in the `--comm` format.
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use flowlab_engine::datasets::{digits_default_path, load_digits};
-use flowlab_engine::train::{ModelKind, TrainConfig, train};
+use flowlab_engine::train::{ModelKind, ParallelPlacement, TrainConfig, train};
+use flowlab_hw::CommFormat;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -14,6 +18,14 @@ enum Model {
     Mlp,
     /// Two 3x3 conv + max-pool layers, then a dense layer.
     Cnn,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Placement {
+    /// Model parallel: consecutive layers (with their variables) on consecutive devices.
+    Layers,
+    /// Data parallel: one replica per device, variables and the update on device 0.
+    Replicas,
 }
 
 #[derive(Args)]
@@ -32,10 +44,19 @@ pub struct TrainArgs {
     /// Adam learning rate.
     #[arg(long, default_value_t = 3e-3)]
     lr: f64,
-    /// Executor threads (1 = the calling thread only).
+    /// Executor threads per device (1 = one thread each).
     #[arg(long, default_value_t = 1)]
     threads: usize,
-    /// Write a Chrome/Perfetto trace of the last training step to this file.
+    /// Local CPU devices to run on.
+    #[arg(long, default_value_t = 1)]
+    devices: usize,
+    /// How the model uses several devices.
+    #[arg(long, value_enum, default_value = "replicas")]
+    placement: Placement,
+    /// Format of cross-device transfers: f32, f16, bf16, int8, int8:<block>.
+    #[arg(long, default_value = "f32")]
+    comm: String,
+    /// Write a Chrome/Perfetto trace of the last few training steps to this file.
     #[arg(long)]
     trace: Option<PathBuf>,
     /// Print the result as one JSON object on the last line.
@@ -52,9 +73,24 @@ fn data_path(arg: &str) -> PathBuf {
     }
 }
 
-pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
-    let path = data_path(&args.data);
-    let data = load_digits(&path).with_context(|| format!("loading data set '{}'", args.data))?;
+/// Checks the flags that do not depend on the data, with messages naming them.
+fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
+    let comm: CommFormat = args.comm.parse().with_context(|| format!("--comm {}", args.comm))?;
+    if args.devices == 0 {
+        bail!("--devices must be at least 1 (got 0)");
+    }
+    let placement = match args.placement {
+        Placement::Layers => ParallelPlacement::Layers,
+        Placement::Replicas => ParallelPlacement::Replicas,
+    };
+    if args.devices > 1 && placement == ParallelPlacement::Replicas && args.batch % args.devices != 0 {
+        bail!(
+            "--placement replicas splits each batch into {} equal shards, but --batch {} is not a multiple of {}",
+            args.devices,
+            args.batch,
+            args.devices
+        );
+    }
     let model = match args.model {
         Model::Mlp => ModelKind::Mlp,
         Model::Cnn => ModelKind::Cnn,
@@ -66,25 +102,44 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         batch: args.batch,
         learning_rate: args.lr,
         threads: args.threads,
+        devices: args.devices,
+        placement,
+        comm,
         trace: args.trace.clone(),
     };
+    cfg.validate().map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_start_matches("tensor: ")))?;
+    Ok(cfg)
+}
+
+pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
+    let cfg = config(&args)?;
+    let path = data_path(&args.data);
+    let data = load_digits(&path).with_context(|| format!("loading data set '{}'", args.data))?;
     let r = train(&data, &cfg).context("training")?;
     if args.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
         println!(
-            "{:?} on {}: held-out accuracy {:.2}% ({} of {} examples), held-out loss {:.4}, {} steps in {:.2} s",
-            model,
+            "{:?} on {}: held-out accuracy {:.2}% ({} of {} examples), held-out loss {:.4}, {} steps in {:.2} s ({:.3} s per epoch)",
+            cfg.model,
             path.display(),
             r.accuracy * 100.0,
             (r.accuracy * r.test_examples as f64).round() as usize,
             r.test_examples,
             r.loss,
             r.steps,
-            r.seconds
+            r.seconds,
+            r.seconds_per_epoch
         );
+        if r.devices > 1 {
+            print!("{} devices, placement {:?}, comm {}", r.devices, r.placement, r.comm);
+            match (r.transfers, r.bytes_sent, r.bytes_f32) {
+                (Some(t), Some(b), Some(f)) => println!(": {t} transfers, {b} bytes sent ({f} as f32)"),
+                _ => println!(),
+            }
+        }
         if let Some(t) = &args.trace {
-            println!("trace of the last step written to {}", t.display());
+            println!("trace of the last training steps written to {}", t.display());
         }
     }
     Ok(ExitCode::SUCCESS)
