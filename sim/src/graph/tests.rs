@@ -229,3 +229,27 @@ fn bad_placements_and_cycles_are_named() {
     let e = SimGraph::from_nodes(nodes).unwrap_err().to_string();
     assert_eq!(e, "node 'Neg': the graph has a cycle through this node (2 of 3 nodes are on or after a cycle)");
 }
+
+#[test]
+fn transfers_match_the_engines_partitioner() {
+    // A diamond with a fan-out and a control edge, spread over three devices.
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![300])).unwrap();
+    let a = neg(&x);
+    let b = neg(&x);
+    let c = neg(&a);
+    let gated = g.control_dependencies(&[&b]).unwrap();
+    let d = gated.op("Add").input(&a).input(&c).build().unwrap();
+    let e = g.op("Add").input(&b).input(&d).build().unwrap();
+    let cl = cluster(3);
+    let mut o = opts();
+    o.partition.format = CommFormat::Bf16;
+    let p = place(&g, &cl, 0, &[(&b, 1), (&c, 2), (&d, 1), (&e, 2)]);
+    let r = GraphSimulator::new(&g, &cl, &o).unwrap().simulate(&p).unwrap();
+    let parts = flowlab_engine::partition_with(&g, &p, &o.partition).unwrap();
+    let recvs: Vec<_> = parts.iter().flat_map(|p| p.recvs.iter()).collect();
+    assert_eq!(r.transfers, recvs.len());
+    let bytes: u64 = recvs.iter().map(|t| t.format.bytes_for(t.shape.num_elements().unwrap() as u64)).sum();
+    assert_eq!(r.transfer_bytes, bytes);
+    assert_eq!(r.devices.iter().map(|d| d.ops).sum::<usize>(), g.num_nodes());
+}
