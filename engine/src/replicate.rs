@@ -44,6 +44,7 @@ pub struct Replicated {
 /// Builds `devices.len()` replicas of `model` (see the module comment).
 /// `model(g, x_shard, y_shard)` returns the replica's scalar loss; `g` is a
 /// handle requesting the replica's device and naming nodes `replica_<i>/...`.
+#[allow(clippy::too_many_arguments)]
 pub fn data_parallel<F>(
     g: &Graph,
     devices: &[DeviceName],

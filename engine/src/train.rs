@@ -234,8 +234,7 @@ impl Layer {
 }
 
 /// Creates the model's layers; layer i's variables on `device_of(i)`.
-fn create_layers(g: &Graph, kind: ModelKind, seed: u64, device_of: impl Fn(usize) -> Graph) -> Result<Vec<Layer>> {
-    let _ = g;
+fn create_layers(kind: ModelKind, seed: u64, device_of: impl Fn(usize) -> Graph) -> Result<Vec<Layer>> {
     let seed = seed.wrapping_mul(1000);
     model_layers(kind).into_iter().enumerate().map(|(i, spec)| Layer::new(&device_of(i), spec, seed + 1 + i as u64)).collect()
 }
@@ -246,7 +245,7 @@ fn forward(g: &Graph, layers: &[Layer], x: &Output) -> Result<Output> {
 
 /// The model's logits for `x` ([batch, 64] floats in [0, 1]).
 pub fn build_model(g: &Graph, kind: ModelKind, x: &Output, seed: u64) -> Result<Output> {
-    let layers = create_layers(g, kind, seed, |_| g.clone())?;
+    let layers = create_layers(kind, seed, |_| g.clone())?;
     forward(g, &layers, x)
 }
 
@@ -283,7 +282,7 @@ fn build_layers(g: &Graph, cfg: &TrainConfig, features: usize) -> Result<TrainGr
     let x = first.placeholder("x", DType::F32, [-1, features as i64])?;
     let last = dev(cfg.devices - 1);
     let y = last.placeholder("y", DType::I64, [-1])?;
-    let layers = create_layers(g, cfg.model, cfg.seed, |i| dev(group_of(i)))?;
+    let layers = create_layers(cfg.model, cfg.seed, |i| dev(group_of(i)))?;
     // Forward, group by group; boundaries[k] is the input of group k.
     let mut boundaries = vec![x.clone()];
     let mut h = x.clone();
@@ -331,7 +330,7 @@ fn build_replicas(g: &Graph, cfg: &TrainConfig, features: usize) -> Result<Train
     let pg = g.device(&param.to_string());
     let x = pg.placeholder("x", DType::F32, [-1, features as i64])?;
     let y = pg.placeholder("y", DType::I64, [-1])?;
-    let layers = create_layers(g, cfg.model, cfg.seed, |_| pg.clone())?;
+    let layers = create_layers(cfg.model, cfg.seed, |_| pg.clone())?;
     let vars: Vec<&Output> = layers.iter().flat_map(|l| l.vars()).collect();
     let devices: Vec<DeviceName> = (0..cfg.devices).map(local_cpu).collect();
     let r = data_parallel(g, &devices, &param, &x, &y, &vars, &Optimizer::adam(cfg.learning_rate), |rg, xs, ys| {
