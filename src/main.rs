@@ -32,6 +32,8 @@ enum Command {
     Report(cmd::report::ReportArgs),
     /// Train a model on a data set with the real engine and report held-out accuracy.
     Train(cmd::train::TrainArgs),
+    /// Place a model's training graph with a simulator placer and simulate one step.
+    Place(cmd::place::PlaceArgs),
     /// List the catalog of ready experiments (run one with `flowlab run catalog:NAME`).
     List,
 }
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
         Some(Command::Report(args)) => cmd::report::run(args),
         Some(Command::List) => cmd::run::list(),
         Some(Command::Train(args)) => cmd::train::run(args),
+        Some(Command::Place(args)) => cmd::place::run(args),
     };
     match result {
         Ok(code) => code,

@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod place;
 pub mod report;
 pub mod run;
 pub mod systolic;

@@ -1,0 +1,139 @@
+//! `flowlab place --model inception_v3 --batch 32 --devices "4xK40" --placer m_etf`:
+//! places a model's training graph with one of the simulator's placers,
+//! simulates one step of it, and prints the step time, the time the placer
+//! took and a per-device summary (`--json`: one JSON object).
+
+use anyhow::{Context, bail};
+use clap::Args;
+use flowlab_engine::Graph;
+use flowlab_hw::{Catalog, CommFormat, Profile};
+use flowlab_sim::graph::{GraphSimReport, GraphSimulator, VirtualCluster};
+use flowlab_sim::placement::{PLACERS, PlacerOptions, place_timed};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Args)]
+pub struct PlaceArgs {
+    /// A zoo model (mlp, cnn, resnet50, inception_v3, lstm_lm, transformer)
+    /// or a graph file written by the engine (*.json).
+    #[arg(long)]
+    model: String,
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Devices, e.g. "4xK40", "2xV100,1xcpu", "8xH100" (catalog names).
+    #[arg(long, default_value = "4xK40")]
+    devices: String,
+    /// One of: single_device, round_robin, default, tf_greedy, m_topo, m_etf, m_sct, local_search.
+    #[arg(long, default_value = "m_etf")]
+    placer: String,
+    /// Format of cross-device transfers: f32, f16, bf16, int8, int8:<block>.
+    #[arg(long, default_value = "f32")]
+    comm: String,
+    /// Catalog link between every pair of devices.
+    #[arg(long, default_value = flowlab_sim::graph::DEFAULT_LINK)]
+    link: String,
+    /// Measured op times or efficiencies (YAML or JSON; see `hw` docs).
+    #[arg(long)]
+    profile: Option<PathBuf>,
+    /// local_search: wall-clock budget in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    budget_ms: u64,
+    /// local_search: the placer it starts from.
+    #[arg(long, default_value = "m_etf")]
+    start: String,
+    /// local_search: seed of its random moves.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn load_graph(model: &str, batch: usize) -> anyhow::Result<Graph> {
+    if model.ends_with(".json") || Path::new(model).is_file() {
+        return Graph::load_json(Path::new(model)).with_context(|| format!("reading graph file {model}"));
+    }
+    Ok(flowlab_sim::zoo::build(model, batch)?.graph)
+}
+
+pub fn run(a: PlaceArgs) -> anyhow::Result<ExitCode> {
+    if !PLACERS.contains(&a.placer.as_str()) {
+        bail!("unknown placer `{}` (valid: {})", a.placer, PLACERS.join(", "));
+    }
+    let comm: CommFormat = a.comm.parse().with_context(|| format!("--comm {}", a.comm))?;
+    let link = Catalog::builtin().link(&a.link).with_context(|| format!("--link {}", a.link))?.clone();
+    let cluster = VirtualCluster::parse(&a.devices)?.with_link(link);
+    let built = Instant::now();
+    let graph = load_graph(&a.model, a.batch)?;
+    let build_seconds = built.elapsed().as_secs_f64();
+    let mut opts = PlacerOptions::new(cluster.clone());
+    opts.sim.partition.format = comm;
+    if let Some(p) = &a.profile {
+        opts.sim.profile = Some(Profile::from_file(p)?);
+    }
+    opts.budget = Duration::from_millis(a.budget_ms);
+    opts.start = a.start.clone();
+    opts.seed = a.seed;
+    let outcome = place_timed(&a.placer, &graph, &opts)?;
+    let sim = GraphSimulator::new(&graph, &cluster, &opts.sim)?;
+    let t = Instant::now();
+    let report = sim.simulate(&outcome.placement)?;
+    let simulate_seconds = t.elapsed().as_secs_f64();
+    if a.json {
+        let v = serde_json::json!({
+            "model": a.model,
+            "batch": a.batch,
+            "nodes": graph.num_nodes(),
+            "devices": a.devices,
+            "link": a.link,
+            "comm": comm.to_string(),
+            "placer": a.placer,
+            "placement_seconds": outcome.seconds,
+            "simulate_seconds": simulate_seconds,
+            "build_seconds": build_seconds,
+            "step_seconds": report.step_seconds,
+            "report": report,
+        });
+        println!("{v}");
+    } else {
+        print_summary(&a, graph.num_nodes(), outcome.seconds, simulate_seconds, &report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_summary(a: &PlaceArgs, nodes: usize, place_s: f64, sim_s: f64, r: &GraphSimReport) {
+    for w in &r.warnings {
+        eprintln!("warning: {w}");
+    }
+    println!("{} (batch {}, {} nodes) on {} with {}, {} transfers over {}", a.model, a.batch, nodes, a.devices, a.placer, a.comm, a.link);
+    println!("step time (simulated)  {:.3} ms", r.step_seconds * 1e3);
+    println!("placement time         {:.3} s", place_s);
+    println!("simulation time        {:.3} ms", sim_s * 1e3);
+    println!();
+    println!("{:<44} {:>8} {:>6} {:>10} {:>6} {:>10} {:>10}", "device", "spec", "ops", "busy ms", "util", "peak GB", "cap GB");
+    for d in &r.devices {
+        println!(
+            "{:<44} {:>8} {:>6} {:>10.3} {:>5.1}% {:>10.3} {:>10.3}{}",
+            d.name,
+            d.spec,
+            d.ops,
+            d.busy_seconds * 1e3,
+            d.utilization * 100.0,
+            d.peak_memory_bytes as f64 / 1e9,
+            d.capacity_bytes / 1e9,
+            if d.over_capacity { "  OVER" } else { "" }
+        );
+    }
+    println!();
+    println!("transfers {}  bytes {:.3} MB", r.transfers, r.transfer_bytes as f64 / 1e6);
+    for l in &r.links {
+        println!("  {} -> {}  {} transfers  {:.3} MB", l.src, l.dst, l.transfers, l.bytes as f64 / 1e6);
+    }
+    if let (Some(first), Some(last)) = (r.critical_path.first(), r.critical_path.last()) {
+        println!("critical path: {} nodes, {first} .. {last}", r.critical_path.len());
+    }
+    if let Some(e) = &r.memory_error {
+        println!("{e}");
+    }
+}
