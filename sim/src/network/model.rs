@@ -76,13 +76,24 @@ pub trait NetworkModel {
     fn fabric(&self) -> &Fabric;
 }
 
+/// Endpoint counts up to this use the dense route table (at most 16 M
+/// entries, 64 MiB of lazily zeroed pages); larger ones the hash map.
+const DENSE_ENDPOINTS: usize = 4096;
+
 /// Routing, route cache and per-link byte counters, shared by both models.
 pub struct Fabric {
     topology: Topology,
     /// Route arena: a cached route is `route_links[start..start+len]`.
     route_links: Vec<u32>,
-    /// Keyed by `src << 32 | dst`.
-    route_cache: HashMap<u64, Route, BuildHasherDefault<PairHasher>>,
+    /// Every cached route, in order of first use.
+    routes: Vec<Route>,
+    /// Dense route table, indexed by `src * endpoints + dst`: 1 + the
+    /// route's index in `routes`, 0 while not cached. Empty above
+    /// `DENSE_ENDPOINTS` endpoints, where `route_cache` is used instead.
+    dense: Vec<u32>,
+    endpoints: usize,
+    /// Keyed by `src << 32 | dst`: index in `routes`.
+    route_cache: HashMap<u64, u32, BuildHasherDefault<PairHasher>>,
     link_bytes: Vec<u64>,
     bytes_moved: u64,
 }
@@ -99,9 +110,15 @@ pub struct Route {
 impl Fabric {
     pub fn new(topology: Topology) -> Fabric {
         let n = topology.links().len();
+        let endpoints = topology.endpoint_count();
+        // vec![0; _] allocates zeroed memory: pages are touched only when used.
+        let dense = if endpoints <= DENSE_ENDPOINTS { vec![0; endpoints * endpoints] } else { Vec::new() };
         Fabric {
             topology,
             route_links: Vec::new(),
+            routes: Vec::new(),
+            dense,
+            endpoints,
             route_cache: HashMap::default(),
             link_bytes: vec![0; n],
             bytes_moved: 0,
@@ -112,11 +129,31 @@ impl Fabric {
         &self.topology
     }
 
+    #[inline]
     pub fn route(&mut self, src: usize, dst: usize) -> Result<Route, SimError> {
-        let key = (src as u64) << 32 | dst as u64;
-        if let Some(r) = self.route_cache.get(&key) {
-            return Ok(*r);
+        if !self.dense.is_empty() && src < self.endpoints && dst < self.endpoints {
+            let slot = src * self.endpoints + dst;
+            let i = self.dense[slot];
+            if i != 0 {
+                return Ok(self.routes[i as usize - 1]);
+            }
+            let r = self.find_route(src, dst)?;
+            self.dense[slot] = self.routes.len() as u32;
+            return Ok(r);
         }
+        let key = (src as u64) << 32 | dst as u64;
+        if let Some(&i) = self.route_cache.get(&key) {
+            return Ok(self.routes[i as usize]);
+        }
+        let r = self.find_route(src, dst)?;
+        self.route_cache.insert(key, self.routes.len() as u32 - 1);
+        Ok(r)
+    }
+
+    /// Routes `src` to `dst` on the topology and appends the route to
+    /// `routes` and its links to the arena.
+    #[cold]
+    fn find_route(&mut self, src: usize, dst: usize) -> Result<Route, SimError> {
         let links = self.topology.route(src, dst)?;
         let start = self.route_links.len() as u32;
         let mut latency = SimTime::ZERO;
@@ -133,7 +170,7 @@ impl Fabric {
             latency,
             min_bytes_per_s: min_bw,
         };
-        self.route_cache.insert(key, r);
+        self.routes.push(r);
         Ok(r)
     }
 
