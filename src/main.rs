@@ -39,6 +39,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A closed pipe (`flowlab place --json | head`) ends the process quietly,
+    // as for any Unix filter, instead of panicking inside println!.
+    #[cfg(unix)]
+    // SAFETY: restores the default disposition of one signal before any
+    // thread exists; no handler runs Rust code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result: anyhow::Result<ExitCode> = match cli.command {
         None => cmd::run::default_job(),

@@ -24,6 +24,8 @@ enum BenchTarget {
     Systolic,
     /// Cluster simulator: event core, 200-worker PS and 1,024-worker ring runs, scaling.
     Sim,
+    /// Graph-level simulator: Inception-v3 training (batch 32) on 8xK40: prepare, one step, m_etf placement.
+    Graph,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -40,6 +42,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(serde_json::to_value)
             .collect::<Result<_, _>>()?,
+        BenchTarget::Graph => {
+            let model = flowlab_sim::zoo::build("inception_v3", 32)?;
+            flowlab_sim::graph::bench::bench_graph("inception_v3_b32", &model.graph, "8xK40", if args.quick { 1 } else { 5 })?
+                .iter()
+                .map(serde_json::to_value)
+                .collect::<Result<_, _>>()?
+        }
     };
     #[allow(unreachable_code)]
     {
