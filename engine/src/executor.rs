@@ -21,7 +21,7 @@
 
 use crate::attr::{Attrs, NodeInfo};
 use crate::error::{EngineError, Result};
-use crate::graph::{Graph, NodeId, TensorType};
+use crate::graph::{Graph, Node, NodeId, TensorType};
 use crate::ops::sendrecv::{StepComm, TransferSpec};
 use crate::ops::{self, DeviceType, KernelCtx, KernelFn, Resource};
 use crate::session::VarSlot;
@@ -80,6 +80,46 @@ pub(crate) trait Resources {
     fn rng(&self, name: &str) -> Resource;
 }
 
+/// The nodes that `fetches` and `targets` need: a walk back along data and
+/// control edges that stops at fed edges (`feed_index` keys).
+pub(crate) fn needed_nodes(
+    nodes: &[Node],
+    feed_index: &HashMap<(NodeId, usize), usize>,
+    fetches: &[(NodeId, usize)],
+    targets: &[NodeId],
+) -> Result<Vec<bool>> {
+    let unknown = |n: NodeId| EngineError::UnknownNode(format!("#{n}"));
+    let mut needed = vec![false; nodes.len()];
+    let mut stack: Vec<NodeId> = Vec::with_capacity(targets.len() + fetches.len());
+    for &t in targets {
+        nodes.get(t).ok_or_else(|| unknown(t))?;
+        stack.push(t);
+    }
+    for &(n, i) in fetches {
+        let node = nodes.get(n).ok_or_else(|| unknown(n))?;
+        if i >= node.outputs.len() {
+            return Err(EngineError::BadOutputIndex { node: node.name.clone(), op: node.op.clone(), index: i, outputs: node.outputs.len() });
+        }
+        if !feed_index.contains_key(&(n, i)) {
+            stack.push(n);
+        }
+    }
+    while let Some(n) = stack.pop() {
+        if needed[n] {
+            continue;
+        }
+        needed[n] = true;
+        let node = &nodes[n];
+        for &(src, idx) in &node.inputs {
+            if !feed_index.contains_key(&(src, idx)) {
+                stack.push(src);
+            }
+        }
+        stack.extend(node.control_inputs.iter().copied());
+    }
+    Ok(needed)
+}
+
 impl Prepared {
     pub(crate) fn new(
         graph: &Graph,
@@ -103,31 +143,7 @@ impl Prepared {
             feed_types.push((format!("{}:{}", node.name, i), t.clone()));
         }
 
-        // Prune: walk back from fetches and targets, stopping at fed edges.
-        let mut needed = vec![false; d.nodes.len()];
-        let mut stack: Vec<NodeId> = targets.to_vec();
-        for &(n, i) in fetches {
-            let node = d.nodes.get(n).ok_or_else(|| EngineError::UnknownNode(format!("#{n}")))?;
-            if i >= node.outputs.len() {
-                return Err(EngineError::BadOutputIndex { node: node.name.clone(), op: node.op.clone(), index: i, outputs: node.outputs.len() });
-            }
-            if !feed_index.contains_key(&(n, i)) {
-                stack.push(n);
-            }
-        }
-        while let Some(n) = stack.pop() {
-            if needed[n] {
-                continue;
-            }
-            needed[n] = true;
-            let node = &d.nodes[n];
-            for &(src, idx) in &node.inputs {
-                if !feed_index.contains_key(&(src, idx)) {
-                    stack.push(src);
-                }
-            }
-            stack.extend(node.control_inputs.iter().copied());
-        }
+        let needed = needed_nodes(&d.nodes, &feed_index, fetches, targets)?;
 
         // Node ids are a topological order: map needed ids to exec indices.
         let ids: Vec<NodeId> = (0..d.nodes.len()).filter(|&i| needed[i]).collect();

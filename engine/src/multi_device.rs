@@ -126,34 +126,7 @@ impl MultiPlan {
             feed_types.push((format!("{}:{}", node.name, i), t.clone()));
         }
 
-        // Prune: walk back from fetches and targets, stopping at fed edges.
-        let mut needed = vec![false; nodes.len()];
-        let mut stack: Vec<NodeId> = Vec::new();
-        for &t in targets {
-            nodes.get(t).ok_or_else(|| unknown(t))?;
-            stack.push(t);
-        }
-        for &(n, i) in fetches {
-            let node = nodes.get(n).ok_or_else(|| unknown(n))?;
-            if i >= node.outputs.len() {
-                return Err(EngineError::BadOutputIndex { node: node.name.clone(), op: node.op.clone(), index: i, outputs: node.outputs.len() });
-            }
-            if !feed_index.contains_key(&(n, i)) {
-                stack.push(n);
-            }
-        }
-        while let Some(n) = stack.pop() {
-            if needed[n] {
-                continue;
-            }
-            needed[n] = true;
-            for &(src, idx) in &nodes[n].inputs {
-                if !feed_index.contains_key(&(src, idx)) {
-                    stack.push(src);
-                }
-            }
-            stack.extend(nodes[n].control_inputs.iter().copied());
-        }
+        let needed = crate::executor::needed_nodes(&nodes, &feed_index, fetches, targets)?;
         // Variables named by the needed update ops come along (unexecuted
         // unless needed) so the copies can resolve them by name.
         let by_name: HashMap<&str, NodeId> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
