@@ -80,6 +80,24 @@ pub(crate) trait Resources {
     fn rng(&self, name: &str) -> Resource;
 }
 
+/// "node:output" and declared type of every feed, checking that each names
+/// an existing output.
+pub(crate) fn feed_types(nodes: &[Node], feeds: &[(NodeId, usize)]) -> Result<Vec<(String, TensorType)>> {
+    feeds
+        .iter()
+        .map(|&(n, i)| {
+            let node = nodes.get(n).ok_or_else(|| EngineError::UnknownNode(format!("#{n}")))?;
+            let t = node.outputs.get(i).ok_or_else(|| EngineError::BadOutputIndex {
+                node: node.name.clone(),
+                op: node.op.clone(),
+                index: i,
+                outputs: node.outputs.len(),
+            })?;
+            Ok((format!("{}:{}", node.name, i), t.clone()))
+        })
+        .collect()
+}
+
 /// The nodes that `fetches` and `targets` need: a walk back along data and
 /// control edges that stops at fed edges (`feed_index` keys).
 pub(crate) fn needed_nodes(
@@ -131,17 +149,7 @@ impl Prepared {
         let d = graph.lock();
         let reg = ops::registry();
         let feed_index: HashMap<(NodeId, usize), usize> = feeds.iter().enumerate().map(|(i, &f)| (f, i)).collect();
-        let mut feed_types = Vec::with_capacity(feeds.len());
-        for &(n, i) in feeds {
-            let node = d.nodes.get(n).ok_or_else(|| EngineError::UnknownNode(format!("#{n}")))?;
-            let t = node.outputs.get(i).ok_or_else(|| EngineError::BadOutputIndex {
-                node: node.name.clone(),
-                op: node.op.clone(),
-                index: i,
-                outputs: node.outputs.len(),
-            })?;
-            feed_types.push((format!("{}:{}", node.name, i), t.clone()));
-        }
+        let feed_types = feed_types(&d.nodes, feeds)?;
 
         let needed = needed_nodes(&d.nodes, &feed_index, fetches, targets)?;
 

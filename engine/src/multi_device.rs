@@ -114,17 +114,7 @@ impl MultiPlan {
     ) -> Result<MultiPlan> {
         let nodes = graph.nodes();
         let feed_index: HashMap<(NodeId, usize), usize> = feeds.iter().enumerate().map(|(i, &f)| (f, i)).collect();
-        let mut feed_types = Vec::with_capacity(feeds.len());
-        for &(n, i) in feeds {
-            let node = nodes.get(n).ok_or_else(|| unknown(n))?;
-            let t = node.outputs.get(i).ok_or_else(|| EngineError::BadOutputIndex {
-                node: node.name.clone(),
-                op: node.op.clone(),
-                index: i,
-                outputs: node.outputs.len(),
-            })?;
-            feed_types.push((format!("{}:{}", node.name, i), t.clone()));
-        }
+        let feed_types = crate::executor::feed_types(&nodes, feeds)?;
 
         let needed = crate::executor::needed_nodes(&nodes, &feed_index, fetches, targets)?;
         // Variables named by the needed update ops come along (unexecuted
