@@ -40,9 +40,13 @@ pub struct BenchRecord {
 
 /// Runs every engine benchmark: f32 GEMM (1024^3, 2048^3), the MLP
 /// 784-512-512-10 training step (batch 128, 512) and batch-1 inference, at 1
-/// and 2 threads, and the executor overhead of a 10,000-op chain. `quick`
-/// uses fewer repetitions and skips the largest sizes.
-pub fn bench(quick: bool) -> Result<Vec<BenchRecord>> {
+/// and 2 threads, the executor overhead of a 10,000-op chain, the two-branch
+/// graph on one and two devices and the Send/Recv ping-pong. `quick` uses
+/// fewer repetitions and skips the largest sizes; `only` runs just the rows
+/// whose names contain it (e.g. `send_recv`), so one figure can be
+/// re-measured alone; nothing matching gives an empty list.
+pub fn bench(quick: bool, only: Option<&str>) -> Result<Vec<BenchRecord>> {
+    let want = |group: &str| only.is_none_or(|o| group.contains(o));
     let mut records = Vec::new();
     let sizes: &[usize] = if quick { &[1024] } else { &[1024, 2048] };
     for &n in sizes {
@@ -52,21 +56,36 @@ pub fn bench(quick: bool) -> Result<Vec<BenchRecord>> {
                 (false, 1024) => 15,
                 (false, _) => 7,
             };
-            records.push(gemm_f32(n, threads, reps)?);
+            if want(&format!("gemm_f32_{n}")) {
+                records.push(gemm_f32(n, threads, reps)?);
+            }
         }
     }
     let batches: &[usize] = if quick { &[128] } else { &[128, 512] };
     for &batch in batches {
         for threads in [1, 2] {
-            records.push(mlp_train_step(batch, threads, if quick { 5 } else { 30 })?);
+            if want(&format!("mlp_train_b{batch}")) {
+                records.push(mlp_train_step(batch, threads, if quick { 5 } else { 30 })?);
+            }
         }
     }
     for threads in [1, 2] {
-        records.push(mlp_inference_b1(threads, if quick { 50 } else { 2000 })?);
+        if want("mlp_infer_b1") {
+            records.push(mlp_inference_b1(threads, if quick { 50 } else { 2000 })?);
+        }
     }
-    records.push(executor_chain(if quick { 1000 } else { CHAIN_OPS }, if quick { 3 } else { 15 })?);
-    records.extend(two_branch(if quick { 10 } else { TWO_BRANCH_MATMULS }, if quick { 3 } else { 11 })?);
-    records.push(send_recv_ping_pong(if quick { 200 } else { PING_PONG_HOPS }, if quick { 3 } else { 15 })?);
+    let chain = if quick { 1000 } else { CHAIN_OPS };
+    if want(&format!("chain_add_{chain}")) {
+        records.push(executor_chain(chain, if quick { 3 } else { 15 })?);
+    }
+    let branch = if quick { 10 } else { TWO_BRANCH_MATMULS };
+    if want(&format!("two_branch_matmul256x{branch}_1dev two_branch_matmul256x{branch}_2dev")) {
+        records.extend(two_branch(branch, if quick { 3 } else { 11 })?);
+    }
+    let hops = if quick { 200 } else { PING_PONG_HOPS };
+    if want(&format!("send_recv_ping_pong_4xf32_{hops}")) {
+        records.push(send_recv_ping_pong(hops, if quick { 3 } else { 15 })?);
+    }
     Ok(records)
 }
 

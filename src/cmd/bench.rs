@@ -14,6 +14,9 @@ pub struct BenchArgs {
     /// Fewer repetitions and smaller sizes, for a quick look.
     #[arg(long)]
     quick: bool,
+    /// Engine only: run just the rows whose names contain this text (e.g. `send_recv`, `mlp_infer`).
+    #[arg(long, value_name = "TEXT")]
+    only: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -29,8 +32,11 @@ enum BenchTarget {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    if args.only.is_some() && !matches!(args.target, BenchTarget::Engine) {
+        anyhow::bail!("--only applies to `flowlab bench engine` only");
+    }
     let records: Vec<serde_json::Value> = match args.target {
-        BenchTarget::Engine => flowlab_engine::bench::bench(args.quick)?
+        BenchTarget::Engine => flowlab_engine::bench::bench(args.quick, args.only.as_deref())?
             .iter()
             .map(serde_json::to_value)
             .collect::<Result<_, _>>()?,
@@ -50,6 +56,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 .collect::<Result<_, _>>()?
         }
     };
+    if let Some(only) = &args.only
+        && records.is_empty()
+    {
+        anyhow::bail!(
+            "--only {only:?} matches no engine benchmark (names: gemm_f32_1024, gemm_f32_2048, mlp_train_b128, mlp_train_b512, mlp_infer_b1, chain_add_10000, two_branch_matmul256x75_1dev/_2dev, send_recv_ping_pong_4xf32_2000)"
+        );
+    }
     #[allow(unreachable_code)]
     {
         super::print_records(&records, args.json);
