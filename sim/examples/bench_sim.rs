@@ -3,9 +3,87 @@
 //! `flowlab bench sim --json`, buildable while other crates are mid-change.
 //! `--ps` runs only the issue-4 case (200 workers + 17 PS, 1,000 sync steps,
 //! flow-level) and prints its wall time, simulated seconds and
-//! recomputations: the case to profile and to compare before/after.
+//! recomputations: the case to profile and to compare before/after, with
+//! a digest of every step time's bits (equal digests: the same run).
+//! `--digest` prints such digests for a spread of small configurations
+//! (topologies, strategies, sparse models, collectives): a change that
+//! must not alter results has to leave all of them equal.
 
-use flowlab_sim::cluster::{simulate, ClusterConfig, ModelRef, Straggler, Strategy};
+use flowlab_sim::cluster::{simulate, ClusterConfig, ClusterReport, ModelRef, Straggler, Strategy, TopologyKind};
+use flowlab_sim::comm::collective::AllReduceAlgo;
+
+/// FNV-1a over the step times' bits and the event count.
+fn digest(r: &ClusterReport) -> u64 {
+    let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
+    for v in r.step_times_s.iter().map(|s| s.to_bits()).chain([r.events]) {
+        digest = (digest ^ v).wrapping_mul(0x0100_0000_01b3);
+    }
+    digest
+}
+
+fn digests() -> Result<(), flowlab_sim::SimError> {
+    let base = ClusterConfig {
+        model: ModelRef::Name("inception_v3".into()),
+        workers: 24,
+        ps: 5,
+        straggler: Straggler::Lognormal { sigma: 0.3 },
+        steps: 30,
+        ..ClusterConfig::default()
+    };
+    let mut cases: Vec<(&str, ClusterConfig)> = Vec::new();
+    for (name, topo) in [
+        ("star", TopologyKind::Star),
+        ("fat_tree", TopologyKind::FatTree),
+        ("clos", TopologyKind::Clos),
+        ("torus2d", TopologyKind::Torus2d),
+        ("hierarchical", TopologyKind::Hierarchical),
+    ] {
+        let mut c = base.clone();
+        c.network.topology = topo;
+        cases.push((name, c));
+    }
+    let mut c = base.clone();
+    c.strategy = Strategy::Async {};
+    cases.push(("async", c));
+    let mut c = base.clone();
+    c.strategy = Strategy::Sync { backup: 3 };
+    c.network.topology = TopologyKind::FatTree;
+    cases.push(("sync_backup_fat_tree", c));
+    let mut c = base.clone();
+    c.strategy = Strategy::SyncGroups { groups: 4, backup: 1 };
+    cases.push(("sync_groups", c));
+    let mut c = base.clone();
+    c.model = ModelRef::Name("lstm_lm".into());
+    c.network.topology = TopologyKind::Clos;
+    cases.push(("lstm_clos", c));
+    let mut c = base.clone();
+    c.model = ModelRef::Name("sparse_1gb".into());
+    c.ps = 7;
+    cases.push(("sparse_star", c));
+    for (name, algo, topo) in [
+        ("ring_star", AllReduceAlgo::Ring, TopologyKind::Star),
+        ("double_tree_fat_tree", AllReduceAlgo::DoubleTree, TopologyKind::FatTree),
+        ("hier_allreduce", AllReduceAlgo::Hierarchical, TopologyKind::Hierarchical),
+    ] {
+        let mut c = base.clone();
+        c.ps = 0;
+        c.allreduce = Some(algo);
+        c.network.topology = topo;
+        cases.push((name, c));
+    }
+    for (name, cfg) in cases {
+        let r = simulate(&cfg, 7)?;
+        println!(
+            "{name}: sim_seconds {} recomputations {} events {} bytes {} digest {:016x}",
+            r.sim_time_s,
+            r.network_recomputations,
+            r.events,
+            r.bytes_moved,
+            digest(&r)
+        );
+    }
+    Ok(())
+}
 
 fn ps_only() -> Result<(), flowlab_sim::SimError> {
     let cfg = ClusterConfig {
@@ -20,14 +98,22 @@ fn ps_only() -> Result<(), flowlab_sim::SimError> {
     let start = std::time::Instant::now();
     let r = simulate(&cfg, 1)?;
     let secs = start.elapsed().as_secs_f64();
+    let digest = digest(&r);
     println!(
-        "{{\"case\":\"ps_sync_1000_steps_flow\",\"seconds\":{secs},\"sim_seconds\":{},\"recomputations\":{}}}",
-        r.sim_time_s, r.network_recomputations
+        "{{\"case\":\"ps_sync_1000_steps_flow\",\"seconds\":{secs},\"sim_seconds\":{},\"recomputations\":{},\"events\":{},\"step_digest\":\"{digest:016x}\"}}",
+        r.sim_time_s, r.network_recomputations, r.events
     );
     Ok(())
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "--digest") {
+        if let Err(e) = digests() {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if std::env::args().any(|a| a == "--ps") {
         if let Err(e) = ps_only() {
             eprintln!("error: {e}");

@@ -20,6 +20,7 @@
 //! drain of all groups.
 
 use crate::error::SimError;
+use crate::network::arrivals::Arrivals;
 use crate::network::model::{Fabric, FlowTag, NetworkModel, Route};
 use crate::network::topology::Topology;
 use crate::time::SimTime;
@@ -50,21 +51,21 @@ impl Member {
     }
 }
 
+/// What a flow needs when it starts and ends (its hot state lives in
+/// `FlowNetwork`'s per-slot arrays).
+#[derive(Clone, Copy)]
 struct Flow {
     route: Route,
     tag: FlowTag,
+}
+
+/// A flow's bytes, in its group's clock.
+#[derive(Clone, Copy, Default)]
+struct Payload {
     /// Bytes left, carried from the old group to the new one when it moves.
     carry: f64,
     /// Group clock value at which the flow's last byte has left.
     target: f64,
-    /// Bumped when the flow leaves a group, so its heap entry goes stale.
-    generation: u32,
-    /// Index of this flow in the creation-order list (arrival tie order).
-    order: u32,
-    /// Position of this flow in each of its links' flow lists, by route index.
-    pos: Vec<u32>,
-    /// Marked as draining in the current drain round.
-    draining: bool,
 }
 
 /// The flows frozen by one link, all at the same rate.
@@ -76,9 +77,23 @@ struct Group {
     members: u32,
     /// (target bits, flow slot, generation): non-negative f64 bits order like the values.
     heap: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    /// Largest target bits in `heap` (stale entries included): when it is
+    /// due, the whole group is, and drains without heap pops.
+    max_target: u64,
 }
 
 impl Group {
+    fn push(&mut self, target: f64, slot: u32, generation: u32) {
+        let bits = target.to_bits();
+        self.max_target = self.max_target.max(bits);
+        self.heap.push(Reverse((bits, slot, generation)));
+    }
+
+    fn clear(&mut self) {
+        self.heap.clear();
+        self.max_target = 0;
+    }
+
     fn clock_at(&self, now: SimTime) -> f64 {
         if now <= self.at {
             self.clock
@@ -152,14 +167,26 @@ fn ceil_time(secs: f64) -> SimTime {
 pub struct FlowNetwork {
     fabric: Fabric,
     capacity: Vec<f64>,
-    /// Flow slots (reused through `free`). The hot per-slot fields are
-    /// dense arrays: epoch stamps (visited by the component search, frozen
-    /// by the filling) and the link whose share the flow runs at (`NONE`
-    /// before its first share).
+    /// Flow slots (reused through `free`). Per-slot state is kept in dense
+    /// arrays, each loop touching only those it needs: epoch stamps
+    /// (visited by the component search, frozen by the filling), the link
+    /// whose share the flow runs at (`NONE` before its first share), the
+    /// payload, a generation bumped when the flow leaves a group (so its
+    /// heap entry goes stale), its index in `order`, whether it is draining
+    /// in the current drain round, and route and tag.
     visited: Vec<u32>,
     frozen: Vec<u32>,
     group: Vec<u32>,
+    payload: Vec<Payload>,
+    generation: Vec<u32>,
+    position: Vec<u32>,
+    draining: Vec<bool>,
     flows: Vec<Flow>,
+    /// Position of each flow in each of its links' flow lists, by route
+    /// index: `link_pos[slot * pos_stride + k]`; the stride is the longest
+    /// route seen (the array is re-laid when a longer one comes).
+    link_pos: Vec<u32>,
+    pos_stride: usize,
     free: Vec<u32>,
     live: usize,
     /// Live flows in creation order, kept with swap-removal: it fixes the
@@ -186,9 +213,8 @@ pub struct FlowNetwork {
     /// and how many recomputations took it.
     fast_path: bool,
     fast_recomputations: u64,
-    /// Drained flows in propagation: (arrival, seq, tag).
-    arrivals: BinaryHeap<Reverse<(SimTime, u64, FlowTag)>>,
-    seq: u64,
+    /// Drained flows in propagation, by arrival time.
+    arrivals: Arrivals,
     now: SimTime,
     /// Links whose flow set changed since the last recomputation.
     seeds: Vec<u32>,
@@ -223,7 +249,13 @@ impl FlowNetwork {
             visited: Vec::new(),
             frozen: Vec::new(),
             group: Vec::new(),
+            payload: Vec::new(),
+            generation: Vec::new(),
+            position: Vec::new(),
+            draining: Vec::new(),
             flows: Vec::new(),
+            link_pos: Vec::new(),
+            pos_stride: 1,
             free: Vec::new(),
             live: 0,
             order: Vec::new(),
@@ -235,6 +267,7 @@ impl FlowNetwork {
                     rate: 0.0,
                     members: 0,
                     heap: BinaryHeap::new(),
+                    max_target: 0,
                 })
                 .collect(),
             drains: MinTree::new(n),
@@ -246,8 +279,7 @@ impl FlowNetwork {
             fresh: Vec::new(),
             fast_path: true,
             fast_recomputations: 0,
-            arrivals: BinaryHeap::new(),
-            seq: 0,
+            arrivals: Arrivals::default(),
             now: SimTime::ZERO,
             seeds: Vec::new(),
             busy: Vec::new(),
@@ -379,12 +411,12 @@ impl FlowNetwork {
             }
         }
         for &(f, l) in &self.movers {
-            let flow = &mut self.flows[f as usize];
+            let p = &mut self.payload[f as usize];
             let g = &mut self.groups[l as usize];
-            flow.target = g.clock_at(now) + flow.carry;
+            p.target = g.clock_at(now) + p.carry;
             self.group[f as usize] = l;
             g.members += 1;
-            g.heap.push(Reverse((flow.target.to_bits(), f, flow.generation)));
+            g.push(p.target, f, self.generation[f as usize]);
         }
         for i in 0..self.component.len() {
             let l = self.component[i] as usize;
@@ -397,10 +429,10 @@ impl FlowNetwork {
         let g = &mut self.groups[l];
         let mut t = SimTime::MAX;
         if g.members == 0 {
-            g.heap.clear();
+            g.clear();
         } else {
             while let Some(&Reverse((target, slot, generation))) = g.heap.peek() {
-                if self.flows[slot as usize].generation != generation {
+                if self.generation[slot as usize] != generation {
                     g.heap.pop();
                     continue;
                 }
@@ -429,6 +461,12 @@ impl FlowNetwork {
             }
         }
         seeds.clear();
+        // Flow counts changed on exactly these links since the keys were
+        // last published: publish them now, once per link.
+        for i in 0..self.component.len() {
+            let l = self.component[i] as usize;
+            self.update_keys(l);
+        }
         if self.fast_path_applies() {
             return true;
         }
@@ -494,7 +532,8 @@ impl FlowNetwork {
             capacity,
             frozen,
             group,
-            flows,
+            payload,
+            generation,
             link_flows,
             groups,
             component,
@@ -568,11 +607,11 @@ impl FlowNetwork {
         for &(f, _) in movers.iter() {
             let old = group[f as usize];
             if old != NONE {
-                let flow = &mut flows[f as usize];
+                let p = &mut payload[f as usize];
                 let g = &mut groups[old as usize];
-                flow.carry = (flow.target - g.clock_at(now)).max(0.0);
+                p.carry = (p.target - g.clock_at(now)).max(0.0);
                 g.members -= 1;
-                flow.generation = flow.generation.wrapping_add(1);
+                generation[f as usize] = generation[f as usize].wrapping_add(1);
             }
         }
         // New rates: a group whose rate changed restarts its clock now; an
@@ -582,7 +621,7 @@ impl FlowNetwork {
             let g = &mut groups[l];
             let share = batch_share[l];
             if g.members == 0 {
-                g.heap.clear();
+                g.clear();
                 g.clock = 0.0;
                 g.at = now;
                 g.rate = share.max(0.0);
@@ -594,12 +633,12 @@ impl FlowNetwork {
             }
         }
         for &(f, l) in movers.iter() {
-            let flow = &mut flows[f as usize];
+            let p = &mut payload[f as usize];
             let g = &mut groups[l as usize];
-            flow.target = g.clock_at(now) + flow.carry;
+            p.target = g.clock_at(now) + p.carry;
             group[f as usize] = l;
             g.members += 1;
-            g.heap.push(Reverse((flow.target.to_bits(), f, flow.generation)));
+            g.push(p.target, f, generation[f as usize]);
         }
         for i in 0..self.component.len() {
             let l = self.component[i] as usize;
@@ -616,12 +655,28 @@ impl FlowNetwork {
         due.clear();
         let mut stack = std::mem::take(&mut self.stack);
         self.drains.collect_at_most(until.0, &mut due, &mut stack);
-        self.drain_heap.clear();
+        let mut positions = std::mem::take(&mut self.drain_heap).into_vec();
+        positions.clear();
         for &l in &due {
             let g = &mut self.groups[l as usize];
+            if g.members > 0 && g.drain_time(f64::from_bits(g.max_target)) <= until {
+                // Every member is due (drain times grow with targets): take
+                // the live entries as they lie, without ordering them.
+                for &Reverse((_, slot, generation)) in g.heap.iter() {
+                    let s = slot as usize;
+                    if self.generation[s] == generation {
+                        self.generation[s] = generation.wrapping_add(1);
+                        self.draining[s] = true;
+                        positions.push(Reverse(self.position[s]));
+                    }
+                }
+                g.members = 0;
+                g.clear();
+                continue;
+            }
             while let Some(&Reverse((target, slot, generation))) = g.heap.peek() {
-                let flow = &mut self.flows[slot as usize];
-                if flow.generation != generation {
+                let s = slot as usize;
+                if self.generation[s] != generation {
                     g.heap.pop();
                     continue;
                 }
@@ -630,28 +685,51 @@ impl FlowNetwork {
                 }
                 g.heap.pop();
                 g.members -= 1;
-                flow.generation = flow.generation.wrapping_add(1);
-                flow.draining = true;
-                self.drain_heap.push(Reverse(flow.order));
+                self.generation[s] = generation.wrapping_add(1);
+                self.draining[s] = true;
+                positions.push(Reverse(self.position[s]));
             }
         }
         // Replays a scan of the creation-order list that swap-removes every
-        // draining flow: the flow moved into a hole is examined next.
-        while let Some(Reverse(p)) = self.drain_heap.pop() {
-            if p as usize >= self.order.len() {
-                continue; // its flow was moved into a lower hole
+        // draining flow: the flow moved into a hole is examined next, so
+        // flows leave in order of the lowest position holding a draining
+        // flow. When they are a good part of the list, scan it; otherwise
+        // pop those positions from a heap.
+        if positions.len() * 8 >= self.order.len() {
+            let mut left = positions.len();
+            positions.clear();
+            self.drain_heap = BinaryHeap::from(positions);
+            let mut p = 0;
+            while left > 0 && p < self.order.len() {
+                let slot = self.order[p];
+                if !self.draining[slot as usize] {
+                    p += 1;
+                    continue;
+                }
+                self.remove(slot, t);
+                left -= 1;
+                self.order.swap_remove(p);
+                if let Some(&moved) = self.order.get(p) {
+                    self.position[moved as usize] = p as u32;
+                }
             }
-            let slot = self.order[p as usize];
-            if !self.flows[slot as usize].draining {
-                continue;
-            }
-            self.remove(slot, t);
-            self.order.swap_remove(p as usize);
-            if let Some(&moved) = self.order.get(p as usize) {
-                let m = &mut self.flows[moved as usize];
-                m.order = p;
-                if m.draining {
-                    self.drain_heap.push(Reverse(p));
+        } else {
+            self.drain_heap = BinaryHeap::from(positions);
+            while let Some(Reverse(p)) = self.drain_heap.pop() {
+                if p as usize >= self.order.len() {
+                    continue; // its flow was moved into a lower hole
+                }
+                let slot = self.order[p as usize];
+                if !self.draining[slot as usize] {
+                    continue;
+                }
+                self.remove(slot, t);
+                self.order.swap_remove(p as usize);
+                if let Some(&moved) = self.order.get(p as usize) {
+                    self.position[moved as usize] = p;
+                    if self.draining[moved as usize] {
+                        self.drain_heap.push(Reverse(p));
+                    }
                 }
             }
         }
@@ -662,18 +740,30 @@ impl FlowNetwork {
         self.stack = stack;
     }
 
+    /// Re-lays `link_pos` for routes of up to `len` links.
+    #[cold]
+    fn widen_link_pos(&mut self, len: usize) {
+        let old = self.pos_stride;
+        let mut wide = vec![0; self.flows.len() * len];
+        for (slot, chunk) in self.link_pos.chunks_exact(old).enumerate() {
+            wide[slot * len..slot * len + old].copy_from_slice(chunk);
+        }
+        self.link_pos = wide;
+        self.pos_stride = len;
+    }
+
     /// Takes flow `slot` out of its links and reports it arriving after the path latency.
     fn remove(&mut self, slot: u32, t: SimTime) {
-        let flow = &mut self.flows[slot as usize];
-        flow.draining = false;
-        let (route, tag) = (flow.route, flow.tag);
+        self.draining[slot as usize] = false;
+        let Flow { route, tag } = self.flows[slot as usize];
+        let stride = self.pos_stride;
         for k in 0..route.len as usize {
             let l = self.fabric.route_links(route)[k];
-            let p = self.flows[slot as usize].pos[k] as usize;
+            let p = self.link_pos[slot as usize * stride + k] as usize;
             let list = &mut self.link_flows[l as usize];
             list.swap_remove(p);
             if let Some(&moved) = list.get(p) {
-                self.flows[moved.slot as usize].pos[moved.k as usize] = p as u32;
+                self.link_pos[moved.slot as usize * stride + moved.k as usize] = p as u32;
             }
             if list.is_empty() {
                 let b = self.busy_pos[l as usize] as usize;
@@ -683,13 +773,11 @@ impl FlowNetwork {
                 }
             }
             self.seeds.push(l);
-            self.update_keys(l as usize);
         }
         if self.group_links_crossed[slot as usize] != 1 {
             self.crossing_not_one -= 1;
         }
-        self.arrivals.push(Reverse((t + route.latency, self.seq, tag)));
-        self.seq += 1;
+        self.arrivals.push(t + route.latency, tag);
         self.free.push(slot);
         self.live -= 1;
     }
@@ -714,8 +802,7 @@ impl NetworkModel for FlowNetwork {
         self.fabric.account(route, bytes);
         let now = now.max(self.now);
         if route.len == 0 || bytes == 0 {
-            self.arrivals.push(Reverse((now + route.latency, self.seq, tag)));
-            self.seq += 1;
+            self.arrivals.push(now + route.latency, tag);
             return Ok(());
         }
         if self.seeds.is_empty() {
@@ -725,6 +812,9 @@ impl NetworkModel for FlowNetwork {
             self.recompute();
             self.now = now;
         }
+        if route.len as usize > self.pos_stride {
+            self.widen_link_pos(route.len as usize);
+        }
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -732,39 +822,32 @@ impl NetworkModel for FlowNetwork {
                 self.frozen.push(0);
                 self.group.push(NONE);
                 self.group_links_crossed.push(0);
-                self.flows.push(Flow {
-                    route,
-                    tag,
-                    carry: 0.0,
-                    target: 0.0,
-                    generation: 0,
-                    order: 0,
-                    pos: Vec::new(),
-                    draining: false,
-                });
+                self.payload.push(Payload::default());
+                self.generation.push(0);
+                self.position.push(0);
+                self.draining.push(false);
+                self.flows.push(Flow { route, tag });
+                self.link_pos.resize(self.link_pos.len() + self.pos_stride, 0);
                 (self.flows.len() - 1) as u32
             }
         };
-        let order = self.order.len() as u32;
+        let s = slot as usize;
+        self.position[s] = self.order.len() as u32;
         self.order.push(slot);
         self.live += 1;
         self.fresh.push(slot);
-        let FlowNetwork { fabric, group, flows, link_flows, seeds, busy, busy_pos, .. } = self;
-        group[slot as usize] = NONE;
-        let flow = &mut flows[slot as usize];
-        flow.route = route;
-        flow.tag = tag;
-        flow.carry = bytes as f64;
-        flow.order = order;
-        flow.draining = false;
-        flow.pos.clear();
+        self.group[s] = NONE;
+        self.payload[s].carry = bytes as f64;
+        self.flows[s] = Flow { route, tag };
+        let FlowNetwork { fabric, link_pos, pos_stride, link_flows, seeds, busy, busy_pos, .. } = self;
+        let pos = &mut link_pos[s * *pos_stride..];
         for (k, &l) in fabric.route_links(route).iter().enumerate() {
             let list = &mut link_flows[l as usize];
             if list.is_empty() {
                 busy_pos[l as usize] = busy.len() as u32;
                 busy.push(l);
             }
-            flow.pos.push(list.len() as u32);
+            pos[k] = list.len() as u32;
             list.push(Member { slot, start: route.start, len: route.len as u16, k: k as u16 });
             seeds.push(l);
         }
@@ -773,16 +856,12 @@ impl NetworkModel for FlowNetwork {
         if crossed != 1 {
             self.crossing_not_one += 1;
         }
-        for k in 0..route.len {
-            let l = self.fabric.route_links(route)[k as usize] as usize;
-            self.update_keys(l);
-        }
         Ok(())
     }
 
     fn next_event_time(&mut self) -> Option<SimTime> {
         self.refresh();
-        let a = self.arrivals.peek().map(|Reverse((t, _, _))| *t);
+        let a = self.arrivals.peek_time();
         let d = (self.live > 0).then_some(self.next_drain());
         match (a, d) {
             (Some(a), Some(d)) => Some(a.min(d)),
@@ -804,12 +883,8 @@ impl NetworkModel for FlowNetwork {
             }
             break;
         }
-        while let Some(Reverse((t, _, tag))) = self.arrivals.peek() {
-            if *t > now {
-                break;
-            }
-            done.push(*tag);
-            self.arrivals.pop();
+        while let Some(tag) = self.arrivals.pop_until(now) {
+            done.push(tag);
         }
         self.now = self.now.max(now);
     }

@@ -1,6 +1,7 @@
 //! Network topologies, routing and the two network models.
 
 pub mod analytical;
+mod arrivals;
 pub mod flow;
 pub mod model;
 pub mod topology;
