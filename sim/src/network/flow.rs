@@ -209,10 +209,16 @@ pub struct FlowNetwork {
     group_keys: MinTree,
     /// Flows started since the last recomputation.
     fresh: Vec<u32>,
+    /// Fast path scratch: per link, new flows that chose it as their
+    /// bottleneck (0 outside `plan_fast_path`..`fast_recompute`), and
+    /// those links.
+    claims: Vec<u32>,
+    new_groups: Vec<u32>,
     /// Whether the fast path may be taken (tests turn it off to compare),
-    /// and how many recomputations took it.
+    /// how many recomputations took it, and how many of those started groups.
     fast_path: bool,
     fast_recomputations: u64,
+    fast_new_groups: u64,
     /// Drained flows in propagation, by arrival time.
     arrivals: Arrivals,
     now: SimTime,
@@ -277,8 +283,11 @@ impl FlowNetwork {
             free_keys: MinTree::new(n),
             group_keys: MinTree::new(n),
             fresh: Vec::new(),
+            claims: vec![0; n],
+            new_groups: Vec::new(),
             fast_path: true,
             fast_recomputations: 0,
+            fast_new_groups: 0,
             arrivals: Arrivals::default(),
             now: SimTime::ZERO,
             seeds: Vec::new(),
@@ -360,51 +369,131 @@ impl FlowNetwork {
         self.update_keys(l);
     }
 
-    /// The fast path applies when every flow crosses exactly one group link
-    /// and every group link's fair share (capacity / flows) is below every
-    /// other busy link's. Progressive filling then freezes each group
-    /// link's flows, untouched by the others, at exactly capacity / flows,
-    /// before any other link can become the bottleneck (shares only grow
-    /// while filling; the margin covers rounding), and freezes every flow:
-    /// so the groups keep their members and only the changed ones need a
-    /// new share.
-    fn fast_path_applies(&self) -> bool {
-        if !self.fast_path || self.crossing_not_one > 0 {
+    /// The fast path applies when every flow crosses exactly one *bottleneck
+    /// link* and every bottleneck's fair share (capacity / flows) is below
+    /// every other busy link's. The bottleneck links are the group links and,
+    /// for new flows that cross none, the link of least fair share on their
+    /// route (which must then carry only such new flows). Progressive
+    /// filling then freezes each bottleneck's flows, untouched by the
+    /// others, at exactly capacity / flows, before any other link can
+    /// become the bottleneck (shares only grow while filling; the margin
+    /// covers rounding), and freezes every flow: so the groups keep their
+    /// members, new flows join their bottleneck's group, and only the
+    /// changed bottlenecks need a new share. Plans the moves into `movers`
+    /// and the new groups into `new_groups`.
+    fn plan_fast_path(&mut self) -> bool {
+        if !self.fast_path {
             return false;
+        }
+        let planned = self.plan_moves();
+        if !planned {
+            for &l in &self.new_groups {
+                self.claims[l as usize] = 0;
+            }
+            self.new_groups.clear();
+            self.movers.clear();
+            return false;
+        }
+        // New groups leave the free links for the comparison.
+        let mut widest = self.group_keys.min();
+        for i in 0..self.new_groups.len() {
+            let l = self.new_groups[i] as usize;
+            self.free_keys.set(l, u64::MAX);
+            let key = share_key(self.capacity[l], self.link_flows[l].len() as u32);
+            widest = widest.min(u64::MAX - key);
         }
         let free = self.free_keys.min();
-        if free == u64::MAX {
-            return true;
+        let applies = free == u64::MAX
+            || (widest != u64::MAX && f64::from_bits(u64::MAX - widest) < f64::from_bits(free) * (1.0 - 1e-9));
+        if !applies {
+            for i in 0..self.new_groups.len() {
+                let l = self.new_groups[i] as usize;
+                self.claims[l] = 0;
+                self.update_keys(l);
+            }
+            self.new_groups.clear();
+            self.movers.clear();
         }
-        let grouped = self.group_keys.min();
-        if grouped == u64::MAX {
-            return false;
-        }
-        f64::from_bits(u64::MAX - grouped) < f64::from_bits(free) * (1.0 - 1e-9)
+        applies
     }
 
-    /// The fast path: new flows join the group link on their route; the
-    /// changed group links take capacity / flows as their share.
+    /// Picks each new flow's bottleneck (see `plan_fast_path`); false when
+    /// some flow would not cross exactly one.
+    fn plan_moves(&mut self) -> bool {
+        let FlowNetwork {
+            fabric,
+            flows,
+            fresh,
+            group_links_crossed,
+            crossing_not_one,
+            is_group_link,
+            link_flows,
+            capacity,
+            claims,
+            new_groups,
+            movers,
+            ..
+        } = self;
+        let routes = fabric.all_route_links();
+        let mut uncovered = 0;
+        for &f in fresh.iter() {
+            let route = flows[f as usize].route;
+            let links = &routes[route.start as usize..(route.start + route.len) as usize];
+            match group_links_crossed[f as usize] {
+                1 => {
+                    let Some(&l) = links.iter().find(|&&l| is_group_link[l as usize]) else {
+                        return false; // unreachable: the count says one
+                    };
+                    movers.push((f, l));
+                }
+                0 => {
+                    uncovered += 1;
+                    let mut best = (u64::MAX, u32::MAX);
+                    for &l in links {
+                        let key = share_key(capacity[l as usize], link_flows[l as usize].len() as u32);
+                        if key < best.0 {
+                            best = (key, l);
+                        }
+                    }
+                    let l = best.1;
+                    if claims[l as usize] == 0 {
+                        new_groups.push(l);
+                    }
+                    claims[l as usize] += 1;
+                    movers.push((f, l));
+                }
+                _ => return false,
+            }
+        }
+        // Older flows all cross one group link, and a new group's link
+        // carries only the flows that chose it.
+        uncovered == *crossing_not_one
+            && new_groups.iter().all(|&l| claims[l as usize] as usize == link_flows[l as usize].len())
+    }
+
+    /// The fast path: new flows join their bottleneck's group; the changed
+    /// bottlenecks take capacity / flows as their share, a new group
+    /// starting its clock now (as full filling starts every empty group).
     fn fast_recompute(&mut self) {
         let now = self.now;
-        let routes = self.fabric.all_route_links();
-        for &f in &self.fresh {
-            let route = self.flows[f as usize].route;
-            let links = &routes[route.start as usize..(route.start + route.len) as usize];
-            let Some(&l) = links.iter().find(|&&l| self.is_group_link[l as usize]) else {
-                continue; // unreachable: every flow crosses one group link
-            };
-            self.movers.push((f, l));
+        if !self.new_groups.is_empty() {
+            self.fast_new_groups += 1;
         }
         for &l in &self.component {
             let l = l as usize;
-            if !self.is_group_link[l] {
+            let is_new = self.claims[l] > 0;
+            if !self.is_group_link[l] && !is_new {
                 continue;
             }
             let n = self.link_flows[l].len() as u32;
             let share = f64::from_bits(share_key(self.capacity[l], n));
             let g = &mut self.groups[l];
-            if share != g.rate {
+            if is_new {
+                g.clear();
+                g.clock = 0.0;
+                g.at = now;
+                g.rate = share;
+            } else if share != g.rate {
                 g.clock = g.clock_at(now);
                 g.at = now;
                 g.rate = share;
@@ -422,6 +511,12 @@ impl FlowNetwork {
             let l = self.component[i] as usize;
             self.refresh_group(l);
         }
+        for i in 0..self.new_groups.len() {
+            let l = self.new_groups[i] as usize;
+            self.claims[l] = 0;
+            self.sync_group_link(l);
+        }
+        self.new_groups.clear();
     }
 
     /// Drops stale heap entries of group `l` and republishes its earliest drain.
@@ -467,7 +562,7 @@ impl FlowNetwork {
             let l = self.component[i] as usize;
             self.update_keys(l);
         }
-        if self.fast_path_applies() {
+        if self.plan_fast_path() {
             return true;
         }
         let FlowNetwork { fabric, visited, link_flows, link_stamp, component, busy, live, component_flows, .. } = self;
@@ -907,9 +1002,12 @@ mod tests {
     use super::*;
     use crate::network::{LinkParams, TopologyShape};
 
-    /// Parameter-server-like traffic with staggered starts on `shape`:
-    /// returns every arrival (tag, picoseconds) and the recomputation count.
-    fn ps_traffic(shape: &TopologyShape, fast_path: bool) -> (Vec<(FlowTag, u64)>, u64, u64) {
+    /// Parameter-server-like traffic on `shape`: staggered starts, or with
+    /// `sync` rounds in which every worker fetches from every PS at once
+    /// and pushes back at its own time. Returns every arrival (tag,
+    /// picoseconds), the recomputation count, fast ones, and fast ones that
+    /// started groups.
+    fn ps_traffic(shape: &TopologyShape, fast_path: bool, sync: bool) -> (Vec<(FlowTag, u64)>, u64, u64, u64) {
         let topo = Topology::build(shape, LinkParams::from_gbps(10.0, 2.0)).unwrap();
         let mut net = FlowNetwork::new(topo);
         net.fast_path = fast_path;
@@ -924,7 +1022,18 @@ mod tests {
         // Each worker pushes to every PS at its own time, then fetches back
         // a little later; shard sizes differ per PS.
         let mut starts: Vec<(u64, usize, usize, u64)> = Vec::new();
-        for w in 0..workers {
+        for round in 0..if sync { 6 } else { 0 } {
+            let t0 = round * 30_000_000_000; // 30 ms apart
+            for w in 0..workers {
+                let push = t0 + 12_000_000_000 + next(8_000_000_000);
+                for k in 0..ps {
+                    let bytes = 300_000 * (k as u64 + 1);
+                    starts.push((t0, k, ps + w, bytes));
+                    starts.push((push, ps + w, k, bytes));
+                }
+            }
+        }
+        for w in 0..if sync { 0 } else { workers } {
             let t = next(3_000_000_000); // up to 3 ms
             for k in 0..ps {
                 let bytes = 2_000_000 + 10_000 * k as u64 + next(500_000);
@@ -956,21 +1065,25 @@ mod tests {
             }
         }
         assert_eq!(out.len(), starts.len());
-        (out, net.recomputations(), net.fast_recomputations)
+        (out, net.recomputations(), net.fast_recomputations, net.fast_new_groups)
     }
 
     #[test]
     fn fast_path_gives_the_same_arrivals_as_full_filling() {
-        for shape in [
-            TopologyShape::Star { endpoints: 16 },
-            TopologyShape::FatTree { k: 4 },
+        for (shape, sync) in [
+            (TopologyShape::Star { endpoints: 16 }, false),
+            (TopologyShape::FatTree { k: 4 }, false),
+            (TopologyShape::Star { endpoints: 16 }, true),
+            (TopologyShape::FatTree { k: 4 }, true),
         ] {
-            let (fast, rf, taken) = ps_traffic(&shape, true);
-            let (full, rs, none) = ps_traffic(&shape, false);
+            let (fast, rf, taken, started) = ps_traffic(&shape, true, sync);
+            let (full, rs, none, _) = ps_traffic(&shape, false, sync);
             assert_eq!(fast, full, "{shape:?}");
             assert_eq!(rf, rs);
-            // The comparison means something only if the fast path ran, often.
+            // The comparison means something only if the fast path ran,
+            // often, and started groups for flows on idle links.
             assert!(taken * 10 > rf, "{shape:?}: fast path in {taken} of {rf}");
+            assert!(started > 0, "{shape:?}: new groups in {started} of {rf}");
             assert_eq!(none, 0);
         }
     }
