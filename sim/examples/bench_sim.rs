@@ -5,9 +5,10 @@
 //! flow-level) and prints its wall time, simulated seconds and
 //! recomputations: the case to profile and to compare before/after, with
 //! a digest of every step time's bits (equal digests: the same run).
-//! `--digest` prints such digests for a spread of small configurations
-//! (topologies, strategies, sparse models, collectives): a change that
-//! must not alter results has to leave all of them equal.
+//! `--events` runs only the event core (20 M events). `--digest` prints
+//! such digests for a spread of small configurations (topologies,
+//! strategies, sparse models, collectives): a change that must not alter
+//! results has to leave all of them equal.
 
 use flowlab_sim::cluster::{simulate, ClusterConfig, ClusterReport, ModelRef, Straggler, Strategy, TopologyKind};
 use flowlab_sim::comm::collective::AllReduceAlgo;
@@ -107,6 +108,11 @@ fn ps_only() -> Result<(), flowlab_sim::SimError> {
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "--events") {
+        let r = flowlab_sim::bench::event_core(20_000_000);
+        println!("{{\"case\":\"{}\",\"seconds\":{},\"value\":{}}}", r.case, r.seconds, r.value);
+        return;
+    }
     if std::env::args().any(|a| a == "--digest") {
         if let Err(e) = digests() {
             eprintln!("error: {e}");

@@ -34,7 +34,8 @@ enum Token {
     Pass { to: u32, hops: u32 },
 }
 
-fn event_core(events: u64) -> BenchRecord {
+/// The event core alone: `events` pops (and as many pushes) of a token ring.
+pub fn event_core(events: u64) -> BenchRecord {
     const COMPONENTS: u32 = 1024;
     let mut q = EventQueue::new();
     for c in 0..COMPONENTS {

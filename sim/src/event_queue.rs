@@ -23,8 +23,6 @@ pub struct EventQueue<E> {
     buckets: Vec<Vec<(u64, E)>>,
     /// Bit `i` set when `buckets[i]` is not empty.
     occupied: u64,
-    /// `mins[i]`: earliest time in `buckets[i]` (meaningful while occupied).
-    mins: [u64; 64],
     last: u64,
     /// Earliest pending time (`u64::MAX` when empty).
     min: u64,
@@ -45,7 +43,6 @@ impl<E> EventQueue<E> {
             front: VecDeque::new(),
             buckets: (0..64).map(|_| Vec::new()).collect(),
             occupied: 0,
-            mins: [u64::MAX; 64],
             last: 0,
             min: u64::MAX,
             len: 0,
@@ -71,7 +68,7 @@ impl<E> EventQueue<E> {
         } else {
             let b = 63 - (t ^ self.last).leading_zeros() as usize;
             self.buckets[b].push((t, event));
-            self.put(b, t);
+            self.occupied |= 1 << b;
         }
     }
 
@@ -99,23 +96,12 @@ impl<E> EventQueue<E> {
         self.min = if !self.front.is_empty() {
             self.last
         } else if self.occupied != 0 {
-            self.mins[self.occupied.trailing_zeros() as usize]
+            let b = self.occupied.trailing_zeros() as usize;
+            self.buckets[b].iter().map(|&(t, _)| t).min().unwrap_or(u64::MAX)
         } else {
             u64::MAX
         };
         Some((self.now, event))
-    }
-
-    /// Notes time `t` entering bucket `b`.
-    #[inline]
-    fn put(&mut self, b: usize, t: u64) {
-        let bit = 1u64 << b;
-        if self.occupied & bit == 0 {
-            self.occupied |= bit;
-            self.mins[b] = t;
-        } else if t < self.mins[b] {
-            self.mins[b] = t;
-        }
     }
 
     /// Moves the lowest non-empty bucket around its minimum, which becomes `last`.
@@ -134,7 +120,7 @@ impl<E> EventQueue<E> {
             } else {
                 let nb = 63 - (t ^ self.last).leading_zeros() as usize;
                 self.buckets[nb].push((t, e));
-                self.put(nb, t);
+                self.occupied |= 1 << nb;
             }
         }
         // Hand the emptied allocation back for reuse.

@@ -63,8 +63,6 @@ struct WorkerState {
     epoch: u64,
     pending: u32,
     fetched_version: u64,
-    /// Sparse elements this step gathers from each PS task.
-    sparse: Vec<u64>,
 }
 
 struct GroupState {
@@ -85,6 +83,12 @@ struct Sim<'a> {
     rng: ChaCha8Rng,
     straggler: StragglerModel,
     layout: PsLayout,
+    /// Per (worker, PS task), at `w * tasks + k`: sparse elements the
+    /// worker's current step gathers from the task, the bytes it moves
+    /// each way, and the path latency (`SimTime::MAX` until first needed).
+    sparse: Vec<u64>,
+    shard_bytes: Vec<u64>,
+    latency: Vec<SimTime>,
     ps_busy: Vec<SimTime>,
     ps_request: SimTime,
     overhead: SimTime,
@@ -137,7 +141,6 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
                 epoch: 0,
                 pending: 0,
                 fetched_version: 0,
-                sparse: vec![0; ps],
             });
         }
         groups.push(GroupState {
@@ -158,6 +161,9 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
         rng,
         straggler,
         layout,
+        sparse: vec![0; workers.len() * ps],
+        shard_bytes: vec![0; workers.len() * ps],
+        latency: vec![SimTime::MAX; workers.len() * ps],
         ps_busy: vec![SimTime::ZERO; ps],
         ps_request: SimTime::from_secs_f64(w.ps_request_us * 1e-6),
         overhead: SimTime::from_secs_f64(w.step_overhead_us * 1e-6),
@@ -309,7 +315,7 @@ impl Sim<'_> {
                     // The response streams while the PS CPU serves the request
                     // (FIFO); the worker has the shard once both are done.
                     let ready = self.serve(ps, now);
-                    let bytes = self.shard_bytes(w, ps);
+                    let bytes = self.shard_bytes[w as usize * self.layout.tasks() + ps as usize];
                     let tag = self.transfer(Transfer { w, ps, epoch, kind: TransferKind::Fetch, ready });
                     let (src, dst) = (self.ps_endpoint(ps), self.worker_endpoint(w));
                     self.net.start_flow(now, src, dst, bytes, tag)?;
@@ -400,26 +406,28 @@ impl Sim<'_> {
     }
 
     fn involved(&self, w: u32, k: usize) -> bool {
-        self.layout.dense[k] > 0 || self.workers[w as usize].sparse[k] > 0
-    }
-
-    fn shard_bytes(&self, w: u32, ps: u32) -> u64 {
-        let k = ps as usize;
-        self.comm.bytes_for(self.layout.dense[k]) + self.comm.bytes_for(self.workers[w as usize].sparse[k])
+        self.layout.dense[k] > 0 || self.sparse[w as usize * self.layout.tasks() + k] > 0
     }
 
     /// Starts worker `w`'s step at its current generation: fetch requests to every task it needs.
     fn start_step(&mut self, w: u32) -> Result<(), SimError> {
         let now = self.q.now();
-        let mut sparse = std::mem::take(&mut self.workers[w as usize].sparse);
-        self.layout.draw_sparse(&mut self.rng, &mut sparse);
-        self.workers[w as usize].sparse = sparse;
+        let tasks = self.layout.tasks();
+        let row = w as usize * tasks..(w as usize + 1) * tasks;
+        self.layout.draw_sparse(&mut self.rng, &mut self.sparse[row.clone()]);
+        for (k, (bytes, &sparse)) in self.shard_bytes[row.clone()].iter_mut().zip(&self.sparse[row]).enumerate() {
+            *bytes = self.comm.bytes_for(self.layout.dense[k]) + self.comm.bytes_for(sparse);
+        }
         let epoch = self.workers[w as usize].epoch;
         let t0 = now + self.overhead;
         let mut pending = 0;
         for k in 0..self.layout.tasks() {
             if self.involved(w, k) {
-                let lat = self.net.path_latency(self.worker_endpoint(w), self.ps_endpoint(k as u32))?;
+                let i = w as usize * tasks + k;
+                if self.latency[i] == SimTime::MAX {
+                    self.latency[i] = self.net.path_latency(self.worker_endpoint(w), self.ps_endpoint(k as u32))?;
+                }
+                let lat = self.latency[i];
                 self.q.schedule_at(t0 + lat, Ev::FetchArrive { w, ps: k as u32, epoch });
                 pending += 1;
             }
@@ -449,7 +457,7 @@ impl Sim<'_> {
         let mut pending = 0;
         for k in 0..self.layout.tasks() {
             if self.involved(w, k) {
-                let bytes = self.shard_bytes(w, k as u32);
+                let bytes = self.shard_bytes[w as usize * self.layout.tasks() + k];
                 let tag = self.transfer(Transfer { w, ps: k as u32, epoch, kind: TransferKind::Push, ready: now });
                 let (src, dst) = (self.worker_endpoint(w), self.ps_endpoint(k as u32));
                 self.net.start_flow(now, src, dst, bytes, tag)?;
