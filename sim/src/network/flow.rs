@@ -126,18 +126,22 @@ impl MinTree {
     }
 
     fn set(&mut self, l: usize, v: u64) {
+        let tree = &mut self.tree[..];
         let mut i = self.leaves + l;
-        if self.tree[i] == v {
+        if tree[i] == v {
             return;
         }
-        self.tree[i] = v;
+        tree[i] = v;
+        // `m`: the new value at `i`; its parent takes the smaller of it
+        // and its sibling, up to the first parent that does not change.
+        let mut m = v;
         while i > 1 {
+            m = m.min(tree[i ^ 1]);
             i /= 2;
-            let m = self.tree[2 * i].min(self.tree[2 * i + 1]);
-            if self.tree[i] == m {
+            if tree[i] == m {
                 break;
             }
-            self.tree[i] = m;
+            tree[i] = m;
         }
     }
 
