@@ -5,7 +5,8 @@
 //! flow-level) and prints its wall time, simulated seconds and
 //! recomputations: the case to profile and to compare before/after, with
 //! a digest of every step time's bits (equal digests: the same run).
-//! `--events` runs only the event core (20 M events). `--digest` prints
+//! `--ps-4096` runs the largest PS scaling point (4,096 workers, 2 steps)
+//! the same way. `--events` runs only the event core (20 M events). `--digest` prints
 //! such digests for a spread of small configurations (topologies,
 //! strategies, sparse models, collectives): a change that must not alter
 //! results has to leave all of them equal.
@@ -86,14 +87,14 @@ fn digests() -> Result<(), flowlab_sim::SimError> {
     Ok(())
 }
 
-fn ps_only() -> Result<(), flowlab_sim::SimError> {
+fn ps_only(workers: u32, steps: u64) -> Result<(), flowlab_sim::SimError> {
     let cfg = ClusterConfig {
         model: ModelRef::Name("inception_v3".into()),
-        workers: 200,
+        workers,
         ps: 17,
         strategy: Strategy::Sync { backup: 0 },
         straggler: Straggler::Lognormal { sigma: 0.3 },
-        steps: 1000,
+        steps,
         ..ClusterConfig::default()
     };
     let start = std::time::Instant::now();
@@ -101,7 +102,7 @@ fn ps_only() -> Result<(), flowlab_sim::SimError> {
     let secs = start.elapsed().as_secs_f64();
     let digest = digest(&r);
     println!(
-        "{{\"case\":\"ps_sync_1000_steps_flow\",\"seconds\":{secs},\"sim_seconds\":{},\"recomputations\":{},\"events\":{},\"step_digest\":\"{digest:016x}\"}}",
+        "{{\"case\":\"ps_sync_{steps}_steps_flow\",\"workers\":{workers},\"seconds\":{secs},\"sim_seconds\":{},\"recomputations\":{},\"events\":{},\"step_digest\":\"{digest:016x}\"}}",
         r.sim_time_s, r.network_recomputations, r.events
     );
     Ok(())
@@ -120,8 +121,15 @@ fn main() {
         }
         return;
     }
-    if std::env::args().any(|a| a == "--ps") {
-        if let Err(e) = ps_only() {
+    let ps = if std::env::args().any(|a| a == "--ps") {
+        Some((200, 1000))
+    } else if std::env::args().any(|a| a == "--ps-4096") {
+        Some((4096, 2))
+    } else {
+        None
+    };
+    if let Some((workers, steps)) = ps {
+        if let Err(e) = ps_only(workers, steps) {
             eprintln!("error: {e}");
             std::process::exit(1);
         }

@@ -262,13 +262,24 @@ impl Topology {
         while u != d {
             cand.clear();
             let du = dist[u.index()];
-            for e in self.graph.edges_directed(u, Direction::Outgoing) {
-                let v = e.target();
-                // Only switches forward traffic; endpoints other than the
-                // destination are not transit nodes unless the topology is
-                // direct (ring, torus), where endpoints are the routers.
-                if dist[v.index()] != u32::MAX && dist[v.index()] + 1 == du {
-                    cand.push((e.id(), v));
+            if du == 1 {
+                // The last hop: only `d` is at distance 0, so the candidates
+                // are the links from `u` into `d`, found among `d`'s few
+                // incoming links rather than a big switch's outgoing ones.
+                for e in self.graph.edges_directed(d, Direction::Incoming) {
+                    if e.source() == u {
+                        cand.push((e.id(), d));
+                    }
+                }
+            } else {
+                for e in self.graph.edges_directed(u, Direction::Outgoing) {
+                    let v = e.target();
+                    // Only switches forward traffic; endpoints other than the
+                    // destination are not transit nodes unless the topology is
+                    // direct (ring, torus), where endpoints are the routers.
+                    if dist[v.index()] != u32::MAX && dist[v.index()] + 1 == du {
+                        cand.push((e.id(), v));
+                    }
                 }
             }
             cand.sort_by_key(|(e, _)| e.index());
@@ -365,6 +376,53 @@ mod tests {
 
     fn l() -> LinkParams {
         LinkParams::from_gbps(10.0, 1.0)
+    }
+
+    /// Routes by scanning every node's outgoing links at every hop (the
+    /// definition `route` shortcuts on the last hop).
+    fn route_by_scan(t: &mut Topology, src: usize, dst: usize) -> Vec<u32> {
+        if src == dst {
+            return Vec::new();
+        }
+        let (s, d) = (t.endpoints[src], t.endpoints[dst]);
+        t.ensure_dist(d);
+        let dist = t.dist_cache[&(d.index() as u32)].clone();
+        let (mut u, mut hop, mut path) = (s, 0u64, Vec::new());
+        while u != d {
+            let mut cand: Vec<(EdgeIndex, NodeIndex)> = t
+                .graph
+                .edges_directed(u, Direction::Outgoing)
+                .filter(|e| dist[e.target().index()] != u32::MAX && dist[e.target().index()] + 1 == dist[u.index()])
+                .map(|e| (e.id(), e.target()))
+                .collect();
+            cand.sort_by_key(|(e, _)| e.index());
+            let (e, v) = cand[(ecmp_hash(src as u64, dst as u64, hop) % cand.len() as u64) as usize];
+            path.push(t.graph[e]);
+            u = v;
+            hop += 1;
+        }
+        path
+    }
+
+    #[test]
+    fn routes_equal_the_full_scan_on_every_shape() {
+        for shape in [
+            TopologyShape::Star { endpoints: 9 },
+            TopologyShape::Ring { endpoints: 7 },
+            TopologyShape::Torus { dims: vec![3, 4] },
+            TopologyShape::Torus { dims: vec![2, 3, 2] },
+            TopologyShape::FatTree { k: 4 },
+            TopologyShape::Clos { leaves: 3, hosts_per_leaf: 2, spines: 2, oversubscription: 2.0 },
+            TopologyShape::Hierarchical { hosts: 3, devices_per_host: 2, intra: l() },
+        ] {
+            let mut t = Topology::build(&shape, l()).unwrap();
+            let n = t.endpoint_count();
+            for src in 0..n {
+                for dst in 0..n {
+                    assert_eq!(t.route(src, dst).unwrap(), route_by_scan(&mut t, src, dst), "{shape:?} {src}->{dst}");
+                }
+            }
+        }
     }
 
     #[test]
