@@ -337,7 +337,7 @@ impl Prepared {
                 let key = self.nodes[e].transfer.as_ref().map(|t| t.key.for_step(c.step_id));
                 let Some(key) = key else { continue };
                 let ib = inbox.clone();
-                c.rdv.recv_async(&key, Box::new(move |r| ib.push(k, r)));
+                c.rdv.recv_async(key, Box::new(move |r| ib.push(k, r)));
             }
         }
         match pool {
@@ -390,6 +390,9 @@ struct Inbox {
     items: Mutex<Vec<(usize, Result<Tensor>)>>,
     cond: Condvar,
     arrived: AtomicUsize,
+    /// Drivers asleep on `cond` (changed and read only under `items`'s
+    /// lock): a push wakes one only then, as a futex wake is a system call.
+    sleepers: AtomicUsize,
 }
 
 /// How long a driver spins for an arrival before it sleeps: a transfer
@@ -398,9 +401,14 @@ const SPIN: Duration = Duration::from_micros(30);
 
 impl Inbox {
     fn push(&self, k: usize, r: Result<Tensor>) {
-        self.items.lock().unwrap_or_else(|e| e.into_inner()).push((k, r));
+        let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        items.push((k, r));
         self.arrived.fetch_add(1, Ordering::Release);
-        self.cond.notify_one();
+        let wake = self.sleepers.load(Ordering::Relaxed) > 0;
+        drop(items);
+        if wake {
+            self.cond.notify_one();
+        }
     }
 
     /// Waits until something arrived (spinning briefly first) or `deadline`
@@ -419,7 +427,9 @@ impl Inbox {
             if now >= deadline {
                 return None;
             }
+            self.sleepers.fetch_add(1, Ordering::Relaxed);
             items = self.cond.wait_timeout(items, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            self.sleepers.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

@@ -14,11 +14,12 @@ use crate::error::{EngineError, Result};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// One transfer of one step.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RendezvousKey {
     pub src_device: DeviceName,
     pub dst_device: DeviceName,
@@ -32,6 +33,53 @@ impl RendezvousKey {
     /// The same transfer in step `step_id`.
     pub fn for_step(&self, step_id: u64) -> RendezvousKey {
         RendezvousKey { step_id, ..self.clone() }
+    }
+}
+
+/// Hashes the edge, step and device ids only: keys that are equal hash
+/// alike, and the device strings (job, type), which rarely tell two keys of
+/// one rendezvous apart, cost nothing on every send and receive.
+impl Hash for RendezvousKey {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.edge.hash(h);
+        h.write_u64(self.step_id);
+        h.write_u32(self.src_device.id.unwrap_or(u32::MAX));
+        h.write_u32(self.dst_device.id.unwrap_or(u32::MAX));
+    }
+}
+
+/// FNV-1a over the hashed bytes: the local table's keys are not chosen by
+/// an adversary, and SipHash would dominate a small transfer's cost.
+#[derive(Clone, Copy)]
+struct KeyHasher(u64);
+
+impl Default for KeyHasher {
+    fn default() -> KeyHasher {
+        KeyHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn finish(&self) -> u64 {
+        // Final avalanche so the low bits the table uses depend on every input bit.
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^ (x >> 33)
     }
 }
 
@@ -51,7 +99,8 @@ pub trait Rendezvous: Send + Sync {
     /// once, with the tensor (at once if it is there, else by the sender's
     /// thread) or with the abort error. Whoever calls this keeps its own
     /// deadline (the executor does: a device waits without a thread).
-    fn recv_async(&self, key: &RendezvousKey, done: RecvCallback);
+    /// Takes the key by value: a table that keeps it need not copy it.
+    fn recv_async(&self, key: RendezvousKey, done: RecvCallback);
     /// Fails every pending and later send and recv with `err`'s message.
     fn abort(&self, err: &EngineError);
 }
@@ -72,8 +121,11 @@ enum Slot {
 
 #[derive(Default)]
 struct State {
-    slots: HashMap<RendezvousKey, Slot>,
+    slots: HashMap<RendezvousKey, Slot, BuildHasherDefault<KeyHasher>>,
     aborted: Option<String>,
+    /// Blocking receivers parked on the condition variable: a send wakes
+    /// them only when there are any (a futex wake is a system call).
+    sleepers: usize,
 }
 
 /// In-process rendezvous: a table of keys under one mutex, receivers wait
@@ -116,19 +168,26 @@ impl Rendezvous for LocalRendezvous {
         if let Some(msg) = &s.aborted {
             return Err(rdv_err(key, format!("send after abort: {msg}")));
         }
-        match s.slots.get(key) {
+        match s.slots.get_mut(key) {
             Some(Slot::Ready(_)) | Some(Slot::Done) => Err(rdv_err(key, "sent twice in one step")),
-            Some(Slot::Callback(_)) => {
-                if let Some(Slot::Callback(done)) = s.slots.insert(key.clone(), Slot::Done) {
+            Some(slot @ Slot::Callback(_)) => {
+                if let Slot::Callback(done) = std::mem::replace(slot, Slot::Done) {
                     drop(s);
                     done(Ok(tensor));
                 }
                 Ok(())
             }
-            Some(Slot::Waiting) | None => {
-                s.slots.insert(key.clone(), Slot::Ready(tensor));
+            Some(slot @ Slot::Waiting) => {
+                *slot = Slot::Ready(tensor);
+                let wake = s.sleepers > 0;
                 drop(s);
-                self.cond.notify_all();
+                if wake {
+                    self.cond.notify_all();
+                }
+                Ok(())
+            }
+            None => {
+                s.slots.insert(key.clone(), Slot::Ready(tensor));
                 Ok(())
             }
         }
@@ -149,8 +208,8 @@ impl Rendezvous for LocalRendezvous {
             if let Some(msg) = &s.aborted {
                 return Err(rdv_err(key, format!("aborted: {msg}")));
             }
-            if let Some(Slot::Ready(_)) = s.slots.get(key)
-                && let Some(Slot::Ready(t)) = s.slots.insert(key.clone(), Slot::Done)
+            if let Some(slot @ Slot::Ready(_)) = s.slots.get_mut(key)
+                && let Slot::Ready(t) = std::mem::replace(slot, Slot::Done)
             {
                 return Ok(t);
             }
@@ -164,18 +223,21 @@ impl Rendezvous for LocalRendezvous {
                     format!("no tensor arrived within {timeout:?} (the Send on {} did not run)", key.src_device),
                 ));
             }
+            s.sleepers += 1;
             s = self.cond.wait_timeout(s, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            s.sleepers -= 1;
         }
     }
 
-    fn recv_async(&self, key: &RendezvousKey, done: RecvCallback) {
+    fn recv_async(&self, key: RendezvousKey, done: RecvCallback) {
+        let key = &key;
         let mut s = self.lock();
         if let Some(msg) = &s.aborted {
             let e = rdv_err(key, format!("aborted: {msg}"));
             drop(s);
             return done(Err(e));
         }
-        match s.slots.get(key) {
+        match s.slots.get_mut(key) {
             Some(Slot::Done) => {
                 drop(s);
                 done(Err(rdv_err(key, "received twice in one step")))
@@ -184,8 +246,8 @@ impl Rendezvous for LocalRendezvous {
                 drop(s);
                 done(Err(rdv_err(key, "two receivers wait for one key")))
             }
-            Some(Slot::Ready(_)) => {
-                if let Some(Slot::Ready(t)) = s.slots.insert(key.clone(), Slot::Done) {
+            Some(slot @ Slot::Ready(_)) => {
+                if let Slot::Ready(t) = std::mem::replace(slot, Slot::Done) {
                     drop(s);
                     done(Ok(t));
                 }
@@ -272,6 +334,62 @@ mod tests {
         r.recv(&k, LONG).unwrap();
         assert_eq!(r.recv(&k, LONG).unwrap_err().to_string(), format!("rendezvous {name}: received twice in one step"));
         assert_eq!(r.send(&k, Tensor::scalar(1f32)).unwrap_err().to_string(), format!("rendezvous {name}: sent twice in one step"));
+    }
+
+    /// A channel the callbacks of `recv_async` report to.
+    fn callback() -> (RecvCallback, std::sync::mpsc::Receiver<Result<Tensor>>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        (Box::new(move |r| tx.send(r).unwrap()), rx)
+    }
+
+    #[test]
+    fn recv_async_before_and_after_send_and_once_per_step() {
+        let r = LocalRendezvous::new();
+        // Asked first: the sender's call runs the callback.
+        let (done, rx) = callback();
+        r.recv_async(key("p:0", 4), done);
+        assert!(rx.try_recv().is_err(), "no tensor sent yet");
+        r.send(&key("p:0", 4), Tensor::scalar(5f32)).unwrap();
+        assert_eq!(rx.try_recv().unwrap().unwrap().to_vec::<f32>().unwrap(), vec![5.0]);
+        let e = r.send(&key("p:0", 4), Tensor::scalar(5f32)).unwrap_err().to_string();
+        assert!(e.starts_with("rendezvous 'p:0' from /job:localhost") && e.ends_with("(step 4): sent twice in one step"), "{e}");
+        // Sent first: the callback runs at once.
+        r.send(&key("q:0", 4), Tensor::scalar(6f32)).unwrap();
+        let (done, rx) = callback();
+        r.recv_async(key("q:0", 4), done);
+        assert_eq!(rx.try_recv().unwrap().unwrap().to_vec::<f32>().unwrap(), vec![6.0]);
+        let (done, rx) = callback();
+        r.recv_async(key("q:0", 4), done);
+        let e = rx.try_recv().unwrap().unwrap_err().to_string();
+        assert!(e.ends_with("(step 4): received twice in one step"), "{e}");
+    }
+
+    #[test]
+    fn keys_that_differ_only_in_unhashed_device_parts_stay_apart() {
+        // The hash skips the job and device type: equal ids must still be told apart.
+        let r = LocalRendezvous::new();
+        let cpu = key("e:0", 1);
+        let mut gpu = key("e:0", 1);
+        gpu.src_device = DeviceName::full("localhost", 0, 0, "GPU", 0);
+        r.send(&cpu, Tensor::scalar(1f32)).unwrap();
+        r.send(&gpu, Tensor::scalar(2f32)).unwrap();
+        assert_eq!(r.recv(&gpu, LONG).unwrap().to_vec::<f32>().unwrap(), vec![2.0]);
+        assert_eq!(r.recv(&cpu, LONG).unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
+        assert_eq!(r.num_keys(), 2);
+    }
+
+    #[test]
+    fn abort_fails_pending_and_later_async_receivers() {
+        let r = LocalRendezvous::new();
+        let (done, rx) = callback();
+        r.recv_async(key("w:0", 2), done);
+        r.abort(&EngineError::Kernel { node: "n".into(), op: "Neg".into(), detail: "bad".into() });
+        let e = rx.try_recv().unwrap().unwrap_err().to_string();
+        assert!(e.starts_with("rendezvous 'w:0' from") && e.ends_with("(step 2): aborted: node 'n' (Neg): bad"), "{e}");
+        let (done, rx) = callback();
+        r.recv_async(key("later:0", 2), done);
+        let e = rx.try_recv().unwrap().unwrap_err().to_string();
+        assert!(e.starts_with("rendezvous 'later:0' from") && e.ends_with("aborted: node 'n' (Neg): bad"), "{e}");
     }
 
     #[test]

@@ -163,14 +163,15 @@ fn k_send(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
 
 fn k_recv(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let (comm, spec) = comm(c)?;
-    let key = spec.key.for_step(comm.step_id);
     let ty = spec.ty.as_ref().ok_or_else(|| c.n.kernel_err("Recv without a declared type"))?;
     let wire = match c.inputs.pop() {
         Some(w) => w,
-        None => comm.rdv.recv(&key, comm.recv_timeout)?,
+        None => comm.rdv.recv(&spec.key.for_step(comm.step_id), comm.recv_timeout)?,
     };
-    let t = decode_wire(&key, wire, spec.format, ty.dtype, &ty.shape)?;
+    // The step's key (a copy of its strings) is built only when it is needed.
+    let t = decode_wire(&spec.key, comm.step_id, wire, spec.format, ty.dtype, &ty.shape)?;
     if let Some(tr) = &comm.trace {
+        let key = spec.key.for_step(comm.step_id);
         let end = comm.now_us();
         let mut tr = tr.lock().unwrap_or_else(|e| e.into_inner());
         let dst = key.dst_device.to_string();
@@ -220,15 +221,23 @@ pub fn recv_tensor(
 ) -> Result<Tensor> {
     let wire = rdv.recv(key, timeout)?;
     let partial = PartialShape::new(shape.dims().iter().map(|&d| Some(d)).collect());
-    decode_wire(key, wire, format, dtype, &partial)
+    decode_wire(key, key.step_id, wire, format, dtype, &partial)
 }
 
 /// Decodes a received wire tensor to `dtype` and a shape that fits `shape`.
 /// An encoded tensor travels flat: its shape is `shape` with at most one
-/// unknown dimension filled in from the element count.
-pub(crate) fn decode_wire(key: &RendezvousKey, wire: Tensor, format: CommFormat, dtype: DType, shape: &PartialShape) -> Result<Tensor> {
+/// unknown dimension filled in from the element count. Errors name `key`
+/// in step `step_id`.
+pub(crate) fn decode_wire(
+    key: &RendezvousKey,
+    step_id: u64,
+    wire: Tensor,
+    format: CommFormat,
+    dtype: DType,
+    shape: &PartialShape,
+) -> Result<Tensor> {
     let format = wire_format(dtype, format);
-    let bad = |detail: String| EngineError::Rendezvous { key: key.to_string(), detail };
+    let bad = |detail: String| EngineError::Rendezvous { key: key.for_step(step_id).to_string(), detail };
     let t = if format == CommFormat::F32 {
         wire
     } else {
