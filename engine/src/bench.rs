@@ -371,7 +371,7 @@ mod tests {
 
     #[test]
     fn quick_bench_reports_every_row_for_one_and_two_threads() {
-        let records = bench(true).unwrap();
+        let records = bench(true, None).unwrap();
         let rows: Vec<(&str, usize)> = records.iter().map(|r| (r.name.as_str(), r.threads)).collect();
         assert_eq!(
             rows,

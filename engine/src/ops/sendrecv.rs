@@ -150,14 +150,18 @@ fn k_send(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let t = &c.inputs[0];
     let raw = t.size_in_bytes() as u64;
     let key = spec.key.for_step(comm.step_id);
-    let sent = send_tensor(comm.rdv, &key, t, spec.format)?;
+    let wire = encode_wire(t, spec.format)?;
+    let sent = wire.size_in_bytes() as u64;
+    // The start is recorded before the tensor leaves: the Recv on the other
+    // device may run (and look for it) before this kernel returns.
+    if let (Some(tr), Some(t0)) = (&comm.trace, t0) {
+        let mut tr = tr.lock().unwrap_or_else(|e| e.into_inner());
+        tr.started.insert((key.edge.clone(), key.dst_device.to_string()), (t0, sent));
+    }
+    comm.rdv.send(&key, wire)?;
     comm.counters.transfers.fetch_add(1, Ordering::Relaxed);
     comm.counters.bytes_sent.fetch_add(sent, Ordering::Relaxed);
     comm.counters.bytes_f32.fetch_add(raw, Ordering::Relaxed);
-    if let (Some(tr), Some(t0)) = (&comm.trace, t0) {
-        let mut tr = tr.lock().unwrap_or_else(|e| e.into_inner());
-        tr.started.insert((key.edge, key.dst_device.to_string()), (t0, sent));
-    }
     Ok(vec![])
 }
 
@@ -197,17 +201,22 @@ pub fn wire_format(dtype: DType, format: CommFormat) -> CommFormat {
 
 /// Encodes `t` in `format` and leaves it under `key`; returns the bytes sent.
 pub fn send_tensor(rdv: &dyn Rendezvous, key: &RendezvousKey, t: &Tensor, format: CommFormat) -> Result<u64> {
-    let format = wire_format(t.dtype(), format);
-    let wire = if format == CommFormat::F32 {
-        t.clone()
-    } else {
-        let bytes = format.encode(t.as_slice::<f32>()?);
-        let n = bytes.len();
-        Tensor::from_vec(bytes.into_iter().map(|b| b as i8).collect::<Vec<i8>>(), Shape::new(vec![n]))?
-    };
+    let wire = encode_wire(t, format)?;
     let sent = wire.size_in_bytes() as u64;
     rdv.send(key, wire)?;
     Ok(sent)
+}
+
+/// `t` as it travels in `format`: itself (f32 or a non-f32 dtype), or its
+/// encoded bytes as a flat i8 tensor.
+fn encode_wire(t: &Tensor, format: CommFormat) -> Result<Tensor> {
+    let format = wire_format(t.dtype(), format);
+    if format == CommFormat::F32 {
+        return Ok(t.clone());
+    }
+    let bytes = format.encode(t.as_slice::<f32>()?);
+    let n = bytes.len();
+    Tensor::from_vec(bytes.into_iter().map(|b| b as i8).collect::<Vec<i8>>(), Shape::new(vec![n]))
 }
 
 /// Takes the tensor under `key` and decodes it to `dtype` and `shape`.
