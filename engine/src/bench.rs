@@ -38,6 +38,42 @@ pub struct BenchRecord {
     pub speedup: Option<f64>,
 }
 
+/// One benchmark workload, built and warmed up: [`Case::step`] runs one
+/// repetition. `flowlab bench engine` takes medians of these; the criterion
+/// benches (`engine/benches/engine.rs`) time the very same closures.
+pub struct Case {
+    /// The record name, e.g. `mlp_train_b128` or `two_branch_matmul256x75_2dev`.
+    pub name: String,
+    /// Threads per device of the case's session.
+    pub threads: usize,
+    step: Box<dyn FnMut() -> Result<()> + Send>,
+}
+
+impl Case {
+    fn new(name: String, threads: usize, step: impl FnMut() -> Result<()> + Send + 'static) -> Case {
+        Case { name, threads, step: Box::new(step) }
+    }
+
+    /// Runs one repetition.
+    pub fn step(&mut self) -> Result<()> {
+        (self.step)()
+    }
+
+    /// Median seconds of `reps` repetitions after one warm-up; the first
+    /// error ends the measurement.
+    fn median_secs(&mut self, reps: usize) -> Result<f64> {
+        let mut err = None;
+        let secs = median_secs(reps, || {
+            if err.is_none()
+                && let Err(e) = self.step()
+            {
+                err = Some(e);
+            }
+        });
+        err.map_or(Ok(secs), Err)
+    }
+}
+
 /// Runs every engine benchmark: f32 GEMM (1024^3, 2048^3), the MLP
 /// 784-512-512-10 training step (batch 128, 512) and batch-1 inference, at 1
 /// and 2 threads, the executor overhead of a 10,000-op chain, the two-branch
@@ -118,29 +154,30 @@ fn two_branch_graph(n: usize, split: bool) -> Result<(Graph, Vec<Output>)> {
     Ok((g, sums))
 }
 
+/// The two-branch graph ([`two_branch_graph`]) on `devices` (1 or 2) CPU
+/// devices of one thread each.
+pub fn two_branch_case(n: usize, devices: usize) -> Result<Case> {
+    let (g, sums) = two_branch_graph(n, devices > 1)?;
+    let sess = multi_session(&g, devices)?;
+    Ok(Case::new(format!("two_branch_matmul256x{n}_{devices}dev"), 1, move || {
+        let fetches: Vec<&Output> = sums.iter().collect();
+        sess.run(&[], &fetches, &[]).map(drop)
+    }))
+}
+
 /// The two-branch graph on 1 device x 1 thread and on 2 CPU devices x 1
 /// thread each: both medians, the second row with the speedup.
 fn two_branch(n: usize, reps: usize) -> Result<Vec<BenchRecord>> {
     let mut rows = Vec::new();
     let mut first = 0.0;
     for devices in [1, 2] {
-        let (g, sums) = two_branch_graph(n, devices > 1)?;
-        let sess = multi_session(&g, devices)?;
-        let fetches: Vec<&Output> = sums.iter().collect();
-        let mut err = None;
-        let secs = median_secs(reps, || {
-            if let Err(e) = sess.run(&[], &fetches, &[]) {
-                err.get_or_insert(e);
-            }
-        });
-        if let Some(e) = err {
-            return Err(e);
-        }
+        let mut case = two_branch_case(n, devices)?;
+        let secs = case.median_secs(reps)?;
         if devices == 1 {
             first = secs;
         }
         rows.push(BenchRecord {
-            name: format!("two_branch_matmul256x{n}_{devices}dev"),
+            name: case.name,
             threads: 1,
             median_ms: secs * 1e3,
             gflops: Some(2.0 * 2.0 * n as f64 * 256f64.powi(3) / secs / 1e9),
@@ -151,33 +188,31 @@ fn two_branch(n: usize, reps: usize) -> Result<Vec<BenchRecord>> {
     Ok(rows)
 }
 
-/// A chain `h = h + 1` of `hops` Adds on a 4-element f32 tensor, alternating
-/// between two CPU devices so every Add follows a transfer; the same chain
-/// on one device is subtracted, leaving the cost per Send/Recv pair.
+/// A chain `h = h + 1` of `hops` Adds on a 4-element f32 tensor; on 2
+/// devices it alternates between two CPU devices so every Add follows a
+/// transfer. Checks the chain's value once before it is timed.
+pub fn ping_pong_case(hops: usize, devices: usize) -> Result<Case> {
+    let g = Graph::new();
+    let dev = |i: usize| if devices > 1 { g.device(&format!("/cpu:{}", i % 2)) } else { g.clone() };
+    let mut h = dev(0).constant(Tensor::from_vec(vec![0f32; 4], [4])?)?;
+    let ones: Vec<Output> = (0..2).map(|i| dev(i).constant(Tensor::from_vec(vec![1f32; 4], [4])?)).collect::<Result<_>>()?;
+    for i in 1..=hops {
+        h = dev(i).add(&h, &ones[i % 2])?;
+    }
+    let sess = multi_session(&g, devices)?;
+    let got = sess.run(&[], &[&h], &[])?[0].to_vec::<f32>()?;
+    if got != vec![hops as f32; 4] {
+        return Err(EngineError::Kernel { node: h.name(), op: "Add".into(), detail: format!("ping-pong chain of {hops} computed {got:?}") });
+    }
+    Ok(Case::new(format!("send_recv_ping_pong_4xf32_{hops}_{devices}dev"), 1, move || sess.run(&[], &[&h], &[]).map(drop)))
+}
+
+/// The ping-pong chain on two devices minus the same chain on one, per
+/// hop: the cost of one Send/Recv pair.
 fn send_recv_ping_pong(hops: usize, reps: usize) -> Result<BenchRecord> {
     let mut times = [0.0; 2];
     for (k, devices) in [1usize, 2].into_iter().enumerate() {
-        let g = Graph::new();
-        let dev = |i: usize| if devices > 1 { g.device(&format!("/cpu:{}", i % 2)) } else { g.clone() };
-        let mut h = dev(0).constant(Tensor::from_vec(vec![0f32; 4], [4])?)?;
-        let ones: Vec<Output> = (0..2).map(|i| dev(i).constant(Tensor::from_vec(vec![1f32; 4], [4])?)).collect::<Result<_>>()?;
-        for i in 1..=hops {
-            h = dev(i).add(&h, &ones[i % 2])?;
-        }
-        let sess = multi_session(&g, devices)?;
-        let got = sess.run(&[], &[&h], &[])?[0].to_vec::<f32>()?;
-        if got != vec![hops as f32; 4] {
-            return Err(EngineError::Kernel { node: h.name(), op: "Add".into(), detail: format!("ping-pong chain of {hops} computed {got:?}") });
-        }
-        let mut err = None;
-        times[k] = median_secs(reps, || {
-            if let Err(e) = sess.run(&[], &[&h], &[]) {
-                err.get_or_insert(e);
-            }
-        });
-        if let Some(e) = err {
-            return Err(e);
-        }
+        times[k] = ping_pong_case(hops, devices)?.median_secs(reps)?;
     }
     Ok(BenchRecord {
         name: format!("send_recv_ping_pong_4xf32_{hops}"),
@@ -240,26 +275,23 @@ fn session(g: &Graph, threads: usize) -> Result<Session> {
     Session::with_options(g, SessionOptions { threads, ..Default::default() })
 }
 
-/// One SGD step of the MLP (forward, backward, update) per repetition.
-fn mlp_train_step(batch: usize, threads: usize, reps: usize) -> Result<BenchRecord> {
+/// One SGD step of the MLP 784-512-512-10 (forward, backward, update) at
+/// `batch`, on a session with `threads` threads.
+pub fn mlp_train_case(batch: usize, threads: usize) -> Result<Case> {
     let m = build_mlp(batch)?;
     let (bx, by) = mlp_batch(batch)?;
     let sess = session(&m.graph, threads)?;
     sess.run(&[], &[], &[&m.init])?;
-    let feeds = [(&m.x, &bx), (&m.y, &by)];
-    let mut err = None;
-    let secs = median_secs(reps, || {
-        if let Err(e) = sess.run(&feeds, &[], &[&m.train]) {
-            err.get_or_insert(e);
-        }
-    });
-    if let Some(e) = err {
-        return Err(e);
-    }
+    Ok(Case::new(format!("mlp_train_b{batch}"), threads, move || sess.run(&[(&m.x, &bx), (&m.y, &by)], &[], &[&m.train]).map(drop)))
+}
+
+fn mlp_train_step(batch: usize, threads: usize, reps: usize) -> Result<BenchRecord> {
+    let mut case = mlp_train_case(batch, threads)?;
+    let secs = case.median_secs(reps)?;
     // Forward + backward matmuls: 3x the forward multiply-adds, 2 flops each.
     let macs: usize = MLP_LAYERS.windows(2).map(|w| batch * w[0] * w[1]).sum();
     Ok(BenchRecord {
-        name: format!("mlp_train_b{batch}"),
+        name: case.name,
         threads,
         median_ms: secs * 1e3,
         gflops: Some(6.0 * macs as f64 / secs / 1e9),
@@ -268,28 +300,24 @@ fn mlp_train_step(batch: usize, threads: usize, reps: usize) -> Result<BenchReco
     })
 }
 
-/// Latency of the MLP's logits for one example.
-fn mlp_inference_b1(threads: usize, reps: usize) -> Result<BenchRecord> {
+/// The MLP's logits for one example, on a session with `threads` threads.
+pub fn mlp_infer_case(threads: usize) -> Result<Case> {
     let m = build_mlp(1)?;
     let (bx, _) = mlp_batch(1)?;
     let sess = session(&m.graph, threads)?;
     sess.run(&[], &[], &[&m.init])?;
-    let feeds = [(&m.x, &bx)];
-    let mut err = None;
-    let secs = median_secs(reps, || {
-        if let Err(e) = sess.run(&feeds, &[&m.logits], &[]) {
-            err.get_or_insert(e);
-        }
-    });
-    if let Some(e) = err {
-        return Err(e);
-    }
+    Ok(Case::new("mlp_infer_b1".into(), threads, move || sess.run(&[(&m.x, &bx)], &[&m.logits], &[]).map(drop)))
+}
+
+fn mlp_inference_b1(threads: usize, reps: usize) -> Result<BenchRecord> {
+    let secs = mlp_infer_case(threads)?.median_secs(reps)?;
     Ok(BenchRecord { name: "mlp_infer_b1".into(), threads, median_ms: secs * 1e3, gflops: None, us_per_op: None, speedup: None })
 }
 
 /// Executor overhead: `x + 1 + 1 + ...` as `ops` chained scalar Add nodes,
-/// fetched in one run on one thread; checks the sum so nothing is skipped.
-fn executor_chain(ops: usize, reps: usize) -> Result<BenchRecord> {
+/// fetched in one run on one thread; checks the sum once so nothing is
+/// skipped.
+pub fn chain_case(ops: usize) -> Result<Case> {
     let g = Graph::new();
     let x = g.placeholder("x", DType::F32, Vec::<Option<usize>>::new())?;
     let one = g.scalar(1.0, DType::F32)?;
@@ -307,15 +335,11 @@ fn executor_chain(ops: usize, reps: usize) -> Result<BenchRecord> {
             detail: format!("benchmark chain of {ops} adds computed {got}"),
         });
     }
-    let mut err = None;
-    let secs = median_secs(reps, || {
-        if let Err(e) = sess.run(&[(&x, &zero)], &[&h], &[]) {
-            err.get_or_insert(e);
-        }
-    });
-    if let Some(e) = err {
-        return Err(e);
-    }
+    Ok(Case::new(format!("chain_add_{ops}"), 1, move || sess.run(&[(&x, &zero)], &[&h], &[]).map(drop)))
+}
+
+fn executor_chain(ops: usize, reps: usize) -> Result<BenchRecord> {
+    let secs = chain_case(ops)?.median_secs(reps)?;
     Ok(BenchRecord {
         name: format!("chain_add_{ops}"),
         threads: 1,

@@ -72,6 +72,29 @@ pub(crate) struct Prepared {
     writes: Vec<Arc<VarSlot>>,
     /// Declared type and node name of each feed, for validation.
     pub(crate) feed_types: Vec<(String, TensorType)>,
+    /// The step's static work is below [`INLINE_STEP_FLOPS`] and
+    /// [`INLINE_STEP_BYTES`]: it runs on the calling thread whatever the pool.
+    small: bool,
+}
+
+/// A step with less arithmetic than this (and less traffic than
+/// [`INLINE_STEP_BYTES`]) runs on the calling thread even when the session
+/// has a pool: handing its nodes to pool workers costs a wake-up each (tens of
+/// microseconds), about what the whole step takes on one core (the batch-1
+/// MLP, 1.3 MFLOP, runs in ~40 µs). Kernels give the same bits at any thread
+/// count, so the choice never changes results.
+pub(crate) const INLINE_STEP_FLOPS: f64 = 4e6;
+/// Bytes that the non-cheap kernels of an inline step may read and write.
+pub(crate) const INLINE_STEP_BYTES: f64 = 8e6;
+
+/// Static work of one execution of `node` (flops, bytes), when every input
+/// and output shape is fully known.
+fn static_cost(d: &crate::graph::GraphData, node: &Node, cheap: bool) -> Option<(f64, f64)> {
+    let concrete = |t: &TensorType| t.shape.to_shape().map(|s| (t.dtype, s));
+    let inputs: Vec<_> = node.inputs.iter().map(|&(s, i)| concrete(&d.nodes[s].outputs[i])).collect::<Option<_>>()?;
+    let outputs: Vec<_> = node.outputs.iter().map(concrete).collect::<Option<_>>()?;
+    let cost = ops::op_cost(&node.op, &node.attrs, &inputs, &outputs).ok()?;
+    Some((cost.flops, if cheap { 0.0 } else { cost.bytes }))
 }
 
 /// Session state the preparation needs: variable and RNG slots by name.
@@ -158,6 +181,7 @@ impl Prepared {
         let mut exec_of = vec![usize::MAX; d.nodes.len()];
         let mut first_slot = 0;
         let mut nodes = Vec::with_capacity(ids.len());
+        let mut work = Some((0.0, 0.0));
         for (e, &id) in ids.iter().enumerate() {
             exec_of[id] = e;
             let node = &d.nodes[id];
@@ -198,6 +222,7 @@ impl Prepared {
             }
             let constant = if node.op == "Const" { Some(info.tensor("value")?.to_tensor()?) } else { None };
             let transfer = if node.op == "Send" || node.op == "Recv" { Some(TransferSpec::of(&info)?) } else { None };
+            work = work.and_then(|(f, b)| static_cost(&d, node, def.cheap).map(|(nf, nb)| (f + nf, b + nb)));
             nodes.push(ExecNode {
                 name: node.name.clone(),
                 op: node.op.clone(),
@@ -273,7 +298,8 @@ impl Prepared {
                 }
             }
         }
-        Ok(Prepared { nodes, pending, roots, num_slots, uses, fetches: fetch_src, recvs, writes, feed_types })
+        let small = work.is_some_and(|(f, b)| f < INLINE_STEP_FLOPS && b < INLINE_STEP_BYTES);
+        Ok(Prepared { nodes, pending, roots, num_slots, uses, fetches: fetch_src, recvs, writes, feed_types, small })
     }
 
     /// (node name, transfer) of every Send node of the step.
@@ -316,6 +342,8 @@ impl Prepared {
                 detail: "Recv runs only in a multi-device step (the partitioner inserts it)".into(),
             });
         }
+        // A small step runs on this thread, its kernels unsplit.
+        let threads = if self.small { 1 } else { threads };
         let step = Step {
             prep: self,
             feeds,
@@ -341,7 +369,7 @@ impl Prepared {
             }
         }
         match pool {
-            Some(pool) if threads > 1 => pool.in_place_scope(|s| {
+            Some(pool) if threads > 1 && !self.small => pool.in_place_scope(|s| {
                 for &r in &self.roots {
                     let step = &step;
                     s.spawn(move |s| step.process(r, Some(s)));
@@ -633,5 +661,67 @@ impl<'a> Step<'a> {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::tensor::Tensor;
+
+    /// Graphs here hold no variables or random ops.
+    struct NoResources;
+    impl Resources for NoResources {
+        fn var(&self, name: &str, _: &TensorType) -> Resource {
+            panic!("unexpected variable {name}")
+        }
+        fn rng(&self, name: &str) -> Resource {
+            panic!("unexpected rng {name}")
+        }
+    }
+
+    fn prepare(g: &Graph, feeds: &[&crate::graph::Output], fetch: &crate::graph::Output) -> Prepared {
+        let feeds: Vec<_> = feeds.iter().map(|f| (f.node_id(), f.index())).collect();
+        Prepared::new(g, &feeds, &[(fetch.node_id(), fetch.index())], &[], &NoResources).unwrap()
+    }
+
+    /// x [rows, k] times a constant [k, n], plus a ReLU.
+    fn layer(rows: Option<usize>, k: usize, n: usize) -> (Graph, crate::graph::Output, crate::graph::Output) {
+        let g = Graph::new();
+        let x = g.placeholder("x", DType::F32, vec![rows, Some(k)]).unwrap();
+        let w = g.constant(Tensor::from_vec(vec![0.5f32; k * n], [k, n]).unwrap()).unwrap();
+        let y = g.relu(g.matmul(&x, &w).unwrap()).unwrap();
+        (g, x, y)
+    }
+
+    #[test]
+    fn only_steps_with_little_known_work_run_inline() {
+        // Batch 1, 784x512: 0.8 MFLOP and 1.6 MB of weights.
+        let (g, x, y) = layer(Some(1), 784, 512);
+        assert!(prepare(&g, &[&x], &y).small);
+        // Batch 64: 51 MFLOP.
+        let (g, x, y) = layer(Some(64), 784, 512);
+        assert!(!prepare(&g, &[&x], &y).small);
+        // Batch 1 but 2048x2048 weights: 16.8 MB read.
+        let (g, x, y) = layer(Some(1), 2048, 2048);
+        assert!(!prepare(&g, &[&x], &y).small);
+        // Unknown batch: the work is not known, so the pool is used.
+        let (g, x, y) = layer(None, 784, 512);
+        assert!(!prepare(&g, &[&x], &y).small);
+    }
+
+    #[test]
+    fn a_small_step_on_a_pooled_session_computes_the_same_layer() {
+        let (g, x, y) = layer(Some(1), 784, 512);
+        let p = prepare(&g, &[&x], &y);
+        let feed = Tensor::from_vec((0..784).map(|i| (i % 13) as f32 - 6.0).collect::<Vec<f32>>(), [1, 784]).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let (one, _) = p.run(std::slice::from_ref(&feed), 1, None, false, None, "cpu").unwrap();
+        let (two, _) = p.run(std::slice::from_ref(&feed), 2, Some(&pool), false, None, "cpu").unwrap();
+        assert_eq!(one[0].to_vec::<f32>().unwrap(), two[0].to_vec::<f32>().unwrap());
+        // Every output is relu(sum_i x_i * 0.5).
+        let want = ((0..784).map(|i| (i % 13) as f32 - 6.0).sum::<f32>() * 0.5).max(0.0);
+        assert!(one[0].to_vec::<f32>().unwrap().iter().all(|&v| (v - want).abs() < 1e-3));
     }
 }

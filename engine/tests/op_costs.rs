@@ -141,3 +141,22 @@ fn ops_outside_the_training_graphs_report_flops() {
         assert!(c.bytes > 0.0, "{op}: {c:?}");
     }
 }
+
+/// A pool and its gradient visit the same windows: a 2x2, stride-2 pool of
+/// a [1, 8, 8, 3] input has 4*4*3 windows of 4 elements either way (the
+/// gradient's output is the larger input shape, which must not count).
+#[test]
+fn pool_gradients_cost_what_the_forward_pool_costs() {
+    use flowlab_engine::{AttrValue, Attrs};
+    let mut attrs = Attrs::new();
+    attrs.insert("ksize".into(), AttrValue::Ints(vec![2, 2]));
+    attrs.insert("strides".into(), AttrValue::Ints(vec![2, 2]));
+    let x = (DType::F32, Shape::new(vec![1, 8, 8, 3]));
+    let y = (DType::F32, Shape::new(vec![1, 4, 4, 3]));
+    for (fwd, grad) in [("MaxPool", "MaxPoolGrad"), ("AvgPool", "AvgPoolGrad")] {
+        let f = op_cost(fwd, &attrs, std::slice::from_ref(&x), std::slice::from_ref(&y)).unwrap();
+        let g = op_cost(grad, &attrs, &[x.clone(), y.clone()], std::slice::from_ref(&x)).unwrap();
+        assert_eq!(f.flops, 4.0 * 48.0, "{fwd}");
+        assert_eq!(g.flops, f.flops, "{grad}");
+    }
+}

@@ -196,9 +196,15 @@ pub(crate) fn register(r: &mut Registry) {
         Ok(vec![Some(c.g.build1("AvgPoolGrad", vec![c.inputs[0].clone(), c.grads[0].clone()], copy_attrs(&c.n))?)])
     });
     r.cpu("AvgPool", FLOATS, |c| k_pool(c, false));
-    r.def("MaxPoolGrad", 2, Some(2), |c| Ok(vec![c.inputs[0].clone()])).flops(pool_flops);
+    // A pool's gradient visits each window once per incoming gradient
+    // element (the pooled shape, input 1), not per element of its output.
+    let pool_grad_flops = |c: &super::CostCtx| -> f64 {
+        let k = c.n.ints("ksize").map(|k| k.iter().product::<i64>()).unwrap_or(1) as f64;
+        k * c.inputs.get(1).map_or(0, |(_, s)| s.num_elements()) as f64
+    };
+    r.def("MaxPoolGrad", 2, Some(2), |c| Ok(vec![c.inputs[0].clone()])).flops(pool_grad_flops);
     r.cpu("MaxPoolGrad", FLOATS, |c| k_pool_grad(c, true));
-    r.def("AvgPoolGrad", 2, Some(2), |c| Ok(vec![c.inputs[0].clone()])).flops(pool_flops);
+    r.def("AvgPoolGrad", 2, Some(2), |c| Ok(vec![c.inputs[0].clone()])).flops(pool_grad_flops);
     r.cpu("AvgPoolGrad", FLOATS, |c| k_pool_grad(c, false));
 }
 
