@@ -13,21 +13,11 @@ struct View<T> {
     cs: isize,
 }
 
-// SAFETY: a `View` is only dereferenced inside `gemm::gemm` while the slices
-// it was made from are borrowed by the caller of `gemm_strided`; sending it to
-// a rayon worker of that same call is no different from sending the `&[T]`.
-unsafe impl<T: Sync> Send for View<T> {}
-unsafe impl<T: Sync> Sync for View<T> {}
-
 impl<T> View<T> {
     /// Operand `x` stored row-major as `[rows, cols]`, read transposed when `trans`.
     fn of(x: &[T], cols: usize, trans: bool) -> Self {
         let (rs, cs) = if trans { (1, cols as isize) } else { (cols as isize, 1) };
         View { ptr: x.as_ptr(), rs, cs }
-    }
-    /// The sub-view starting at row `i`, column `j`.
-    fn at(self, i: usize, j: usize) -> Self {
-        View { ptr: self.ptr.wrapping_offset(i as isize * self.rs + j as isize * self.cs), ..self }
     }
 }
 
@@ -68,23 +58,23 @@ const PARALLEL_MIN_MACS: usize = 1 << 21;
 /// `c = op(a) · op(b)` (or `c += op(a) · op(b)` when `accumulate`) over
 /// row-major slices. Shared by [`matmul`] and the convolution kernels.
 ///
-/// With `threads > 1` the output is cut into `threads` bands along its longer
-/// side and each band is one single-threaded gemm call on its own rayon
-/// task: one fork-join per product instead of gemm's own threading, which
-/// synchronises twice per depth block. On the mid-sized products of an MLP
-/// training step that measured better on two cores (sum over the step's
-/// products at batch 128 and 512: 13.8 ms as bands vs 14.8 ms with
-/// gemm's threading, 22.3 ms on one thread).
+/// With `threads > 1` a large product uses gemm's own rayon threading,
+/// which hands out blocks of the output dynamically inside the current pool.
+/// It replaced a static split into one band per thread (2026-11-24): on
+/// this shared machine a core's speed changes with the load beside it (the
+/// same 1-thread MLP step measured 10.3 ms and 17.5 ms minutes apart), and
+/// equal bands wait for the slower core, while dynamic blocks follow
+/// whichever core is fast. Interleaved sittings, MLP 784-512-512-10 train
+/// step at 2 threads: batch 512 11.48 / 11.55 / 11.07 ms as bands, 9.66 /
+/// 10.65 / 10.30 ms with gemm's threading; batch 128 4.76 / 3.30 / 4.91 vs
+/// 3.39 / 3.10 / 3.27 ms. Finer static bands (two per thread) measured
+/// slower (10.3-11.5 vs 9.8-10.2 ms at batch 512): each band packs its
+/// operands again.
 ///
-/// Re-measured 2026-11-22 (square f32 products, 2 threads, release, median
-/// of 5 sittings on the shared, busy 2-core machine): 1024^3 as bands along
-/// m 167, along n 173, gemm's `Parallelism::Rayon(2)` 177 GFLOP/s; 2048^3
-/// 160, 161, 152; numpy/OpenBLAS in the same sittings 149 and 164. The three
-/// are within the sittings' noise, so the band split stays. A batch-1
-/// product (m = 1: a GEMV over a 784x512 weight matrix, 45-52 µs on one
-/// thread) got slower split in two (51-71 µs with a rayon worker, 77 µs with
-/// a dedicated spinning worker), so products under [`PARALLEL_MIN_MACS`]
-/// stay on the calling thread.
+/// A batch-1 product (m = 1: a GEMV over a 784x512 weight matrix, 45-52 µs
+/// on one thread) got slower split in two (51-71 µs with a rayon worker, 77
+/// µs with a dedicated spinning worker), so products under
+/// [`PARALLEL_MIN_MACS`] stay on the calling thread.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_strided<T: Float>(
     a: &[T],
@@ -115,56 +105,22 @@ pub(crate) fn gemm_strided<T: Float>(
     // op(b) is [k, n]: stored [k, n], or [n, k] when transposed.
     let bv = View::of(b, if trans_b { k } else { n }, trans_b);
     let c_rs = n as isize;
-    let along_rows = m >= n;
-    let (len, other) = if along_rows { (m, n) } else { (n, m) };
-    let mut parts = if m * n * k >= PARALLEL_MIN_MACS { threads.min(len.div_ceil(SPLIT_UNIT)).max(1) } else { 1 };
-    let band = len.div_ceil(parts).div_ceil(SPLIT_UNIT) * SPLIT_UNIT;
     // gemm reduces a product whose output has at most GEMM_SMALL_OUTPUT
-    // elements along k with another kernel, which rounds differently: a
-    // band that small would make the result depend on the thread count.
-    let smallest_band = len - band * (len.div_ceil(band) - 1);
-    if smallest_band * other <= GEMM_SMALL_OUTPUT {
-        parts = 1;
-    }
-    if parts <= 1 {
-        // SAFETY: the asserted lengths cover every index the views reach
-        // (the largest is (m-1)*rs + (k-1)*cs = m*k - 1 for a, likewise b, c);
-        // `c` is exclusively borrowed and cannot alias the shared `a`, `b`.
-        unsafe { gemm_block(m, n, k, av, bv, c.as_mut_ptr(), c_rs, accumulate, gemm::Parallelism::None) };
-        return;
-    }
-    let cv = View { ptr: c.as_mut_ptr() as *const T, rs: c_rs, cs: 1 };
-    let run = |p: usize| {
-        let lo = p * band;
-        let hi = (lo + band).min(len);
-        if lo >= hi {
-            return;
-        }
-        let (mm, nn, aa, bb, cc) = if along_rows {
-            (hi - lo, n, av.at(lo, 0), bv, cv.at(lo, 0))
-        } else {
-            (m, hi - lo, av, bv.at(0, lo), cv.at(0, lo))
-        };
-        // SAFETY: each band is a disjoint block of rows (or columns) of `c`,
-        // inside the bounds asserted above; `a` and `b` are only read.
-        unsafe { gemm_block(mm, nn, k, aa, bb, cc.ptr as *mut T, c_rs, accumulate, gemm::Parallelism::None) };
-    };
-    rayon::scope(|s| {
-        for p in 1..parts {
-            s.spawn(move |_| run(p));
-        }
-        run(0);
-    });
+    // elements along k with another kernel, which rounds differently; such
+    // products are below PARALLEL_MIN_MACS unless k is huge, and stay on
+    // one thread so that the result never depends on the thread count.
+    let parallel = threads > 1 && m * n * k >= PARALLEL_MIN_MACS && m * n > GEMM_SMALL_OUTPUT;
+    let parallelism = if parallel { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    // SAFETY: the asserted lengths cover every index the views reach (the
+    // largest is (m-1)*rs + (k-1)*cs = m*k - 1 for a, likewise b, c); `c` is
+    // exclusively borrowed and cannot alias the shared `a`, `b`.
+    unsafe { gemm_block(m, n, k, av, bv, c.as_mut_ptr(), c_rs, accumulate, parallelism) };
 }
 
 /// gemm 0.19 takes its "horizontal" small-output path (a different
 /// summation order over k) when the output has at most 16 x 16 elements and
-/// the operands are laid out for it; bands never get that small.
+/// the operands are laid out for it.
 const GEMM_SMALL_OUTPUT: usize = 16 * 16;
-
-/// Bands are cut at multiples of this many rows or columns (one AVX-512
-/// vector of f32), so bands stay balanced yet rarely end mid-vector.
-const SPLIT_UNIT: usize = 16;
 
 /// `c[m,n] = op(a) · op(b)`, overwriting `c`.
 ///
@@ -298,14 +254,14 @@ pub(crate) mod tests {
         });
     }
 
-    /// The thread count must not change a single bit: every output element
-    /// is reduced over k by one single-threaded gemm call, in the same order,
-    /// whichever band it falls in. Sizes straddle band edges (not multiples of
-    /// SPLIT_UNIT), include a batch-1 row (m = 1) and a one-column product.
+    /// The thread count must not change a single bit: gemm's threads split
+    /// the output, never the sum over k, so every element is reduced in the
+    /// same order. Sizes are not multiples of the vector width, include a
+    /// batch-1 row (m = 1), a one-column product and 16x16-ish outputs.
     #[test]
     fn threaded_matmul_is_bit_identical_to_one_thread() {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
-        let sizes = [(150, 140, 120), (100, 170, 130), (1, 4100, 600), (2100, 1, 1000), (37, 61, 1500), (40, 30, 2000)];
+        let sizes = [(150, 140, 120), (100, 170, 130), (1, 4100, 600), (2100, 1, 1000), (37, 61, 1500), (40, 30, 2000), (300, 260, 520), (17, 17, 8000)];
         pool.install(|| {
             for &(m, n, k) in &sizes {
                 assert!(m * n * k >= PARALLEL_MIN_MACS, "{m}x{n}x{k} would not be split");
