@@ -665,19 +665,19 @@ impl<'a> Step<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::dtype::DType;
     use crate::tensor::Tensor;
 
-    /// Graphs here hold no variables or random ops.
-    struct NoResources;
+    /// For tests whose graphs hold no variables or random ops.
+    pub(crate) struct NoResources;
     impl Resources for NoResources {
         fn var(&self, name: &str, _: &TensorType) -> Resource {
-            panic!("unexpected variable {name}")
+            panic!("no variable {name} in this test")
         }
         fn rng(&self, name: &str) -> Resource {
-            panic!("unexpected rng {name}")
+            panic!("no rng {name} in this test")
         }
     }
 

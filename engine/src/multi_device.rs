@@ -376,20 +376,9 @@ mod tests {
     use super::*;
     use crate::attr::AttrValue;
     use crate::dtype::DType;
-    use crate::executor::Resources;
-    use crate::ops::Resource;
+    use crate::executor::tests::NoResources;
     use crate::shape::PartialShape;
     use crate::trace::CommStats;
-
-    struct NoResources;
-    impl Resources for NoResources {
-        fn var(&self, name: &str, _: &TensorType) -> Resource {
-            panic!("no variable {name} in this test")
-        }
-        fn rng(&self, name: &str) -> Resource {
-            panic!("no rng {name} in this test")
-        }
-    }
 
     const CPU0: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
     const CPU1: &str = "/job:localhost/replica:0/task:0/device:CPU:1";
