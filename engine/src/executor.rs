@@ -83,9 +83,9 @@ pub(crate) struct Prepared {
 /// microseconds), about what the whole step takes on one core (the batch-1
 /// MLP, 1.3 MFLOP, runs in ~40 µs). Kernels give the same bits at any thread
 /// count, so the choice never changes results.
-pub(crate) const INLINE_STEP_FLOPS: f64 = 4e6;
+const INLINE_STEP_FLOPS: f64 = 4e6;
 /// Bytes that the non-cheap kernels of an inline step may read and write.
-pub(crate) const INLINE_STEP_BYTES: f64 = 8e6;
+const INLINE_STEP_BYTES: f64 = 8e6;
 
 /// Static work of one execution of `node` (flops, bytes), when every input
 /// and output shape is fully known.
@@ -369,7 +369,7 @@ impl Prepared {
             }
         }
         match pool {
-            Some(pool) if threads > 1 && !self.small => pool.in_place_scope(|s| {
+            Some(pool) if threads > 1 => pool.in_place_scope(|s| {
                 for &r in &self.roots {
                     let step = &step;
                     s.spawn(move |s| step.process(r, Some(s)));
