@@ -91,7 +91,8 @@ pub enum EngineError {
 pub type Result<T> = std::result::Result<T, EngineError>;
 
 impl EngineError {
-    pub(crate) fn io(file: &std::path::Path, source: std::io::Error) -> Self {
+    /// An I/O error on `file`.
+    pub fn io(file: &std::path::Path, source: std::io::Error) -> Self {
         EngineError::Io { file: file.display().to_string(), cause: source }
     }
 }

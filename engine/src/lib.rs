@@ -1,44 +1,45 @@
-//! Dataflow graph, op registry, CPU/CUDA kernels, executor, sessions, autodiff,
-//! optimizers and checkpoints.
+//! The dataflow engine: tensors, graphs, the op registry, CPU kernels, the
+//! runtime (placement, partitioning, executor, sessions) and training.
+//!
+//! Layers, bottom to top; a module imports only from layers below it (two
+//! modules on one layer do not import each other)
+//! (`tests/layers_point_down.rs` checks every `use crate::...`):
+//!
+//! | layer | module | holds |
+//! |---|---|---|
+//! | 0 | `error` | the crate's error type |
+//! | 1 | `files` | atomic file writes, byte offsets for parse errors |
+//! | 2 | `tensor` | dtypes, shapes, device kinds, dense tensors |
+//! | 2 | `kernels` | per-device arithmetic on slices (`kernels::cpu`) |
+//! | 3 | `framework` | device names, rendezvous, variable resources, step stats |
+//! | 4 | `graph` | nodes, attributes, builder API, graph files |
+//! | 5 | `ops` | the op registry: one file per op family |
+//! | 6 | `runtime` | placement, partition, executor, sessions |
+//! | 7 | `train` | autodiff, optimizers, data parallelism, checkpoints |
+//!
+//! Programs built on the engine (training recipes, data sets, benchmark
+//! cases) live in the `flowlab-programs` crate, not here.
 
-pub mod bench;
-pub mod checkpoint;
-pub mod datasets;
 pub mod kernels;
-pub mod replicate;
 pub mod train;
 
-mod attr;
-mod device;
-mod dtype;
 mod error;
-mod executor;
-mod gradients;
+mod files;
+mod framework;
 mod graph;
-mod graph_json;
-mod multi_device;
 mod ops;
-mod optimizers;
-mod partition;
-mod placement;
-mod rendezvous;
-mod session;
-mod shape;
+mod runtime;
 mod tensor;
-mod trace;
 
-pub use attr::{AttrValue, Attrs, TensorValue};
-pub use device::{DeviceName, DeviceSet};
-pub use dtype::{DType, Element};
 pub use error::{EngineError, Result};
-pub use graph::{Graph, IntoOutput, Node, NodeId, OpBuilder, Output, TensorType};
-pub use ops::{DeviceType, OpCost, op_cost, op_names};
-pub use optimizers::Optimizer;
-pub use partition::{Partition, PartitionOptions, Transfer, partition, partition_with};
-pub use placement::{DefaultPlacer, Placement, Placer};
-pub use rendezvous::{LocalRendezvous, RecvCallback, Rendezvous, RendezvousKey};
+pub use framework::rendezvous::{LocalRendezvous, RecvCallback, Rendezvous, RendezvousKey};
+pub use framework::stats::{CommStats, NodeStats, StepStats, TransferStats};
+pub use framework::{DeviceName, DeviceSet};
+pub use graph::{AttrValue, Attrs, Graph, IntoOutput, Node, NodeId, OpBuilder, Output, TensorValue};
 pub use ops::sendrecv::{recv_tensor, send_tensor, wire_format};
-pub use session::{Session, SessionOptions};
-pub use shape::{PartialShape, Shape};
-pub use tensor::{CpuStorage, Storage, Tensor};
-pub use trace::{CommStats, NodeStats, StepStats, TransferStats};
+pub use ops::{OpCost, op_cost, op_names};
+pub use runtime::{DefaultPlacer, Partition, PartitionOptions, Placement, Placer, Session, SessionOptions, Transfer};
+pub use runtime::{partition, partition_with};
+pub use tensor::{CpuStorage, DType, DeviceType, Element, PartialShape, Shape, Storage, Tensor, TensorType};
+pub use train::Optimizer;
+pub use train::{checkpoint, replicate};

@@ -36,7 +36,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--only applies to `flowlab bench engine` only");
     }
     let records: Vec<serde_json::Value> = match args.target {
-        BenchTarget::Engine => flowlab_engine::bench::bench(args.quick, args.only.as_deref())?
+        BenchTarget::Engine => flowlab_programs::bench::bench(args.quick, args.only.as_deref())?
             .iter()
             .map(serde_json::to_value)
             .collect::<Result<_, _>>()?,

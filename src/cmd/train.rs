@@ -6,8 +6,8 @@
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use flowlab_engine::datasets::{digits_default_path, load_digits};
-use flowlab_engine::train::{ModelKind, ParallelPlacement, TrainConfig, train};
+use flowlab_programs::datasets::{Dataset, load_digits, parse_digits};
+use flowlab_programs::train::{ModelKind, ParallelPlacement, TrainConfig, train};
 use flowlab_hw::CommFormat;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,12 +64,20 @@ pub struct TrainArgs {
     json: bool,
 }
 
-fn data_path(arg: &str) -> PathBuf {
+/// The UCI optical digits (`data/digits.csv.gz`, 57 kB), built into the
+/// binary so `--data digits` works from any directory.
+const DIGITS_GZ: &[u8] = include_bytes!("../../data/digits.csv.gz");
+
+/// The data set named by `--data`: `digits` (built in) or a CSV file, and
+/// how to name it in messages.
+fn load_data(arg: &str) -> anyhow::Result<(Dataset, String)> {
     if arg == "digits" {
-        let local = PathBuf::from("data/digits.csv.gz");
-        if local.is_file() { local } else { digits_default_path() }
+        let data = parse_digits("digits (built in)", DIGITS_GZ).context("loading the built-in digits")?;
+        Ok((data, "digits".to_string()))
     } else {
-        PathBuf::from(arg)
+        let path = PathBuf::from(arg);
+        let data = load_digits(&path).with_context(|| format!("--data {arg}"))?;
+        Ok((data, path.display().to_string()))
     }
 }
 
@@ -113,8 +121,7 @@ fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
 
 pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let cfg = config(&args)?;
-    let path = data_path(&args.data);
-    let data = load_digits(&path).with_context(|| format!("loading data set '{}'", args.data))?;
+    let (data, source) = load_data(&args.data)?;
     let r = train(&data, &cfg).context("training")?;
     if args.json {
         println!("{}", serde_json::to_string(&r)?);
@@ -122,7 +129,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         println!(
             "{:?} on {}: held-out accuracy {:.2}% ({} of {} examples), held-out loss {:.4}, {} steps in {:.2} s ({:.3} s per epoch)",
             cfg.model,
-            path.display(),
+            source,
             r.accuracy * 100.0,
             (r.accuracy * r.test_examples as f64).round() as usize,
             r.test_examples,

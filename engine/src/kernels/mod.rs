@@ -1,4 +1,5 @@
-//! Kernels per device type. The op registry (in `ops/`) defines what an op
-//! means; these compute it.
+//! Layer 2, kernels per device type: the arithmetic on plain slices. The op
+//! registry (in `ops/`) defines what an op means and adapts tensors to
+//! these functions; nothing here knows of tensors, graphs or sessions.
 
 pub mod cpu;

@@ -3,11 +3,12 @@
 //! Gather (and GatherGrad). These work on every dtype.
 
 use super::{InferCtx, KernelCtx, Registry, attrs, with_any};
-use crate::attr::{AttrValue, norm_axis};
-use crate::dtype::{DType, Element};
+use crate::graph::{AttrValue, norm_axis};
+use crate::tensor::{DType, Element};
 use crate::error::Result;
-use crate::graph::{Graph, IntoOutput, Output, TensorType};
-use crate::shape::{PartialShape, Shape};
+use crate::graph::{Graph, IntoOutput, Output};
+use crate::tensor::TensorType;
+use crate::tensor::{PartialShape, Shape};
 use crate::tensor::Tensor;
 
 /// Resolves a reshape target with at most one -1 against `count` elements.

@@ -2,11 +2,12 @@
 //! (group), Shape, Fill, ZerosLike, OnesLike, Cast.
 
 use super::{Registry, attrs};
-use crate::attr::{AttrValue, TensorValue};
-use crate::dtype::DType;
+use crate::graph::{AttrValue, TensorValue};
+use crate::tensor::DType;
 use crate::error::Result;
-use crate::graph::{Graph, IntoOutput, Output, TensorType};
-use crate::shape::{PartialShape, Shape};
+use crate::graph::{Graph, IntoOutput, Output};
+use crate::tensor::TensorType;
+use crate::tensor::{PartialShape, Shape};
 use crate::tensor::Tensor;
 
 pub(crate) fn register(r: &mut Registry) {

@@ -4,14 +4,15 @@
 //! `padding` "SAME" or "VALID". Kernels in `kernels::cpu::{conv, pool}`.
 
 use super::{FLOATS, InferCtx, KernelCtx, Registry, attrs, same_dtype, with_float};
-use crate::attr::{AttrValue, NodeInfo};
+use crate::graph::{AttrValue, NodeInfo};
 use crate::error::Result;
-use crate::graph::{Graph, IntoOutput, Output, TensorType};
+use crate::graph::{Graph, IntoOutput, Output};
+use crate::tensor::TensorType;
 use crate::kernels::cpu::{
     Conv2dGeom, Padding, Pool2dGeom, avg_pool, avg_pool_grad, conv2d, conv2d_backprop_filter, conv2d_backprop_input, max_pool,
     max_pool_grad,
 };
-use crate::shape::{PartialShape, Shape};
+use crate::tensor::{PartialShape, Shape};
 use crate::tensor::Tensor;
 
 fn padding(n: &NodeInfo) -> Result<Padding> {
@@ -153,7 +154,7 @@ fn k_pool_grad(c: &mut KernelCtx, max: bool) -> Result<Vec<Tensor>> {
     })
 }
 
-fn copy_attrs(n: &NodeInfo) -> crate::attr::Attrs {
+fn copy_attrs(n: &NodeInfo) -> crate::graph::Attrs {
     n.attrs.clone()
 }
 

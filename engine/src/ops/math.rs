@@ -5,13 +5,14 @@
 //! [`Output`].
 
 use super::{FLOATS, GradCtx, InferCtx, KernelCtx, NUMERIC, Registry, attrs, flops_per_output, same_dtype, with_float, with_numeric};
-use crate::dtype::{DType, Element};
+use crate::tensor::{DType, Element};
 use crate::error::{EngineError, Result};
-use crate::graph::{Graph, IntoOutput, Output, TensorType};
+use crate::graph::{Graph, IntoOutput, Output};
+use crate::tensor::TensorType;
 use crate::kernels::cpu::Float;
 use crate::kernels::cpu::elementwise::{binary, broadcast_dims, map};
 use crate::kernels::cpu::reduce::reduce_axes;
-use crate::shape::PartialShape;
+use crate::tensor::PartialShape;
 use crate::tensor::Tensor;
 
 /// Broadcast of two partial shapes; `None` when they cannot broadcast.

@@ -3,11 +3,12 @@
 //! the GEMM crate in `kernels::cpu::matmul`.
 
 use super::{FLOATS, InferCtx, KernelCtx, Registry, attrs, same_dtype, with_float};
-use crate::attr::AttrValue;
+use crate::graph::AttrValue;
 use crate::error::Result;
-use crate::graph::{Graph, IntoOutput, Output, TensorType};
+use crate::graph::{Graph, IntoOutput, Output};
+use crate::tensor::TensorType;
 use crate::kernels::cpu::{batch_matmul, matmul};
-use crate::shape::PartialShape;
+use crate::tensor::PartialShape;
 use crate::tensor::Tensor;
 
 /// (m, k) of op(a) and (k, n) of op(b) from the last two dimensions.

@@ -1,14 +1,18 @@
-//! The op registry. Each op is defined once — name, arity, shape inference,
-//! cost, gradient — in one file per op family; kernels register against the
-//! op name per device type and dtype. The simulator asks this registry for
-//! costs ([`op_cost`]), the executor for kernels, autodiff for gradients.
+//! Layer 5, the op registry. Each op is defined once — name, arity, shape
+//! inference, cost, gradient — in one file per op family; kernels register
+//! against the op name per device type and dtype.
+//!
+//! Contract. The simulator asks this registry for costs ([`op_cost`]), the
+//! executor for kernels, autodiff for gradients, and every [`Graph`] for
+//! arity and shape inference (through `graph::OpRegistry`). Ops sit above
+//! `graph` (gradients build nodes), `kernels` (the CPU arithmetic) and
+//! `framework` (Send/Recv use the rendezvous, stateful kernels the variable
+//! resources); they never import `runtime` or `train`.
 
-use crate::attr::{Attrs, NodeInfo};
-use crate::dtype::DType;
 use crate::error::{EngineError, Result};
-use crate::graph::{GraphData, Output, TensorType};
-use crate::shape::Shape;
-use crate::tensor::Tensor;
+use crate::framework::Resource;
+use crate::graph::{Attrs, Graph, InferCtx, NodeInfo, OpRegistry, Output};
+use crate::tensor::{DType, DeviceType, Shape, Tensor, TensorType};
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
@@ -23,22 +27,6 @@ pub(crate) mod reduce;
 pub(crate) mod sendrecv;
 pub(crate) mod state;
 
-/// Device types kernels are registered for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DeviceType {
-    Cpu,
-    Cuda,
-}
-
-impl DeviceType {
-    pub fn name(self) -> &'static str {
-        match self {
-            DeviceType::Cpu => "CPU",
-            DeviceType::Cuda => "CUDA",
-        }
-    }
-}
-
 /// Arithmetic work and memory traffic of one execution of a node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 pub struct OpCost {
@@ -46,12 +34,6 @@ pub struct OpCost {
     pub flops: f64,
     /// Bytes read from inputs plus bytes written to outputs.
     pub bytes: f64,
-}
-
-pub(crate) struct InferCtx<'a> {
-    pub n: NodeInfo<'a>,
-    pub inputs: &'a [TensorType],
-    pub graph: &'a GraphData,
 }
 
 pub(crate) struct CostCtx<'a> {
@@ -63,18 +45,11 @@ pub(crate) struct CostCtx<'a> {
 /// What a gradient function sees: the forward node and the gradients
 /// arriving at its outputs (zeros filled in where an output got none).
 pub(crate) struct GradCtx<'a> {
-    pub g: &'a crate::graph::Graph,
+    pub g: &'a Graph,
     pub n: NodeInfo<'a>,
     pub inputs: &'a [Output],
     pub outputs: &'a [Output],
     pub grads: &'a [Output],
-}
-
-/// State a kernel reads or writes beyond its inputs.
-#[derive(Clone)]
-pub(crate) enum Resource {
-    Var(std::sync::Arc<crate::session::VarSlot>),
-    Rng(std::sync::Arc<std::sync::Mutex<u64>>),
 }
 
 pub(crate) struct KernelCtx<'a> {
@@ -89,7 +64,7 @@ pub(crate) struct KernelCtx<'a> {
 }
 
 impl KernelCtx<'_> {
-    pub fn var(&self, i: usize) -> Result<&crate::session::VarSlot> {
+    pub fn var(&self, i: usize) -> Result<&crate::framework::VarSlot> {
         match self.resources.get(i) {
             Some(Resource::Var(v)) => Ok(v),
             _ => Err(self.n.kernel_err(format!("variable resource {i} missing"))),
@@ -215,6 +190,30 @@ pub(crate) fn registry() -> &'static Registry {
     })
 }
 
+impl OpRegistry for Registry {
+    fn has_op(&self, op: &str) -> bool {
+        self.ops.contains_key(op)
+    }
+    fn infer(&self, op: &str, ctx: &InferCtx) -> Result<Vec<TensorType>> {
+        let def = self.op(op).ok_or_else(|| EngineError::UnknownOp { node: ctx.n.name.into(), op: op.to_string() })?;
+        def.check_arity(&ctx.n, ctx.inputs.len())?;
+        (def.infer)(ctx)
+    }
+}
+
+impl Graph {
+    /// An empty graph whose nodes are checked against this crate's ops.
+    pub fn new() -> Graph {
+        Graph::with_registry(registry())
+    }
+}
+
+impl Default for Graph {
+    fn default() -> Self {
+        Graph::new()
+    }
+}
+
 /// Names of all registered ops, sorted.
 pub fn op_names() -> Vec<&'static str> {
     registry().op_names()
@@ -272,11 +271,11 @@ pub(crate) fn names(ds: &[DType]) -> String {
 macro_rules! with_float {
     ($ctx:expr, $dt:expr, $T:ident => $body:expr) => {
         match $dt {
-            $crate::dtype::DType::F32 => {
+            $crate::tensor::DType::F32 => {
                 type $T = f32;
                 $body
             }
-            $crate::dtype::DType::F64 => {
+            $crate::tensor::DType::F64 => {
                 type $T = f64;
                 $body
             }
@@ -290,19 +289,19 @@ pub(crate) use with_float;
 macro_rules! with_numeric {
     ($ctx:expr, $dt:expr, $T:ident => $body:expr) => {
         match $dt {
-            $crate::dtype::DType::F32 => {
+            $crate::tensor::DType::F32 => {
                 type $T = f32;
                 $body
             }
-            $crate::dtype::DType::F64 => {
+            $crate::tensor::DType::F64 => {
                 type $T = f64;
                 $body
             }
-            $crate::dtype::DType::I32 => {
+            $crate::tensor::DType::I32 => {
                 type $T = i32;
                 $body
             }
-            $crate::dtype::DType::I64 => {
+            $crate::tensor::DType::I64 => {
                 type $T = i64;
                 $body
             }
@@ -316,7 +315,7 @@ pub(crate) use with_numeric;
 macro_rules! attrs {
     ($($k:expr => $v:expr),* $(,)?) => {{
         #[allow(unused_mut)]
-        let mut a = $crate::attr::Attrs::new();
+        let mut a = $crate::graph::Attrs::new();
         $(a.insert($k.to_string(), $v);)*
         a
     }};
@@ -327,35 +326,35 @@ pub(crate) use attrs;
 macro_rules! with_any {
     ($dt:expr, $T:ident => $body:expr) => {
         match $dt {
-            $crate::dtype::DType::F32 => {
+            $crate::tensor::DType::F32 => {
                 type $T = f32;
                 $body
             }
-            $crate::dtype::DType::F64 => {
+            $crate::tensor::DType::F64 => {
                 type $T = f64;
                 $body
             }
-            $crate::dtype::DType::F16 => {
+            $crate::tensor::DType::F16 => {
                 type $T = half::f16;
                 $body
             }
-            $crate::dtype::DType::BF16 => {
+            $crate::tensor::DType::BF16 => {
                 type $T = half::bf16;
                 $body
             }
-            $crate::dtype::DType::I8 => {
+            $crate::tensor::DType::I8 => {
                 type $T = i8;
                 $body
             }
-            $crate::dtype::DType::I32 => {
+            $crate::tensor::DType::I32 => {
                 type $T = i32;
                 $body
             }
-            $crate::dtype::DType::I64 => {
+            $crate::tensor::DType::I64 => {
                 type $T = i64;
                 $body
             }
-            $crate::dtype::DType::Bool => {
+            $crate::tensor::DType::Bool => {
                 type $T = bool;
                 $body
             }

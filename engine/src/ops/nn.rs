@@ -3,13 +3,14 @@
 //! BiasAdd (with BiasAddGrad).
 
 use super::{FLOATS, KernelCtx, Registry, attrs, same_dtype, with_float};
-use crate::dtype::DType;
+use crate::tensor::DType;
 use crate::error::Result;
-use crate::graph::{Graph, IntoOutput, Output, TensorType};
+use crate::graph::{Graph, IntoOutput, Output};
+use crate::tensor::TensorType;
 use crate::kernels::cpu::Float;
 use crate::kernels::cpu::elementwise::PAR_MIN_ELEMENTS;
 use crate::kernels::cpu::reduce::reduce_axes;
-use crate::shape::PartialShape;
+use crate::tensor::PartialShape;
 use crate::tensor::Tensor;
 use rayon::prelude::*;
 

@@ -5,11 +5,12 @@
 //! the run count, never on threads or timing.
 
 use super::{FLOATS, KernelCtx, Registry, Resource};
-use crate::attr::AttrValue;
-use crate::dtype::DType;
+use crate::graph::AttrValue;
+use crate::tensor::DType;
 use crate::error::Result;
-use crate::graph::{Graph, Output, TensorType};
-use crate::shape::{PartialShape, Shape};
+use crate::graph::{Graph, Output};
+use crate::tensor::TensorType;
+use crate::tensor::{PartialShape, Shape};
 use crate::tensor::Tensor;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

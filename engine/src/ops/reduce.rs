@@ -4,14 +4,15 @@
 
 use super::math::Arith;
 use super::{FLOATS, InferCtx, KernelCtx, NUMERIC, Registry, attrs, flops_per_input, same_dtype, with_float, with_numeric};
-use crate::attr::{AttrValue, NodeInfo};
-use crate::dtype::{DType, Element};
+use crate::graph::{AttrValue, NodeInfo};
+use crate::tensor::{DType, Element};
 use crate::error::Result;
-use crate::graph::{Graph, IntoOutput, Output, TensorType};
+use crate::graph::{Graph, IntoOutput, Output};
+use crate::tensor::TensorType;
 use crate::kernels::cpu::Float;
 use crate::kernels::cpu::elementwise::{binary, broadcast_to, zip_map};
 use crate::kernels::cpu::reduce::reduce_axes;
-use crate::shape::PartialShape;
+use crate::tensor::PartialShape;
 use crate::tensor::Tensor;
 
 /// The normalised axes of a reduction (empty attribute = every axis).

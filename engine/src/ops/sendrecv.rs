@@ -17,15 +17,15 @@
 //! receive timeout, and gives up at once when the step is aborted.
 
 use super::{KernelCtx, Registry};
-use crate::attr::NodeInfo;
-use crate::device::DeviceName;
-use crate::dtype::DType;
+use crate::graph::NodeInfo;
+use crate::framework::DeviceName;
+use crate::tensor::DType;
 use crate::error::{EngineError, Result};
-use crate::graph::TensorType;
-use crate::rendezvous::{Rendezvous, RendezvousKey};
-use crate::shape::{PartialShape, Shape};
+use crate::tensor::TensorType;
+use crate::framework::rendezvous::{Rendezvous, RendezvousKey};
+use crate::tensor::{PartialShape, Shape};
 use crate::tensor::Tensor;
-use crate::trace::{CommStats, TransferStats};
+use crate::framework::stats::{CommStats, TransferStats};
 use flowlab_hw::CommFormat;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -275,8 +275,8 @@ pub(crate) fn decode_wire(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::DeviceName;
-    use crate::rendezvous::LocalRendezvous;
+    use crate::framework::DeviceName;
+    use crate::framework::rendezvous::LocalRendezvous;
     use std::sync::Arc;
 
     #[test]

@@ -9,12 +9,13 @@
 
 use super::math::Arith;
 use super::{FLOATS, InferCtx, KernelCtx, NUMERIC, Registry, with_float, with_numeric};
-use crate::attr::AttrValue;
-use crate::dtype::{DType, Element};
+use crate::graph::AttrValue;
+use crate::tensor::{DType, Element};
 use crate::error::{EngineError, Result};
-use crate::graph::{Graph, IntoOutput, Output, TensorType};
+use crate::graph::{Graph, IntoOutput, Output};
+use crate::tensor::TensorType;
 use crate::kernels::cpu::Float;
-use crate::session::VarSlot;
+use crate::framework::VarSlot;
 use crate::tensor::Tensor;
 
 /// The declared type of the variable an update op names in `key`.

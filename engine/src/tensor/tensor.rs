@@ -5,9 +5,9 @@
 //! in this build; a device backend (CUDA behind the `cuda` feature) slots in as
 //! another variant of [`Storage`] and every match names it.
 
-use crate::dtype::{DType, Element};
+use crate::tensor::{DType, Element};
 use crate::error::{EngineError, Result};
-use crate::shape::Shape;
+use crate::tensor::Shape;
 use half::{bf16, f16};
 use std::sync::Arc;
 

@@ -6,37 +6,17 @@
 //! while the graph grows. Every node's output types are inferred when it is
 //! built, so a shape mismatch is reported at the line that built it.
 
-use crate::attr::{AttrValue, Attrs, NodeInfo};
-use crate::dtype::DType;
+use crate::graph::{AttrValue, Attrs, NodeInfo};
+use crate::tensor::DType;
 use crate::error::{EngineError, Result};
-use crate::ops::{self, InferCtx};
-use crate::shape::PartialShape;
-use serde::{Deserialize, Serialize};
+use crate::graph::{InferCtx, OpRegistry};
+use crate::tensor::{PartialShape, TensorType};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Index of a node in its graph.
 pub type NodeId = usize;
-
-/// The static type of one edge: dtype and (partial) shape.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TensorType {
-    pub dtype: DType,
-    pub shape: PartialShape,
-}
-
-impl TensorType {
-    pub fn new(dtype: DType, shape: impl Into<PartialShape>) -> TensorType {
-        TensorType { dtype, shape: shape.into() }
-    }
-}
-
-impl fmt::Display for TensorType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{}", self.dtype, self.shape)
-    }
-}
 
 /// One node: an op applied to data inputs, after its control inputs.
 #[derive(Clone, Debug, PartialEq)]
@@ -97,12 +77,8 @@ struct BuildScope {
 pub struct Graph {
     data: Arc<Mutex<GraphData>>,
     scope: Arc<BuildScope>,
-}
-
-impl Default for Graph {
-    fn default() -> Self {
-        Graph::new()
-    }
+    /// Arity and shape inference by op name (see `graph/mod.rs`).
+    ops: &'static dyn OpRegistry,
 }
 
 impl fmt::Debug for Graph {
@@ -188,8 +164,10 @@ impl IntoOutput for Result<Output> {
 }
 
 impl Graph {
-    pub fn new() -> Graph {
-        Graph { data: Arc::new(Mutex::new(GraphData::default())), scope: Arc::new(BuildScope::default()) }
+    /// An empty graph whose nodes are checked against `ops`. `Graph::new`
+    /// (in `ops`) binds the crate's op registry.
+    pub(crate) fn with_registry(ops: &'static dyn OpRegistry) -> Graph {
+        Graph { data: Arc::new(Mutex::new(GraphData::default())), scope: Arc::new(BuildScope::default()), ops }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, GraphData> {
@@ -235,14 +213,14 @@ impl Graph {
     pub fn scope(&self, prefix: &str) -> Graph {
         let mut s = (*self.scope).clone();
         s.prefix = format!("{}{}/", s.prefix, prefix);
-        Graph { data: self.data.clone(), scope: Arc::new(s) }
+        Graph { data: self.data.clone(), scope: Arc::new(s), ops: self.ops }
     }
 
     /// A handle whose nodes request `device` (e.g. "/cpu:0").
     pub fn device(&self, device: &str) -> Graph {
         let mut s = (*self.scope).clone();
         s.device = device.to_string();
-        Graph { data: self.data.clone(), scope: Arc::new(s) }
+        Graph { data: self.data.clone(), scope: Arc::new(s), ops: self.ops }
     }
 
     /// A handle whose nodes run only after `deps` have.
@@ -256,7 +234,7 @@ impl Graph {
                 s.control.push(d.node);
             }
         }
-        Ok(Graph { data: self.data.clone(), scope: Arc::new(s) })
+        Ok(Graph { data: self.data.clone(), scope: Arc::new(s), ops: self.ops })
     }
 
     /// A general node builder, for ops without a convenience method.
@@ -291,9 +269,9 @@ impl Graph {
         } else {
             d.unique_name(&base)
         };
-        let def = ops::registry()
-            .op(op)
-            .ok_or_else(|| EngineError::UnknownOp { node: node_name.clone(), op: op.to_string() })?;
+        if !self.ops.has_op(op) {
+            return Err(EngineError::UnknownOp { node: node_name, op: op.to_string() });
+        }
         let mut in_types = Vec::with_capacity(inputs.len());
         let mut edges = Vec::with_capacity(inputs.len());
         for i in &inputs {
@@ -311,8 +289,7 @@ impl Graph {
             edges.push((i.node, i.index));
         }
         let info = NodeInfo { name: &node_name, op, attrs: &attrs };
-        def.check_arity(&info, inputs.len())?;
-        let outputs = (def.infer)(&InferCtx { n: info, inputs: &in_types, graph: &d })?;
+        let outputs = self.ops.infer(op, &InferCtx { n: info, inputs: &in_types, graph: &d })?;
         let mut control_inputs = self.scope.control.clone();
         for c in control {
             if !control_inputs.contains(&c) {

@@ -3,7 +3,7 @@
 //! symbolic gradients, optimizer updates) supply the nodes, so the gradient
 //! helper ops the autodiff inserts are costed with the shapes they really get.
 
-use flowlab_engine::train::{build_model, ModelKind};
+use flowlab_programs::train::{build_model, ModelKind};
 use flowlab_engine::{op_cost, op_names, DType, Graph, Optimizer, Output, Result, Shape, Tensor};
 use std::collections::BTreeMap;
 

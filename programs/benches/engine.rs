@@ -1,15 +1,15 @@
 //! Criterion benchmarks of the engine workloads that `flowlab bench engine`
-//! reports (the same closures, from `flowlab_engine::bench`): the MLP
+//! reports (the same closures, from `flowlab_programs::bench`): the MLP
 //! 784-512-512-10 training step at batch 128 and 512 and its batch-1
 //! inference, at 1 and 2 threads; the executor overhead of a 10,000-Add
 //! chain; the two-branch graph on one and two devices; the Send/Recv
 //! ping-pong chain on one and two devices (their difference per hop is the
 //! cost of one transfer). GEMM has its own bench (`gemm.rs`).
 //!
-//! `cargo bench -p flowlab-engine --bench engine [-- FILTER]`
+//! `cargo bench -p flowlab-programs --bench engine [-- FILTER]`
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use flowlab_engine::bench::{Case, chain_case, mlp_infer_case, mlp_train_case, ping_pong_case, two_branch_case};
+use flowlab_programs::bench::{Case, chain_case, mlp_infer_case, mlp_train_case, ping_pong_case, two_branch_case};
 
 fn run(c: &mut Criterion, group: &str, cases: Vec<Case>) {
     let mut g = c.benchmark_group(group);

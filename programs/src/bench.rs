@@ -5,13 +5,8 @@
 //! run, each thread count measured inside its own rayon pool of exactly that
 //! size, so `threads` means what it says whatever the machine's core count.
 
-use crate::dtype::DType;
-use crate::error::{EngineError, Result};
-use crate::graph::{Graph, Output};
-use crate::kernels::cpu::matmul;
-use crate::optimizers::Optimizer;
-use crate::session::{Session, SessionOptions};
-use crate::tensor::Tensor;
+use flowlab_engine::{DType, EngineError, Graph, Optimizer, Output, Result, Session, SessionOptions, Tensor};
+use flowlab_engine::kernels::cpu::matmul;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -40,7 +35,7 @@ pub struct BenchRecord {
 
 /// One benchmark workload, built and warmed up: [`Case::step`] runs one
 /// repetition. `flowlab bench engine` takes medians of these; the criterion
-/// benches (`engine/benches/engine.rs`) time the very same closures.
+/// benches (`programs/benches/engine.rs`) time the very same closures.
 pub struct Case {
     /// The record name, e.g. `mlp_train_b128` or `two_branch_matmul256x75_2dev`.
     pub name: String,
@@ -132,7 +127,7 @@ const TWO_BRANCH_MATMULS: usize = 75;
 const PING_PONG_HOPS: usize = 2000;
 
 fn multi_session(g: &Graph, devices: usize) -> Result<Session> {
-    Session::with_options(g, SessionOptions { threads: 1, devices: crate::device::DeviceSet::local_cpus(devices), ..Default::default() })
+    Session::with_options(g, SessionOptions { threads: 1, devices: flowlab_engine::DeviceSet::local_cpus(devices), ..Default::default() })
 }
 
 /// Two independent chains of `n` 256x256 MatMuls (by the identity, so values

@@ -13,17 +13,18 @@
 //! the step returns the first error with its device, and the variables the
 //! step writes are restored to their values before the step.
 
-use crate::device::DeviceName;
+use crate::framework::DeviceName;
 use crate::error::{EngineError, Result};
-use crate::executor::{Prepared, Resources};
-use crate::graph::{Graph, NodeId, TensorType};
+use crate::runtime::executor::{Prepared, Resources};
+use crate::graph::{Graph, NodeId};
+use crate::tensor::TensorType;
 use crate::ops::sendrecv::{CommCounters, StepComm, TransferTrace};
-use crate::partition::{PartitionOptions, partition_with};
-use crate::placement::Placement;
-use crate::rendezvous::LocalRendezvous;
-use crate::session::VarSlot;
+use crate::runtime::partition::{PartitionOptions, partition_with};
+use crate::runtime::placement::Placement;
+use crate::framework::rendezvous::LocalRendezvous;
+use crate::framework::VarSlot;
 use crate::tensor::Tensor;
-use crate::trace::StepStats;
+use crate::framework::stats::StepStats;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -114,19 +115,19 @@ impl MultiPlan {
     ) -> Result<MultiPlan> {
         let nodes = graph.nodes();
         let feed_index: HashMap<(NodeId, usize), usize> = feeds.iter().enumerate().map(|(i, &f)| (f, i)).collect();
-        let feed_types = crate::executor::feed_types(&nodes, feeds)?;
+        let feed_types = crate::runtime::executor::feed_types(&nodes, feeds)?;
 
-        let needed = crate::executor::needed_nodes(&nodes, &feed_index, fetches, targets)?;
+        let needed = crate::runtime::executor::needed_nodes(&nodes, &feed_index, fetches, targets)?;
         // Variables named by the needed update ops come along (unexecuted
         // unless needed) so the copies can resolve them by name.
         let by_name: HashMap<&str, NodeId> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
         let mut copy = needed.clone();
         for n in nodes.iter().zip(&needed).filter(|(_, nd)| **nd).map(|(n, _)| n) {
             let mut names: Vec<&str> = Vec::new();
-            if let Some(crate::attr::AttrValue::Str(v)) = n.attrs.get("var") {
+            if let Some(crate::graph::AttrValue::Str(v)) = n.attrs.get("var") {
                 names.push(v);
             }
-            if let Some(crate::attr::AttrValue::Strs(s)) = n.attrs.get("slots") {
+            if let Some(crate::graph::AttrValue::Strs(s)) = n.attrs.get("slots") {
                 names.extend(s.iter().map(String::as_str));
             }
             for v in names {
@@ -170,8 +171,8 @@ impl MultiPlan {
                             let t = &nodes[src].outputs[k];
                             g2.op("Placeholder")
                                 .name(&name)
-                                .attr("dtype", crate::attr::AttrValue::DType(t.dtype))
-                                .attr("shape", crate::attr::AttrValue::Shape(t.shape.clone()))
+                                .attr("dtype", crate::graph::AttrValue::DType(t.dtype))
+                                .attr("shape", crate::graph::AttrValue::Shape(t.shape.clone()))
                                 .build()?;
                             dev2.push(device_of(src)?);
                             feed_node.insert((src, k), name.clone());
@@ -374,11 +375,11 @@ fn check_sends(parts: &[PartPlan], devices: &[LocalDevice]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attr::AttrValue;
-    use crate::dtype::DType;
-    use crate::executor::tests::NoResources;
-    use crate::shape::PartialShape;
-    use crate::trace::CommStats;
+    use crate::graph::AttrValue;
+    use crate::tensor::DType;
+    use crate::runtime::executor::tests::NoResources;
+    use crate::tensor::PartialShape;
+    use crate::framework::stats::CommStats;
 
     const CPU0: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
     const CPU1: &str = "/job:localhost/replica:0/task:0/device:CPU:1";

@@ -1,9 +1,9 @@
 //! Node attributes: the static parameters of an op (axes, strides, dtype, a
 //! constant's value), typed so a graph file round-trips exactly.
 
-use crate::dtype::DType;
+use crate::tensor::DType;
 use crate::error::{EngineError, Result};
-use crate::shape::{PartialShape, Shape};
+use crate::tensor::{PartialShape, Shape};
 use crate::tensor::{CpuStorage, Tensor};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -15,11 +15,12 @@
 //!    set order), so an unconstrained graph lands on one device.
 //! Every error names the nodes involved.
 
-use crate::device::{DeviceName, DeviceSet};
+use crate::framework::{DeviceName, DeviceSet};
 use crate::error::{EngineError, Result};
 use crate::graph::{Graph, Node, NodeId};
-use crate::ops::{self, DeviceType};
-use crate::attr::AttrValue;
+use crate::ops;
+use crate::tensor::DeviceType;
+use crate::graph::AttrValue;
 use std::collections::HashMap;
 
 /// The device of every node of a graph, indexed by node id.
@@ -246,9 +247,6 @@ impl Placer for DefaultPlacer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dtype::DType;
-    use crate::optimizers::Optimizer;
-    use crate::shape::Shape;
     use crate::tensor::Tensor;
 
     fn cpu(i: u32) -> DeviceName {
@@ -271,34 +269,6 @@ mod tests {
         assert_eq!(p.device(c.node_id()), Some(&cpu(0)));
         assert_eq!(p.device_of(&g, &c.name()).unwrap(), &cpu(0));
         assert_eq!(p.len(), 3);
-    }
-
-    #[test]
-    fn variables_and_their_updates_share_a_device() {
-        let g = Graph::new();
-        let x = g.device("/cpu:1").placeholder("x", DType::F32, Shape::new(vec![2])).unwrap();
-        let w = g.variable("w", g.constant(Tensor::from_vec(vec![1f32, 2.0], vec![2]).unwrap())).unwrap();
-        let loss = g.reduce_sum(&g.mul(&x, &w).unwrap(), &[0], false).unwrap();
-        // The variable requests nothing; its momentum update (attr var = "w",
-        // slots = ["w/Momentum/accum"...]) is built on CPU:2, and the
-        // variable, its initializer and the slot follow the update there.
-        let lg = loss.graph().device("/cpu:2");
-        let grads = g.gradients(&[&loss], &[&w]).unwrap();
-        let pair = (w.clone(), grads[0].clone().unwrap());
-        let train = Optimizer::Momentum { lr: 0.1, momentum: 0.9 }.apply_gradients(&lg, &[pair]).unwrap();
-        let p = place(&g, &DeviceSet::local_cpus(3)).unwrap();
-        assert_eq!(p.device(w.node_id()), Some(&cpu(2)), "the variable follows its update");
-        for init in g.initializers() {
-            assert_eq!(p.device(init.node_id()), Some(&cpu(2)), "initializer {}", init.name());
-        }
-        assert_eq!(g.variables().len(), 2, "w and its momentum slot");
-        for v in g.variables() {
-            assert_eq!(p.device(v.node_id()), Some(&cpu(2)), "variable {}", v.name());
-        }
-        assert_eq!(p.device(train.node_id()), Some(&cpu(2)));
-        assert_eq!(p.device(x.node_id()), Some(&cpu(1)));
-        // The gradient ops were built unconstrained: first device.
-        assert_eq!(p.device(loss.node_id()), Some(&cpu(0)));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! `Display` prints the canonical form, and parsing it gives the same value.
 
 use crate::error::{EngineError, Result};
-use crate::ops::DeviceType;
+use crate::tensor::DeviceType;
 use std::fmt;
 use std::str::FromStr;
 

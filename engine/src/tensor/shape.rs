@@ -1,6 +1,7 @@
 //! Concrete shapes (of tensors) and partial shapes (of graph edges, where a
 //! dimension such as the batch may be unknown until run time).
 
+use crate::tensor::DType;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -149,5 +150,24 @@ impl<const N: usize> From<[i64; N]> for PartialShape {
 impl From<Vec<Option<usize>>> for PartialShape {
     fn from(v: Vec<Option<usize>>) -> PartialShape {
         PartialShape(v)
+    }
+}
+
+/// The static type of one edge: dtype and (partial) shape.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorType {
+    pub dtype: DType,
+    pub shape: PartialShape,
+}
+
+impl TensorType {
+    pub fn new(dtype: DType, shape: impl Into<PartialShape>) -> TensorType {
+        TensorType { dtype, shape: shape.into() }
+    }
+}
+
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.dtype, self.shape)
     }
 }

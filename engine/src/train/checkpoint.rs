@@ -8,14 +8,14 @@
 //! and reports a corrupt or truncated file with its byte offset. Restoring
 //! into a fresh session of the same graph continues bit-identically.
 
-use crate::dtype::DType;
+use crate::tensor::DType;
 use crate::error::{EngineError, Result};
-use crate::session::Session;
-use crate::shape::Shape;
+use crate::runtime::session::Session;
+use crate::tensor::Shape;
 use crate::tensor::{CpuStorage, Tensor};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write;
+use crate::files::{byte_offset, write_atomic};
 use std::path::{Path, PathBuf};
 
 const MANIFEST_VERSION: u32 = 1;
@@ -50,30 +50,6 @@ pub fn manifest_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push(".manifest.json");
     PathBuf::from(s)
-}
-
-/// Writes `bytes` to `path` atomically (temp file, fsync, rename).
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "checkpoint".into());
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let res = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if let Err(e) = res {
-        if tmp.is_file() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        return Err(EngineError::io(path, e));
-    }
-    Ok(())
 }
 
 /// Encodes named tensors as a safetensors file.
@@ -194,14 +170,3 @@ pub fn restore(sess: &Session, path: &Path) -> Result<Manifest> {
     Ok(manifest)
 }
 
-/// Byte offset of a 1-based (line, column) position in `text`.
-pub(crate) fn byte_offset(text: &[u8], line: usize, column: usize) -> u64 {
-    let mut off = 0usize;
-    for _ in 1..line.max(1) {
-        match text[off..].iter().position(|&c| c == b'\n') {
-            Some(p) => off += p + 1,
-            None => break,
-        }
-    }
-    (off + column.saturating_sub(1)) as u64
-}

@@ -1,12 +1,13 @@
 //! End to end: the 64-128-10 MLP trained on the digits set reaches at least
 //! 96% held-out accuracy, deterministically for a seed.
 
-use flowlab_engine::datasets::{digits_default_path, load_digits};
-use flowlab_engine::train::{ModelKind, TrainConfig, train};
+use flowlab_programs::datasets::load_digits;
+use flowlab_programs::train::{ModelKind, TrainConfig, train};
+use std::path::Path;
 
 #[test]
 fn mlp_reaches_96_percent_on_held_out_digits() {
-    let data = load_digits(&digits_default_path()).unwrap();
+    let data = load_digits(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/digits.csv.gz")).unwrap();
     assert_eq!(data.len(), 1797);
     let cfg = TrainConfig { epochs: 30, ..TrainConfig::new(ModelKind::Mlp) };
     let r = train(&data, &cfg).unwrap();

@@ -1,10 +1,10 @@
 //! Small data sets for end-to-end training: the UCI optical digits (8x8
 //! images, 64 pixel values 0..16 then the label 0..9 per CSV line, gzip).
 
-use crate::error::{EngineError, Result};
+use flowlab_engine::{EngineError, Result};
 use flate2::read::GzDecoder;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Labelled examples with `features` values each, row-major.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,21 +33,21 @@ impl Dataset {
     }
 }
 
-/// The copy of the digits set in this repository (`data/digits.csv.gz`).
-pub fn digits_default_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("data").join("digits.csv.gz")
-}
-
 /// Reads the digits CSV (optionally gzip-compressed: detected by magic
 /// bytes). Pixels are scaled to [0, 1]. Errors name the file and line.
 pub fn load_digits(path: &Path) -> Result<Dataset> {
     let bytes = std::fs::read(path).map_err(|e| EngineError::io(path, e))?;
+    parse_digits(&path.display().to_string(), &bytes)
+}
+
+/// Parses the digits CSV from memory; `file` names the source in errors.
+pub fn parse_digits(file: &str, bytes: &[u8]) -> Result<Dataset> {
     let text: Box<dyn BufRead> = if bytes.starts_with(&[0x1f, 0x8b]) {
-        Box::new(BufReader::new(GzDecoder::new(&bytes[..])))
+        Box::new(BufReader::new(GzDecoder::new(bytes)))
     } else {
-        Box::new(BufReader::new(&bytes[..]))
+        Box::new(BufReader::new(bytes))
     };
-    let file = path.display().to_string();
+    let file = file.to_string();
     let bad = |line: usize, detail: String| EngineError::Data { file: file.clone(), line, detail };
     let mut x = Vec::new();
     let mut y = Vec::new();

@@ -3,7 +3,7 @@
 //! each op's gradient function from the registry and summing gradients
 //! where an output fans out to several consumers.
 
-use crate::attr::NodeInfo;
+use crate::graph::NodeInfo;
 use crate::error::{EngineError, Result};
 use crate::graph::{Graph, NodeId, Output};
 use crate::ops::{self, GradCtx};

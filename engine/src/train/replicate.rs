@@ -20,11 +20,11 @@
 //! a closure that creates variables is an error, because each replica would
 //! otherwise train its own copy.
 
-use crate::device::DeviceName;
-use crate::dtype::DType;
+use crate::framework::DeviceName;
+use crate::tensor::DType;
 use crate::error::{EngineError, Result};
 use crate::graph::{Graph, Output};
-use crate::optimizers::Optimizer;
+use crate::train::optimizers::Optimizer;
 
 /// What [`data_parallel`] built.
 #[derive(Clone, Debug)]
@@ -130,8 +130,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::DeviceSet;
-    use crate::session::{Session, SessionOptions};
+    use crate::framework::DeviceSet;
+    use crate::runtime::session::{Session, SessionOptions};
     use crate::tensor::Tensor;
 
     fn cpu(i: u32) -> DeviceName {

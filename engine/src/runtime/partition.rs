@@ -14,15 +14,15 @@
 //! in the partitioned graph, and a [`CommFormat`] chosen for the whole graph
 //! or per edge (applied to f32 tensors; other dtypes travel as is).
 
-use crate::attr::{AttrValue, TensorValue};
-use crate::device::DeviceName;
-use crate::dtype::DType;
+use crate::graph::{AttrValue, TensorValue};
+use crate::framework::DeviceName;
+use crate::tensor::DType;
 use crate::error::{EngineError, Result};
 use crate::graph::{Graph, NodeId, Output};
 use crate::ops::sendrecv::wire_format;
-use crate::placement::Placement;
-use crate::rendezvous::RendezvousKey;
-use crate::shape::PartialShape;
+use crate::runtime::placement::Placement;
+use crate::framework::rendezvous::RendezvousKey;
+use crate::tensor::PartialShape;
 use crate::tensor::Tensor;
 use flowlab_hw::CommFormat;
 use std::collections::HashMap;
@@ -125,7 +125,7 @@ impl Builder<'_> {
                     .attr("value", AttrValue::Tensor(zero))
                     .control_input(&src_out)
                     .build()?;
-                (format!("{}:control", n.name), c, crate::graph::TensorType::new(DType::F32, PartialShape::scalar()))
+                (format!("{}:control", n.name), c, crate::tensor::TensorType::new(DType::F32, PartialShape::scalar()))
             }
         };
         let requested = self.opts.edge_formats.get(&edge).copied().unwrap_or(self.opts.format);

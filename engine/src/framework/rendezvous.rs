@@ -9,7 +9,7 @@
 //! [`LocalRendezvous`] is the in-process implementation; the distributed
 //! runtime implements [`Rendezvous`] over the network.
 
-use crate::device::DeviceName;
+use crate::framework::DeviceName;
 use crate::error::{EngineError, Result};
 use crate::tensor::Tensor;
 use std::collections::HashMap;

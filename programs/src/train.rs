@@ -10,17 +10,9 @@
 //! sharing variables on device 0, see [`crate::replicate`]). Cross-device
 //! tensors travel in the configured [`CommFormat`].
 
+use flowlab_engine::{DType, DeviceName, DeviceSet, EngineError, Graph, Optimizer, Output, PartitionOptions, Result, Session, SessionOptions, StepStats, Tensor};
+use flowlab_engine::replicate::data_parallel;
 use crate::datasets::Dataset;
-use crate::device::{DeviceName, DeviceSet};
-use crate::partition::PartitionOptions;
-use crate::dtype::DType;
-use crate::error::{EngineError, Result};
-use crate::graph::{Graph, Output};
-use crate::optimizers::Optimizer;
-use crate::replicate::data_parallel;
-use crate::session::{Session, SessionOptions};
-use crate::tensor::Tensor;
-use crate::trace::StepStats;
 use flowlab_hw::CommFormat;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;

@@ -5,10 +5,11 @@
 //! the recorded types agree. Attr tensors are stored as hex bytes and floats
 //! with round-trip precision, so save -> load -> save is byte-identical.
 
-use crate::attr::Attrs;
-use crate::checkpoint::{byte_offset, write_atomic};
+use crate::graph::Attrs;
+use crate::files::{byte_offset, write_atomic};
 use crate::error::{EngineError, Result};
-use crate::graph::{Graph, NodeId, TensorType};
+use crate::graph::{Graph, NodeId};
+use crate::tensor::TensorType;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 

@@ -25,20 +25,21 @@
 //! copy would cost every training step a pass over its variables.
 
 use crate::error::{EngineError, Result};
-use crate::executor::{Prepared, Resources};
-use crate::multi_device::{LocalDevice, MultiPlan};
+use crate::runtime::executor::{Prepared, Resources};
+use crate::runtime::multi_device::{LocalDevice, MultiPlan};
 use crate::ops::sendrecv::CommCounters;
-use crate::graph::{Graph, NodeId, Output, TensorType};
-use crate::ops::Resource;
+use crate::graph::{Graph, NodeId, Output};
+use crate::tensor::TensorType;
+use crate::framework::{Resource, VarSlot};
 use crate::tensor::Tensor;
-use crate::trace::StepStats;
-use crate::device::{DeviceName, DeviceSet};
-use crate::partition::PartitionOptions;
-use crate::placement::{DefaultPlacer, Placement, Placer};
-use crate::trace::CommStats;
+use crate::framework::stats::StepStats;
+use crate::framework::{DeviceName, DeviceSet};
+use crate::runtime::partition::PartitionOptions;
+use crate::runtime::placement::{DefaultPlacer, Placement, Placer};
+use crate::framework::stats::CommStats;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A placement given in the options must cover the graph with devices of the set.
@@ -59,19 +60,6 @@ fn check_placement(graph: &Graph, p: &Placement, devices: &DeviceSet) -> Result<
         }
     }
     Ok(())
-}
-
-/// The value of one variable in one session.
-pub(crate) struct VarSlot {
-    pub name: String,
-    pub ty: TensorType,
-    value: Mutex<Option<Tensor>>,
-}
-
-impl VarSlot {
-    pub fn lock(&self) -> MutexGuard<'_, Option<Tensor>> {
-        self.value.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 /// Session settings. Build with `..Default::default()` so new fields do
@@ -117,7 +105,7 @@ impl Resources for Mutex<State> {
         let slot = s
             .vars
             .entry(name.to_string())
-            .or_insert_with(|| Arc::new(VarSlot { name: name.to_string(), ty: ty.clone(), value: Mutex::new(None) }));
+            .or_insert_with(|| Arc::new(VarSlot::new(name, ty)));
         Resource::Var(slot.clone())
     }
     fn rng(&self, name: &str) -> Resource {

@@ -19,14 +19,17 @@
 //! as its input. A failing node aborts the step's rendezvous, which wakes
 //! every other device's waits with the error.
 
-use crate::attr::{Attrs, NodeInfo};
+use crate::graph::{Attrs, NodeInfo};
 use crate::error::{EngineError, Result};
-use crate::graph::{Graph, Node, NodeId, TensorType};
+use crate::graph::{Graph, Node, NodeId};
+use crate::tensor::TensorType;
 use crate::ops::sendrecv::{StepComm, TransferSpec};
-use crate::ops::{self, DeviceType, KernelCtx, KernelFn, Resource};
-use crate::session::VarSlot;
+use crate::framework::Resource;
+use crate::ops::{self, KernelCtx, KernelFn};
+use crate::tensor::DeviceType;
+use crate::framework::VarSlot;
 use crate::tensor::Tensor;
-use crate::trace::{NodeStats, StepStats};
+use crate::framework::stats::{NodeStats, StepStats};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -211,7 +214,7 @@ impl Prepared {
             let mut resources = Vec::new();
             if node.op == "Variable" {
                 resources.push(res.var(&node.name, &node.outputs[0]));
-            } else if let Some(crate::attr::AttrValue::Str(v)) = node.attrs.get("var") {
+            } else if let Some(crate::graph::AttrValue::Str(v)) = node.attrs.get("var") {
                 for name in std::iter::once(v.as_str()).chain(info.strs_or_empty("slots")?.iter().map(|s| s.as_str())) {
                     let vid = *d.by_name.get(name).ok_or_else(|| EngineError::UnknownNode(name.to_string()))?;
                     resources.push(res.var(name, &d.nodes[vid].outputs[0]));
@@ -667,7 +670,7 @@ impl<'a> Step<'a> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::dtype::DType;
+    use crate::tensor::DType;
     use crate::tensor::Tensor;
 
     /// For tests whose graphs hold no variables or random ops.

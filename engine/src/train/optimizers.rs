@@ -6,7 +6,7 @@
 
 use crate::error::{EngineError, Result};
 use crate::graph::{Graph, Output};
-use crate::shape::Shape;
+use crate::tensor::Shape;
 
 /// A gradient-based optimizer.
 #[derive(Clone, Debug, PartialEq)]
@@ -72,7 +72,7 @@ impl Optimizer {
             Optimizer::Adam { lr, beta1, beta2, epsilon } => {
                 // One step counter per dtype: t += 1 before the updates; the
                 // bias corrections use beta^t.
-                let mut steps: Vec<(crate::dtype::DType, Output)> = Vec::new();
+                let mut steps: Vec<(crate::tensor::DType, Output)> = Vec::new();
                 for (v, gr) in pairs {
                     let dt = v.dtype();
                     let t = match steps.iter().find(|(d, _)| *d == dt) {
