@@ -59,6 +59,20 @@ pub enum EngineError {
     /// conversion that is not possible.
     #[error("tensor: {0}")]
     Tensor(String),
+    /// A bad setting of a program or an API call (a flag, an option), named.
+    #[error("{key}: {detail}")]
+    Config { key: String, detail: String },
+    /// A graph file that parses but does not describe a valid graph; names
+    /// the file, and the node (also in `detail`) where one is at fault.
+    #[error("{file}: {detail}")]
+    GraphFile { file: String, node: String, detail: String },
+    /// A checkpoint that cannot be read or does not fit the graph; names the
+    /// file and, where one is at fault, the tensor.
+    #[error("{file}: {detail}")]
+    Checkpoint { file: String, detail: String },
+    /// A tensor too large to allocate (or to address at all).
+    #[error("cannot allocate {what}: {size}")]
+    Alloc { what: String, size: String },
     /// A corrupt or truncated file (graph JSON, checkpoint).
     #[error("{file}: corrupt at byte offset {offset}: {detail}")]
     Corrupt { file: String, offset: u64, detail: String },
@@ -91,6 +105,16 @@ pub enum EngineError {
 pub type Result<T> = std::result::Result<T, EngineError>;
 
 impl EngineError {
+    /// This error attributed to the node that raised it: errors that name no
+    /// node (tensor construction, allocation) become kernel errors naming it.
+    pub(crate) fn at_node(self, node: &str, op: &str) -> EngineError {
+        match self {
+            EngineError::Tensor(detail) => EngineError::Kernel { node: node.into(), op: op.into(), detail },
+            e @ EngineError::Alloc { .. } => EngineError::Kernel { node: node.into(), op: op.into(), detail: e.to_string() },
+            e => e,
+        }
+    }
+
     /// An I/O error on `file`.
     pub fn io(file: &std::path::Path, source: std::io::Error) -> Self {
         EngineError::Io { file: file.display().to_string(), cause: source }

@@ -49,7 +49,7 @@ fn corrupt_graph_json_names_the_byte_offset() {
     }
     let bad = text.replacen("\"op\": \"MatMul\"", "\"op\": \"NoSuchOp\"", 1);
     let e = Graph::from_json(bad.as_bytes(), "g.json").unwrap_err();
-    assert_eq!(e.to_string(), "unknown op 'NoSuchOp' (node 'MatMul')");
+    assert_eq!(e.to_string(), "g.json: unknown op 'NoSuchOp' (node 'MatMul')");
     let e = Graph::from_json(b"{\"format\": 7}", "g.json").unwrap_err();
     assert!(e.to_string().starts_with("g.json: corrupt at byte offset 11: invalid type"), "{e}");
 }

@@ -290,6 +290,16 @@ impl Graph {
         }
         let info = NodeInfo { name: &node_name, op, attrs: &attrs };
         let outputs = self.ops.infer(op, &InferCtx { n: info, inputs: &in_types, graph: &d })?;
+        // Shapes come from attributes and files: refuse any output no
+        // allocation could hold here, so no kernel ever sees a size that
+        // overflows (and wraps) in its index arithmetic.
+        if let Some((i, t)) = outputs.iter().enumerate().find(|(_, t)| t.shape.checked_known_bytes(t.dtype).is_none()) {
+            return Err(EngineError::Shape {
+                node: node_name,
+                op: op.to_string(),
+                detail: format!("output {i} of type {t} is larger than this machine can address"),
+            });
+        }
         let mut control_inputs = self.scope.control.clone();
         for c in control {
             if !control_inputs.contains(&c) {

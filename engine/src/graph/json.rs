@@ -85,8 +85,10 @@ impl Graph {
         let corrupt = |offset: u64, detail: String| EngineError::Corrupt { file: source.into(), offset, detail };
         let def: GraphDef =
             serde_json::from_slice(text).map_err(|e| corrupt(byte_offset(text, e.line(), e.column()), e.to_string()))?;
+        // Past parsing, errors are about meaning, not bytes: they name the node.
+        let invalid = |node: &str, detail: String| EngineError::GraphFile { file: source.into(), node: node.into(), detail };
         if def.format != FORMAT || def.version != VERSION {
-            return Err(corrupt(0, format!("format '{}' version {} is not {FORMAT} version {VERSION}", def.format, def.version)));
+            return Err(invalid("", format!("format '{}' version {} is not {FORMAT} version {VERSION}", def.format, def.version)));
         }
         let g = Graph::new();
         for n in def.nodes {
@@ -95,26 +97,26 @@ impl Graph {
                 let (name, idx) = s
                     .rsplit_once(':')
                     .and_then(|(a, b)| b.parse::<usize>().ok().map(|i| (a, i)))
-                    .ok_or_else(|| corrupt(0, format!("node '{}': input '{s}' is not NAME:INDEX", n.name)))?;
-                inputs.push(g.output_by_name(name, idx).map_err(|e| corrupt(0, format!("node '{}': input '{s}': {e}", n.name)))?);
+                    .ok_or_else(|| invalid(&n.name, format!("node '{}': input '{s}' is not NAME:INDEX", n.name)))?;
+                inputs.push(g.output_by_name(name, idx).map_err(|e| invalid(&n.name, format!("node '{}': input '{s}': {e}", n.name)))?);
             }
             let mut control = Vec::with_capacity(n.control_inputs.len());
             for c in &n.control_inputs {
-                control.push(g.output_by_name(c, 0).map_err(|e| corrupt(0, format!("node '{}': control input: {e}", n.name)))?.node);
+                control.push(g.output_by_name(c, 0).map_err(|e| invalid(&n.name, format!("node '{}': control input: {e}", n.name)))?.node);
             }
-            let id = g.add_node(&n.op, Some(&n.name), inputs, control, n.attrs)?;
+            let id = g.add_node(&n.op, Some(&n.name), inputs, control, n.attrs).map_err(|e| invalid(&n.name, e.to_string()))?;
             let mut d = g.lock();
             let node = &mut d.nodes[id];
             if node.outputs != n.outputs {
-                return Err(corrupt(
-                    0,
+                return Err(invalid(
+                    &n.name,
                     format!("node '{}': recorded outputs {:?} differ from inferred {:?}", n.name, n.outputs, node.outputs),
                 ));
             }
             node.device = n.device;
         }
         let ids = |names: &[String]| -> Result<Vec<NodeId>> {
-            names.iter().map(|v| g.output_by_name(v, 0).map(|o| o.node).map_err(|e| corrupt(0, e.to_string()))).collect()
+            names.iter().map(|v| g.output_by_name(v, 0).map(|o| o.node).map_err(|e| invalid(v, e.to_string()))).collect()
         };
         let vars = ids(&def.variables)?;
         let inits = ids(&def.initializers)?;

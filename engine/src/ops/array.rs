@@ -13,7 +13,9 @@ use crate::tensor::Tensor;
 
 /// Resolves a reshape target with at most one -1 against `count` elements.
 fn resolve_shape(c: &super::KernelCtx, target: &[i64], count: usize, from: &Shape) -> Result<Shape> {
-    let known: usize = target.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
+    let Some(known) = target.iter().filter(|&&d| d >= 0).try_fold(1usize, |a, &d| a.checked_mul(d as usize)) else {
+        return Err(c.n.shape_err(format!("cannot reshape {from} into {target:?}: more elements than this machine can address")));
+    };
     let unknown = target.iter().filter(|&&d| d < 0).count();
     let dims: Vec<usize> = match unknown {
         0 => target.iter().map(|&d| d as usize).collect(),
@@ -21,11 +23,16 @@ fn resolve_shape(c: &super::KernelCtx, target: &[i64], count: usize, from: &Shap
         _ => return Err(c.n.shape_err(format!("cannot reshape {from} into {target:?}"))),
     };
     let s = Shape::new(dims);
-    if s.num_elements() != count {
+    if s.checked_num_elements() != Some(count) {
         return Err(c.n.shape_err(format!("cannot reshape {from} ({count} elements) into {s}")));
     }
     Ok(s)
 }
+
+/// Most outputs one node may have when its input does not bound them (a
+/// Split of a dimension unknown until run time): each output is a graph
+/// edge, so the count is memory at build time, not a tensor size.
+const MAX_OUTPUTS: usize = 1 << 16;
 
 fn infer_reshape(c: &InferCtx) -> Result<Vec<TensorType>> {
     let t = c.n.ints("shape")?;
@@ -33,7 +40,9 @@ fn infer_reshape(c: &InferCtx) -> Result<Vec<TensorType>> {
     if t.iter().filter(|&&d| d < 0).count() > 1 {
         return Err(c.n.attr_err("shape", format!("{t:?} has more than one -1")));
     }
-    let known: usize = t.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
+    let Some(known) = t.iter().filter(|&&d| d >= 0).try_fold(1usize, |a, &d| a.checked_mul(d as usize)) else {
+        return Err(c.n.attr_err("shape", format!("{t:?} has more elements than this machine can address")));
+    };
     let dims: Vec<Option<usize>> = match x.shape.num_elements() {
         Some(n) => {
             if t.iter().any(|&d| d < 0) {
@@ -380,6 +389,9 @@ pub(crate) fn register(r: &mut Registry) {
         }
         let n = n as usize;
         let mut d = x.shape.dims().to_vec();
+        if d[axis].is_none() && n > MAX_OUTPUTS {
+            return Err(c.n.attr_err("num_split", format!("{n} outputs is more than a node may have ({MAX_OUTPUTS})")));
+        }
         if let Some(k) = d[axis] {
             if k % n != 0 {
                 return Err(c.n.shape_err(format!("dimension {axis} of {} is not divisible into {n} pieces", x.shape)));

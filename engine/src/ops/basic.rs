@@ -13,6 +13,13 @@ use crate::tensor::Tensor;
 pub(crate) fn register(r: &mut Registry) {
     r.def("Const", 0, Some(0), |c| {
         let t = c.n.tensor("value")?;
+        // The value's size is checked here, where the node is built or a
+        // graph file is loaded, not first when a step runs.
+        let want = t.shape.checked_bytes(t.dtype).and_then(|b| b.checked_mul(2));
+        if want != Some(t.hex.len()) {
+            let need = want.map_or("more than this machine can address".to_string(), |w| format!("{} bytes", w / 2));
+            return Err(c.n.attr_err("value", format!("{} bytes of data for a {}{} tensor, which needs {need}", t.hex.len() / 2, t.dtype, t.shape)));
+        }
         Ok(vec![TensorType::new(t.dtype, &t.shape)])
     })
     .cheap();
@@ -48,14 +55,14 @@ pub(crate) fn register(r: &mut Registry) {
     r.cpu("Fill", &[], |c| {
         let s = c.n.shape("shape")?.to_shape().ok_or_else(|| c.n.attr_err("shape", "must be fully known"))?;
         let v = c.inputs[0].scalar_f64()?;
-        Ok(vec![Tensor::full(c.inputs[0].dtype(), s, v)])
+        Ok(vec![Tensor::full(c.inputs[0].dtype(), s, v)?])
     });
 
     for name in ["ZerosLike", "OnesLike"] {
         r.def(name, 1, Some(1), |c| Ok(vec![c.inputs[0].clone()])).grad(|_| Ok(vec![None])).cheap();
     }
-    r.cpu("ZerosLike", &[], |c| Ok(vec![Tensor::zeros(c.inputs[0].dtype(), c.inputs[0].shape().clone())]));
-    r.cpu("OnesLike", &[], |c| Ok(vec![Tensor::full(c.inputs[0].dtype(), c.inputs[0].shape().clone(), 1.0)]));
+    r.cpu("ZerosLike", &[], |c| Ok(vec![Tensor::zeros(c.inputs[0].dtype(), c.inputs[0].shape().clone())?]));
+    r.cpu("OnesLike", &[], |c| Ok(vec![Tensor::full(c.inputs[0].dtype(), c.inputs[0].shape().clone(), 1.0)?]));
 
     r.def("Cast", 1, Some(1), |c| Ok(vec![TensorType { dtype: c.n.dtype("dtype")?, shape: c.inputs[0].shape.clone() }]))
         .flops(super::flops_per_output)
@@ -79,7 +86,7 @@ impl Graph {
 
     /// A scalar constant of `dtype`.
     pub fn scalar(&self, v: f64, dtype: DType) -> Result<Output> {
-        self.constant(Tensor::full(dtype, Shape::scalar(), v))
+        self.constant(Tensor::full(dtype, Shape::scalar(), v)?)
     }
 
     /// A scalar constant with the dtype of `like`.

@@ -223,7 +223,7 @@ impl Prepared {
             if def.stateful && node.attrs.contains_key("seed") {
                 resources.push(res.rng(&node.name));
             }
-            let constant = if node.op == "Const" { Some(info.tensor("value")?.to_tensor()?) } else { None };
+            let constant = if node.op == "Const" { Some(info.tensor("value")?.to_tensor().map_err(|e| e.at_node(&node.name, &node.op))?) } else { None };
             let transfer = if node.op == "Send" || node.op == "Recv" { Some(TransferSpec::of(&info)?) } else { None };
             work = work.and_then(|(f, b)| static_cost(&d, node, def.cheap).map(|(nf, nb)| (f + nf, b + nb)));
             nodes.push(ExecNode {
@@ -616,7 +616,7 @@ impl<'a> Step<'a> {
                 comm: self.comm,
                 transfer: node.transfer.as_ref(),
             };
-            let out = (node.kernel)(&mut ctx)?;
+            let out = (node.kernel)(&mut ctx).map_err(|e| e.at_node(&node.name, &node.op))?;
             drop(ctx);
             // Release inputs whose last consumer this was.
             for src in &node.inputs {

@@ -48,34 +48,6 @@ impl DType {
             DType::Bool => "bool",
         }
     }
-
-    /// The safetensors dtype tag.
-    pub(crate) fn safetensors_name(self) -> &'static str {
-        match self {
-            DType::F32 => "F32",
-            DType::F64 => "F64",
-            DType::F16 => "F16",
-            DType::BF16 => "BF16",
-            DType::I8 => "I8",
-            DType::I32 => "I32",
-            DType::I64 => "I64",
-            DType::Bool => "BOOL",
-        }
-    }
-
-    pub(crate) fn from_safetensors_name(s: &str) -> Option<DType> {
-        Some(match s {
-            "F32" => DType::F32,
-            "F64" => DType::F64,
-            "F16" => DType::F16,
-            "BF16" => DType::BF16,
-            "I8" => DType::I8,
-            "I32" => DType::I32,
-            "I64" => DType::I64,
-            "BOOL" => DType::Bool,
-            _ => return None,
-        })
-    }
 }
 
 impl fmt::Display for DType {

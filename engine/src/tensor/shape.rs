@@ -23,9 +23,20 @@ impl Shape {
     pub fn rank(&self) -> usize {
         self.0.len()
     }
-    /// Product of the dimensions (1 for a scalar).
+    /// Product of the dimensions (1 for a scalar), saturating at
+    /// `usize::MAX`: a shape that large has no tensor (every constructor
+    /// rejects it), so a saturated count never matches a real buffer.
     pub fn num_elements(&self) -> usize {
-        self.0.iter().product()
+        self.checked_num_elements().unwrap_or(usize::MAX)
+    }
+    /// Product of the dimensions, or `None` when it overflows `usize`.
+    pub fn checked_num_elements(&self) -> Option<usize> {
+        self.0.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+    }
+    /// Bytes a tensor of this shape and `dtype` holds, or `None` when that
+    /// overflows or exceeds what one allocation may be (`isize::MAX`).
+    pub fn checked_bytes(&self, dtype: DType) -> Option<usize> {
+        self.checked_num_elements()?.checked_mul(dtype.size_in_bytes()).filter(|&b| b <= isize::MAX as usize)
     }
     /// Row-major strides in elements.
     pub(crate) fn strides(&self) -> Vec<usize> {
@@ -98,7 +109,17 @@ impl PartialShape {
     }
     /// Product of the dimensions when all are known.
     pub fn num_elements(&self) -> Option<usize> {
-        self.to_shape().map(|s| s.num_elements())
+        self.to_shape().and_then(|s| s.checked_num_elements())
+    }
+    /// Bytes of a `dtype` tensor of this shape counting only the known
+    /// dimensions, or `None` when that already overflows or exceeds one
+    /// allocation (`isize::MAX`): no tensor of such a type can exist.
+    pub fn checked_known_bytes(&self, dtype: DType) -> Option<usize> {
+        self.0
+            .iter()
+            .flatten()
+            .try_fold(dtype.size_in_bytes(), |a, &d| a.checked_mul(d))
+            .filter(|&b| b <= isize::MAX as usize)
     }
     /// Whether a concrete shape fits this one.
     pub fn accepts(&self, s: &Shape) -> bool {

@@ -58,17 +58,29 @@ impl CpuStorage {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    fn zeros(dtype: DType, n: usize) -> CpuStorage {
-        match dtype {
-            DType::F32 => CpuStorage::F32(vec![0.0; n]),
-            DType::F64 => CpuStorage::F64(vec![0.0; n]),
-            DType::F16 => CpuStorage::F16(vec![f16::ZERO; n]),
-            DType::BF16 => CpuStorage::BF16(vec![bf16::ZERO; n]),
-            DType::I8 => CpuStorage::I8(vec![0; n]),
-            DType::I32 => CpuStorage::I32(vec![0; n]),
-            DType::I64 => CpuStorage::I64(vec![0; n]),
-            DType::Bool => CpuStorage::Bool(vec![false; n]),
+    /// `n` elements equal to `v` (0 or false for zeros), or an error when
+    /// the memory cannot be had: allocation is tried before it is made, so
+    /// a huge request is an error and never aborts the process.
+    fn filled(dtype: DType, n: usize, v: f64) -> Result<CpuStorage> {
+        fn fill<T: Clone>(n: usize, v: T, dtype: DType) -> Result<Vec<T>> {
+            let mut out = Vec::new();
+            out.try_reserve_exact(n).map_err(|_| EngineError::Alloc {
+                what: format!("a {dtype} tensor of {n} elements"),
+                size: format!("{} bytes", n as u128 * dtype.size_in_bytes() as u128),
+            })?;
+            out.resize(n, v);
+            Ok(out)
         }
+        Ok(match dtype {
+            DType::F32 => CpuStorage::F32(fill(n, v as f32, dtype)?),
+            DType::F64 => CpuStorage::F64(fill(n, v, dtype)?),
+            DType::F16 => CpuStorage::F16(fill(n, f16::from_f64(v), dtype)?),
+            DType::BF16 => CpuStorage::BF16(fill(n, bf16::from_f64(v), dtype)?),
+            DType::I8 => CpuStorage::I8(fill(n, v as i8, dtype)?),
+            DType::I32 => CpuStorage::I32(fill(n, v as i32, dtype)?),
+            DType::I64 => CpuStorage::I64(fill(n, v as i64, dtype)?),
+            DType::Bool => CpuStorage::Bool(fill(n, v != 0.0, dtype)?),
+        })
     }
     fn to_f64_vec(&self) -> Vec<f64> {
         each_storage!(self, v => v.iter().map(|x| x.to_f64()).collect())
@@ -153,15 +165,22 @@ impl Tensor {
     /// A tensor from elements in row-major order.
     pub fn from_vec<T: Element>(data: Vec<T>, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
-        if data.len() != shape.num_elements() {
-            return Err(EngineError::Tensor(format!(
-                "{} elements do not fill shape {} ({} elements)",
-                data.len(),
-                shape,
-                shape.num_elements()
-            )));
+        let Some(n) = shape.checked_num_elements() else {
+            return Err(EngineError::Tensor(format!("shape {shape} has more elements than this machine can address")));
+        };
+        if data.len() != n {
+            return Err(EngineError::Tensor(format!("{} elements do not fill shape {} ({} elements)", data.len(), shape, n)));
         }
         Ok(Tensor::from_storage(T::wrap(data), shape))
+    }
+
+    /// A tensor over `s`, checked: the storage must hold exactly the
+    /// shape's element count (for storage decoded from files).
+    pub(crate) fn from_vec_storage(s: CpuStorage, shape: Shape) -> Result<Tensor> {
+        if shape.checked_num_elements() != Some(s.len()) {
+            return Err(EngineError::Tensor(format!("{} elements do not fill shape {shape}", s.len())));
+        }
+        Ok(Tensor::from_storage(s, shape))
     }
 
     pub(crate) fn from_storage(s: CpuStorage, shape: Shape) -> Tensor {
@@ -174,23 +193,28 @@ impl Tensor {
         Tensor::from_storage(T::wrap(vec![v]), Shape::scalar())
     }
 
-    /// All zeros (false).
-    pub fn zeros(dtype: DType, shape: impl Into<Shape>) -> Tensor {
-        let shape = shape.into();
-        Tensor::from_storage(CpuStorage::zeros(dtype, shape.num_elements()), shape)
+    /// All zeros (false); an error when the shape cannot be allocated.
+    pub fn zeros(dtype: DType, shape: impl Into<Shape>) -> Result<Tensor> {
+        Tensor::full(dtype, shape, 0.0)
     }
 
-    /// Every element `v` converted to `dtype`.
-    pub fn full(dtype: DType, shape: impl Into<Shape>, v: f64) -> Tensor {
+    /// Every element `v` converted to `dtype`; an error when the shape
+    /// cannot be allocated (the error gives the size; the process survives).
+    pub fn full(dtype: DType, shape: impl Into<Shape>, v: f64) -> Result<Tensor> {
         let shape = shape.into();
-        let n = shape.num_elements();
-        Tensor::from_storage(CpuStorage::from_f64_iter(dtype, std::iter::repeat_n(v, n)), shape)
+        let Some(n) = shape.checked_bytes(dtype).and(shape.checked_num_elements()) else {
+            return Err(EngineError::Alloc {
+                what: format!("a {dtype}{shape} tensor"),
+                size: "more bytes than this machine can address".into(),
+            });
+        };
+        Ok(Tensor::from_storage(CpuStorage::filled(dtype, n, v)?, shape))
     }
 
     /// Elements given as f64, converted to `dtype`.
     pub fn from_f64s(dtype: DType, data: &[f64], shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
-        if data.len() != shape.num_elements() {
+        if shape.checked_num_elements() != Some(data.len()) {
             return Err(EngineError::Tensor(format!(
                 "{} elements do not fill shape {}",
                 data.len(),

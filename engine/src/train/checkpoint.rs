@@ -1,172 +1,378 @@
-//! Checkpoints: every initialized variable of a session in one safetensors
-//! file, plus a small JSON manifest beside it (`<file>.manifest.json`) that
-//! lists the variables and the random ops' run counters.
+//! Checkpoints: a session's variables (and the random ops' run counters) in
+//! one safetensors file, written and validated by the `safetensors` crate.
 //!
-//! Writes are atomic: each file goes to a temporary name in the same
-//! directory, is fsynced, then renamed over the old one, so a failed save
-//! leaves the previous checkpoint intact. Reading validates the whole layout
-//! and reports a corrupt or truncated file with its byte offset. Restoring
-//! into a fresh session of the same graph continues bit-identically.
+//! Contract.
+//! - [`save`] writes the whole checkpoint to a temporary file beside the
+//!   target, fsyncs it, renames it over the target and fsyncs the
+//!   directory: one atomic commit. Whatever fails, the file at `path` is
+//!   either the previous checkpoint or the new one, never a mix.
+//! - [`restore`] is all-or-nothing: it reads and validates the file (the
+//!   crate's checks: header, offsets that tile the data without overlap or
+//!   gaps, sizes against dtype and shape), then checks every tensor's name,
+//!   dtype and shape against the session's graph, and only then sets any
+//!   variable. Errors name the file and the tensor.
+//! - [`CheckpointManager`] keeps numbered checkpoints in a directory, as
+//!   TensorFlow's `tf.train.CheckpointManager` does: the newest `keep`
+//!   survive, and restoring takes the newest one that reads intact,
+//!   reporting each newer one it had to skip.
 
-use crate::tensor::DType;
 use crate::error::{EngineError, Result};
+use crate::files::write_atomic;
 use crate::runtime::session::Session;
-use crate::tensor::Shape;
-use crate::tensor::{CpuStorage, Tensor};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use crate::files::{byte_offset, write_atomic};
+use crate::tensor::{CpuStorage, DType, Shape, Tensor};
+use safetensors::tensor::{Dtype, SafeTensors, View};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-const MANIFEST_VERSION: u32 = 1;
+/// `__metadata__` key naming the format, so a foreign safetensors file is
+/// refused with a clear message.
+const FORMAT_KEY: &str = "flowlab.format";
+const FORMAT: &str = "flowlab-checkpoint-2";
+/// `__metadata__` key holding the random ops' run counters (JSON object).
+const RNG_KEY: &str = "flowlab.rng_counters";
+/// Prefix of the caller's own metadata keys (training step, epoch, ...).
+const USER_PREFIX: &str = "user.";
 
-/// The manifest written next to the tensor file.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Manifest {
-    pub version: u32,
-    /// File name of the safetensors file (same directory).
-    pub tensors: String,
-    pub variables: Vec<ManifestEntry>,
-    /// Run counters of seeded random ops, by node name.
+/// What a checkpoint holds besides the tensors.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CheckpointInfo {
+    /// Variables, in file order (sorted by name): name, dtype, shape.
+    pub variables: Vec<(String, DType, Vec<usize>)>,
+    /// Run counters of the seeded random ops, by node name.
     pub rng_counters: BTreeMap<String, u64>,
+    /// The caller's metadata (e.g. the training step).
+    pub metadata: BTreeMap<String, String>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct ManifestEntry {
-    pub name: String,
-    pub dtype: DType,
-    pub shape: Vec<usize>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct HeaderEntry {
-    dtype: String,
+/// A tensor as the safetensors serializer sees it.
+struct Bytes {
+    dtype: Dtype,
     shape: Vec<usize>,
-    data_offsets: [u64; 2],
+    data: Vec<u8>,
 }
 
-/// The manifest path of a checkpoint file.
-pub fn manifest_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".manifest.json");
-    PathBuf::from(s)
+impl View for &Bytes {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.data)
+    }
+    fn data_len(&self) -> usize {
+        self.data.len()
+    }
 }
 
-/// Encodes named tensors as a safetensors file.
-pub(crate) fn encode_safetensors(tensors: &[(String, Tensor)]) -> Result<Vec<u8>> {
-    let mut header = BTreeMap::new();
-    let mut data = Vec::new();
-    for (name, t) in tensors {
-        let bytes = t.cpu().to_le_bytes();
-        let start = data.len() as u64;
-        data.extend_from_slice(&bytes);
-        header.insert(
-            name.clone(),
-            HeaderEntry { dtype: t.dtype().safetensors_name().into(), shape: t.dims().to_vec(), data_offsets: [start, data.len() as u64] },
-        );
+fn to_safetensors(d: DType) -> Dtype {
+    match d {
+        DType::F32 => Dtype::F32,
+        DType::F64 => Dtype::F64,
+        DType::F16 => Dtype::F16,
+        DType::BF16 => Dtype::BF16,
+        DType::I8 => Dtype::I8,
+        DType::I32 => Dtype::I32,
+        DType::I64 => Dtype::I64,
+        DType::Bool => Dtype::BOOL,
     }
-    let mut h = serde_json::to_vec(&header).map_err(|e| EngineError::Tensor(format!("checkpoint header: {e}")))?;
-    while h.len() % 8 != 0 {
-        h.push(b' ');
-    }
-    let mut out = Vec::with_capacity(8 + h.len() + data.len());
-    out.extend_from_slice(&(h.len() as u64).to_le_bytes());
-    out.extend_from_slice(&h);
-    out.extend_from_slice(&data);
-    Ok(out)
 }
 
-/// Decodes a safetensors file; errors name `file` and the byte offset.
-pub(crate) fn decode_safetensors(file: &Path, b: &[u8]) -> Result<Vec<(String, Tensor)>> {
-    let corrupt = |offset: u64, detail: String| EngineError::Corrupt { file: file.display().to_string(), offset, detail };
-    if b.len() < 8 {
-        return Err(corrupt(b.len() as u64, format!("truncated: {} bytes, the header length needs 8", b.len())));
-    }
-    let n = u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
-    if n > (b.len() - 8) as u64 {
-        return Err(corrupt(8, format!("header of {n} bytes extends past the end of the file ({} bytes)", b.len())));
-    }
-    let hdr = &b[8..8 + n as usize];
-    let header: BTreeMap<String, serde_json::Value> = serde_json::from_slice(hdr).map_err(|e| {
-        // The header is one line: the column locates the byte.
-        let col = if e.line() <= 1 { e.column().saturating_sub(1) } else { 0 };
-        corrupt(8 + col as u64, format!("bad header JSON: {e}"))
-    })?;
-    let data = &b[8 + n as usize..];
-    let base = 8 + n;
-    let mut out = Vec::new();
-    for (name, v) in header {
-        if name == "__metadata__" {
-            continue;
-        }
-        let e: HeaderEntry = serde_json::from_value(v).map_err(|e| corrupt(8, format!("tensor '{name}': {e}")))?;
-        let dt = DType::from_safetensors_name(&e.dtype).ok_or_else(|| corrupt(8, format!("tensor '{name}': unknown dtype '{}'", e.dtype)))?;
-        let [s, t] = e.data_offsets;
-        if s > t || t > data.len() as u64 {
-            return Err(corrupt(
-                base + s.min(data.len() as u64),
-                format!("tensor '{name}': data [{s}, {t}) extends past the end of the data ({} bytes): truncated", data.len()),
-            ));
-        }
-        let shape = Shape::new(e.shape);
-        let want = (shape.num_elements() * dt.size_in_bytes()) as u64;
-        if t - s != want {
-            return Err(corrupt(base + s, format!("tensor '{name}': {} bytes for {dt}{shape}, which needs {want}", t - s)));
-        }
-        let st = CpuStorage::from_le_bytes(dt, &data[s as usize..t as usize])
-            .ok_or_else(|| corrupt(base + s, format!("tensor '{name}': bytes do not decode as {dt}")))?;
-        out.push((name, Tensor::from_storage(st, shape)));
-    }
-    Ok(out)
+fn from_safetensors(d: Dtype) -> Option<DType> {
+    Some(match d {
+        Dtype::F32 => DType::F32,
+        Dtype::F64 => DType::F64,
+        Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
+        Dtype::I8 => DType::I8,
+        Dtype::I32 => DType::I32,
+        Dtype::I64 => DType::I64,
+        Dtype::BOOL => DType::Bool,
+        _ => return None,
+    })
 }
 
-/// Saves every initialized variable of `sess` to `path` (+ manifest).
-pub fn save(sess: &Session, path: &Path) -> Result<Manifest> {
-    let vars = sess.variable_values();
-    let bytes = encode_safetensors(&vars)?;
-    let manifest = Manifest {
-        version: MANIFEST_VERSION,
-        tensors: path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default(),
-        variables: vars.iter().map(|(n, t)| ManifestEntry { name: n.clone(), dtype: t.dtype(), shape: t.dims().to_vec() }).collect(),
-        rng_counters: sess.rng_counters().into_iter().collect(),
+fn bad(file: &Path, detail: impl Into<String>) -> EngineError {
+    EngineError::Checkpoint { file: file.display().to_string(), detail: detail.into() }
+}
+
+/// The checkpoint of `tensors` (+ counters and metadata) as file bytes.
+fn encode(
+    tensors: &[(String, Tensor)],
+    rng: &BTreeMap<String, u64>,
+    metadata: &BTreeMap<String, String>,
+    file: &Path,
+) -> Result<Vec<u8>> {
+    let views: Vec<(String, Bytes)> = tensors
+        .iter()
+        .map(|(n, t)| (n.clone(), Bytes { dtype: to_safetensors(t.dtype()), shape: t.dims().to_vec(), data: t.cpu().to_le_bytes() }))
+        .collect();
+    let mut meta: HashMap<String, String> = metadata.iter().map(|(k, v)| (format!("{USER_PREFIX}{k}"), v.clone())).collect();
+    meta.insert(FORMAT_KEY.into(), FORMAT.into());
+    meta.insert(RNG_KEY.into(), serde_json::to_string(rng).map_err(|e| bad(file, format!("run counters: {e}")))?);
+    safetensors::serialize(views.iter().map(|(n, b)| (n.as_str(), b)), Some(meta)).map_err(|e| bad(file, format!("cannot encode: {e}")))
+}
+
+/// A checkpoint read and validated as a file, not yet matched to a graph.
+#[derive(Clone, Debug)]
+pub struct Checkpoint {
+    /// Tensors by name.
+    pub tensors: BTreeMap<String, Tensor>,
+    pub rng_counters: BTreeMap<String, u64>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Decodes checkpoint bytes; `file` names them in errors. Never panics and
+/// never allocates more than the bytes it is given imply.
+pub fn decode(bytes: &[u8], file: &Path) -> Result<Checkpoint> {
+    let st = SafeTensors::deserialize(bytes).map_err(|e| bad(file, format!("not a valid safetensors file: {e}")))?;
+    let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| bad(file, format!("not a valid safetensors file: {e}")))?;
+    let meta = header.metadata().clone().unwrap_or_default();
+    match meta.get(FORMAT_KEY) {
+        Some(f) if f == FORMAT => {}
+        Some(f) => return Err(bad(file, format!("checkpoint format '{f}' is not {FORMAT}"))),
+        None => return Err(bad(file, format!("a safetensors file, but not a flowlab checkpoint (no '{FORMAT_KEY}' in its metadata)"))),
+    }
+    let rng_counters: BTreeMap<String, u64> = match meta.get(RNG_KEY) {
+        Some(j) => serde_json::from_str(j).map_err(|e| bad(file, format!("metadata '{RNG_KEY}': {e}")))?,
+        None => BTreeMap::new(),
     };
-    let m = serde_json::to_vec_pretty(&manifest).map_err(|e| EngineError::Tensor(format!("manifest: {e}")))?;
-    write_atomic(path, &bytes)?;
-    write_atomic(&manifest_path(path), &m)?;
-    Ok(manifest)
+    let metadata = meta.iter().filter_map(|(k, v)| k.strip_prefix(USER_PREFIX).map(|k| (k.to_string(), v.clone()))).collect();
+    let mut tensors = BTreeMap::new();
+    for (name, view) in st.tensors() {
+        let dtype = from_safetensors(view.dtype())
+            .ok_or_else(|| bad(file, format!("tensor '{name}': dtype {:?} is not one the engine has", view.dtype())))?;
+        let shape = Shape::new(view.shape().to_vec());
+        let storage = CpuStorage::from_le_bytes(dtype, view.data())
+            .ok_or_else(|| bad(file, format!("tensor '{name}': bytes do not decode as {dtype}")))?;
+        let t = Tensor::from_vec_storage(storage, shape).map_err(|e| bad(file, format!("tensor '{name}': {e}")))?;
+        tensors.insert(name, t);
+    }
+    Ok(Checkpoint { tensors, rng_counters, metadata })
 }
 
-/// Restores the variables (and random-op counters) saved at `path` into
-/// `sess`. Every variable in the manifest must exist in the session's graph
-/// with the same type.
-pub fn restore(sess: &Session, path: &Path) -> Result<Manifest> {
-    let mpath = manifest_path(path);
-    let mtext = std::fs::read(&mpath).map_err(|e| EngineError::io(&mpath, e))?;
-    let manifest: Manifest = serde_json::from_slice(&mtext).map_err(|e| EngineError::Corrupt {
-        file: mpath.display().to_string(),
-        offset: byte_offset(&mtext, e.line(), e.column()),
-        detail: e.to_string(),
-    })?;
-    if manifest.version != MANIFEST_VERSION {
-        return Err(EngineError::Corrupt {
-            file: mpath.display().to_string(),
-            offset: 0,
-            detail: format!("manifest version {} is not supported (expected {MANIFEST_VERSION})", manifest.version),
-        });
-    }
+/// Reads and validates the checkpoint file at `path`.
+pub fn read(path: &Path) -> Result<Checkpoint> {
     let bytes = std::fs::read(path).map_err(|e| EngineError::io(path, e))?;
-    let tensors: BTreeMap<String, Tensor> = decode_safetensors(path, &bytes)?.into_iter().collect();
-    for entry in &manifest.variables {
-        let t = tensors.get(&entry.name).ok_or_else(|| EngineError::Corrupt {
-            file: path.display().to_string(),
-            offset: 8,
-            detail: format!("variable '{}' listed in the manifest is missing", entry.name),
-        })?;
-        sess.set_variable(&entry.name, t.clone())?;
+    decode(&bytes, path)
+}
+
+/// Saves every initialized variable of `sess` to `path` in one atomic commit.
+pub fn save(sess: &Session, path: &Path) -> Result<CheckpointInfo> {
+    save_with(sess, path, &BTreeMap::new())
+}
+
+/// [`save`] with the caller's metadata (strings by key), returned by
+/// [`restore`] and [`read`].
+pub fn save_with(sess: &Session, path: &Path, metadata: &BTreeMap<String, String>) -> Result<CheckpointInfo> {
+    let mut vars = sess.variable_values();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    let rng: BTreeMap<String, u64> = sess.rng_counters().into_iter().collect();
+    let bytes = encode(&vars, &rng, metadata, path)?;
+    write_atomic(path, &bytes)?;
+    Ok(CheckpointInfo {
+        variables: vars.iter().map(|(n, t)| (n.clone(), t.dtype(), t.dims().to_vec())).collect(),
+        rng_counters: rng,
+        metadata: metadata.clone(),
+    })
+}
+
+/// Restores the checkpoint at `path` into `sess`, all or nothing: every
+/// variable of the graph must be in the file with its declared dtype and
+/// shape, and every tensor in the file must be a variable of the graph;
+/// otherwise nothing is changed and the error names the file and tensor.
+pub fn restore(sess: &Session, path: &Path) -> Result<CheckpointInfo> {
+    let ck = read(path)?;
+    apply(sess, ck, path)
+}
+
+fn apply(sess: &Session, ck: Checkpoint, path: &Path) -> Result<CheckpointInfo> {
+    let vars = sess.graph().variables();
+    let mut plan = Vec::with_capacity(vars.len());
+    for v in &vars {
+        let name = v.name();
+        let ty = v.tensor_type();
+        let t = ck.tensors.get(&name).ok_or_else(|| bad(path, format!("variable '{name}' ({ty}) is not in the checkpoint")))?;
+        if t.dtype() != ty.dtype || !ty.shape.accepts(t.shape()) {
+            return Err(bad(path, format!("tensor '{name}' is {}{}, but the graph's variable is {ty}", t.dtype(), t.shape())));
+        }
+        plan.push((name, t.clone()));
     }
-    for (name, c) in &manifest.rng_counters {
+    if let Some(extra) = ck.tensors.keys().find(|k| !plan.iter().any(|(n, _)| n == *k)) {
+        return Err(bad(path, format!("tensor '{extra}' is not a variable of this graph (a checkpoint of another model?)")));
+    }
+    for (name, t) in &plan {
+        sess.set_variable(name, t.clone())?;
+    }
+    for (name, c) in &ck.rng_counters {
         sess.set_rng_counter(name, *c);
     }
-    Ok(manifest)
+    Ok(CheckpointInfo {
+        variables: plan.iter().map(|(n, t)| (n.clone(), t.dtype(), t.dims().to_vec())).collect(),
+        rng_counters: ck.rng_counters,
+        metadata: ck.metadata,
+    })
 }
 
+/// Numbered checkpoints `ckpt-<step>.safetensors` in one directory.
+#[derive(Clone, Debug)]
+pub struct CheckpointManager {
+    dir: PathBuf,
+    keep: usize,
+}
+
+/// What [`CheckpointManager::restore_latest`] restored.
+#[derive(Clone, Debug)]
+pub struct Restored {
+    pub step: u64,
+    pub path: PathBuf,
+    pub info: CheckpointInfo,
+    /// Newer checkpoints that could not be read, with the reason.
+    pub skipped: Vec<String>,
+}
+
+const PREFIX: &str = "ckpt-";
+const SUFFIX: &str = ".safetensors";
+
+impl CheckpointManager {
+    /// Checkpoints in `dir` (created when missing), keeping the newest
+    /// `keep` (at least 1).
+    pub fn new(dir: &Path, keep: usize) -> Result<CheckpointManager> {
+        if keep == 0 {
+            return Err(EngineError::Config { key: "keep".into(), detail: "must keep at least 1 checkpoint".into() });
+        }
+        std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, e))?;
+        Ok(CheckpointManager { dir: dir.to_path_buf(), keep })
+    }
+
+    /// The file of the checkpoint at `step`.
+    pub fn path(&self, step: u64) -> PathBuf {
+        self.dir.join(format!("{PREFIX}{step:012}{SUFFIX}"))
+    }
+
+    /// Steps of the checkpoint files present, oldest first (temporary files
+    /// of an interrupted save are not checkpoints and are not listed).
+    pub fn steps(&self) -> Result<Vec<u64>> {
+        let mut v = Vec::new();
+        for e in std::fs::read_dir(&self.dir).map_err(|e| EngineError::io(&self.dir, e))? {
+            let e = e.map_err(|e| EngineError::io(&self.dir, e))?;
+            let name = e.file_name().to_string_lossy().to_string();
+            if let Some(step) = name.strip_prefix(PREFIX).and_then(|s| s.strip_suffix(SUFFIX)).and_then(|s| s.parse::<u64>().ok()) {
+                v.push(step);
+            }
+        }
+        v.sort_unstable();
+        Ok(v)
+    }
+
+    /// Saves `sess` as the checkpoint of `step` (with `metadata`), then
+    /// removes all but the newest `keep` checkpoints.
+    pub fn save(&self, sess: &Session, step: u64, metadata: &BTreeMap<String, String>) -> Result<PathBuf> {
+        let path = self.path(step);
+        save_with(sess, &path, metadata)?;
+        let steps = self.steps()?;
+        for old in &steps[..steps.len().saturating_sub(self.keep)] {
+            let p = self.path(*old);
+            std::fs::remove_file(&p).map_err(|e| EngineError::io(&p, e))?;
+        }
+        Ok(path)
+    }
+
+    /// Restores the newest checkpoint that reads intact and fits the graph;
+    /// `None` when the directory holds none. Newer files that fail are
+    /// reported in [`Restored::skipped`]; if every file fails, the newest
+    /// one's error is returned.
+    pub fn restore_latest(&self, sess: &Session) -> Result<Option<Restored>> {
+        let steps = self.steps()?;
+        let mut skipped = Vec::new();
+        let mut first_err = None;
+        for &step in steps.iter().rev() {
+            let path = self.path(step);
+            match read(&path) {
+                Ok(ck) => {
+                    let info = apply(sess, ck, &path)?;
+                    return Ok(Some(Restored { step, path, info, skipped }));
+                }
+                Err(e) => {
+                    skipped.push(e.to_string());
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ck(tensors: &[(&str, Tensor)]) -> Vec<u8> {
+        let t: Vec<(String, Tensor)> = tensors.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
+        encode(&t, &BTreeMap::from([("r".to_string(), 7u64)]), &BTreeMap::from([("step".to_string(), "3".to_string())]), Path::new("x"))
+            .unwrap()
+    }
+
+    #[test]
+    fn round_trip_keeps_tensors_counters_and_metadata() {
+        let a = Tensor::from_vec(vec![1.5f32, -2.0, 3.25], [3]).unwrap();
+        let b = Tensor::from_vec(vec![7i64, 8], [2, 1]).unwrap();
+        let c = decode(&ck(&[("a", a.clone()), ("b", b.clone())]), Path::new("x")).unwrap();
+        assert_eq!(c.tensors["a"], a);
+        assert_eq!(c.tensors["b"], b);
+        assert_eq!(c.rng_counters["r"], 7);
+        assert_eq!(c.metadata["step"], "3");
+    }
+
+    /// The file layout by hand (safetensors' published format: u64 header
+    /// length, JSON header, data), so the checks below test the reader
+    /// against bytes it did not write.
+    fn by_hand(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut h = header.as_bytes().to_vec();
+        while h.len() % 8 != 0 {
+            h.push(b' ');
+        }
+        let mut out = (h.len() as u64).to_le_bytes().to_vec();
+        out.extend(h);
+        out.extend(data);
+        out
+    }
+
+    const META: &str = r#""__metadata__":{"flowlab.format":"flowlab-checkpoint-2"}"#;
+
+    #[test]
+    fn overlapping_offsets_are_refused() {
+        // Two tensors claiming the same 8 bytes: "b" would read "a"'s data.
+        let h = format!(
+            r#"{{{META},"a":{{"dtype":"F32","shape":[2],"data_offsets":[0,8]}},"b":{{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}}}"#
+        );
+        let e = decode(&by_hand(&h, &[0; 8]), Path::new("o.safetensors")).unwrap_err().to_string();
+        assert!(e.starts_with("o.safetensors: not a valid safetensors file"), "{e}");
+    }
+
+    #[test]
+    fn a_hand_written_file_decodes_and_a_size_mismatch_does_not() {
+        let h = format!(r#"{{{META},"w":{{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}}}"#);
+        let mut data = 1.0f32.to_le_bytes().to_vec();
+        data.extend(2.5f32.to_le_bytes());
+        let c = decode(&by_hand(&h, &data), Path::new("f")).unwrap();
+        assert_eq!(c.tensors["w"].to_vec::<f32>().unwrap(), vec![1.0, 2.5]);
+        let h = format!(r#"{{{META},"w":{{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}}}"#);
+        assert!(decode(&by_hand(&h, &data), Path::new("f")).is_err());
+        // A shape whose element count overflows.
+        let h = format!(r#"{{{META},"w":{{"dtype":"F32","shape":[4611686018427387905,4],"data_offsets":[0,8]}}}}"#);
+        assert!(decode(&by_hand(&h, &data), Path::new("f")).is_err());
+    }
+
+    #[test]
+    fn a_foreign_safetensors_file_is_named_as_such() {
+        let h = r#"{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#;
+        let e = decode(&by_hand(h, &[0; 4]), Path::new("m.safetensors")).unwrap_err().to_string();
+        assert_eq!(e, "m.safetensors: a safetensors file, but not a flowlab checkpoint (no 'flowlab.format' in its metadata)");
+    }
+}

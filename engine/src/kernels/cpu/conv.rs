@@ -55,7 +55,7 @@ pub(crate) fn window_axis(
         }
         Padding::Same => {
             let out = input.div_ceil(stride);
-            let total = ((out.saturating_sub(1)) * stride + k).saturating_sub(input);
+            let total = out.saturating_sub(1).saturating_mul(stride).saturating_add(k).saturating_sub(input);
             Ok((out, total / 2))
         }
     }
@@ -98,6 +98,17 @@ impl Conv2dGeom {
         }
         let (out_h, pad_top) = window_axis("height", in_h, k_h, strides[0], padding)?;
         let (out_w, pad_left) = window_axis("width", in_w, k_w, strides[1], padding)?;
+        // Every length the kernels index with (input, filter, output, one
+        // im2col matrix) must be a product that does not overflow.
+        let fits = |d: &[usize]| d.iter().try_fold(1usize, |a, &x| a.checked_mul(x)).is_some();
+        if ![&[batch, in_h, in_w, in_c][..], &filter_hwio, &[batch, out_h, out_w, out_c], &[batch, out_h, out_w, k_h, k_w, in_c]]
+            .iter()
+            .all(|d| fits(d))
+        {
+            return Err(format!(
+                "input {input_nhwc:?} with filter {filter_hwio:?} gives sizes larger than this machine can address"
+            ));
+        }
         Ok(Self {
             batch,
             in_h,
@@ -266,9 +277,9 @@ fn col2im<T: Float>(dpatches: &[T], grad_in: &mut [T], first_row: usize, g: &Con
 /// `out = conv2d(input, filter)`: NHWC input, HWIO filter, NHWC output,
 /// overwriting `out`. `threads` as for [`super::matmul::matmul`].
 pub fn conv2d<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Conv2dGeom, threads: usize) {
-    debug_assert_eq!(input.len(), g.input_len());
-    debug_assert_eq!(filter.len(), g.filter_len());
-    debug_assert_eq!(out.len(), g.output_len());
+    assert_eq!(input.len(), g.input_len(), "conv2d: input length");
+    assert_eq!(filter.len(), g.filter_len(), "conv2d: filter length");
+    assert_eq!(out.len(), g.output_len(), "conv2d: output length");
     let (kl, oc, p) = (g.patch_len(), g.out_c, g.positions());
     if g.is_pointwise() {
         gemm_strided(input, filter, out, p, oc, kl, false, false, false, threads);

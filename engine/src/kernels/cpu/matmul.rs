@@ -88,9 +88,11 @@ pub(crate) fn gemm_strided<T: Float>(
     accumulate: bool,
     threads: usize,
 ) {
-    assert_eq!(a.len(), m * k, "matmul: a has {} elements, expected {m}x{k}", a.len());
-    assert_eq!(b.len(), k * n, "matmul: b has {} elements, expected {k}x{n}", b.len());
-    assert_eq!(c.len(), m * n, "matmul: c has {} elements, expected {m}x{n}", c.len());
+    // Checked products: wrapped sizes must not pass these checks, since the
+    // unsafe gemm call below trusts them.
+    assert_eq!(Some(a.len()), m.checked_mul(k), "matmul: a has {} elements, expected {m}x{k}", a.len());
+    assert_eq!(Some(b.len()), k.checked_mul(n), "matmul: b has {} elements, expected {k}x{n}", b.len());
+    assert_eq!(Some(c.len()), m.checked_mul(n), "matmul: c has {} elements, expected {m}x{n}", c.len());
     if m == 0 || n == 0 {
         return;
     }
@@ -109,7 +111,7 @@ pub(crate) fn gemm_strided<T: Float>(
     // elements along k with another kernel, which rounds differently; such
     // products are below PARALLEL_MIN_MACS unless k is huge, and stay on
     // one thread so that the result never depends on the thread count.
-    let parallel = threads > 1 && m * n * k >= PARALLEL_MIN_MACS && m * n > GEMM_SMALL_OUTPUT;
+    let parallel = threads > 1 && m.saturating_mul(n).saturating_mul(k) >= PARALLEL_MIN_MACS && m * n > GEMM_SMALL_OUTPUT;
     let parallelism = if parallel { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
     // SAFETY: the asserted lengths cover every index the views reach (the
     // largest is (m-1)*rs + (k-1)*cs = m*k - 1 for a, likewise b, c); `c` is
@@ -128,6 +130,10 @@ const GEMM_SMALL_OUTPUT: usize = 16 * 16;
 /// `trans_b`), all row-major and contiguous. `threads` is the number of
 /// threads to use: 1 runs on the calling thread, more splits the work inside
 /// the current rayon pool.
+///
+/// # Panics
+/// When a slice's length is not the product its sizes give (checked, so
+/// sizes whose product overflows are refused too).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul<T: Float>(
     a: &[T],
@@ -163,14 +169,15 @@ pub fn batch_matmul<T: Float>(
     trans_b: bool,
     threads: usize,
 ) {
-    debug_assert_eq!(a.len(), batch * m * k);
-    debug_assert_eq!(b.len(), batch * k * n);
-    debug_assert_eq!(c.len(), batch * m * n);
+    let len = |x: usize, y: usize| batch.checked_mul(x).and_then(|v| v.checked_mul(y));
+    assert_eq!(Some(a.len()), len(m, k), "batch_matmul: a has {} elements, expected {batch}x{m}x{k}", a.len());
+    assert_eq!(Some(b.len()), len(k, n), "batch_matmul: b has {} elements, expected {batch}x{k}x{n}", b.len());
+    assert_eq!(Some(c.len()), len(m, n), "batch_matmul: c has {} elements, expected {batch}x{m}x{n}", c.len());
     if batch == 0 || m == 0 || n == 0 {
         return;
     }
     let (sa, sb, sc) = (m * k, k * n, m * n);
-    if threads > 1 && batch > 1 && m * n * k < SMALL_MATMUL_FLOPS {
+    if threads > 1 && batch > 1 && m.saturating_mul(n).saturating_mul(k) < SMALL_MATMUL_FLOPS {
         c.par_chunks_mut(sc).enumerate().with_min_len(batch.div_ceil(threads)).for_each(|(i, ci)| {
             matmul(&a[i * sa..(i + 1) * sa], &b[i * sb..(i + 1) * sb], ci, m, n, k, trans_a, trans_b, 1);
         });

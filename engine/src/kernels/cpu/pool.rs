@@ -36,6 +36,10 @@ impl Pool2dGeom {
         let [batch, in_h, in_w, channels] = input_nhwc;
         let (out_h, pad_top) = window_axis("height", in_h, ksize[0], strides[0], padding)?;
         let (out_w, pad_left) = window_axis("width", in_w, ksize[1], strides[1], padding)?;
+        let fits = |d: [usize; 4]| d.iter().try_fold(1usize, |a, &x| a.checked_mul(x)).is_some();
+        if !fits(input_nhwc) || !fits([batch, out_h, out_w, channels]) || ksize[0].checked_mul(ksize[1]).is_none() {
+            return Err(format!("input {input_nhwc:?} with window {ksize:?} gives sizes larger than this machine can address"));
+        }
         Ok(Self {
             batch,
             in_h,

@@ -1,0 +1,99 @@
+//! Inputs an attacker (or a typo) can give the engine through its safe API
+//! and its files: sizes that overflow, counts that would exhaust memory,
+//! constants whose bytes do not match their type. Each is an error naming
+//! the node (and file), never a crash.
+
+use flowlab_engine::kernels::cpu::matmul;
+use flowlab_engine::{DType, EngineError, Graph, Session, Shape, Tensor};
+
+/// 2^62 + 1: times 4 it wraps to 4 in 64-bit arithmetic.
+const WRAPS: usize = (1 << 62) + 1;
+
+#[test]
+fn a_shape_whose_element_count_overflows_holds_no_tensor() {
+    assert_eq!(Shape::new(vec![WRAPS, 4]).checked_num_elements(), None);
+    let e = Tensor::from_vec(vec![0f32; 4], [WRAPS, 4]).unwrap_err().to_string();
+    assert_eq!(e, "tensor: shape [4611686018427387905, 4] has more elements than this machine can address");
+    let e = Tensor::zeros(DType::F32, [WRAPS, 4]).unwrap_err().to_string();
+    assert_eq!(e, "cannot allocate a f32[4611686018427387905, 4] tensor: more bytes than this machine can address");
+}
+
+#[test]
+fn a_huge_but_addressable_tensor_is_an_allocation_error_not_an_abort() {
+    // 2^50 f32 = 4 PiB: no machine here has it; the request must fail cleanly.
+    let e = Tensor::zeros(DType::F32, [1 << 50]).unwrap_err();
+    assert!(matches!(e, EngineError::Alloc { .. }), "{e}");
+    assert_eq!(e.to_string(), "cannot allocate a f32 tensor of 1125899906842624 elements: 4503599627370496 bytes");
+}
+
+#[test]
+fn reshaping_into_a_wrapping_shape_is_refused_when_the_node_is_built() {
+    let g = Graph::new();
+    let x = g.constant(Tensor::from_vec(vec![1f32; 4], [4]).unwrap()).unwrap();
+    let e = g.reshape(&x, &[WRAPS as i64, 4]).unwrap_err().to_string();
+    assert_eq!(e, "node 'Reshape' (Reshape): attribute 'shape': [4611686018427387905, 4] has more elements than this machine can address");
+}
+
+#[test]
+fn a_graph_file_with_a_wrapping_reshape_names_the_file_and_node() {
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, [-1]).unwrap();
+    g.reshape(&x, &[2, 2]).unwrap();
+    // The file as an attacker would edit it: the Reshape's target shape.
+    let mut v: serde_json::Value = serde_json::from_str(&g.to_json()).unwrap();
+    let reshape = v["nodes"].as_array_mut().unwrap().iter_mut().find(|n| n["op"] == "Reshape").unwrap();
+    let ints = reshape["attrs"]["shape"].as_object_mut().unwrap().values_mut().next().unwrap();
+    *ints = serde_json::json!([WRAPS as i64, 4]);
+    let json = serde_json::to_string(&v).unwrap();
+    let e = Graph::from_json(json.as_bytes(), "g.json").unwrap_err();
+    assert!(matches!(e, EngineError::GraphFile { .. }), "{e}");
+    let e = e.to_string();
+    assert!(e.starts_with("g.json: node 'Reshape' (Reshape): "), "{e}");
+}
+
+#[test]
+fn a_const_whose_bytes_do_not_fill_its_shape_is_refused_at_load() {
+    let g = Graph::new();
+    g.constant(Tensor::from_vec(vec![1f32, 2.0], [2]).unwrap()).unwrap();
+    let json = g.to_json();
+    // Two f32 are 16 hex digits; keep one byte of them.
+    let full = "0000803f00000040";
+    assert!(json.contains(full), "{json}");
+    let e = Graph::from_json(json.replace(full, "00").as_bytes(), "c.json").unwrap_err().to_string();
+    assert_eq!(e, "c.json: node 'Const' (Const): attribute 'value': 1 bytes of data for a f32[2] tensor, which needs 8 bytes");
+}
+
+#[test]
+fn split_counts_that_would_exhaust_memory_are_refused_with_a_short_message() {
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, [-1]).unwrap();
+    for n in [100_000_000_000_000usize, 3_000_000] {
+        let e = g.split(&x, n, 0).unwrap_err().to_string();
+        assert_eq!(e, format!("node 'Split' (Split): attribute 'num_split': {n} outputs is more than a node may have (65536)"));
+    }
+    // With a known dimension the dimension bounds the count.
+    let y = g.placeholder("y", DType::F32, [6]).unwrap();
+    assert!(g.split(&y, 4, 0).unwrap_err().to_string().contains("is not divisible into 4 pieces"));
+    assert_eq!(g.split(&y, 3, 0).unwrap().len(), 3);
+}
+
+#[test]
+fn a_fill_of_an_unallocatable_shape_fails_the_step_naming_the_node() {
+    let g = Graph::new();
+    let v = g.scalar(1.0, DType::F32).unwrap();
+    let f = g.op("Fill").input(&v).attr("shape", flowlab_engine::AttrValue::Shape(vec![Some(1usize << 50)].into())).build().unwrap();
+    let s = Session::new(&g).unwrap();
+    let e = s.run(&[], &[&f], &[]).unwrap_err().to_string();
+    assert!(e.starts_with("node 'Fill' (Fill): cannot allocate"), "{e}");
+}
+
+#[test]
+#[should_panic(expected = "matmul: a has 4 elements, expected 4611686018427387905x4")]
+fn the_public_matmul_kernel_refuses_sizes_that_wrap() {
+    // m * k wraps to 4 = a.len(): an unchecked product would let gemm read
+    // far outside `a`. The checked contract panics before any unsafe code.
+    let a = vec![0f32; 4];
+    let b = vec![0f32; 4];
+    let mut c = vec![0f32; 4];
+    matmul(&a, &b, &mut c, WRAPS, 1, 4, false, false, 1);
+}
