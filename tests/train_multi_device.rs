@@ -82,7 +82,7 @@ fn trace_of_two_devices_holds_both_devices_and_their_transfers() {
 #[test]
 fn bad_device_flags_are_named() {
     let cases: [(&[&str], &str); 4] = [
-        (&["--devices", "0"], "--devices must be at least 1 (got 0)"),
+        (&["--devices", "0"], "--devices: must be at least 1 (got 0)"),
         (
             &["--devices", "4", "--batch", "30", "--placement", "replicas"],
             "--placement replicas splits each batch into 4 equal shards, but --batch 30 is not a multiple of 4",

@@ -18,7 +18,9 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
-use std::path::PathBuf;
+use flowlab_engine::checkpoint::CheckpointManager;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Which network to train.
@@ -63,6 +65,19 @@ pub struct TrainConfig {
     pub comm: CommFormat,
     /// Write a Chrome/Perfetto trace of the last few training steps here.
     pub trace: Option<PathBuf>,
+    /// Save checkpoints during training (and resume from them).
+    pub checkpoint: Option<CheckpointConfig>,
+}
+
+/// Checkpoints of a training run: `every` steps into `dir`, the newest
+/// `keep` kept; with `resume`, training continues from the newest intact
+/// checkpoint there and ends with the same result as a run never stopped.
+#[derive(Clone, Debug)]
+pub struct CheckpointConfig {
+    pub dir: PathBuf,
+    pub every: usize,
+    pub keep: usize,
+    pub resume: bool,
 }
 
 impl TrainConfig {
@@ -78,27 +93,48 @@ impl TrainConfig {
             placement: ParallelPlacement::Replicas,
             comm: CommFormat::F32,
             trace: None,
+            checkpoint: None,
         }
     }
 
     /// Rejects settings that cannot train, naming the setting.
+    /// Errors are [`EngineError::Config`] whose key is the field's name.
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(EngineError::Tensor(m));
-        if self.batch == 0 || self.epochs == 0 {
-            return bad(format!("batch ({}) and epochs ({}) must be positive", self.batch, self.epochs));
+        fn bad(key: &str, detail: String) -> Result<()> {
+            Err(EngineError::Config { key: key.into(), detail })
+        }
+        if self.batch == 0 {
+            return bad("batch", "must be at least 1 (got 0)".into());
+        }
+        if self.epochs == 0 {
+            return bad("epochs", "must be at least 1 (got 0)".into());
+        }
+        if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
+            return bad("learning_rate", format!("must be a finite positive number (got {})", self.learning_rate));
+        }
+        if self.threads == 0 {
+            return bad("threads", "must be at least 1 (got 0)".into());
         }
         if self.devices == 0 {
-            return bad("devices must be at least 1".into());
+            return bad("devices", "must be at least 1 (got 0)".into());
+        }
+        if let Some(c) = &self.checkpoint {
+            if c.every == 0 {
+                return bad("checkpoint_every", "must be at least 1 step (got 0)".into());
+            }
+            if c.keep == 0 {
+                return bad("keep", "must keep at least 1 checkpoint (got 0)".into());
+            }
         }
         if self.devices > 1 && self.placement == ParallelPlacement::Replicas && self.batch % self.devices != 0 {
-            return bad(format!(
-                "batch {} does not split evenly into {} replicas: use a batch that is a multiple of {}",
+            return bad("batch", format!(
+                "{} does not split evenly into {} replicas: use a batch that is a multiple of {}",
                 self.batch, self.devices, self.devices
             ));
         }
         let layers = model_layers(self.model).len();
         if self.placement == ParallelPlacement::Layers && self.devices > layers {
-            return bad(format!(
+            return bad("devices", format!(
                 "placement layers puts whole layers on devices: the {} has {layers} layers, so at most {layers} devices (got {})",
                 model_label(self.model),
                 self.devices
@@ -138,6 +174,12 @@ pub struct TrainReport {
     /// Bytes the same transfers would have taken as f32.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes_f32: Option<u64>,
+    /// The checkpoint step training resumed from (`resume` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumed_from_step: Option<u64>,
+    /// Newer checkpoints that could not be read when resuming, with why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped_checkpoints: Vec<String>,
 }
 
 /// Splits off a held-out fifth after a seeded shuffle: (train, test).
@@ -365,6 +407,17 @@ pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
     cfg.validate()?;
     let start = Instant::now();
     let (train_set, test_set) = split_holdout(data, cfg.seed);
+    if train_set.is_empty() || test_set.is_empty() {
+        return Err(EngineError::Config {
+            key: "data".into(),
+            detail: format!(
+                "{} examples give {} to train on and {} held out: at least 5 are needed (one held out in five)",
+                data.len(),
+                train_set.len(),
+                test_set.len()
+            ),
+        });
+    }
     let g = Graph::new();
     let replicas = cfg.devices > 1 && cfg.placement == ParallelPlacement::Replicas;
     let tg = if replicas { build_replicas(&g, cfg, data.features)? } else { build_layers(&g, cfg, data.features)? };
@@ -372,15 +425,30 @@ pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
 
     let sess = session_for(&g, cfg)?;
     sess.run(&[], &[], &[&init])?;
+    let checkpoints = match &cfg.checkpoint {
+        Some(c) => Some(CheckpointManager::new(&c.dir, c.keep)?),
+        None => None,
+    };
+    let mut resume = Progress::default();
+    let (mut resumed_from_step, mut skipped_checkpoints) = (None, Vec::new());
+    if let (Some(m), Some(c)) = (&checkpoints, &cfg.checkpoint)
+        && c.resume
+        && let Some(r) = m.restore_latest(&sess)?
+    {
+        resume = Progress::from_metadata(&r.info.metadata, cfg, &r.path)?;
+        resumed_from_step = Some(r.step);
+        skipped_checkpoints = r.skipped;
+    }
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_0f_ba7c4);
     let mut order: Vec<usize> = (0..train_set.len()).collect();
-    let mut steps = 0;
-    let mut train_loss = 0.0;
+    let mut steps = 0u64;
+    let mut train_loss = resume.train_loss;
     let mut traced: Vec<StepStats> = Vec::new();
     let train_start = Instant::now();
     for epoch in 0..cfg.epochs {
+        // Shuffled even for epochs a resumed run skips, so the order of
+        // every later epoch is the one an uninterrupted run uses.
         order.shuffle(&mut rng);
-        let (mut sum, mut n) = (0.0, 0usize);
         let mut batches: Vec<&[usize]> = order.chunks(cfg.batch).collect();
         if replicas && let Some(last) = batches.pop() {
             let keep = last.len() - last.len() % cfg.devices;
@@ -388,7 +456,19 @@ pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
                 batches.push(&last[..keep]);
             }
         }
+        // The loss sum of this epoch so far: restored when the checkpoint
+        // was taken inside it.
+        let epoch_start = steps;
+        let (mut sum, mut n) = if resume.step > epoch_start && resume.step < epoch_start + batches.len() as u64 {
+            (resume.epoch_loss_sum, resume.epoch_examples)
+        } else {
+            (0.0, 0usize)
+        };
         for (bi, idx) in batches.iter().enumerate() {
+            if steps < resume.step {
+                steps += 1;
+                continue;
+            }
             let (bx, by) = batch_tensors(&train_set, idx)?;
             let feeds = [(&tg.x, &bx), (&tg.y, &by)];
             let traced_step = epoch + 1 == cfg.epochs && bi + TRACED_STEPS >= batches.len();
@@ -402,8 +482,16 @@ pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
             sum += out[0].scalar_f64()? * idx.len() as f64;
             n += idx.len();
             steps += 1;
+            if bi + 1 == batches.len() {
+                train_loss = sum / n.max(1) as f64;
+            }
+            if let (Some(m), Some(c)) = (&checkpoints, &cfg.checkpoint)
+                && steps % c.every as u64 == 0
+            {
+                let p = Progress { step: steps, epoch_loss_sum: sum, epoch_examples: n, train_loss };
+                m.save(&sess, steps, &p.to_metadata(cfg))?;
+            }
         }
-        train_loss = sum / n.max(1) as f64;
     }
     let train_seconds = train_start.elapsed().as_secs_f64();
     let comm = if cfg.devices > 1 { comm_figures(&sess) } else { None };
@@ -418,7 +506,7 @@ pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
         accuracy: out[0].scalar_f64()?,
         loss: out[1].scalar_f64()?,
         train_loss,
-        steps,
+        steps: steps as usize,
         epochs: cfg.epochs,
         seconds: start.elapsed().as_secs_f64(),
         seconds_per_epoch: train_seconds / cfg.epochs as f64,
@@ -430,5 +518,69 @@ pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
         transfers: comm.map(|c| c.0),
         bytes_sent: comm.map(|c| c.1),
         bytes_f32: comm.map(|c| c.2),
+        resumed_from_step,
+        skipped_checkpoints,
     })
+}
+
+/// Where a run stands after a step: what a checkpoint must hold besides the
+/// variables for a resumed run to end exactly as an uninterrupted one.
+#[derive(Clone, Copy, Debug, Default)]
+struct Progress {
+    /// Steps done.
+    step: u64,
+    /// Sum of (batch loss x batch size) over the current epoch so far.
+    epoch_loss_sum: f64,
+    epoch_examples: usize,
+    /// Mean training loss of the last completed epoch.
+    train_loss: f64,
+}
+
+impl Progress {
+    /// The run's settings that a resumed run must share, by checkpoint key.
+    fn settings(cfg: &TrainConfig) -> [(&'static str, String); 5] {
+        [
+            ("model", model_label(cfg.model).to_string()),
+            ("seed", cfg.seed.to_string()),
+            ("batch", cfg.batch.to_string()),
+            ("devices", cfg.devices.to_string()),
+            ("placement", format!("{:?}", cfg.placement).to_lowercase()),
+        ]
+    }
+
+    /// Floats as their exact bits, so a resumed run continues bit for bit.
+    fn to_metadata(self, cfg: &TrainConfig) -> BTreeMap<String, String> {
+        let mut m: BTreeMap<String, String> = Progress::settings(cfg).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        m.insert("step".into(), self.step.to_string());
+        m.insert("epoch_loss_sum".into(), format!("{:016x}", self.epoch_loss_sum.to_bits()));
+        m.insert("epoch_examples".into(), self.epoch_examples.to_string());
+        m.insert("train_loss".into(), format!("{:016x}", self.train_loss.to_bits()));
+        m
+    }
+
+    fn from_metadata(m: &BTreeMap<String, String>, cfg: &TrainConfig, file: &Path) -> Result<Progress> {
+        let bad = |detail: String| EngineError::Checkpoint { file: file.display().to_string(), detail };
+        for (key, want) in Progress::settings(cfg) {
+            match m.get(key) {
+                Some(v) if *v == want => {}
+                Some(v) => {
+                    return Err(bad(format!(
+                        "was written by a run with {key} {v}, this run has {key} {want}: resume with the same settings or another --checkpoint-dir"
+                    )));
+                }
+                None => return Err(bad(format!("metadata '{key}' is missing: not a checkpoint of `flowlab train`"))),
+            }
+        }
+        let get = |key: &str| m.get(key).ok_or_else(|| bad(format!("metadata '{key}' is missing")));
+        let int = |key: &str| get(key)?.parse::<u64>().map_err(|e| bad(format!("metadata '{key}': {e}")));
+        let float = |key: &str| {
+            u64::from_str_radix(get(key)?, 16).map(f64::from_bits).map_err(|e| bad(format!("metadata '{key}': {e}")))
+        };
+        Ok(Progress {
+            step: int("step")?,
+            epoch_loss_sum: float("epoch_loss_sum")?,
+            epoch_examples: int("epoch_examples")? as usize,
+            train_loss: float("train_loss")?,
+        })
+    }
 }

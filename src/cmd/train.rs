@@ -7,7 +7,8 @@
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use flowlab_programs::datasets::{Dataset, load_digits, parse_digits};
-use flowlab_programs::train::{ModelKind, ParallelPlacement, TrainConfig, train};
+use flowlab_engine::EngineError;
+use flowlab_programs::train::{CheckpointConfig, ModelKind, ParallelPlacement, TrainConfig, train};
 use flowlab_hw::CommFormat;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -59,9 +60,42 @@ pub struct TrainArgs {
     /// Write a Chrome/Perfetto trace of the last few training steps to this file.
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// Save a checkpoint (variables, optimizer slots, progress) into this
+    /// directory every --checkpoint-every steps.
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+    /// Steps between checkpoints.
+    #[arg(long, default_value_t = 100, requires = "checkpoint_dir")]
+    checkpoint_every: usize,
+    /// How many of the newest checkpoints to keep.
+    #[arg(long, default_value_t = 5, requires = "checkpoint_dir")]
+    keep: usize,
+    /// Continue from the newest intact checkpoint in --checkpoint-dir (an
+    /// empty directory starts from scratch); the result equals a run never
+    /// stopped.
+    #[arg(long, requires = "checkpoint_dir")]
+    resume: bool,
     /// Print the result as one JSON object on the last line.
     #[arg(long)]
     json: bool,
+}
+
+/// The flag behind each `TrainConfig` field, for error messages.
+fn flag(key: &str) -> String {
+    match key {
+        "learning_rate" => "--lr".into(),
+        "checkpoint_every" => "--checkpoint-every".into(),
+        k => format!("--{}", k.replace('_', "-")),
+    }
+}
+
+/// An engine error as the user should read it: configuration errors name
+/// the flag they came from.
+fn for_cli(e: EngineError) -> anyhow::Error {
+    match e {
+        EngineError::Config { key, detail } => anyhow::anyhow!("{}: {detail}", flag(&key)),
+        e => e.into(),
+    }
 }
 
 /// The UCI optical digits (`data/digits.csv.gz`, 57 kB), built into the
@@ -85,7 +119,7 @@ fn load_data(arg: &str) -> anyhow::Result<(Dataset, String)> {
 fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
     let comm: CommFormat = args.comm.parse().with_context(|| format!("--comm {}", args.comm))?;
     if args.devices == 0 {
-        bail!("--devices must be at least 1 (got 0)");
+        bail!("--devices: must be at least 1 (got 0)");
     }
     let placement = match args.placement {
         Placement::Layers => ParallelPlacement::Layers,
@@ -114,15 +148,30 @@ fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
         placement,
         comm,
         trace: args.trace.clone(),
+        checkpoint: args.checkpoint_dir.as_ref().map(|dir| CheckpointConfig {
+            dir: dir.clone(),
+            every: args.checkpoint_every,
+            keep: args.keep,
+            resume: args.resume,
+        }),
     };
-    cfg.validate().map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_start_matches("tensor: ")))?;
+    cfg.validate().map_err(for_cli)?;
     Ok(cfg)
 }
 
 pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let cfg = config(&args)?;
     let (data, source) = load_data(&args.data)?;
-    let r = train(&data, &cfg).context("training")?;
+    let r = train(&data, &cfg).map_err(|e| match e {
+        e @ EngineError::Config { .. } => for_cli(e),
+        e => anyhow::Error::from(e).context("training"),
+    })?;
+    if let Some(step) = r.resumed_from_step {
+        for s in &r.skipped_checkpoints {
+            eprintln!("skipped an unreadable checkpoint: {s}");
+        }
+        eprintln!("resumed from the checkpoint of step {step}");
+    }
     if args.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
