@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{describe, run_flowlab};
+use common::{assert_train_refuses, describe, run_flowlab};
 use serde_json::Value;
 
 /// Few epochs keep the test fast; enough to get well above chance.
@@ -90,11 +90,5 @@ fn bad_device_flags_are_named() {
         (&["--comm", "int4"], "--comm int4: unknown number format `int4`; valid formats: f32, f16, bf16, int8, int8:<block>"),
         (&["--devices", "3", "--placement", "layers"], "the mlp has 2 layers, so at most 2 devices (got 3)"),
     ];
-    for (extra, want) in cases {
-        let mut args = vec!["train", "mlp", "--epochs", "1"];
-        args.extend_from_slice(extra);
-        let out = run_flowlab(&args);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && stderr.contains(want), "flowlab {args:?}: want '{want}'\n{}", describe(&out));
-    }
+    assert_train_refuses(&cases);
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{describe, flowlab, run_flowlab};
+use common::{assert_train_refuses, describe, flowlab, run_flowlab};
 use serde_json::Value;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -79,11 +79,5 @@ fn bad_training_values_are_refused_naming_the_flag() {
         (&["--checkpoint-dir", "/tmp", "--checkpoint-every", "0"], "--checkpoint-every: must be at least 1 step (got 0)"),
         (&["--data", empty_path], "--data: 0 examples give 0 to train on and 0 held out: at least 5 are needed"),
     ];
-    for (extra, want) in cases {
-        let mut args = vec!["train", "mlp", "--epochs", "1"];
-        args.extend_from_slice(extra);
-        let out = run_flowlab(&args);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && stderr.contains(want), "flowlab {args:?}: want '{want}'\n{}", describe(&out));
-    }
+    assert_train_refuses(&cases);
 }

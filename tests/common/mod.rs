@@ -78,3 +78,15 @@ pub fn comparable(mut rows: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
     rows.sort_by_key(|r| r["index"].as_u64());
     rows
 }
+
+/// Runs `flowlab train mlp --epochs 1 EXTRA` for each case and checks that
+/// it fails with `want` in its stderr.
+pub fn assert_train_refuses(cases: &[(&[&str], &str)]) {
+    for (extra, want) in cases {
+        let mut args = vec!["train", "mlp", "--epochs", "1"];
+        args.extend_from_slice(extra);
+        let out = run_flowlab(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(want), "flowlab {args:?}: want '{want}'\n{}", describe(&out));
+    }
+}
