@@ -97,3 +97,17 @@ fn the_public_matmul_kernel_refuses_sizes_that_wrap() {
     let mut c = vec![0f32; 4];
     matmul(&a, &b, &mut c, WRAPS, 1, 4, false, false, 1);
 }
+
+#[test]
+fn a_product_of_empty_operands_whose_output_overflows_is_an_error() {
+    // [2^33, 0] x [0, 2^33]: both operands hold no element, the product
+    // would hold 2^66.
+    let g = Graph::new();
+    let a = g.placeholder("a", DType::F32, [-1, 0]).unwrap();
+    let b = g.placeholder("b", DType::F32, [0, -1]).unwrap();
+    let p = g.matmul(&a, &b).unwrap();
+    let s = Session::new(&g).unwrap();
+    let (av, bv) = (Tensor::from_vec(Vec::<f32>::new(), [1 << 33, 0]).unwrap(), Tensor::from_vec(Vec::<f32>::new(), [0, 1 << 33]).unwrap());
+    let e = s.run(&[(&a, &av), (&b, &bv)], &[&p], &[]).unwrap_err().to_string();
+    assert_eq!(e, "node 'MatMul' (MatMul): shape mismatch: the product of [8589934592, 0] and [0, 8589934592] is larger than this machine can address");
+}

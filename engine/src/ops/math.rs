@@ -12,7 +12,7 @@ use crate::tensor::TensorType;
 use crate::kernels::cpu::Float;
 use crate::kernels::cpu::elementwise::{binary, broadcast_dims, map};
 use crate::kernels::cpu::reduce::reduce_axes;
-use crate::tensor::PartialShape;
+use crate::tensor::{PartialShape, Shape};
 use crate::tensor::Tensor;
 
 /// Broadcast of two partial shapes; `None` when they cannot broadcast.
@@ -47,6 +47,10 @@ fn apply_binary<T: Element, U: Element>(c: &KernelCtx, f: impl Fn(T, T) -> U + S
     let (a, b) = (&c.inputs[0], &c.inputs[1]);
     let out = broadcast_dims(a.dims(), b.dims())
         .ok_or_else(|| c.n.shape_err(format!("cannot broadcast {} with {}", a.shape(), b.shape())))?;
+    // Two tensors that exist can still broadcast to a size that overflows.
+    if Shape::new(out.clone()).checked_bytes(a.dtype()).is_none() {
+        return Err(c.n.shape_err(format!("broadcasting {} with {} is larger than this machine can address", a.shape(), b.shape())));
+    }
     let v = binary(a.as_slice::<T>()?, a.dims(), b.as_slice::<T>()?, b.dims(), &out, c.threads, f);
     Tensor::from_vec(v, out)
 }

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::graph::{Graph, IntoOutput, Output};
 use crate::tensor::TensorType;
 use crate::kernels::cpu::{batch_matmul, matmul};
-use crate::tensor::PartialShape;
+use crate::tensor::{PartialShape, Shape};
 use crate::tensor::Tensor;
 
 /// (m, k) of op(a) and (k, n) of op(b) from the last two dimensions.
@@ -66,6 +66,9 @@ fn k_matmul(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     if k != k2 {
         return Err(c.n.shape_err(format!("inner dimensions differ: {} x {} ({k} vs {k2})", a.shape(), b.shape())));
     }
+    if Shape::new(vec![m, n]).checked_bytes(a.dtype()).is_none() {
+        return Err(c.n.shape_err(format!("the product of {} and {} is larger than this machine can address", a.shape(), b.shape())));
+    }
     with_float!(c, a.dtype(), T => {
         let mut out = vec![T::default(); m * n];
         matmul(a.as_slice::<T>()?, b.as_slice::<T>()?, &mut out, m, n, k, ta, tb, c.threads);
@@ -89,6 +92,9 @@ fn k_batch_matmul(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     }
     let mut od = a.dims()[..r - 2].to_vec();
     od.extend([m, n]);
+    if Shape::new(od.clone()).checked_bytes(a.dtype()).is_none() {
+        return Err(c.n.shape_err(format!("the product of {} and {} is larger than this machine can address", a.shape(), b.shape())));
+    }
     with_float!(c, a.dtype(), T => {
         let mut out = vec![T::default(); batch * m * n];
         batch_matmul(a.as_slice::<T>()?, b.as_slice::<T>()?, &mut out, batch, m, n, k, ta, tb, c.threads);
