@@ -3,3 +3,6 @@
 //! these functions; nothing here knows of tensors, graphs or sessions.
 
 pub mod cpu;
+
+#[cfg(feature = "cuda")]
+pub mod cuda;
