@@ -73,6 +73,10 @@ pub enum EngineError {
     /// A tensor too large to allocate (or to address at all).
     #[error("cannot allocate {what}: {size}")]
     Alloc { what: String, size: String },
+    /// A queue that is closed and cannot give (or take) what a step asked
+    /// for: TensorFlow's OutOfRange, which ends an input loop.
+    #[error("node '{node}': queue '{queue}' is closed: {detail}")]
+    QueueClosed { node: String, queue: String, detail: String },
     /// A corrupt or truncated file (graph JSON, checkpoint).
     #[error("{file}: corrupt at byte offset {offset}: {detail}")]
     Corrupt { file: String, offset: u64, detail: String },

@@ -1,6 +1,6 @@
 //! Layer 3, the framework a kernel runs in: device names, the rendezvous
 //! that carries tensors between devices, the resources stateful kernels
-//! touch (variables, random counters), and step statistics.
+//! touch (variables, random counters, queues), and step statistics.
 //!
 //! Contract. These are the run-time services an op kernel may use (as in
 //! TensorFlow's `framework/`: `device_name_utils`, `rendezvous`,
@@ -8,9 +8,11 @@
 //! the executor and sessions that provide them live in `runtime`.
 
 mod device;
+mod queue;
 pub(crate) mod rendezvous;
 mod resource;
 pub(crate) mod stats;
 
 pub use device::{DeviceName, DeviceSet};
+pub(crate) use queue::{Queue, QueueSpec};
 pub(crate) use resource::{Resource, VarSlot};

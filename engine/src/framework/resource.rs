@@ -28,4 +28,5 @@ impl VarSlot {
 pub(crate) enum Resource {
     Var(Arc<VarSlot>),
     Rng(Arc<Mutex<u64>>),
+    Queue(Arc<crate::framework::Queue>),
 }

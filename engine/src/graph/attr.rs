@@ -21,6 +21,8 @@ pub enum AttrValue {
     DType(DType),
     Shape(PartialShape),
     Tensor(TensorValue),
+    DTypes(Vec<DType>),
+    Shapes(Vec<PartialShape>),
 }
 
 /// A tensor inside an attribute, stored as little-endian bytes in hex so
@@ -147,6 +149,18 @@ impl<'a> NodeInfo<'a> {
         match self.get(key)? {
             AttrValue::Shape(v) => Ok(v),
             v => Err(self.attr_err(key, format!("expected a shape, found {v:?}"))),
+        }
+    }
+    pub fn dtypes(&self, key: &str) -> Result<&'a [DType]> {
+        match self.get(key)? {
+            AttrValue::DTypes(v) => Ok(v),
+            v => Err(self.attr_err(key, format!("expected a list of dtypes, found {v:?}"))),
+        }
+    }
+    pub fn shapes(&self, key: &str) -> Result<&'a [PartialShape]> {
+        match self.get(key)? {
+            AttrValue::Shapes(v) => Ok(v),
+            v => Err(self.attr_err(key, format!("expected a list of shapes, found {v:?}"))),
         }
     }
     pub fn tensor(&self, key: &str) -> Result<&'a TensorValue> {

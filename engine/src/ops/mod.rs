@@ -25,6 +25,7 @@ pub(crate) mod nn;
 pub(crate) mod random;
 pub(crate) mod reduce;
 pub(crate) mod sendrecv;
+pub(crate) mod queue;
 pub(crate) mod state;
 
 /// Arithmetic work and memory traffic of one execution of a node.
@@ -186,6 +187,7 @@ pub(crate) fn registry() -> &'static Registry {
         conv::register(&mut r);
         random::register(&mut r);
         sendrecv::register(&mut r);
+        queue::register(&mut r);
         r
     })
 }

@@ -24,7 +24,7 @@ use crate::error::{EngineError, Result};
 use crate::graph::{Graph, Node, NodeId};
 use crate::tensor::TensorType;
 use crate::ops::sendrecv::{StepComm, TransferSpec};
-use crate::framework::Resource;
+use crate::framework::{QueueSpec, Resource};
 use crate::ops::{self, KernelCtx, KernelFn};
 use crate::tensor::DeviceType;
 use crate::framework::VarSlot;
@@ -104,6 +104,9 @@ fn static_cost(d: &crate::graph::GraphData, node: &Node, cheap: bool) -> Option<
 pub(crate) trait Resources {
     fn var(&self, name: &str, ty: &TensorType) -> Resource;
     fn rng(&self, name: &str) -> Resource;
+    /// The queue called `name`, made on first use; `node` (a queue op)
+    /// names the mismatch when the queue exists with another spec.
+    fn queue(&self, node: &str, name: &str, spec: &QueueSpec) -> Result<Resource>;
 }
 
 /// "node:output" and declared type of every feed, checking that each names
@@ -222,6 +225,9 @@ impl Prepared {
             }
             if def.stateful && node.attrs.contains_key("seed") {
                 resources.push(res.rng(&node.name));
+            }
+            if let Some(crate::graph::AttrValue::Str(q)) = node.attrs.get("queue") {
+                resources.push(res.queue(&node.name, q, &crate::ops::queue::spec_of(&info)?)?);
             }
             let constant = if node.op == "Const" { Some(info.tensor("value")?.to_tensor().map_err(|e| e.at_node(&node.name, &node.op))?) } else { None };
             let transfer = if node.op == "Send" || node.op == "Recv" { Some(TransferSpec::of(&info)?) } else { None };
@@ -681,6 +687,9 @@ pub(crate) mod tests {
         }
         fn rng(&self, name: &str) -> Resource {
             panic!("no rng {name} in this test")
+        }
+        fn queue(&self, _: &str, name: &str, _: &QueueSpec) -> Result<Resource> {
+            panic!("no queue {name} in this test")
         }
     }
 

@@ -4,7 +4,8 @@
 //! [`DeviceSet`]. [`DefaultPlacer`] does what TensorFlow's placer does:
 //! 1. nodes that must share a device form colocation groups (union-find): an
 //!    update op (Assign, AssignAdd, AssignSub, ScatterAdd, Apply*) names its
-//!    variable in the attr `var` and its optimizer slots in `slots`, and
+//!    variable in the attr `var` and its optimizer slots in `slots` (a queue
+//!    op its queue in `queue`), and
 //!    joins their group; a node may also ask for colocation explicitly with
 //!    TensorFlow's attr `_class = ["loc:@other_node", ...]`;
 //! 2. the requested device strings of a group's members are merged into one
@@ -102,8 +103,10 @@ impl Groups {
 /// Names of the nodes `n` must be colocated with.
 fn colocation_names(n: &Node) -> Vec<&str> {
     let mut v = Vec::new();
-    if let Some(AttrValue::Str(var)) = n.attrs.get("var") {
-        v.push(var.as_str());
+    for key in ["var", "queue"] {
+        if let Some(AttrValue::Str(name)) = n.attrs.get(key) {
+            v.push(name.as_str());
+        }
     }
     for key in ["slots", "_class"] {
         if let Some(AttrValue::Strs(list)) = n.attrs.get(key) {

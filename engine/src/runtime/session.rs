@@ -30,7 +30,7 @@ use crate::runtime::multi_device::{LocalDevice, MultiPlan};
 use crate::ops::sendrecv::CommCounters;
 use crate::graph::{Graph, NodeId, Output};
 use crate::tensor::TensorType;
-use crate::framework::{Resource, VarSlot};
+use crate::framework::{Queue, QueueSpec, Resource, VarSlot};
 use crate::tensor::Tensor;
 use crate::framework::stats::StepStats;
 use crate::framework::{DeviceName, DeviceSet};
@@ -97,6 +97,9 @@ type RunKey = (Vec<(NodeId, usize)>, Vec<(NodeId, usize)>, Vec<NodeId>);
 struct State {
     vars: HashMap<String, Arc<VarSlot>>,
     rngs: HashMap<String, Arc<Mutex<u64>>>,
+    queues: HashMap<String, Arc<Queue>>,
+    /// How long a queue op may block (the session's receive timeout).
+    queue_timeout: Duration,
 }
 
 impl Resources for Mutex<State> {
@@ -111,6 +114,20 @@ impl Resources for Mutex<State> {
     fn rng(&self, name: &str) -> Resource {
         let mut s = self.lock().unwrap_or_else(|e| e.into_inner());
         Resource::Rng(s.rngs.entry(name.to_string()).or_default().clone())
+    }
+    fn queue(&self, node: &str, name: &str, spec: &QueueSpec) -> Result<Resource> {
+        let mut s = self.lock().unwrap_or_else(|e| e.into_inner());
+        let timeout = s.queue_timeout;
+        let q = s.queues.entry(name.to_string()).or_insert_with(|| Arc::new(Queue::new(name, spec.clone(), timeout)));
+        if q.spec != *spec {
+            return Err(EngineError::Attr {
+                node: node.into(),
+                op: "queue".into(),
+                attr: "queue".into(),
+                detail: format!("queue '{name}' exists as {:?}, this op expects {spec:?}", q.spec),
+            });
+        }
+        Ok(Resource::Queue(q.clone()))
     }
 }
 
@@ -181,7 +198,7 @@ impl Session {
             placement_given,
             partition: opts.partition,
             recv_timeout: opts.recv_timeout,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State { queue_timeout: opts.recv_timeout, ..State::default() }),
             cache: Mutex::new(HashMap::new()),
             counters: CommCounters::default(),
             next_step: AtomicU64::new(1),
@@ -387,7 +404,7 @@ impl Session {
         }
         match self.state.var(name, &ty) {
             Resource::Var(slot) => *slot.lock() = Some(value),
-            Resource::Rng(_) => {}
+            Resource::Rng(_) | Resource::Queue(_) => {}
         }
         Ok(())
     }
