@@ -47,7 +47,7 @@ pub fn render(dir: &Path) -> Result<RenderedReport, ReportError> {
             title: spec.title.clone().unwrap_or_else(|| crate::chart::default_title(spec)),
             png_name: format!("{stem}.png"),
             svg_name: format!("{stem}.svg"),
-            note: repeats_note(data),
+            note: repeats_note(spec, data),
         });
         files.push(png);
         files.push(svg);
@@ -68,16 +68,23 @@ pub fn render(dir: &Path) -> Result<RenderedReport, ReportError> {
     })
 }
 
-/// How a plot summarises repeated runs, for its caption.
-fn repeats_note(data: &ChartData) -> Option<String> {
+/// How a plot summarises repeated runs (and the parameters it pools on
+/// purpose), for its caption.
+fn repeats_note(spec: &crate::spec::PlotSpec, data: &ChartData) -> Option<String> {
+    let what = if spec.pool.is_empty() {
+        "repeated runs".to_string()
+    } else {
+        let keys: Vec<String> = spec.pool.iter().map(|k| format!("`{k}`")).collect();
+        format!("runs pooled over {} (and repeats)", keys.join(", "))
+    };
     match data {
         ChartData::Line(d) | ChartData::Bar(d) if d.has_repeats() => {
-            Some("mean of repeated runs; error bars span min..max".to_string())
+            Some(format!("mean of {what}; error bars span min..max"))
         }
         ChartData::Heat(d) if d.cells.iter().flatten().flatten().any(|s| s.n > 1) => {
-            Some("colour: mean of repeated runs".to_string())
+            Some(format!("colour: mean of {what}"))
         }
-        ChartData::Cdf(_) => Some("samples pooled over repeated runs".to_string()),
+        ChartData::Cdf(_) => Some(format!("samples pooled over {what}")),
         _ => None,
     }
 }
@@ -108,11 +115,11 @@ sweep:
   workers: [25, 50, 100, 200]
   strategy.sync.backup: [0, 2]
 plots:
-  - { x: workers, y: throughput, series: strategy.sync.backup }
-  - { kind: cdf, y: step_time_s, series: strategy.sync.backup }
-  - { kind: bar, x: model, y: throughput, series: strategy.sync.backup, title: Throughput per model }
-  - { kind: heatmap, x: array, y: dataflow, z: utilization }
-  - { x: workers, y: throughput, log_x: true, log_y: true }
+  - { x: workers, y: throughput, series: strategy.sync.backup, pool: [model] }
+  - { kind: cdf, y: step_time_s, series: strategy.sync.backup, pool: [model, workers, array] }
+  - { kind: bar, x: model, y: throughput, series: strategy.sync.backup, title: Throughput per model, pool: [workers, array] }
+  - { kind: heatmap, x: array, y: dataflow, z: utilization, pool: [model] }
+  - { x: workers, y: throughput, log_x: true, log_y: true, pool: [model, strategy, dataflow] }
 ";
 
     /// Rows for every plot above: two seeds per point (repeats), one failed
@@ -233,7 +240,7 @@ plots:
         assert!(html.contains("<td class=\"error\">simulated &lt;failure&gt; &amp; co</td>"));
         assert!(html.contains("16 result points, <span class=\"bad\">1 failed</span>"));
         assert!(html.contains("incomplete line"));
-        assert!(html.contains("throughput vs workers (mean of repeated runs; error bars span min..max)"));
+        assert!(html.contains("(mean of runs pooled over `model` (and repeats); error bars span min..max)"), "{html}");
         assert_eq!(html.matches("<tr").count(), 17, "header row plus 16 result rows");
     }
 

@@ -10,6 +10,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use super::FONT;
 use super::layout::{CategoryLabels, DESC_SIZE, LABEL_SIZE, Ticked, category_at, label_stride};
 use crate::cell::format_number;
+use crate::labels::{axis_label, format_tick};
 use crate::prepare::HeatData;
 use crate::spec::PlotSpec;
 
@@ -66,8 +67,8 @@ pub(super) fn draw<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .disable_mesh()
-        .x_desc(spec.x.as_deref().unwrap_or_default())
-        .y_desc(spec.y.as_str())
+        .x_desc(spec.x_label.clone().unwrap_or_else(|| axis_label(spec.x.as_deref().unwrap_or_default())))
+        .y_desc(spec.y_label.clone().unwrap_or_else(|| axis_label(&spec.y)))
         .x_label_formatter(&x_fmt)
         .y_label_formatter(&y_fmt)
         .label_style((FONT, LABEL_SIZE))
@@ -123,7 +124,7 @@ fn draw_colour_bar<DB: DrawingBackend>(
         .right_y_label_area_size(95)
         .build_cartesian_2d(0.0..1.0, z0..z1)
         .map_err(err)?;
-    let fmt = |v: &f64| format_number(*v);
+    let fmt = |v: &f64| format_tick(*v);
     let z = spec.z.as_deref().unwrap_or_default();
     chart
         .configure_mesh()
@@ -144,7 +145,7 @@ fn draw_colour_bar<DB: DrawingBackend>(
         .map_err(err)?;
     // The bar's name goes under it, horizontal, where the grid has its x labels.
     let (_, h) = area.dim_in_pixel();
-    let mut lines = vec![z.to_string()];
+    let mut lines = vec![axis_label(z)];
     if repeats {
         lines.push("(mean of repeats)".to_string());
     }
