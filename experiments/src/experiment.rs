@@ -163,6 +163,7 @@ impl Experiment {
         let param_columns = param_columns(&file.sweep, &runs);
         let metric_columns = kind.metric_names();
         check_plots(origin, kind, &file.plots, &param_columns, &metric_columns)?;
+        check_plot_points(origin, &file.plots, &runs, repeat)?;
         Ok(Experiment {
             name: file.name.value,
             kind: kind.name(),
@@ -295,6 +296,38 @@ fn param_columns(sweep: &Sweep, runs: &[Run]) -> Vec<String> {
     columns
 }
 
+/// What `run` would refuse to draw, known from the points alone: points
+/// that are not repeats landing on one position, a placing key some points
+/// lack, a log axis over a swept value that is not positive.
+fn check_plot_points(
+    origin: &str,
+    plots: &[Spanned<PlotSpec>],
+    runs: &[Run],
+    repeat: u32,
+) -> Result<(), ExperimentError> {
+    if plots.is_empty() {
+        return Ok(());
+    }
+    let points: Vec<flowlab_reports::ResultRow> = runs
+        .iter()
+        .step_by(repeat.max(1) as usize)
+        .map(|r| flowlab_reports::ResultRow {
+            index: r.index,
+            key: String::new(),
+            seed: r.seed,
+            params: r.params.clone(),
+            metrics: BTreeMap::new(),
+            series: BTreeMap::new(),
+            error: None,
+            elapsed_s: 0.0,
+        })
+        .collect();
+    for plot in plots {
+        flowlab_reports::check_plot_points(&plot.value, &points).map_err(|e| at(origin, plot.referenced, e.to_string()))?;
+    }
+    Ok(())
+}
+
 /// Each plot's keys must name a parameter, a metric, or (for a CDF's `y`) a
 /// series the kind reports.
 fn check_plots(
@@ -324,15 +357,22 @@ fn check_plots(
         if let Some(z) = &spec.z {
             fields.push(("z", z, scalar_keys.clone()));
         }
+        for key in &spec.pool {
+            fields.push(("pool", key, params.iter().map(String::as_str).collect()));
+        }
         for (role, key, known) in fields {
-            if !known.contains(&key) {
+            // A map of parameters (`network`) is a key too: it labels each
+            // point by the values under it.
+            let is_map = matches!(role, "x" | "series" | "pool" | "y")
+                && params.iter().any(|p| p.strip_prefix(key).is_some_and(|rest| rest.starts_with('.')));
+            if !known.contains(&key) && !is_map {
                 return Err(at(
                     origin,
                     plot.referenced,
                     format!(
                         "plot `{role}: {key}` names no {} of kind {}{} (known: {})",
                         match role {
-                            "series" => "parameter",
+                            "series" | "pool" => "parameter",
                             "y" if spec.kind == PlotKind::Cdf => "series",
                             _ => "parameter or metric",
                         },

@@ -212,6 +212,20 @@ impl Ctx<'_> {
         Some(Cell::Text(parts.join(" ")))
     }
 
+    /// The parameters whose values differ between rows (absent counts).
+    fn varying_keys(&self) -> BTreeSet<String> {
+        let Some(first) = self.ok.first() else { return BTreeSet::new() };
+        let mut out = BTreeSet::new();
+        for r in self.ok {
+            for k in first.params.keys().chain(r.params.keys()) {
+                if !out.contains(k) && first.params.get(k) != r.params.get(k) {
+                    out.insert(k.clone());
+                }
+            }
+        }
+        out
+    }
+
     /// The keys that place a row on this chart, with their roles.
     fn placing_keys(&self) -> Vec<(&'static str, &str)> {
         let spec = self.spec;
@@ -255,7 +269,7 @@ impl Ctx<'_> {
                     return Err(self.invalid(format!(
                         "`{role}: {key}` is not set in point {} ({}); every point must have it{}",
                         row.index,
-                        describe_params(row),
+                        describe_params(row, &self.varying_keys()),
                         parent_hint(key, row)
                     )));
                 };
@@ -266,7 +280,10 @@ impl Ctx<'_> {
                     first_at.insert(position, row);
                 }
                 Some(first) => {
-                    let differ = differing(first, row, |k| self.pooled(k));
+                    let mut differ = differing(first, row, |k| self.pooled(k));
+                    // `strategy` (async vs sync) says it; its leaves need not.
+                    let all = differ.clone();
+                    differ.retain(|k| !all.iter().any(|p| k.strip_prefix(p.as_str()).is_some_and(|r| r.starts_with('.'))));
                     if !differ.is_empty() {
                         return Err(self.invalid(self.collision_message(first, row, &differ)));
                     }
@@ -557,12 +574,13 @@ fn differing(a: &ResultRow, b: &ResultRow, skip: impl Fn(&str) -> bool) -> Vec<S
         .collect()
 }
 
-/// `strategy=async workers=25`: a row's parameters, for messages.
-fn describe_params(row: &ResultRow) -> String {
+/// `strategy=async workers=25`: a row's parameters among `keys` (those
+/// that vary: the sweep's), for messages.
+fn describe_params(row: &ResultRow, keys: &BTreeSet<String>) -> String {
     let parts: Vec<String> = row
         .params
         .iter()
-        .filter(|(_, v)| !v.as_object().is_some_and(|m| m.is_empty()))
+        .filter(|(k, v)| keys.contains(*k) && !v.as_object().is_some_and(|m| m.is_empty()))
         .map(|(k, v)| match v {
             serde_json::Value::String(s) => format!("{k}={s}"),
             other => format!("{k}={other}"),
@@ -786,6 +804,10 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("`pool: [strategy.sync.backup]`"), "{err}");
+        let s = spec("{ x: workers, y: throughput, series: workers }");
+        let err = prepare(&s, &strategy_rows(), Path::new("r.jsonl")).unwrap_err().to_string();
+        assert!(err.contains("they differ in `strategy` (async vs sync); make it the `series:`"), "{err}");
+        assert!(err.contains("`pool: [strategy]`"), "{err}");
         let s = spec("{ x: workers, y: throughput, pool: [strategy] }");
         let ChartData::Line(d) = prepare(&s, &rows, Path::new("r.jsonl")).unwrap() else { panic!() };
         let st = d.series[0].points[0].1;
