@@ -187,6 +187,18 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
     }
     let store = store.into_inner().unwrap_or_else(|p| p.into_inner());
     let rows = store.finish()?;
+    let unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let info = flowlab_reports::RunInfo {
+        date: flowlab_reports::utc_date(unix_s),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        wall_s: start.elapsed().as_secs_f64(),
+        ran: pending.len() as u64,
+        resumed,
+    };
+    flowlab_reports::write_run_info(&out_dir, &info)?;
     let failed = rows
         .iter()
         .filter(|r| r.error.is_some() && my_keys.contains(r.key.as_str()))

@@ -339,7 +339,8 @@ fn clear_outputs(dir: &Path) -> Result<(), ExperimentError> {
         let entry = entry.map_err(|e| ExperimentError::io(dir, e))?;
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
-        let ours = [EXPERIMENT_FILE, RESULTS_JSONL, RESULTS_CSV, "index.html"].contains(&name.as_str())
+        let ours = [EXPERIMENT_FILE, RESULTS_JSONL, RESULTS_CSV, "index.html", flowlab_reports::RUN_INFO_FILE]
+            .contains(&name.as_str())
             || name.ends_with(".png")
             || name.ends_with(".svg");
         if ours && path.is_file() {
