@@ -224,7 +224,7 @@ plots:
             assert!(line.contains(label), "line svg lacks {label}");
         }
         let cdf = svg("cdf-step_time_s.svg");
-        for label in ["CDF of step_time_s", "strategy.sync.backup", "\n0\n", "\n2\n"] {
+        for label in ["CDF of step time", "step time (s)", "strategy.sync.backup", "\n0\n", "\n2\n"] {
             assert!(cdf.contains(label), "cdf svg lacks {label}");
         }
         let bar = svg("bar-throughput-vs-model.svg");
@@ -232,7 +232,7 @@ plots:
             assert!(bar.contains(label), "bar svg lacks {label}");
         }
         let heat = svg("heatmap-utilization-over-array-dataflow.svg");
-        for label in ["utilization over array", "\nos\n", "\nws\n", "\n64\n", "\n0.9\n", "dataflow"] {
+        for label in ["PE utilization over array", "PE utilization", "\nos\n", "\nws\n", "\n64\n", "\n0.9\n", "dataflow"] {
             assert!(heat.contains(label), "heatmap svg lacks {label}");
         }
 
