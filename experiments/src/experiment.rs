@@ -99,6 +99,15 @@ impl Experiment {
     /// Parses and checks an experiment from its text. `origin` names it in
     /// messages (`experiments/x.yaml:3:5: ...`).
     pub fn from_text(origin: &str, text: &str) -> Result<Experiment, ExperimentError> {
+        // A misspelled kind first: its "did you mean" matters more than the
+        // keys the rest of the file lacks.
+        #[derive(serde::Deserialize)]
+        struct KindOnly {
+            kind: Option<Spanned<String>>,
+        }
+        if let Ok(KindOnly { kind: Some(kind) }) = crate::diagnostics::parse_yaml::<KindOnly>(text) {
+            kinds::lookup(&kind.value).map_err(|m| at(origin, kind.referenced, m))?;
+        }
         let file: ExperimentFile = crate::diagnostics::parse_yaml(text).map_err(|e| yaml_error(origin, text, &e))?;
         check_name(origin, &file.name)?;
         let kind = kinds::lookup(&file.kind.value).map_err(|m| at(origin, file.kind.referenced, m))?;

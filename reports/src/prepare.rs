@@ -310,10 +310,11 @@ impl Ctx<'_> {
             PlotKind::Line | PlotKind::Bar if self.spec.series.is_some() => "the same x and series",
             PlotKind::Line | PlotKind::Bar => "the same x",
         };
+        let first = differ.first().map_or("", String::as_str);
         let remedy = match self.spec.kind {
-            PlotKind::Heatmap => "fix it in the sweep for this plot",
-            _ if self.spec.series.is_none() => "draw it as `series:`",
-            _ => "make it the `series:` (a map key such as `strategy` labels each variant)",
+            PlotKind::Heatmap => format!("put `{first}` on an axis"),
+            _ if self.spec.series.is_none() => format!("add `series: {first}`"),
+            _ => format!("make `{first}` the `series`"),
         };
         let pool: Vec<&str> = differ.iter().map(String::as_str).collect();
         format!(
@@ -402,7 +403,7 @@ impl Ctx<'_> {
             return Ok(());
         }
         Err(self.invalid(format!(
-            "{axis} is logarithmic but `{key}` is {v} at result index {}; a log axis needs positive values",
+            "{axis} is logarithmic but `{key}` is {v} at point {}; a log axis needs positive values",
             row.index
         )))
     }
@@ -699,7 +700,7 @@ mod tests {
         let err = prepare(&s, &rs, Path::new("r.jsonl")).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "plot `line throughput vs workers`: y is logarithmic but `throughput` is 0 at result index 0; a log axis needs positive values"
+            "plot `line throughput vs workers`: y is logarithmic but `throughput` is 0 at point 0; a log axis needs positive values"
         );
         let s = spec("{ x: model, y: throughput, log_x: true, pool: [workers, strategy.sync.backup] }");
         let err = prepare(&s, &rs, Path::new("r.jsonl")).unwrap_err();
@@ -806,7 +807,7 @@ mod tests {
         assert!(err.contains("`pool: [strategy.sync.backup]`"), "{err}");
         let s = spec("{ x: workers, y: throughput, series: workers }");
         let err = prepare(&s, &strategy_rows(), Path::new("r.jsonl")).unwrap_err().to_string();
-        assert!(err.contains("they differ in `strategy` (async vs sync); make it the `series:`"), "{err}");
+        assert!(err.contains("they differ in `strategy` (async vs sync); make `strategy` the `series`"), "{err}");
         assert!(err.contains("`pool: [strategy]`"), "{err}");
         let s = spec("{ x: workers, y: throughput, pool: [strategy] }");
         let ChartData::Line(d) = prepare(&s, &rows, Path::new("r.jsonl")).unwrap() else { panic!() };
@@ -820,7 +821,7 @@ mod tests {
         check_plot_points(&s, &bare).unwrap();
         let s = spec("{ x: strategy.sync.backup, y: throughput, series: workers, log_x: true }");
         let err = check_plot_points(&s, &bare).unwrap_err().to_string();
-        assert!(err.contains("x is logarithmic but `strategy.sync.backup` is 0 at result index 2"), "{err}");
+        assert!(err.contains("x is logarithmic but `strategy.sync.backup` is 0 at point 2"), "{err}");
     }
 
     #[test]
