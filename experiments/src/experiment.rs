@@ -172,7 +172,7 @@ impl Experiment {
         let param_columns = param_columns(&file.sweep, &runs);
         let metric_columns = kind.metric_names();
         check_plots(origin, kind, &file.plots, &param_columns, &metric_columns)?;
-        check_plot_points(origin, &file.plots, &runs, repeat)?;
+        check_plot_points(origin, &file.plots, &mut runs, repeat)?;
         Ok(Experiment {
             name: file.name.value,
             kind: kind.name(),
@@ -311,30 +311,36 @@ fn param_columns(sweep: &Sweep, runs: &[Run]) -> Vec<String> {
 fn check_plot_points(
     origin: &str,
     plots: &[Spanned<PlotSpec>],
-    runs: &[Run],
+    runs: &mut [Run],
     repeat: u32,
 ) -> Result<(), ExperimentError> {
     if plots.is_empty() {
         return Ok(());
     }
+    // The points' parameters are lent to the check and given back, not
+    // copied: a million-point sweep holds them once.
+    let step = repeat.max(1) as usize;
     let points: Vec<flowlab_reports::ResultRow> = runs
-        .iter()
-        .step_by(repeat.max(1) as usize)
+        .iter_mut()
+        .step_by(step)
         .map(|r| flowlab_reports::ResultRow {
             index: r.index,
             key: String::new(),
             seed: r.seed,
-            params: r.params.clone(),
+            params: std::mem::take(&mut r.params),
             metrics: BTreeMap::new(),
             series: BTreeMap::new(),
             error: None,
             elapsed_s: 0.0,
         })
         .collect();
-    for plot in plots {
-        flowlab_reports::check_plot_points(&plot.value, &points).map_err(|e| at(origin, plot.referenced, e.to_string()))?;
+    let verdict = plots.iter().try_for_each(|plot| {
+        flowlab_reports::check_plot_points(&plot.value, &points).map_err(|e| at(origin, plot.referenced, e.to_string()))
+    });
+    for (run, point) in runs.iter_mut().step_by(step).zip(points) {
+        run.params = point.params;
     }
-    Ok(())
+    verdict
 }
 
 /// Each plot's keys must name a parameter, a metric, or (for a CDF's `y`) a
