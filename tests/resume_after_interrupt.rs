@@ -75,30 +75,50 @@ fn a_killed_run_resumes_without_lost_or_duplicate_rows() {
 }
 
 #[test]
-fn fresh_starts_over_and_another_experiment_is_refused() {
+fn an_edited_file_resumes_what_matches_and_another_experiment_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let file = write_file(tmp.path(), "small.yaml", &small_sweep("small", 3));
     let dir = tmp.path().join("results");
     let (file_s, dir_s) = (file.to_str().unwrap(), dir.to_str().unwrap());
     let out = run_flowlab(&["run", file_s, "--out", dir_s]);
     assert!(out.status.success(), "{}", describe(&out));
+    let first = comparable(read_rows(&dir));
 
-    // The same directory for a changed file: refused, nothing touched.
+    // Only a plot added: nothing reruns, the report is drawn again.
+    let with_plot = format!("{}  - {{ kind: cdf, y: step_time_s, series: workers, pool: [strategy] }}\n", small_sweep("small", 3));
+    let edited = write_file(tmp.path(), "edited.yaml", &with_plot);
+    let out = run_flowlab(&["run", edited.to_str().unwrap(), "--out", dir_s]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("the experiment file changed since the stored results: 6 of 6 runs still match; 0 to run"), "{stdout}");
+    assert!(stdout.contains("(0 ran now, 6 resumed"), "{stdout}");
+    assert_eq!(comparable(read_rows(&dir)), first);
+    assert!(dir.join("cdf-step_time_s-2.svg").exists());
+
+    // Points changed (4 steps each): every run reruns, the old rows are kept aside.
     let other = write_file(tmp.path(), "other.yaml", &small_sweep("small", 4));
     let out = run_flowlab(&["run", other.to_str().unwrap(), "--out", dir_s]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("0 of 6 runs still match; 6 stored runs are no longer in its sweep: moved to"), "{stdout}");
+    let rows = read_rows(&dir);
+    assert_eq!(rows.len(), 6);
+    assert!(rows.iter().all(|r| r["series"]["step_time_s"].as_array().unwrap().len() == 4));
+    let aside = std::fs::read_to_string(dir.join("results.superseded.jsonl")).unwrap();
+    assert_eq!(aside.lines().count(), 6);
+
+    // Another experiment into the same directory: refused, nothing touched.
+    let renamed = write_file(tmp.path(), "renamed.yaml", &small_sweep("other-name", 4));
+    let out = run_flowlab(&["run", renamed.to_str().unwrap(), "--out", dir_s]);
     assert!(!out.status.success());
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim(),
         format!(
-            "error: {dir_s}: holds results of a different experiment file (its experiment.yaml differs); \
-             pass --fresh to start over, or --out to write elsewhere"
+            "error: {dir_s}: holds results of experiment `small`, not `other-name`; pass --out to write elsewhere \
+             (or --fresh, which deletes the results stored there)"
         )
     );
     assert_eq!(read_rows(&dir).len(), 6);
-
-    let out = run_flowlab(&["run", other.to_str().unwrap(), "--out", dir_s, "--fresh"]);
+    let out = run_flowlab(&["run", renamed.to_str().unwrap(), "--out", dir_s, "--fresh"]);
     assert!(out.status.success(), "{}", describe(&out));
-    let rows = read_rows(&dir);
-    assert_eq!(rows.len(), 6);
-    assert!(rows.iter().all(|r| r["series"]["step_time_s"].as_array().unwrap().len() == 4));
 }

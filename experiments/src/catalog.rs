@@ -86,7 +86,23 @@ pub fn load(spec: &str) -> Result<Experiment, ExperimentError> {
             Experiment::from_text(spec, entry.text)
         }
         None => {
-            let text = std::fs::read_to_string(spec).map_err(|e| ExperimentError::io(spec, e))?;
+            let bytes = std::fs::read(spec).map_err(|e| ExperimentError::InFile {
+                origin: spec.to_string(),
+                message: match e.kind() {
+                    std::io::ErrorKind::NotFound => format!(
+                        "no such file (check the path; catalog entries are named `{CATALOG_PREFIX}NAME`, see `flowlab list`)"
+                    ),
+                    std::io::ErrorKind::IsADirectory => "is a directory, not an experiment file".to_string(),
+                    _ => format!("cannot read it: {e}"),
+                },
+            })?;
+            let text = String::from_utf8(bytes).map_err(|e| ExperimentError::InFile {
+                origin: spec.to_string(),
+                message: format!(
+                    "not a text file: byte {} is not UTF-8 (an experiment file is YAML text)",
+                    e.utf8_error().valid_up_to()
+                ),
+            })?;
             Experiment::from_text(spec, &text)
         }
     }

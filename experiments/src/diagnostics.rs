@@ -41,13 +41,44 @@ pub(crate) fn yaml_message(source: &str, error: &YamlError) -> String {
             expected,
             ..
         } => format!("invalid value: expected {expected}, found {unexpected}"),
-        YamlError::InvalidScalar { ty, .. } => match source_text(source, location) {
-            Some(text) => format!("wrong type: expected {}, found `{text}`", type_name(ty)),
-            None => format!("wrong type: expected {}", type_name(ty)),
+        YamlError::InvalidScalar { ty, .. } => match (source_text(source, location), key_at(source, location)) {
+            (Some(text), _) => format!("wrong type: expected {}, found `{text}`", type_name(ty)),
+            (None, Some(key)) => format!("`{key}` is empty: give it {}", type_name(ty)),
+            (None, None) => format!("wrong type: expected {}, found nothing", type_name(ty)),
         },
         YamlError::DuplicateMappingKey { key: Some(key), .. } => format!("duplicate key `{key}`"),
-        other => strip_location(&other.to_string()),
+        other => {
+            let message = strip_location(&other.to_string());
+            if message.contains("cannot deserialize null") {
+                match key_at(source, location) {
+                    Some(key) => format!("`{key}` is empty: give it a value"),
+                    None => "a value is missing here".to_string(),
+                }
+            } else if message.starts_with("budget breached: Depth") {
+                format!(
+                    "the file nests maps and lists deeper than {MAX_DEPTH} levels; an experiment file needs a few \
+                     (is a bracket unclosed, or was a generated file meant to be flatter?)"
+                )
+            } else if message.starts_with("budget breached") {
+                format!("the file is too large or complex to read safely ({message})")
+            } else {
+                message
+            }
+        }
     }
+}
+
+/// The parser's nesting limit (serde-saphyr's default budget).
+const MAX_DEPTH: u32 = 64;
+
+/// The key of a `key:` whose value is at (or, when empty, ends just before)
+/// `location`: the text before the colon on that line.
+fn key_at(source: &str, location: Location) -> Option<String> {
+    let line = source.lines().nth(usize::try_from(location.line()).ok()?.checked_sub(1)?)?;
+    let (key, value) = line.split_once(':')?;
+    let key = key.trim().trim_start_matches("- ").trim();
+    let value = value.split('#').next().unwrap_or("").trim();
+    (!key.is_empty() && value.is_empty() && !key.contains(' ')).then(|| key.to_string())
 }
 
 /// An error at a known location of the experiment file.

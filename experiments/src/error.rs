@@ -41,13 +41,17 @@ pub enum ExperimentError {
     #[error("{0}")]
     Usage(String),
 
-    /// The output directory holds results that do not belong to this
-    /// experiment file, so resuming into it would mix two experiments.
+    /// The output directory holds the results of another experiment (another
+    /// `name:`), so resuming into it would mix two experiments.
     #[error(
-        "{dir}: holds results of a different experiment file (its experiment.yaml differs); \
-         pass --fresh to start over, or --out to write elsewhere"
+        "{dir}: holds results of experiment `{stored}`, not `{name}`; pass --out to write elsewhere \
+         (or --fresh, which deletes the results stored there)"
     )]
-    DifferentExperiment { dir: PathBuf },
+    DifferentExperiment { dir: PathBuf, stored: String, name: String },
+
+    /// Another process is writing into the output directory.
+    #[error("{dir}: in use by another flowlab run: {holder}; wait for it to finish, or pass --out to write elsewhere")]
+    Busy { dir: PathBuf, holder: String },
 
     /// Result directories to merge do not hold the same experiment.
     #[error("{dir}: cannot merge: its experiment.yaml differs from the one in {first}")]

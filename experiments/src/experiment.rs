@@ -99,6 +99,15 @@ impl Experiment {
     /// Parses and checks an experiment from its text. `origin` names it in
     /// messages (`experiments/x.yaml:3:5: ...`).
     pub fn from_text(origin: &str, text: &str) -> Result<Experiment, ExperimentError> {
+        // A misspelled kind first: its "did you mean" matters more than the
+        // keys the rest of the file lacks.
+        #[derive(serde::Deserialize)]
+        struct KindOnly {
+            kind: Option<Spanned<String>>,
+        }
+        if let Ok(KindOnly { kind: Some(kind) }) = crate::diagnostics::parse_yaml::<KindOnly>(text) {
+            kinds::lookup(&kind.value).map_err(|m| at(origin, kind.referenced, m))?;
+        }
         let file: ExperimentFile = crate::diagnostics::parse_yaml(text).map_err(|e| yaml_error(origin, text, &e))?;
         check_name(origin, &file.name)?;
         let kind = kinds::lookup(&file.kind.value).map_err(|m| at(origin, file.kind.referenced, m))?;
@@ -163,6 +172,7 @@ impl Experiment {
         let param_columns = param_columns(&file.sweep, &runs);
         let metric_columns = kind.metric_names();
         check_plots(origin, kind, &file.plots, &param_columns, &metric_columns)?;
+        check_plot_points(origin, &file.plots, &mut runs, repeat)?;
         Ok(Experiment {
             name: file.name.value,
             kind: kind.name(),
@@ -295,6 +305,44 @@ fn param_columns(sweep: &Sweep, runs: &[Run]) -> Vec<String> {
     columns
 }
 
+/// What `run` would refuse to draw, known from the points alone: points
+/// that are not repeats landing on one position, a placing key some points
+/// lack, a log axis over a swept value that is not positive.
+fn check_plot_points(
+    origin: &str,
+    plots: &[Spanned<PlotSpec>],
+    runs: &mut [Run],
+    repeat: u32,
+) -> Result<(), ExperimentError> {
+    if plots.is_empty() {
+        return Ok(());
+    }
+    // The points' parameters are lent to the check and given back, not
+    // copied: a million-point sweep holds them once.
+    let step = repeat.max(1) as usize;
+    let points: Vec<flowlab_reports::ResultRow> = runs
+        .iter_mut()
+        .step_by(step)
+        .map(|r| flowlab_reports::ResultRow {
+            index: r.index,
+            key: String::new(),
+            seed: r.seed,
+            params: std::mem::take(&mut r.params),
+            metrics: BTreeMap::new(),
+            series: BTreeMap::new(),
+            error: None,
+            elapsed_s: 0.0,
+        })
+        .collect();
+    let verdict = plots.iter().try_for_each(|plot| {
+        flowlab_reports::check_plot_points(&plot.value, &points).map_err(|e| at(origin, plot.referenced, e.to_string()))
+    });
+    for (run, point) in runs.iter_mut().step_by(step).zip(points) {
+        run.params = point.params;
+    }
+    verdict
+}
+
 /// Each plot's keys must name a parameter, a metric, or (for a CDF's `y`) a
 /// series the kind reports.
 fn check_plots(
@@ -324,15 +372,22 @@ fn check_plots(
         if let Some(z) = &spec.z {
             fields.push(("z", z, scalar_keys.clone()));
         }
+        for key in &spec.pool {
+            fields.push(("pool", key, params.iter().map(String::as_str).collect()));
+        }
         for (role, key, known) in fields {
-            if !known.contains(&key) {
+            // A map of parameters (`network`) is a key too: it labels each
+            // point by the values under it.
+            let is_map = matches!(role, "x" | "series" | "pool" | "y")
+                && params.iter().any(|p| p.strip_prefix(key).is_some_and(|rest| rest.starts_with('.')));
+            if !known.contains(&key) && !is_map {
                 return Err(at(
                     origin,
                     plot.referenced,
                     format!(
                         "plot `{role}: {key}` names no {} of kind {}{} (known: {})",
                         match role {
-                            "series" => "parameter",
+                            "series" | "pool" => "parameter",
                             "y" if spec.kind == PlotKind::Cdf => "series",
                             _ => "parameter or metric",
                         },

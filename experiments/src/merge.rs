@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::ExperimentError;
 use crate::experiment::Experiment;
-use crate::store::{Columns, EXPERIMENT_FILE, dedup_rows, read_rows, rewrite, write_atomically};
+use crate::store::{Columns, DirLock, EXPERIMENT_FILE, dedup_rows, read_rows, rewrite, write_atomically};
 
 /// What a merge produced.
 #[derive(Debug, Clone)]
@@ -31,6 +31,10 @@ pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<MergeSummary, Exper
         std::fs::read_to_string(&path).map_err(|e| ExperimentError::io(&path, e))
     };
     let text = read_text(first)?;
+    let out_dir = out.map_or_else(|| first.clone(), Path::to_path_buf);
+    std::fs::create_dir_all(&out_dir).map_err(|e| ExperimentError::io(&out_dir, e))?;
+    // Held while reading too: a run writing into `out_dir` would lose rows.
+    let _lock = DirLock::take(&out_dir)?;
     let mut rows = Vec::new();
     for dir in dirs {
         if read_text(dir)? != text {
@@ -42,8 +46,6 @@ pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<MergeSummary, Exper
         rows.extend(read_rows(dir)?);
     }
     let rows = dedup_rows(rows);
-    let out_dir = out.map_or_else(|| first.clone(), Path::to_path_buf);
-    std::fs::create_dir_all(&out_dir).map_err(|e| ExperimentError::io(&out_dir, e))?;
     let origin = first.join(EXPERIMENT_FILE).display().to_string();
     let experiment = Experiment::from_text(&origin, &text).ok();
     let columns = match &experiment {

@@ -92,6 +92,11 @@ pub struct RunSummary {
     pub ran: u64,
     /// Runs of this shard whose stored row is an error.
     pub failed: u64,
+    /// Whether the stored experiment file differed (an edited file resumed).
+    pub changed: bool,
+    /// Stored rows of runs the edited file no longer has, set aside in
+    /// `results.superseded.jsonl`.
+    pub superseded: u64,
     pub elapsed: Duration,
 }
 
@@ -115,8 +120,17 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
         params: experiment.param_columns.clone(),
         metrics: experiment.metric_columns.clone(),
     };
-    let (store, existing) = ResultStore::open(&out_dir, &experiment.text, columns, options.fresh, &my_keys)?;
-    let done: HashSet<&str> = existing.iter().map(|r| r.key.as_str()).collect();
+    let all_keys: HashSet<&str> = experiment.runs.iter().map(|r| r.key.as_str()).collect();
+    let (store, opened) = ResultStore::open(
+        &out_dir,
+        &experiment.name,
+        &experiment.text,
+        columns,
+        options.fresh,
+        &all_keys,
+        &my_keys,
+    )?;
+    let done: HashSet<&str> = opened.rows.iter().map(|r| r.key.as_str()).collect();
     let pending: Vec<&Run> = mine.iter().copied().filter(|r| !done.contains(r.key.as_str())).collect();
     let resumed = (mine.len() - pending.len()) as u64;
 
@@ -132,6 +146,23 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
             message: e.to_string(),
         })?;
 
+    if opened.changed && options.progress != Progress::Quiet {
+        let moved = if opened.superseded > 0 {
+            format!(
+                "; {} stored runs are no longer in its sweep: moved to {}",
+                opened.superseded,
+                out_dir.join(crate::store::SUPERSEDED_JSONL).display()
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "{}: the experiment file changed since the stored results: {resumed} of {} runs still match{moved}; {} to run",
+            out_dir.display(),
+            mine.len(),
+            pending.len()
+        );
+    }
     let reporter = Reporter::new(options.progress, pending.len() as u64, mine.len() as u64, resumed);
     let store = Mutex::new(store);
     let first_error: Mutex<Option<ExperimentError>> = Mutex::new(None);
@@ -156,6 +187,18 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
     }
     let store = store.into_inner().unwrap_or_else(|p| p.into_inner());
     let rows = store.finish()?;
+    let unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let info = flowlab_reports::RunInfo {
+        date: flowlab_reports::utc_date(unix_s),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        wall_s: start.elapsed().as_secs_f64(),
+        ran: pending.len() as u64,
+        resumed,
+    };
+    flowlab_reports::write_run_info(&out_dir, &info)?;
     let failed = rows
         .iter()
         .filter(|r| r.error.is_some() && my_keys.contains(r.key.as_str()))
@@ -166,6 +209,8 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
         resumed,
         ran: pending.len() as u64,
         failed,
+        changed: opened.changed,
+        superseded: opened.superseded,
         elapsed: start.elapsed(),
     })
 }

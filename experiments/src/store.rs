@@ -86,46 +86,128 @@ fn csv_line(cells: &[String]) -> String {
     format!("{}\n", quoted.join(","))
 }
 
-/// An open output directory, appending rows as runs finish.
+/// An open output directory, appending rows as runs finish. It holds the
+/// directory's lock (`.flowlab.lock`) until dropped, so a second run into
+/// the same directory is refused instead of losing rows.
 pub(crate) struct ResultStore {
     dir: PathBuf,
     jsonl: File,
     csv: File,
     columns: Columns,
+    _lock: DirLock,
+}
+
+/// What opening a directory found and did.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Opened {
+    /// Rows kept (this experiment's runs), sorted by index.
+    pub(crate) rows: Vec<ResultRow>,
+    /// The stored experiment.yaml differed from this experiment's text.
+    pub(crate) changed: bool,
+    /// Stored rows that are no run of this experiment (its points changed),
+    /// moved to `results.superseded.jsonl`.
+    pub(crate) superseded: u64,
+}
+
+/// Stored rows no longer in the experiment go here, appended, never deleted.
+pub(crate) const SUPERSEDED_JSONL: &str = "results.superseded.jsonl";
+const LOCK_FILE: &str = ".flowlab.lock";
+
+/// An exclusive lock on an output directory, held through an OS file lock
+/// (released by the OS when the process ends, even by kill -9).
+pub(crate) struct DirLock {
+    _file: File,
+}
+
+impl DirLock {
+    /// Takes the lock of `dir` or says who holds it.
+    pub(crate) fn take(dir: &Path) -> Result<DirLock, ExperimentError> {
+        let path = dir.join(LOCK_FILE);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| ExperimentError::io(&path, e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holder = std::fs::read_to_string(&path).unwrap_or_default().trim().to_string();
+                return Err(ExperimentError::Busy {
+                    dir: dir.to_path_buf(),
+                    holder: if holder.is_empty() { "another process".to_string() } else { holder },
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(ExperimentError::io(&path, e)),
+        }
+        let command: Vec<String> = std::env::args().collect();
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let holder = format!("pid {} (`{}`, since unix time {since})", std::process::id(), command.join(" "));
+        file.set_len(0)
+            .and_then(|()| file.write_all(holder.as_bytes()))
+            .map_err(|e| ExperimentError::io(&path, e))?;
+        Ok(DirLock { _file: file })
+    }
 }
 
 impl ResultStore {
-    /// Opens (creating if needed) `dir` for the experiment whose text is
-    /// `experiment_text`. Without `fresh`, rows already there are kept and
-    /// returned, except failed rows whose key is in `retry` (they are run
-    /// again); with `fresh`, earlier results and report files are removed.
+    /// Opens (creating if needed) `dir` for the experiment named `name` whose
+    /// text is `experiment_text` and whose runs have the keys `all_keys`.
+    ///
+    /// Without `fresh`, stored rows of those runs are kept and returned,
+    /// except failed rows whose key is in `retry` (they are run again);
+    /// stored rows of runs the experiment no longer has (its points were
+    /// edited) are moved to `results.superseded.jsonl`, not deleted. A
+    /// directory holding another experiment (another `name:`) is refused.
+    /// With `fresh`, earlier results and report files are removed.
     pub(crate) fn open(
         dir: &Path,
+        name: &str,
         experiment_text: &str,
         columns: Columns,
         fresh: bool,
+        all_keys: &HashSet<&str>,
         retry: &HashSet<&str>,
-    ) -> Result<(ResultStore, Vec<ResultRow>), ExperimentError> {
+    ) -> Result<(ResultStore, Opened), ExperimentError> {
         std::fs::create_dir_all(dir).map_err(|e| ExperimentError::io(dir, e))?;
+        let lock = DirLock::take(dir)?;
         let experiment_path = dir.join(EXPERIMENT_FILE);
+        let mut changed = false;
         if fresh {
             clear_outputs(dir)?;
         } else if experiment_path.exists() {
             let existing = std::fs::read_to_string(&experiment_path).map_err(|e| ExperimentError::io(&experiment_path, e))?;
             if existing != experiment_text {
-                return Err(ExperimentError::DifferentExperiment { dir: dir.to_path_buf() });
+                let stored = stored_name(&existing);
+                if stored.as_deref() != Some(name) {
+                    return Err(ExperimentError::DifferentExperiment {
+                        dir: dir.to_path_buf(),
+                        stored: stored.unwrap_or_else(|| "?".to_string()),
+                        name: name.to_string(),
+                    });
+                }
+                changed = true;
             }
         } else if dir.join(RESULTS_JSONL).exists() {
-            // Results without the file they came from cannot be trusted to match.
-            return Err(ExperimentError::DifferentExperiment { dir: dir.to_path_buf() });
+            // Results without the file they came from: keep the rows that are
+            // runs of this experiment, set the others aside.
+            changed = true;
         }
-        write_atomically(&experiment_path, experiment_text.as_bytes())?;
         let rows = read_rows(dir)?;
-        let rows: Vec<ResultRow> = dedup_rows(rows)
+        let (mine, stale): (Vec<ResultRow>, Vec<ResultRow>) =
+            rows.into_iter().partition(|r| all_keys.contains(r.key.as_str()));
+        if !stale.is_empty() {
+            append_rows(&dir.join(SUPERSEDED_JSONL), &stale)?;
+        }
+        let rows: Vec<ResultRow> = dedup_rows(mine)
             .into_iter()
             .filter(|r| r.error.is_none() || !retry.contains(r.key.as_str()))
             .collect();
         rewrite(dir, &rows, &columns)?;
+        write_atomically(&experiment_path, experiment_text.as_bytes())?;
         let jsonl = append_handle(&dir.join(RESULTS_JSONL))?;
         let csv = append_handle(&dir.join(RESULTS_CSV))?;
         Ok((
@@ -134,8 +216,13 @@ impl ResultStore {
                 jsonl,
                 csv,
                 columns,
+                _lock: lock,
             },
-            rows,
+            Opened {
+                rows,
+                changed,
+                superseded: stale.len() as u64,
+            },
         ))
     }
 
@@ -205,13 +292,36 @@ pub(crate) fn rewrite(dir: &Path, rows: &[ResultRow], columns: &Columns) -> Resu
     write_atomically(&dir.join(RESULTS_CSV), csv.as_bytes())
 }
 
-/// Writes a file through a temporary sibling and a rename.
+/// Writes a file through a uniquely named temporary sibling (`tempfile`)
+/// and a rename, so a reader never sees it half written and two writers
+/// never share a temporary file.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ExperimentError> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).map_err(|e| ExperimentError::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| ExperimentError::io(path, e))
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| ExperimentError::io(dir, e))?;
+    tmp.write_all(bytes).map_err(|e| ExperimentError::io(tmp.path(), e))?;
+    tmp.persist(path).map_err(|e| ExperimentError::io(path, e.error))?;
+    Ok(())
+}
+
+/// Appends rows to a JSON-lines file (created if absent).
+fn append_rows(path: &Path, rows: &[ResultRow]) -> Result<(), ExperimentError> {
+    let mut text = String::new();
+    for row in rows {
+        let line = serde_json::to_string(row).map_err(|e| ExperimentError::io(path, std::io::Error::other(e)))?;
+        text.push_str(&line);
+        text.push('\n');
+    }
+    let mut file = append_handle(path)?;
+    file.write_all(text.as_bytes()).map_err(|e| ExperimentError::io(path, e))
+}
+
+/// The `name:` of a stored experiment file, if it can be read.
+fn stored_name(text: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct NameOnly {
+        name: Option<String>,
+    }
+    serde_saphyr::from_str::<NameOnly>(text).ok()?.name
 }
 
 fn append_handle(path: &Path) -> Result<File, ExperimentError> {
@@ -229,7 +339,8 @@ fn clear_outputs(dir: &Path) -> Result<(), ExperimentError> {
         let entry = entry.map_err(|e| ExperimentError::io(dir, e))?;
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
-        let ours = [EXPERIMENT_FILE, RESULTS_JSONL, RESULTS_CSV, "index.html"].contains(&name.as_str())
+        let ours = [EXPERIMENT_FILE, RESULTS_JSONL, RESULTS_CSV, "index.html", flowlab_reports::RUN_INFO_FILE]
+            .contains(&name.as_str())
             || name.ends_with(".png")
             || name.ends_with(".svg");
         if ours && path.is_file() {
@@ -267,6 +378,17 @@ mod tests {
         }
     }
 
+    fn keys() -> HashSet<&'static str> {
+        ["a", "b", "c"].into_iter().collect()
+    }
+
+    /// Opens `dir` for an experiment named `x` or `y` (from its text) whose
+    /// runs are `a`, `b`, `c`.
+    fn open(dir: &Path, text: &str, retry: &HashSet<&str>) -> Result<(ResultStore, Opened), ExperimentError> {
+        let name = text.trim_start_matches("name: ").lines().next().unwrap();
+        ResultStore::open(dir, name, text, columns(), false, &keys(), retry)
+    }
+
     fn lines(path: &Path) -> Vec<String> {
         std::fs::read_to_string(path).unwrap().lines().map(str::to_string).collect()
     }
@@ -274,8 +396,8 @@ mod tests {
     #[test]
     fn appends_rows_and_sorts_them_at_the_end() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut store, existing) = ResultStore::open(dir.path(), "name: x\n", columns(), false, &HashSet::new()).unwrap();
-        assert!(existing.is_empty());
+        let (mut store, existing) = open(dir.path(), "name: x\n", &HashSet::new()).unwrap();
+        assert!(existing.rows.is_empty());
         store.append(&row(2, "b", None)).unwrap();
         store.append(&row(1, "a", Some("boom, \"bad\""))).unwrap();
         assert_eq!(lines(&dir.path().join(RESULTS_JSONL)).len(), 2);
@@ -295,7 +417,7 @@ mod tests {
     #[test]
     fn reopening_drops_a_torn_line_and_retries_failed_rows() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut store, _) = ResultStore::open(dir.path(), "name: x\n", columns(), false, &HashSet::new()).unwrap();
+        let (mut store, _) = open(dir.path(), "name: x\n", &HashSet::new()).unwrap();
         store.append(&row(0, "a", None)).unwrap();
         store.append(&row(1, "b", Some("boom"))).unwrap();
         drop(store);
@@ -305,33 +427,71 @@ mod tests {
         std::fs::write(&jsonl, text).unwrap();
 
         let retry: HashSet<&str> = ["a", "b", "c"].into_iter().collect();
-        let (store, existing) = ResultStore::open(dir.path(), "name: x\n", columns(), false, &retry).unwrap();
-        assert_eq!(existing.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["a"]);
+        let (store, existing) = open(dir.path(), "name: x\n", &retry).unwrap();
+        assert_eq!(existing.rows.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["a"]);
         assert_eq!(lines(&jsonl).len(), 1);
         assert_eq!(lines(&dir.path().join(RESULTS_CSV)).len(), 2);
         drop(store);
 
         // Another shard's failed row is not this run's to retry: it stays.
-        let (_, existing) = ResultStore::open(dir.path(), "name: x\n", columns(), false, &HashSet::new()).unwrap();
-        assert_eq!(existing.len(), 1);
+        let (_, existing) = open(dir.path(), "name: x\n", &HashSet::new()).unwrap();
+        assert_eq!(existing.rows.len(), 1);
     }
 
     #[test]
     fn refuses_a_directory_of_another_experiment_unless_fresh() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut store, _) = ResultStore::open(dir.path(), "name: x\n", columns(), false, &HashSet::new()).unwrap();
+        let (mut store, _) = open(dir.path(), "name: x\n", &HashSet::new()).unwrap();
         store.append(&row(0, "a", None)).unwrap();
         drop(store);
         std::fs::write(dir.path().join("old.png"), b"png").unwrap();
         std::fs::write(dir.path().join("notes.txt"), b"mine").unwrap();
-        let err = ResultStore::open(dir.path(), "name: y\n", columns(), false, &HashSet::new())
-            .err()
-            .unwrap();
-        assert!(matches!(err, ExperimentError::DifferentExperiment { .. }), "{err}");
-        let (_, existing) = ResultStore::open(dir.path(), "name: y\n", columns(), true, &HashSet::new()).unwrap();
-        assert!(existing.is_empty());
+        let err = open(dir.path(), "name: y\n", &HashSet::new()).err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}: holds results of experiment `x`, not `y`; pass --out to write elsewhere \
+                 (or --fresh, which deletes the results stored there)",
+                dir.path().display()
+            )
+        );
+        let (_, existing) = ResultStore::open(dir.path(), "y", "name: y\n", columns(), true, &keys(), &HashSet::new()).unwrap();
+        assert!(existing.rows.is_empty());
         assert!(!dir.path().join("old.png").exists());
         assert!(dir.path().join("notes.txt").exists());
+    }
+
+    #[test]
+    fn an_edited_file_keeps_matching_rows_and_sets_the_others_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = open(dir.path(), "name: x\n", &HashSet::new()).unwrap();
+        store.append(&row(0, "a", None)).unwrap();
+        store.append(&row(1, "b", None)).unwrap();
+        drop(store);
+        // A plot added: every stored run is still a run of the file.
+        let (store, opened) = open(dir.path(), "name: x\nplots: []\n", &HashSet::new()).unwrap();
+        assert_eq!((opened.rows.len(), opened.changed, opened.superseded), (2, true, 0));
+        drop(store);
+        // A point dropped: its row is moved aside, not lost.
+        let only_a: HashSet<&str> = ["a", "c"].into_iter().collect();
+        let (store, opened) = ResultStore::open(dir.path(), "x", "name: x\n", columns(), false, &only_a, &HashSet::new()).unwrap();
+        assert_eq!((opened.rows.len(), opened.changed, opened.superseded), (1, true, 1));
+        drop(store);
+        assert_eq!(lines(&dir.path().join(RESULTS_JSONL)).len(), 1);
+        let aside = lines(&dir.path().join(SUPERSEDED_JSONL));
+        assert_eq!(aside.len(), 1);
+        assert!(aside[0].contains("\"key\":\"b\""), "{aside:?}");
+    }
+
+    #[test]
+    fn a_second_writer_is_refused_while_the_first_holds_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = open(dir.path(), "name: x\n", &HashSet::new()).unwrap();
+        let err = open(dir.path(), "name: x\n", &HashSet::new()).err().unwrap().to_string();
+        assert!(err.contains("in use by another flowlab run: pid"), "{err}");
+        assert!(err.contains(&std::process::id().to_string()), "{err}");
+        drop(store);
+        open(dir.path(), "name: x\n", &HashSet::new()).unwrap();
     }
 
     #[test]

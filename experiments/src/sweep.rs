@@ -131,18 +131,86 @@ impl<'de> Visitor<'de> for SweepVisitor {
                     });
                 }
             } else {
-                let list: Spanned<Vec<Spanned<Value>>> = map.next_value()?;
+                let values = map.next_value_seed(ValueList { key: &key.value })?;
                 axes.push(Axis::Single(KeyValues {
+                    list_location: key.referenced,
                     key: SweepKey {
                         key: key.value,
                         location: key.referenced,
                     },
-                    list_location: list.referenced,
-                    values: list.value,
+                    values,
                 }));
             }
         }
         Ok(Sweep { axes })
+    }
+}
+
+/// A sweep key's list of values; anything else is an error that says the
+/// values must be a list, naming the key.
+struct ValueList<'k> {
+    key: &'k str,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for ValueList<'_> {
+    type Value = Vec<Spanned<Value>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ValueList<'_> {
+    type Value = Vec<Spanned<Value>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "a list of values for sweep key `{}`", self.key)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut values = Vec::new();
+        while let Some(v) = seq.next_element::<Spanned<Value>>()? {
+            values.push(v);
+        }
+        Ok(values)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, _map: A) -> Result<Self::Value, A::Error> {
+        Err(self.not_a_list("a map"))
+    }
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Err(self.not_a_list(&v.to_string()))
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Err(self.not_a_list(&v.to_string()))
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Err(self.not_a_list(&v.to_string()))
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Err(self.not_a_list(&v.to_string()))
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Err(self.not_a_list(v))
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Err(E::custom(format!(
+            "sweep key `{}` has no values: give it a list, e.g. `{}: [1, 2]`",
+            self.key, self.key
+        )))
+    }
+    fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        self.visit_unit()
+    }
+}
+
+impl ValueList<'_> {
+    fn not_a_list<E: serde::de::Error>(&self, found: &str) -> E {
+        let example = if found == "a map" { "[{...}, {...}]".to_string() } else { format!("[{found}]") };
+        E::custom(format!(
+            "sweep values must be a list: write `{}: {example}` (found {found})",
+            self.key
+        ))
     }
 }
 
@@ -160,14 +228,14 @@ impl<'de> Deserialize<'de> for ZipGroup {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ZipGroup, A::Error> {
                 let mut members = Vec::new();
                 while let Some(key) = map.next_key::<Spanned<String>>()? {
-                    let list: Spanned<Vec<Spanned<Value>>> = map.next_value()?;
+                    let values = map.next_value_seed(ValueList { key: &key.value })?;
                     members.push(KeyValues {
+                        list_location: key.referenced,
                         key: SweepKey {
                             key: key.value,
                             location: key.referenced,
                         },
-                        list_location: list.referenced,
-                        values: list.value,
+                        values,
                     });
                 }
                 Ok(ZipGroup(members))

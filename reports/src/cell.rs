@@ -44,18 +44,21 @@ impl Cell {
         }
     }
 
-    /// Numbers first by value, then text.
+    /// Numbers first by value, then text, texts equal to each other: a
+    /// stable sort keeps them in the order they came, which is sweep order
+    /// when the rows come by index (the first sweep axis outermost).
     pub(crate) fn order(&self, other: &Cell) -> Ordering {
         match (self, other) {
             (Cell::Num(a), Cell::Num(b)) => a.total_cmp(b),
             (Cell::Num(_), Cell::Text(_)) => Ordering::Less,
             (Cell::Text(_), Cell::Num(_)) => Ordering::Greater,
-            (Cell::Text(a), Cell::Text(b)) => a.cmp(b),
+            (Cell::Text(_), Cell::Text(_)) => Ordering::Equal,
         }
     }
 }
 
-/// The distinct values among `cells`, in plotting order.
+/// The distinct values among `cells`, in plotting order: numbers by value,
+/// then texts in the order they first appear.
 pub(crate) fn levels<'a>(cells: impl IntoIterator<Item = &'a Cell>) -> Vec<Cell> {
     let mut seen = std::collections::HashSet::new();
     let mut out: Vec<Cell> = Vec::new();
@@ -121,16 +124,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn numbers_sort_by_value_before_text() {
+    fn numbers_sort_by_value_before_text_in_first_appearance_order() {
         let cells = [
             Cell::Num(100.0),
-            Cell::Text("b".into()),
+            Cell::Text("f32".into()),
             Cell::Num(25.0),
-            Cell::Text("a".into()),
+            Cell::Text("bf16".into()),
             Cell::Num(25.0),
+            Cell::Text("f32".into()),
+            Cell::Text("int8:256".into()),
         ];
         let l: Vec<String> = levels(&cells).iter().map(Cell::label).collect();
-        assert_eq!(l, ["25", "100", "a", "b"]);
+        assert_eq!(l, ["25", "100", "f32", "bf16", "int8:256"]);
     }
 
     #[test]

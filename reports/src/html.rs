@@ -1,7 +1,9 @@
-//! The report page: one self-contained HTML file (inline CSS and a few lines
-//! of inline script to sort the table) with every plot, the results table and
-//! the experiment file. Plots are `<img>` of the PNG beside the page, linked
-//! to the SVG.
+//! The report page: one self-contained HTML file (inline CSS, the plots as
+//! inline SVG, a few lines of inline script to sort the table) with the run's
+//! facts (date, version, command, wall time), every plot, the summary tables
+//! a kind provides (`summary.json`), the results table (swept keys and
+//! metrics first, constant parameters in a collapsed block) and the
+//! experiment file.
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -14,6 +16,8 @@ pub(crate) struct PagePlot {
     pub title: String,
     pub png_name: String,
     pub svg_name: String,
+    /// The SVG's text, inlined so that the page alone is the whole report.
+    pub svg: String,
     /// How repeated runs are summarised, when the plot has any.
     pub note: Option<String>,
 }
@@ -26,6 +30,10 @@ pub(crate) struct Page<'a> {
     pub plots: &'a [PagePlot],
     /// Whether the results file ended in a torn line that was ignored.
     pub torn_tail: bool,
+    /// What the last run recorded about itself (`run.json`), if anything.
+    pub run_info: Option<&'a crate::summary::RunInfo>,
+    /// Tables a kind wrote beside its results (`summary.json`).
+    pub summaries: &'a [crate::summary::SummaryTable],
 }
 
 /// Escapes text for HTML element content and attribute values.
@@ -53,8 +61,10 @@ figcaption{color:#555;font-size:.9rem}
 .scroll{overflow-x:auto}
 table{border-collapse:collapse;font-size:.85rem;white-space:nowrap}
 th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right}
-th{background:#f4f4f4;cursor:pointer;position:sticky;top:0}
-td.text{text-align:left}tr.failed td{background:#fff0f0}td.error{color:#b00020;text-align:left;white-space:normal;min-width:16rem}
+th{background:#f4f4f4;cursor:pointer;position:sticky;top:0}th[data-dir=up]::after{content:' \\25B2'}th[data-dir=down]::after{content:' \\25BC'}
+.facts{color:#444;font-size:.9rem}.facts code{background:#f4f4f4;padding:0 .25rem}
+figure svg{max-width:100%;height:auto;border:1px solid #eee}details{margin:.8rem 0}
+td.text{text-align:left}tr.failed td{background:#fff0f0}td.error{color:#b00020;text-align:left;white-space:normal;min-width:16rem;max-width:28rem}
 pre{background:#f7f7f7;border:1px solid #e4e4e4;padding:1rem;overflow-x:auto}";
 
 const SORT_SCRIPT: &str = "\
@@ -87,6 +97,18 @@ pub(crate) fn page(p: &Page<'_>) -> String {
         h.push_str(" The results file ended in an incomplete line (an interrupted run); it was ignored.");
     }
     h.push_str("</p>\n");
+    if let Some(info) = p.run_info {
+        let _ = writeln!(
+            h,
+            "<p class=\"facts\">Run {} UTC with flowlab {}: <code>{}</code>; wall time {} s ({} runs ran, {} resumed).</p>",
+            escape(&info.date),
+            escape(&info.version),
+            escape(&info.command),
+            format_number(info.wall_s),
+            info.ran,
+            info.resumed
+        );
+    }
 
     h.push_str("<h2>Plots</h2>\n");
     if p.plots.is_empty() {
@@ -95,11 +117,43 @@ pub(crate) fn page(p: &Page<'_>) -> String {
     for plot in p.plots {
         let (title, png, svg) = (escape(&plot.title), escape(&plot.png_name), escape(&plot.svg_name));
         let note = plot.note.as_deref().map(|n| format!(" ({})", escape(n))).unwrap_or_default();
+        let inline = plot.svg.find("<svg").map_or("", |i| &plot.svg[i..]);
         let _ = writeln!(
             h,
-            "<figure><a href=\"{svg}\"><img src=\"{png}\" alt=\"{title}\" width=\"1000\" height=\"620\"></a>\
+            "<figure>{inline}\
              <figcaption>{title}{note} &middot; <a href=\"{png}\">PNG</a> &middot; <a href=\"{svg}\">SVG</a></figcaption></figure>"
         );
+    }
+
+    for t in p.summaries {
+        let _ = write!(h, "<h2>{}</h2>\n<div class=\"scroll\"><table class=\"sortable\">\n<thead><tr>", escape(&t.title));
+        for c in &t.columns {
+            let _ = write!(h, "<th>{}</th>", escape(c));
+        }
+        h.push_str("</tr></thead>\n<tbody>\n");
+        for r in &t.rows {
+            h.push_str("<tr>");
+            for cell in r {
+                match cell {
+                    serde_json::Value::Number(n) => {
+                        let v = n.as_f64().unwrap_or(f64::NAN);
+                        let _ = write!(h, "<td data-v=\"{n}\">{}</td>", format_number(v));
+                    }
+                    serde_json::Value::String(s) => {
+                        let _ = write!(h, "<td class=\"text\">{}</td>", escape(s));
+                    }
+                    serde_json::Value::Null => h.push_str("<td></td>"),
+                    other => {
+                        let _ = write!(h, "<td class=\"text\">{}</td>", escape(&other.to_string()));
+                    }
+                }
+            }
+            h.push_str("</tr>\n");
+        }
+        h.push_str("</tbody></table></div>\n");
+        if let Some(note) = &t.note {
+            let _ = writeln!(h, "<p class=\"facts\">{}</p>", escape(note));
+        }
     }
 
     h.push_str("<h2>Results</h2>\n");
@@ -114,22 +168,54 @@ pub(crate) fn page(p: &Page<'_>) -> String {
 }
 
 fn table(h: &mut String, rows: &[ResultRow]) {
-    let params: BTreeSet<&String> = rows.iter().flat_map(|r| r.params.keys()).collect();
+    // Swept parameters (values that differ between rows) first; the others
+    // are the same everywhere and go in a collapsed block above the table.
+    let all: BTreeSet<&String> = rows.iter().flat_map(|r| r.params.keys()).collect();
+    let first = rows.first();
+    let varies = |k: &String| rows.iter().any(|r| r.params.get(k) != first.and_then(|f| f.params.get(k)));
+    let params: Vec<&String> = all.iter().copied().filter(|k| varies(k)).collect();
+    let constants: Vec<&String> = all.iter().copied().filter(|k| !varies(k)).collect();
+    if let (false, Some(first)) = (constants.is_empty(), first) {
+        let _ = write!(h, "<details><summary>{} parameters the same in every run</summary><table>", constants.len());
+        for k in &constants {
+            let v = match first.params.get(*k) {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(v) => v.to_string(),
+                None => String::new(),
+            };
+            let _ = write!(h, "<tr><td class=\"text\">{}</td><td class=\"text\">{}</td></tr>", escape(k), escape(&v));
+        }
+        h.push_str("</table></details>\n");
+    }
     let metrics: BTreeSet<&String> = rows.iter().flat_map(|r| r.metrics.keys()).collect();
     let has_series = rows.iter().any(|r| !r.series.is_empty());
-    h.push_str("<div class=\"scroll\"><table class=\"sortable\">\n<thead><tr><th>index</th><th>seed</th>");
+    let any_error = rows.iter().any(|r| r.error.is_some());
+    h.push_str("<div class=\"scroll\"><table class=\"sortable\">\n<thead><tr><th>index</th>");
+    if any_error {
+        h.push_str("<th>error</th>");
+    }
+    h.push_str("<th>seed</th>");
     for k in params.iter().chain(metrics.iter()) {
         let _ = write!(h, "<th>{}</th>", escape(k));
     }
     if has_series {
         h.push_str("<th>series (samples)</th>");
     }
-    h.push_str("<th>elapsed_s</th><th>error</th></tr></thead>\n<tbody>\n");
+    h.push_str("<th>elapsed_s</th></tr></thead>\n<tbody>\n");
     let mut sorted: Vec<&ResultRow> = rows.iter().collect();
     sorted.sort_by_key(|r| r.index);
     for r in sorted {
         let class = if r.error.is_some() { " class=\"failed\"" } else { "" };
-        let _ = write!(h, "<tr{class}><td>{}</td><td>{}</td>", r.index, r.seed);
+        let _ = write!(h, "<tr{class}><td>{}</td>", r.index);
+        if any_error {
+            match &r.error {
+                Some(e) => {
+                    let _ = write!(h, "<td class=\"error\">{}</td>", escape(e));
+                }
+                None => h.push_str("<td></td>"),
+            }
+        }
+        let _ = write!(h, "<td>{}</td>", r.seed);
         for k in &params {
             match r.params.get(*k) {
                 Some(serde_json::Value::Number(n)) => {
@@ -162,12 +248,6 @@ fn table(h: &mut String, rows: &[ResultRow]) {
             let _ = write!(h, "<td class=\"text\">{}</td>", names.join(", "));
         }
         let _ = write!(h, "<td data-v=\"{}\">{}</td>", r.elapsed_s, format_number(r.elapsed_s));
-        match &r.error {
-            Some(e) => {
-                let _ = write!(h, "<td class=\"error\">{}</td>", escape(e));
-            }
-            None => h.push_str("<td></td>"),
-        }
         h.push_str("</tr>\n");
     }
     h.push_str("</tbody></table></div>\n");
@@ -196,9 +276,10 @@ mod tests {
         .collect();
         let mut h = String::new();
         table(&mut h, &rows);
-        assert!(h.contains("<th>index</th><th>seed</th><th>model</th><th>workers</th><th>throughput</th><th>elapsed_s</th><th>error</th>"), "{h}");
-        let first = h.find("<tr><td>0</td>").unwrap();
-        let second = h.find("<tr class=\"failed\"><td>1</td>").unwrap();
+        // `workers` is set in one row only: it varies. `model` too.
+        assert!(h.contains("<th>index</th><th>error</th><th>seed</th><th>model</th><th>workers</th><th>throughput</th><th>elapsed_s</th>"), "{h}");
+        let first = h.find("<tr><td>0</td><td></td>").unwrap();
+        let second = h.find("<tr class=\"failed\"><td>1</td><td class=\"error\">died &lt;here&gt;</td>").unwrap();
         assert!(first < second);
         assert!(h.contains("<td data-v=\"12.5\">12.5</td>"));
         assert!(h.contains("<td class=\"text\">&lt;m&gt;</td>"));

@@ -11,12 +11,16 @@ mod chart;
 mod error;
 mod experiment;
 mod html;
+mod labels;
 mod prepare;
 mod render;
 mod results;
 mod spec;
+mod summary;
 
 pub use error::ReportError;
+pub use prepare::check_plot_points;
 pub use render::{RenderedReport, render};
 pub use results::{ResultRow, ResultsFile, read_results, read_results_file};
 pub use spec::{PlotKind, PlotSpec};
+pub use summary::{RUN_INFO_FILE, RunInfo, SUMMARY_FILE, SummaryTable, utc_date, write_run_info, write_summaries};

@@ -1,9 +1,16 @@
 //! From result rows and a plot spec to the numbers a chart draws.
 //!
-//! Rows with an error are left out. Rows with equal (x, series) values are
-//! repeats (e.g. several seeds): the chart shows their mean, and min..max as
-//! an error bar. A key that no successful row has is an error listing the
-//! keys that are there.
+//! Rows with an error are left out. Rows that land on one position (equal x
+//! and series; equal x and y of a heat map; one CDF curve) must be repeats:
+//! the same parameters, another seed. The chart shows their mean, and
+//! min..max as an error bar. Rows that differ in any other parameter and
+//! land on one position are an error naming the parameters that tell them
+//! apart, unless the plot pools those on purpose (`pool: [key]`). A key that
+//! no successful row has is an error listing the keys that are there.
+//!
+//! A key that names a map of parameters (`strategy`, swept over
+//! `{async: {}}`, `{sync: {backup: 4}}`) places a row by the map's variant
+//! name and the values under it that vary: `async`, `sync backup=4`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -75,10 +82,11 @@ pub(crate) fn prepare(
     results: &Path,
 ) -> Result<ChartData, ReportError> {
     spec.validate()?;
-    let ok: Vec<&ResultRow> = rows.iter().filter(|r| r.error.is_none()).collect();
+    let mut ok: Vec<&ResultRow> = rows.iter().filter(|r| r.error.is_none()).collect();
     if ok.is_empty() {
         return Ok(ChartData::NoData);
     }
+    ok.sort_by_key(|r| r.index);
     let ctx = Ctx { spec, ok: &ok, results };
     match spec.kind {
         PlotKind::Line => Ok(ChartData::Line(ctx.xy(false)?)),
@@ -88,6 +96,36 @@ pub(crate) fn prepare(
     }
 }
 
+/// Checks, from parameters alone, what a plot would refuse once results are
+/// in: points that would land on one position without being repeats, a
+/// placing key some points lack, and a log axis over a parameter that is not
+/// positive. `points` are the runs' rows before they run (no metrics); keys
+/// that name metrics are left for the report to check.
+pub fn check_plot_points(spec: &PlotSpec, points: &[ResultRow]) -> Result<(), ReportError> {
+    spec.validate()?;
+    let refs: Vec<&ResultRow> = points.iter().collect();
+    let ctx = Ctx {
+        spec,
+        ok: &refs,
+        results: Path::new(""),
+    };
+    ctx.check_positions()?;
+    for (axis, key, on) in [("x", spec.x.as_deref(), spec.log_x), ("y", Some(spec.y.as_str()), spec.log_y)] {
+        let Some(key) = key else { continue };
+        if !on || (spec.kind == PlotKind::Cdf && axis == "x") || !ctx.is_param(key) {
+            continue;
+        }
+        let children = ctx.varying_children(key);
+        for row in ctx.ok {
+            if let Some(cell) = ctx.place_with(row, key, &children) {
+                let v = ctx.numeric(axis, key, cell)?;
+                ctx.check_log(axis, key, v, row)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 struct Ctx<'a> {
     spec: &'a PlotSpec,
     ok: &'a [&'a ResultRow],
@@ -95,6 +133,200 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Whether `key` names a parameter (a leaf, or a map over leaves) of
+    /// some row, rather than a metric.
+    fn is_param(&self, key: &str) -> bool {
+        let prefix = format!("{key}.");
+        self.ok.iter().any(|r| {
+            r.params.contains_key(key) || r.params.range(prefix.clone()..).next().is_some_and(|(k, _)| k.starts_with(&prefix))
+        })
+    }
+
+    /// Whether `key` is `pooled` or lies under a pooled map.
+    fn pooled(&self, key: &str) -> bool {
+        self.spec
+            .pool
+            .iter()
+            .any(|p| key == p || key.strip_prefix(p.as_str()).is_some_and(|rest| rest.starts_with('.')))
+    }
+
+    /// The leaves under `key.` whose values differ between rows (absent
+    /// counts as a value), in key order; empty maps (`async: {}`) and pooled
+    /// leaves are left out.
+    fn varying_children(&self, key: &str) -> Vec<String> {
+        let prefix = format!("{key}.");
+        let mut children: std::collections::BTreeMap<&str, BTreeSet<String>> = Default::default();
+        for r in self.ok {
+            for (k, v) in r.params.range(prefix.clone()..) {
+                if !k.starts_with(&prefix) {
+                    break;
+                }
+                if v.as_object().is_some_and(|m| m.is_empty()) || self.pooled(k) {
+                    continue;
+                }
+                children.entry(k.as_str()).or_default();
+            }
+        }
+        for (k, values) in children.iter_mut() {
+            for r in self.ok {
+                values.insert(r.params.get(*k).map_or_else(|| "\u{0}absent".to_string(), |v| v.to_string()));
+            }
+        }
+        children
+            .into_iter()
+            .filter(|(_, values)| values.len() > 1)
+            .map(|(k, _)| k.to_string())
+            .collect()
+    }
+
+    /// The value that places `row` along the role named by `key`: a
+    /// parameter (a map of parameters reads as its variant and its leaves
+    /// that vary, `children`: `sync backup=4`), else a metric; `None` if the
+    /// row has neither.
+    fn place_with(&self, row: &ResultRow, key: &str, children: &[String]) -> Option<Cell> {
+        let direct = row.params.get(key);
+        let present: Vec<(&String, &serde_json::Value)> =
+            children.iter().filter_map(|c| row.params.get(c).map(|v| (c, v))).collect();
+        if present.is_empty() {
+            // A map whose leaves are the same in every row reads as one value.
+            let prefix = format!("{key}.");
+            let under = || row.params.range(prefix.clone()..).next().is_some_and(|(k, _)| k.starts_with(&prefix));
+            return Cell::lookup(row, key).or_else(|| under().then(|| Cell::Text(String::new())));
+        }
+        let variant = match direct {
+            Some(serde_json::Value::String(s)) => Some(s.as_str()),
+            _ => None,
+        };
+        let mut parts: Vec<String> = variant.map(str::to_string).into_iter().collect();
+        for (k, v) in present {
+            let mut rel = &k[key.len() + 1..];
+            if let Some(rest) = variant.and_then(|t| rel.strip_prefix(t)).and_then(|r| r.strip_prefix('.')) {
+                rel = rest;
+            }
+            let v = match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            parts.push(format!("{rel}={v}"));
+        }
+        Some(Cell::Text(parts.join(" ")))
+    }
+
+    /// The parameters whose values differ between rows (absent counts).
+    fn varying_keys(&self) -> BTreeSet<String> {
+        let Some(first) = self.ok.first() else { return BTreeSet::new() };
+        let mut out = BTreeSet::new();
+        for r in self.ok {
+            for k in first.params.keys().chain(r.params.keys()) {
+                if !out.contains(k) && first.params.get(k) != r.params.get(k) {
+                    out.insert(k.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// The keys that place a row on this chart, with their roles.
+    fn placing_keys(&self) -> Vec<(&'static str, &str)> {
+        let spec = self.spec;
+        let mut keys = Vec::new();
+        match spec.kind {
+            PlotKind::Line | PlotKind::Bar => {
+                keys.extend(spec.x.as_deref().map(|x| ("x", x)));
+                keys.extend(spec.series.as_deref().map(|s| ("series", s)));
+            }
+            PlotKind::Cdf => keys.extend(spec.series.as_deref().map(|s| ("series", s))),
+            PlotKind::Heatmap => {
+                keys.extend(spec.x.as_deref().map(|x| ("x", x)));
+                keys.push(("y", spec.y.as_str()));
+            }
+        }
+        keys
+    }
+
+    /// Only repeats may share a position: rows that land on one position
+    /// must have the same parameters (pooled ones aside). Each placing key
+    /// that names a parameter must be set in every row. Positions along a
+    /// metric (a scatter of two results) are not checked.
+    fn check_positions(&self) -> Result<(), ReportError> {
+        let keys = self.placing_keys();
+        let mut param_keys = Vec::new();
+        for (role, key) in &keys {
+            if !self.is_param(key) {
+                if self.ok.iter().any(|r| r.metrics.contains_key(*key)) || self.ok.iter().all(|r| r.metrics.is_empty()) {
+                    // A metric, or not known before the runs: no check here.
+                    return Ok(());
+                }
+                continue;
+            }
+            param_keys.push((*role, *key, self.varying_children(key)));
+        }
+        let mut first_at: HashMap<Vec<String>, &ResultRow> = HashMap::new();
+        for row in self.ok {
+            let mut position = Vec::with_capacity(param_keys.len());
+            for (role, key, children) in &param_keys {
+                let Some(cell) = self.place_with(row, key, children) else {
+                    return Err(self.invalid(format!(
+                        "`{role}: {key}` is not set in point {} ({}); every point must have it{}",
+                        row.index,
+                        describe_params(row, &self.varying_keys()),
+                        parent_hint(key, row)
+                    )));
+                };
+                position.push(cell.label());
+            }
+            match first_at.get(&position) {
+                None => {
+                    first_at.insert(position, row);
+                }
+                Some(first) => {
+                    let mut differ = differing(first, row, |k| self.pooled(k));
+                    // `strategy` (async vs sync) says it; its leaves need not.
+                    let all = differ.clone();
+                    differ.retain(|k| !all.iter().any(|p| k.strip_prefix(p.as_str()).is_some_and(|r| r.starts_with('.'))));
+                    if !differ.is_empty() {
+                        return Err(self.invalid(self.collision_message(first, row, &differ)));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn collision_message(&self, a: &ResultRow, b: &ResultRow, differ: &[String]) -> String {
+        let show = |r: &ResultRow, k: &str| {
+            r.params.get(k).map_or_else(|| "unset".to_string(), |v| match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+        };
+        let what: Vec<String> = differ
+            .iter()
+            .map(|k| format!("`{k}` ({} vs {})", show(a, k), show(b, k)))
+            .collect();
+        let position = match self.spec.kind {
+            PlotKind::Heatmap => "the same cell",
+            PlotKind::Cdf => "one curve",
+            PlotKind::Line | PlotKind::Bar if self.spec.series.is_some() => "the same x and series",
+            PlotKind::Line | PlotKind::Bar => "the same x",
+        };
+        let first = differ.first().map_or("", String::as_str);
+        let remedy = match self.spec.kind {
+            PlotKind::Heatmap => format!("put `{first}` on an axis"),
+            _ if self.spec.series.is_none() => format!("add `series: {first}`"),
+            _ => format!("make `{first}` the `series`"),
+        };
+        let pool: Vec<&str> = differ.iter().map(String::as_str).collect();
+        format!(
+            "points {} and {} land on {position} but are not repeats: they differ in {}; \
+             {remedy}, or average them on purpose with `pool: [{}]`",
+            a.index,
+            b.index,
+            what.join(", "),
+            pool.join(", ")
+        )
+    }
+
     fn invalid(&self, reason: String) -> ReportError {
         ReportError::InvalidPlot {
             plot: self.spec.describe(),
@@ -104,7 +336,7 @@ impl Ctx<'_> {
 
     /// Fails unless some successful row has `key` as a parameter or metric.
     fn require_key(&self, role: &'static str, key: &str) -> Result<(), ReportError> {
-        if self.ok.iter().any(|r| Cell::lookup(r, key).is_some()) {
+        if self.ok.iter().any(|r| Cell::lookup(r, key).is_some()) || self.is_param(key) {
             return Ok(());
         }
         let available: BTreeSet<String> = self
@@ -138,11 +370,16 @@ impl Ctx<'_> {
 
     /// The series value of a row; `Some(None)` when the plot has no series key,
     /// `None` when the row lacks the key (the row is left out).
-    fn series_of(&self, row: &ResultRow) -> Option<Option<Cell>> {
+    fn series_of(&self, row: &ResultRow, children: &[String]) -> Option<Option<Cell>> {
         match &self.spec.series {
             None => Some(None),
-            Some(key) => Cell::lookup(row, key).map(Some),
+            Some(key) => self.place_with(row, key, children).map(Some),
         }
+    }
+
+    /// The varying leaves under the series key (none without one).
+    fn series_children(&self) -> Vec<String> {
+        self.spec.series.as_deref().map(|k| self.varying_children(k)).unwrap_or_default()
     }
 
     /// The legend label of a series value (the legend's heading names the key).
@@ -166,7 +403,7 @@ impl Ctx<'_> {
             return Ok(());
         }
         Err(self.invalid(format!(
-            "{axis} is logarithmic but `{key}` is {v} at result index {}; a log axis needs positive values",
+            "{axis} is logarithmic but `{key}` is {v} at point {}; a log axis needs positive values",
             row.index
         )))
     }
@@ -179,13 +416,15 @@ impl Ctx<'_> {
         if let Some(s) = &spec.series {
             self.require_key("series", s)?;
         }
+        self.check_positions()?;
         // (x, series, y) per usable row.
         let mut triples: Vec<(Cell, Option<Cell>, f64)> = Vec::new();
+        let (x_children, s_children) = (self.varying_children(x_key), self.series_children());
         for row in self.ok {
             let (Some(x), Some(y), Some(s)) = (
-                Cell::lookup(row, x_key),
+                self.place_with(row, x_key, &x_children),
                 Cell::lookup(row, &spec.y),
-                self.series_of(row),
+                self.series_of(row, &s_children),
             ) else {
                 continue;
             };
@@ -246,9 +485,11 @@ impl Ctx<'_> {
         if let Some(s) = &spec.series {
             self.require_key("series", s)?;
         }
+        self.check_positions()?;
         let mut pooled: Vec<(Option<Cell>, Vec<f64>)> = Vec::new();
+        let s_children = self.series_children();
         for row in self.ok {
-            let (Some(samples), Some(s)) = (row.series.get(&spec.y), self.series_of(row)) else {
+            let (Some(samples), Some(s)) = (row.series.get(&spec.y), self.series_of(row, &s_children)) else {
                 continue;
             };
             if spec.log_x {
@@ -284,11 +525,13 @@ impl Ctx<'_> {
         self.require_key("x", x_key)?;
         self.require_key("y", &spec.y)?;
         self.require_key("z", z_key)?;
+        self.check_positions()?;
         let mut triples: Vec<(Cell, Cell, f64)> = Vec::new();
+        let (x_children, y_children) = (self.varying_children(x_key), self.varying_children(&spec.y));
         for row in self.ok {
             let (Some(x), Some(y), Some(z)) = (
-                Cell::lookup(row, x_key),
-                Cell::lookup(row, &spec.y),
+                self.place_with(row, x_key, &x_children),
+                self.place_with(row, &spec.y, &y_children),
                 Cell::lookup(row, z_key),
             ) else {
                 continue;
@@ -315,6 +558,54 @@ impl Ctx<'_> {
             cells,
         })
     }
+}
+
+/// The parameters two rows disagree on (a key one row lacks included),
+/// leaving out `skip` ones. A map's variant and its leaves both count.
+fn differing(a: &ResultRow, b: &ResultRow, skip: impl Fn(&str) -> bool) -> Vec<String> {
+    let keys: BTreeSet<&String> = a.params.keys().chain(b.params.keys()).collect();
+    keys.into_iter()
+        .filter(|k| !skip(k) && a.params.get(*k) != b.params.get(*k))
+        .filter(|k| {
+            // `strategy.async` = {} says no more than `strategy` = async.
+            let empty = |r: &ResultRow| r.params.get(*k).is_none_or(|v| v.as_object().is_some_and(|m| m.is_empty()));
+            !(empty(a) && empty(b))
+        })
+        .cloned()
+        .collect()
+}
+
+/// `strategy=async workers=25`: a row's parameters among `keys` (those
+/// that vary: the sweep's), for messages.
+fn describe_params(row: &ResultRow, keys: &BTreeSet<String>) -> String {
+    let parts: Vec<String> = row
+        .params
+        .iter()
+        .filter(|(k, v)| keys.contains(*k) && !v.as_object().is_some_and(|m| m.is_empty()))
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => format!("{k}={s}"),
+            other => format!("{k}={other}"),
+        })
+        .collect();
+    let text = parts.join(" ");
+    if text.chars().count() > 160 {
+        let head: String = text.chars().take(157).collect();
+        format!("{head}...")
+    } else {
+        text
+    }
+}
+
+/// `; use `strategy`, which every point has` when an enclosing map key is set.
+fn parent_hint(key: &str, row: &ResultRow) -> String {
+    let mut parent = key;
+    while let Some((p, _)) = parent.rsplit_once('.') {
+        if row.params.contains_key(p) {
+            return format!(" (use `{p}`, whose variants label each point, e.g. `series: {p}`)");
+        }
+        parent = p;
+    }
+    String::new()
 }
 
 #[cfg(test)]
@@ -375,12 +666,12 @@ mod tests {
 
     #[test]
     fn text_x_is_categorical_and_bar_x_always_is() {
-        let s = spec("{ x: model, y: throughput }");
+        let s = spec("{ x: model, y: throughput, pool: [workers, strategy] }");
         let ChartData::Line(d) = prepare(&s, &rows(), Path::new("r.jsonl")).unwrap() else {
             panic!()
         };
         assert_eq!(d.x_axis, XAxis::Categorical(vec!["m".into()]));
-        let s = spec("{ kind: bar, x: workers, y: throughput }");
+        let s = spec("{ kind: bar, x: workers, y: throughput, pool: [strategy.sync.backup] }");
         let ChartData::Bar(d) = prepare(&s, &rows(), Path::new("r.jsonl")).unwrap() else {
             panic!()
         };
@@ -405,13 +696,13 @@ mod tests {
     fn log_axis_rejects_non_positive_values() {
         let mut rs = rows();
         rs[0].metrics.insert("throughput".into(), 0.0);
-        let s = spec("{ x: workers, y: throughput, log_y: true }");
+        let s = spec("{ x: workers, y: throughput, series: strategy.sync.backup, log_y: true }");
         let err = prepare(&s, &rs, Path::new("r.jsonl")).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "plot `line throughput vs workers`: y is logarithmic but `throughput` is 0 at result index 0; a log axis needs positive values"
+            "plot `line throughput vs workers`: y is logarithmic but `throughput` is 0 at point 0; a log axis needs positive values"
         );
-        let s = spec("{ x: model, y: throughput, log_x: true }");
+        let s = spec("{ x: model, y: throughput, log_x: true, pool: [workers, strategy.sync.backup] }");
         let err = prepare(&s, &rs, Path::new("r.jsonl")).unwrap_err();
         assert_eq!(
             err.to_string(),
@@ -425,7 +716,7 @@ mod tests {
         for (i, r) in rs.iter_mut().enumerate() {
             r.series.insert("step_time_s".into(), vec![3.0 - i as f64 * 0.1, 1.0]);
         }
-        let s = spec("{ kind: cdf, y: step_time_s, series: strategy.sync.backup }");
+        let s = spec("{ kind: cdf, y: step_time_s, series: strategy.sync.backup, pool: [workers] }");
         let ChartData::Cdf(d) = prepare(&s, &rs, Path::new("r.jsonl")).unwrap() else {
             panic!()
         };
@@ -458,6 +749,79 @@ mod tests {
         assert_eq!(d.cells[0][1].map(|s| s.mean), Some(0.25));
         assert_eq!(d.cells[1][0].map(|s| s.mean), Some(0.5));
         assert_eq!(d.cells[1][1], None);
+    }
+
+    /// The issue's sweep: strategy over async, sync with 0 and sync with 4
+    /// backups, times two worker counts; the leaves as the runner writes them.
+    fn strategy_rows() -> Vec<ResultRow> {
+        let strategies = [
+            json!({"strategy": "async", "strategy.async": {}}),
+            json!({"strategy": "sync", "strategy.sync.backup": 0}),
+            json!({"strategy": "sync", "strategy.sync.backup": 4}),
+        ];
+        let mut rows = Vec::new();
+        for (si, st) in strategies.iter().enumerate() {
+            for (wi, workers) in [25, 50].into_iter().enumerate() {
+                let mut params = st.clone();
+                params["workers"] = json!(workers);
+                rows.push(row((si * 2 + wi) as u64, params, json!({"throughput": (si * 10 + wi) as f64})));
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn a_map_valued_series_labels_each_variant_in_sweep_order() {
+        let s = spec("{ x: workers, y: throughput, series: strategy }");
+        let ChartData::Line(d) = prepare(&s, &strategy_rows(), Path::new("r.jsonl")).unwrap() else {
+            panic!()
+        };
+        let labels: Vec<_> = d.series.iter().map(|s| s.label.clone().unwrap()).collect();
+        assert_eq!(labels, ["async", "sync backup=0", "sync backup=4"]);
+        // No pooling: each point is its own value.
+        assert!(!d.has_repeats());
+        assert_eq!(d.series[2].points[1].1.mean, 21.0);
+    }
+
+    #[test]
+    fn a_series_some_points_lack_is_an_error_naming_the_enclosing_key() {
+        let s = spec("{ x: workers, y: throughput, series: strategy.sync.backup }");
+        let err = prepare(&s, &strategy_rows(), Path::new("r.jsonl")).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "plot `line throughput vs workers`: `series: strategy.sync.backup` is not set in point 0 \
+             (strategy=async workers=25); every point must have it (use `strategy`, whose variants \
+             label each point, e.g. `series: strategy`)"
+        );
+    }
+
+    #[test]
+    fn points_that_differ_on_one_position_are_an_error_unless_pooled() {
+        let rows: Vec<ResultRow> = strategy_rows().into_iter().skip(2).collect();
+        let s = spec("{ x: workers, y: throughput }");
+        let err = prepare(&s, &rows, Path::new("r.jsonl")).unwrap_err().to_string();
+        assert!(
+            err.contains("points 2 and 4 land on the same x but are not repeats: they differ in `strategy.sync.backup` (0 vs 4)"),
+            "{err}"
+        );
+        assert!(err.contains("`pool: [strategy.sync.backup]`"), "{err}");
+        let s = spec("{ x: workers, y: throughput, series: workers }");
+        let err = prepare(&s, &strategy_rows(), Path::new("r.jsonl")).unwrap_err().to_string();
+        assert!(err.contains("they differ in `strategy` (async vs sync); make `strategy` the `series`"), "{err}");
+        assert!(err.contains("`pool: [strategy]`"), "{err}");
+        let s = spec("{ x: workers, y: throughput, pool: [strategy] }");
+        let ChartData::Line(d) = prepare(&s, &rows, Path::new("r.jsonl")).unwrap() else { panic!() };
+        let st = d.series[0].points[0].1;
+        assert_eq!((st.mean, st.min, st.max, st.n), (15.0, 10.0, 20.0, 2));
+        // Params alone, before any run: the same verdict.
+        let bare: Vec<ResultRow> = rows.iter().map(|r| ResultRow { metrics: Default::default(), ..r.clone() }).collect();
+        let s = spec("{ x: workers, y: throughput }");
+        assert!(check_plot_points(&s, &bare).is_err());
+        let s = spec("{ x: workers, y: throughput, series: strategy }");
+        check_plot_points(&s, &bare).unwrap();
+        let s = spec("{ x: strategy.sync.backup, y: throughput, series: workers, log_x: true }");
+        let err = check_plot_points(&s, &bare).unwrap_err().to_string();
+        assert!(err.contains("x is logarithmic but `strategy.sync.backup` is 0 at point 2"), "{err}");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crate::experiment::ExperimentHeader;
 use crate::html::{Page, PagePlot, page};
 use crate::prepare::{ChartData, prepare};
 use crate::results::read_results_file;
+use crate::summary::{RUN_INFO_FILE, RunInfo, SUMMARY_FILE, SummaryTable, read_optional};
 
 /// The files one `render` wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,18 +44,24 @@ pub fn render(dir: &Path) -> Result<RenderedReport, ReportError> {
     for (spec, data) in header.plots.iter().zip(&prepared) {
         let stem = unique_stem(&spec.stem(), &mut taken);
         let [png, svg] = draw_files(spec, data, dir, &stem)?;
+        let svg_text = std::fs::read_to_string(&svg).map_err(|e| ReportError::io(&svg, e))?;
         page_plots.push(PagePlot {
+            svg: svg_text,
             title: spec.title.clone().unwrap_or_else(|| crate::chart::default_title(spec)),
             png_name: format!("{stem}.png"),
             svg_name: format!("{stem}.svg"),
-            note: repeats_note(data),
+            note: repeats_note(spec, data),
         });
         files.push(png);
         files.push(svg);
     }
 
+    let run_info: Option<RunInfo> = read_optional(dir, RUN_INFO_FILE)?;
+    let summaries: Vec<SummaryTable> = read_optional(dir, SUMMARY_FILE)?.unwrap_or_default();
     let index_html = dir.join("index.html");
     let html = page(&Page {
+        run_info: run_info.as_ref(),
+        summaries: &summaries,
         name: &header.name,
         experiment_text: &experiment_text,
         rows: &results.rows,
@@ -68,16 +75,23 @@ pub fn render(dir: &Path) -> Result<RenderedReport, ReportError> {
     })
 }
 
-/// How a plot summarises repeated runs, for its caption.
-fn repeats_note(data: &ChartData) -> Option<String> {
+/// How a plot summarises repeated runs (and the parameters it pools on
+/// purpose), for its caption.
+fn repeats_note(spec: &crate::spec::PlotSpec, data: &ChartData) -> Option<String> {
+    let what = if spec.pool.is_empty() {
+        "repeated runs".to_string()
+    } else {
+        let keys: Vec<String> = spec.pool.iter().map(|k| format!("`{k}`")).collect();
+        format!("runs pooled over {} (and repeats)", keys.join(", "))
+    };
     match data {
         ChartData::Line(d) | ChartData::Bar(d) if d.has_repeats() => {
-            Some("mean of repeated runs; error bars span min..max".to_string())
+            Some(format!("mean of {what}; error bars span min..max"))
         }
         ChartData::Heat(d) if d.cells.iter().flatten().flatten().any(|s| s.n > 1) => {
-            Some("colour: mean of repeated runs".to_string())
+            Some(format!("colour: mean of {what}"))
         }
-        ChartData::Cdf(_) => Some("samples pooled over repeated runs".to_string()),
+        ChartData::Cdf(_) => Some(format!("samples pooled over {what}")),
         _ => None,
     }
 }
@@ -108,11 +122,11 @@ sweep:
   workers: [25, 50, 100, 200]
   strategy.sync.backup: [0, 2]
 plots:
-  - { x: workers, y: throughput, series: strategy.sync.backup }
-  - { kind: cdf, y: step_time_s, series: strategy.sync.backup }
-  - { kind: bar, x: model, y: throughput, series: strategy.sync.backup, title: Throughput per model }
-  - { kind: heatmap, x: array, y: dataflow, z: utilization }
-  - { x: workers, y: throughput, log_x: true, log_y: true }
+  - { x: workers, y: throughput, series: strategy.sync.backup, pool: [model] }
+  - { kind: cdf, y: step_time_s, series: strategy.sync.backup, pool: [model, workers, array] }
+  - { kind: bar, x: model, y: throughput, series: strategy.sync.backup, title: Throughput per model, pool: [workers, array] }
+  - { kind: heatmap, x: array, y: dataflow, z: utilization, pool: [model] }
+  - { x: workers, y: throughput, log_x: true, log_y: true, pool: [model, strategy, dataflow] }
 ";
 
     /// Rows for every plot above: two seeds per point (repeats), one failed
@@ -210,7 +224,7 @@ plots:
             assert!(line.contains(label), "line svg lacks {label}");
         }
         let cdf = svg("cdf-step_time_s.svg");
-        for label in ["CDF of step_time_s", "strategy.sync.backup", "\n0\n", "\n2\n"] {
+        for label in ["CDF of step time", "step time (s)", "strategy.sync.backup", "\n0\n", "\n2\n"] {
             assert!(cdf.contains(label), "cdf svg lacks {label}");
         }
         let bar = svg("bar-throughput-vs-model.svg");
@@ -218,7 +232,7 @@ plots:
             assert!(bar.contains(label), "bar svg lacks {label}");
         }
         let heat = svg("heatmap-utilization-over-array-dataflow.svg");
-        for label in ["utilization over array", "\nos\n", "\nws\n", "\n64\n", "\n0.9\n", "dataflow"] {
+        for label in ["PE utilization over array", "PE utilization", "\nos\n", "\nws\n", "\n64\n", "\n0.9\n", "dataflow"] {
             assert!(heat.contains(label), "heatmap svg lacks {label}");
         }
 
@@ -226,6 +240,9 @@ plots:
         for name in &names {
             assert!(html.contains(&format!("\"{name}\"")), "page does not reference {name}");
         }
+        // The plots are inline: the page alone is the report.
+        assert_eq!(html.matches("<svg").count(), 5);
+        assert!(!html.contains("<img"));
         assert!(html.contains(
             "# Backup workers &lt;study&gt; &amp; friends: &quot;sync&quot; vs &#39;async&#39;"
         ));
@@ -233,8 +250,42 @@ plots:
         assert!(html.contains("<td class=\"error\">simulated &lt;failure&gt; &amp; co</td>"));
         assert!(html.contains("16 result points, <span class=\"bad\">1 failed</span>"));
         assert!(html.contains("incomplete line"));
-        assert!(html.contains("throughput vs workers (mean of repeated runs; error bars span min..max)"));
+        assert!(html.contains("(mean of runs pooled over `model` (and repeats); error bars span min..max)"), "{html}");
+        // Header row plus 16 result rows, and the collapsed constants (none here: every key varies).
         assert_eq!(html.matches("<tr").count(), 17, "header row plus 16 result rows");
+        assert!(!html.contains("<details>"));
+    }
+
+    #[test]
+    fn run_facts_and_a_kinds_summary_table_show_on_the_page() {
+        let dir = fixture(EXPERIMENT, &results_text());
+        let info = RunInfo {
+            date: crate::summary::utc_date(1_795_555_805),
+            version: "0.1.0".into(),
+            command: "flowlab run x.yaml --jobs 2".into(),
+            wall_s: 12.5,
+            ran: 16,
+            resumed: 0,
+        };
+        crate::summary::write_run_info(dir.path(), &info).unwrap();
+        let table = SummaryTable {
+            title: "Prediction error".into(),
+            columns: vec!["predictor".into(), "MAPE (%)".into(), "Kendall tau".into()],
+            rows: vec![vec![json!("roofline"), json!(12.25), json!(0.8)], vec![json!("profile <measured>"), json!(3.5), json!(null)]],
+            note: Some("against the engine's measured steps".into()),
+        };
+        crate::summary::write_summaries(dir.path(), &[table]).unwrap();
+        let report = render(dir.path()).unwrap();
+        let html = std::fs::read_to_string(&report.index_html).unwrap();
+        assert!(html.contains("Run 2026-11-24 21:30:05 UTC with flowlab 0.1.0: <code>flowlab run x.yaml --jobs 2</code>; wall time 12.5 s (16 runs ran, 0 resumed)."), "{html}");
+        assert!(html.contains("<h2>Prediction error</h2>"));
+        assert!(html.contains("<th>predictor</th><th>MAPE (%)</th><th>Kendall tau</th>"));
+        assert!(html.contains("<td class=\"text\">profile &lt;measured&gt;</td><td data-v=\"3.5\">3.5</td><td></td>"));
+        assert!(html.contains("against the engine&#39;s measured steps"));
+        // A malformed summary is an error naming the file, not a silent gap.
+        std::fs::write(dir.path().join(SUMMARY_FILE), "{").unwrap();
+        let err = render(dir.path()).unwrap_err().to_string();
+        assert!(err.starts_with(&dir.path().join(SUMMARY_FILE).display().to_string()), "{err}");
     }
 
     #[test]

@@ -57,6 +57,23 @@ pub struct PlotSpec {
     pub log_y: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// Axis titles; by default the key's label with its unit (`median step time (s)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x_label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub y_label: Option<String>,
+    /// Fixes one end of the y axis (of a line or bar chart); by default the
+    /// range follows the data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub y_min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub y_max: Option<f64>,
+    /// Parameters whose points are knowingly pooled into one position (their
+    /// mean and min..max drawn, a CDF's samples merged). Without it, two
+    /// points that differ in anything but their seed and land on one
+    /// position are an error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pool: Vec<String>,
 }
 
 impl PlotSpec {
@@ -75,6 +92,20 @@ impl PlotSpec {
             if key.as_deref().is_some_and(|k| k.trim().is_empty()) {
                 return fail(&format!("`{name}` is empty"));
             }
+        }
+        if let (Some(lo), Some(hi)) = (self.y_min, self.y_max) {
+            if !(lo < hi) {
+                return fail(&format!("`y_min` ({lo}) must be below `y_max` ({hi})"));
+            }
+        }
+        if self.log_y && self.y_min.is_some_and(|v| v <= 0.0) {
+            return fail("`y_min` must be positive on a logarithmic y axis (`log_y: true`)");
+        }
+        if matches!(self.kind, PlotKind::Cdf | PlotKind::Heatmap) && (self.y_min.is_some() || self.y_max.is_some()) {
+            return fail(&format!("`y_min`/`y_max` apply to line and bar plots, not to a {} plot", self.kind.name()));
+        }
+        if self.pool.iter().any(|k| k.trim().is_empty()) {
+            return fail("`pool` lists an empty key");
         }
         match self.kind {
             PlotKind::Line | PlotKind::Bar => {

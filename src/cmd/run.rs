@@ -22,7 +22,10 @@ pub struct RunArgs {
     /// Run only every N-th point, starting at K (0 <= K < N), e.g. 0/4.
     #[arg(long, value_name = "K/N")]
     shard: Option<Shard>,
-    /// Discard earlier results in the output directory instead of resuming.
+    /// Delete the results and report already in the output directory and
+    /// start over (without it, a run resumes: an edited file reruns only the
+    /// points that changed, and rows of points it no longer has are moved to
+    /// results.superseded.jsonl).
     #[arg(long)]
     fresh: bool,
 }

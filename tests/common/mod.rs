@@ -47,7 +47,7 @@ sweep:
   strategy.sync.backup: [0, 1, 2]
 plots:
   - {{ x: strategy.sync.backup, y: throughput, series: workers }}
-  - {{ kind: cdf, y: step_time_s, series: strategy.sync.backup }}
+  - {{ kind: cdf, y: step_time_s, series: strategy.sync.backup, pool: [workers] }}
 "
     )
 }

@@ -8,7 +8,7 @@ use plotters::prelude::*;
 
 use super::layout::{DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, padded};
 use super::{FONT, series_colour};
-use crate::cell::format_number;
+use crate::labels::{axis_label, format_tick};
 use crate::prepare::CdfData;
 use crate::spec::PlotSpec;
 
@@ -71,11 +71,13 @@ where
         .y_label_area_size(85)
         .build_cartesian_2d(xs, 0.0..1.0)
         .map_err(err)?;
-    let fmt = |v: &f64| format_number(*v);
+    let fmt = |v: &f64| format_tick(*v);
+    let x_desc = spec.x_label.clone().unwrap_or_else(|| axis_label(&spec.y));
+    let y_desc = spec.y_label.clone().unwrap_or_else(|| "fraction of samples ≤ x".to_string());
     chart
         .configure_mesh()
-        .x_desc(spec.y.as_str())
-        .y_desc(format!("fraction of samples ≤ {}", spec.y))
+        .x_desc(x_desc)
+        .y_desc(y_desc)
         .x_label_formatter(&fmt)
         .y_label_formatter(&fmt)
         .label_style((FONT, LABEL_SIZE))

@@ -10,6 +10,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use super::FONT;
 use super::layout::{CategoryLabels, DESC_SIZE, LABEL_SIZE, Ticked, category_at, label_stride};
 use crate::cell::format_number;
+use crate::labels::{axis_label, format_tick};
 use crate::prepare::HeatData;
 use crate::spec::PlotSpec;
 
@@ -51,11 +52,18 @@ pub(super) fn draw<DB: DrawingBackend>(
     let y_length = grid_area.dim_in_pixel().1.saturating_sub(x_labels.area_size + 30);
     let y_stride = label_stride(ny, y_length, 22);
     let y_ticks: Vec<f64> = (0..ny).step_by(y_stride).map(|i| i as f64).collect();
+    // Room for the widest y label and, beside it, the axis title.
+    let label_style: TextStyle = (FONT, LABEL_SIZE).into();
+    let mut widest = 0;
+    for l in &d.y_levels {
+        let (w, _) = grid_area.estimate_text_size(l, &label_style).map_err(|e| e.to_string())?;
+        widest = widest.max(w);
+    }
     let mut chart = ChartBuilder::on(&grid_area)
         .margin(15)
         .margin_right(10)
         .x_label_area_size(x_labels.area_size)
-        .y_label_area_size(95)
+        .y_label_area_size((widest + 55).clamp(95, 320))
         .build_cartesian_2d(
             Ticked::<RangedCoordf64>::new(-0.5..nx as f64 - 0.5, x_labels.ticks()),
             Ticked::<RangedCoordf64>::new(-0.5..ny as f64 - 0.5, y_ticks),
@@ -66,8 +74,8 @@ pub(super) fn draw<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .disable_mesh()
-        .x_desc(spec.x.as_deref().unwrap_or_default())
-        .y_desc(spec.y.as_str())
+        .x_desc(spec.x_label.clone().unwrap_or_else(|| axis_label(spec.x.as_deref().unwrap_or_default())))
+        .y_desc(spec.y_label.clone().unwrap_or_else(|| axis_label(&spec.y)))
         .x_label_formatter(&x_fmt)
         .y_label_formatter(&y_fmt)
         .label_style((FONT, LABEL_SIZE))
@@ -123,7 +131,7 @@ fn draw_colour_bar<DB: DrawingBackend>(
         .right_y_label_area_size(95)
         .build_cartesian_2d(0.0..1.0, z0..z1)
         .map_err(err)?;
-    let fmt = |v: &f64| format_number(*v);
+    let fmt = |v: &f64| format_tick(*v);
     let z = spec.z.as_deref().unwrap_or_default();
     chart
         .configure_mesh()
@@ -144,12 +152,27 @@ fn draw_colour_bar<DB: DrawingBackend>(
         .map_err(err)?;
     // The bar's name goes under it, horizontal, where the grid has its x labels.
     let (_, h) = area.dim_in_pixel();
-    let mut lines = vec![z.to_string()];
-    if repeats {
-        lines.push("(mean of repeats)".to_string());
+    // The label wrapped to the bar's width (about 13 characters a line).
+    let label = axis_label(z);
+    let mut lines: Vec<(String, u32)> = Vec::new();
+    let mut line = String::new();
+    for word in label.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > 13 {
+            lines.push((std::mem::take(&mut line), 17));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
     }
-    for (i, line) in lines.into_iter().enumerate() {
-        let style = TextStyle::from((FONT, if i == 0 { DESC_SIZE } else { 15 }).into_font());
+    if !line.is_empty() {
+        lines.push((line, 17));
+    }
+    if repeats {
+        lines.push(("(mean of repeats)".to_string(), 14));
+    }
+    for (i, (line, size)) in lines.into_iter().enumerate() {
+        let style = TextStyle::from((FONT, size).into_font());
         let y = h as i32 - bottom as i32 + 3 + 22 * i as i32;
         area.draw(&Text::new(line, (10, y), style))
             .map_err(err)?;

@@ -97,19 +97,27 @@ fn draw<DB: DrawingBackend>(
     }
 }
 
-/// `throughput vs workers`, `CDF of step_time_s`, `utilization over array x dataflow`.
+/// `throughput vs workers`, `CDF of step time`, `PE utilization over array rows × dataflow`:
+/// the keys' labels without their units (the axes carry those).
 pub(crate) fn default_title(spec: &PlotSpec) -> String {
+    let label = |key: &str| {
+        let l = crate::labels::axis_label(key);
+        match l.rfind(" (") {
+            Some(i) if l.ends_with(')') => l[..i].to_string(),
+            _ => l,
+        }
+    };
     use crate::spec::PlotKind;
     match spec.kind {
         PlotKind::Line | PlotKind::Bar => {
-            format!("{} vs {}", spec.y, spec.x.as_deref().unwrap_or_default())
+            format!("{} vs {}", label(&spec.y), label(spec.x.as_deref().unwrap_or_default()))
         }
-        PlotKind::Cdf => format!("CDF of {}", spec.y),
+        PlotKind::Cdf => format!("CDF of {}", label(&spec.y)),
         PlotKind::Heatmap => format!(
             "{} over {} × {}",
-            spec.z.as_deref().unwrap_or_default(),
-            spec.x.as_deref().unwrap_or_default(),
-            spec.y
+            label(spec.z.as_deref().unwrap_or_default()),
+            label(spec.x.as_deref().unwrap_or_default()),
+            label(&spec.y)
         ),
     }
 }

@@ -10,7 +10,7 @@ use plotters::prelude::*;
 
 use super::layout::{CategoryLabels, DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, Ticked, padded};
 use super::{FONT, series_colour};
-use crate::cell::format_number;
+use crate::labels::{axis_label, format_tick};
 use crate::prepare::{XAxis, XyData};
 use crate::spec::PlotSpec;
 
@@ -53,7 +53,11 @@ pub(super) fn draw<DB: DrawingBackend>(
     let (y_lo, y_hi) = points.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (_, st)| {
         (lo.min(st.min), hi.max(st.max))
     });
-    let (y0, y1) = padded(y_lo, y_hi, spec.log_y, true);
+    // Lines follow the data; bars start at zero (a bar's length is its
+    // value) unless the plot sets `y_min`.
+    let (y0, y1) = padded(y_lo, y_hi, spec.log_y, bar);
+    let (y0, y1) = (spec.y_min.unwrap_or(y0), spec.y_max.unwrap_or(y1));
+    let (y0, y1) = if y0 < y1 { (y0, y1) } else { padded(y0.min(y1), y0.max(y1), spec.log_y, false) };
 
     match &d.x_axis {
         XAxis::Categorical(labels) => {
@@ -148,12 +152,14 @@ where
         .map_err(err)?;
     let x_label = |v: &f64| match categories {
         Some(c) => c.at(*v),
-        None => format_number(*v),
+        None => format_tick(*v),
     };
-    let y_label = |v: &f64| format_number(*v);
+    let y_label = |v: &f64| format_tick(*v);
+    let x_desc = spec.x_label.clone().unwrap_or_else(|| axis_label(spec.x.as_deref().unwrap_or_default()));
+    let y_desc = spec.y_label.clone().unwrap_or_else(|| axis_label(&spec.y));
     let mut mesh = chart.configure_mesh();
-    mesh.x_desc(spec.x.as_deref().unwrap_or_default())
-        .y_desc(spec.y.as_str())
+    mesh.x_desc(x_desc)
+        .y_desc(y_desc)
         .x_label_formatter(&x_label)
         .y_label_formatter(&y_label)
         .label_style((FONT, LABEL_SIZE))

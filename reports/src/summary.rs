@@ -1,0 +1,101 @@
+//! Files beside the results that the page shows when present:
+//! `run.json` (what the last run recorded about itself) and `summary.json`
+//! (tables a kind computes over all its points, e.g. a `validate` kind's
+//! MAPE and Kendall tau). A kind fills the page's summary section by writing
+//! [`SummaryTable`]s with [`write_summaries`]; the page draws each as a
+//! sortable table under the plots.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ReportError;
+
+pub const RUN_INFO_FILE: &str = "run.json";
+pub const SUMMARY_FILE: &str = "summary.json";
+
+/// What a run records about itself for the page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// `2026-11-24 21:30:05` (UTC).
+    pub date: String,
+    /// The flowlab version.
+    pub version: String,
+    /// The command line.
+    pub command: String,
+    /// Wall-clock seconds of the run.
+    pub wall_s: f64,
+    pub ran: u64,
+    pub resumed: u64,
+}
+
+/// One table of the page's summary section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryTable {
+    pub title: String,
+    pub columns: Vec<String>,
+    /// Cells: numbers, strings or null (empty).
+    pub rows: Vec<Vec<serde_json::Value>>,
+    /// A line under the table (how it was computed, its source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Writes `<dir>/summary.json`.
+pub fn write_summaries(dir: &Path, tables: &[SummaryTable]) -> Result<(), ReportError> {
+    let path = dir.join(SUMMARY_FILE);
+    let text = serde_json::to_string_pretty(tables).map_err(|e| ReportError::io(&path, std::io::Error::other(e)))?;
+    std::fs::write(&path, text).map_err(|e| ReportError::io(&path, e))
+}
+
+/// Writes `<dir>/run.json`.
+pub fn write_run_info(dir: &Path, info: &RunInfo) -> Result<(), ReportError> {
+    let path = dir.join(RUN_INFO_FILE);
+    let text = serde_json::to_string_pretty(info).map_err(|e| ReportError::io(&path, std::io::Error::other(e)))?;
+    std::fs::write(&path, text).map_err(|e| ReportError::io(&path, e))
+}
+
+/// Reads an optional JSON file of `dir`: `None` if absent, an error naming
+/// the file if it is malformed.
+pub(crate) fn read_optional<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Result<Option<T>, ReportError> {
+    let path = dir.join(name);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(ReportError::io(&path, e)),
+    };
+    serde_json::from_str(&text).map(Some).map_err(|e| ReportError::BadExperiment {
+        path: path.clone(),
+        message: e.to_string(),
+    })
+}
+
+/// `2026-11-24 21:30:05` for seconds since the Unix epoch (UTC), by the
+/// days-to-civil algorithm of Howard Hinnant's `date` library.
+pub fn utc_date(unix_s: u64) -> String {
+    let days = (unix_s / 86_400) as i64;
+    let secs = unix_s % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates_match_known_instants() {
+        // From `date -u -d @N`.
+        assert_eq!(utc_date(0), "1970-01-01 00:00:00");
+        assert_eq!(utc_date(951_782_400), "2000-02-29 00:00:00");
+        assert_eq!(utc_date(1_795_555_805), "2026-11-24 21:30:05");
+    }
+}
