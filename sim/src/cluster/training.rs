@@ -626,6 +626,12 @@ fn run_allreduce(
             ready = ready.max(start + overhead + d);
         }
         let end = collective::run(&mut net, &stages, ready)?;
+        if end > max_t {
+            return Err(SimError::BoundExceeded {
+                what: "max_sim_time_s".into(),
+                limit: format!("{} s", cfg.max_sim_time_s),
+            });
+        }
         // The first failure inside this step, if any, loses it and all since the checkpoint.
         let fixed_hit = fixed.peek().copied().filter(|&t| t <= end);
         let random_hit = random_failure.filter(|&t| t <= end);
