@@ -262,3 +262,21 @@ fn a_point_too_large_for_this_machine_is_rejected_before_it_runs() {
     // The catalog's largest sizes are accepted.
     assert!(yaml("model: lstm_lm\nworkers: 4096\nps: 17\n").validate().is_ok());
 }
+
+#[test]
+fn a_ring_on_a_torus_takes_the_closed_form_time() {
+    // 64 ranks on an 8x8 torus, 10 Gbit/s, 5 us per link, S = 4e8 bytes
+    // (1e8 f32): the uncongested ring takes 2(p-1)/p * S/B + 2(p-1) hops of
+    // latency when every ring step is one torus link (the rank-order ring
+    // took about twice that: row ends two hops apart share links).
+    let c = yaml(
+        "model: { dense_params: 100000000, compute_s: 0 }\nworkers: 64\nps: 0\nallreduce: ring\n\
+         network: { topology: torus2d, dims: [8, 8] }\nsteps: 2\n",
+    );
+    let r = simulate(&c, 1).unwrap();
+    let (p, s, b, lat) = (64.0, 4e8, 1.25e9, 5e-6);
+    let closed = 2.0 * (p - 1.0) / p * s / b + 2.0 * (p - 1.0) * lat;
+    for &t in &r.step_times_s {
+        assert!((t - closed).abs() / closed < 1e-6, "step {t} s, closed form {closed} s");
+    }
+}
