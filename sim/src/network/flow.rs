@@ -1106,7 +1106,7 @@ mod tests {
                 x ^= x >> 7;
                 x ^= x << 17;
                 let l = (x % n as u64) as usize;
-                let v = if x % 5 == 0 { u64::MAX } else { (x >> 20) % 1000 };
+                let v = if x.is_multiple_of(5) { u64::MAX } else { (x >> 20) % 1000 };
                 t.set(l, v);
                 values[l] = v;
                 assert_eq!(t.min(), values.iter().copied().min().unwrap_or(u64::MAX));
