@@ -6,7 +6,8 @@
 //! recomputations: the case to profile and to compare before/after, with
 //! a digest of every step time's bits (equal digests: the same run).
 //! `--ps-4096` runs the largest PS scaling point (4,096 workers, 2 steps)
-//! the same way. `--events` runs only the event core (20 M events). `--digest` prints
+//! the same way. `--topology NAME` picks the topology of those runs (star by
+//! default); `--workers N --steps S` any other size. `--events` runs only the event core (20 M events). `--digest` prints
 //! such digests for a spread of small configurations (topologies,
 //! strategies, sparse models, collectives): a change that must not alter
 //! results has to leave all of them equal.
@@ -87,8 +88,8 @@ fn digests() -> Result<(), flowlab_sim::SimError> {
     Ok(())
 }
 
-fn ps_only(workers: u32, steps: u64) -> Result<(), flowlab_sim::SimError> {
-    let cfg = ClusterConfig {
+fn ps_only(workers: u32, steps: u64, topology: TopologyKind) -> Result<(), flowlab_sim::SimError> {
+    let mut cfg = ClusterConfig {
         model: ModelRef::Name("inception_v3".into()),
         workers,
         ps: 17,
@@ -97,12 +98,13 @@ fn ps_only(workers: u32, steps: u64) -> Result<(), flowlab_sim::SimError> {
         steps,
         ..ClusterConfig::default()
     };
+    cfg.network.topology = topology;
     let start = std::time::Instant::now();
     let r = simulate(&cfg, 1)?;
     let secs = start.elapsed().as_secs_f64();
     let digest = digest(&r);
     println!(
-        "{{\"case\":\"ps_sync_{steps}_steps_flow\",\"workers\":{workers},\"seconds\":{secs},\"sim_seconds\":{},\"recomputations\":{},\"events\":{},\"step_digest\":\"{digest:016x}\"}}",
+        "{{\"case\":\"ps_sync_{steps}_steps_flow\",\"topology\":\"{topology:?}\",\"workers\":{workers},\"seconds\":{secs},\"sim_seconds\":{},\"recomputations\":{},\"events\":{},\"step_digest\":\"{digest:016x}\"}}",
         r.sim_time_s, r.network_recomputations, r.events
     );
     Ok(())
@@ -121,7 +123,22 @@ fn main() {
         }
         return;
     }
-    let ps = if std::env::args().any(|a| a == "--ps") {
+    let args: Vec<String> = std::env::args().collect();
+    let topology = match args.iter().position(|a| a == "--topology").and_then(|i| args.get(i + 1)) {
+        None => TopologyKind::Star,
+        Some(name) => match serde_json::from_str::<TopologyKind>(&format!("\"{name}\"")) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: --topology {name}: {e}");
+                std::process::exit(2);
+            }
+        },
+    };
+    let workers = args.iter().position(|a| a == "--workers").and_then(|i| args.get(i + 1)).and_then(|w| w.parse().ok());
+    let steps = args.iter().position(|a| a == "--steps").and_then(|i| args.get(i + 1)).and_then(|w| w.parse().ok());
+    let ps = if let (Some(w), Some(s)) = (workers, steps) {
+        Some((w, s))
+    } else if std::env::args().any(|a| a == "--ps") {
         Some((200, 1000))
     } else if std::env::args().any(|a| a == "--ps-4096") {
         Some((4096, 2))
@@ -129,7 +146,7 @@ fn main() {
         None
     };
     if let Some((workers, steps)) = ps {
-        if let Err(e) = ps_only(workers, steps) {
+        if let Err(e) = ps_only(workers, steps, topology) {
             eprintln!("error: {e}");
             std::process::exit(1);
         }

@@ -2,8 +2,13 @@
 //! Goals (issue 4): event core >= 10 M events/s on one core; 200 workers +
 //! 17 PS tasks, 1,000 sync steps, flow-level: < 2 s; 1,024-worker ring
 //! all-reduce, 100 steps, flow-level: < 2 s; and run time against workers.
+//! Issue 14 adds one row per topology for the PS case (fat_tree, clos,
+//! torus2d, hierarchical; 100 steps, so the 1,000-step time is 10x the
+//! row's seconds), PS scaling on fat_tree besides star, and the measured
+//! scaling exponent of each (least-squares slope of log seconds against
+//! log workers).
 
-use crate::cluster::{simulate, ClusterConfig, Strategy};
+use crate::cluster::{simulate, ClusterConfig, Strategy, TopologyKind};
 use crate::comm::collective::AllReduceAlgo;
 use crate::error::SimError;
 use crate::event_queue::EventQueue;
@@ -107,6 +112,44 @@ fn timed(case: &str, cfg: &ClusterConfig, goal: &str) -> Result<BenchRecord, Sim
     })
 }
 
+fn ps_config_on(workers: u32, steps: u64, topology: TopologyKind) -> ClusterConfig {
+    let mut c = ps_config(workers, steps);
+    c.network.topology = topology;
+    c
+}
+
+/// Least-squares slope of ln(seconds) against ln(workers): the exponent b
+/// of seconds ~ workers^b (steps fixed). Sizes whose run took under 5 ms
+/// are left out (start-up costs dominate them).
+pub fn scaling_exponent(records: &[BenchRecord]) -> Option<f64> {
+    let pts: Vec<(f64, f64)> = records
+        .iter()
+        .filter(|r| r.seconds >= 0.005 && r.workers > 0)
+        .map(|r| (f64::from(r.workers).ln(), r.seconds.ln()))
+        .collect();
+    if pts.len() < 2 {
+        return None;
+    }
+    let n = pts.len() as f64;
+    let (mx, my) = (pts.iter().map(|p| p.0).sum::<f64>() / n, pts.iter().map(|p| p.1).sum::<f64>() / n);
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
+    (sxx > 0.0).then(|| sxy / sxx)
+}
+
+fn exponent_record(case: &str, series: &[BenchRecord]) -> Option<BenchRecord> {
+    Some(BenchRecord {
+        case: case.into(),
+        workers: series.iter().map(|r| r.workers).max().unwrap_or(0),
+        seconds: series.iter().map(|r| r.seconds).sum(),
+        value: scaling_exponent(series)?,
+        unit: "exponent".into(),
+        goal: "~1".into(),
+        sim_seconds: 0.0,
+        recomputations: series.iter().map(|r| r.recomputations).sum(),
+    })
+}
+
 /// Runs every case; `quick` shrinks step counts and sizes.
 pub fn bench(quick: bool) -> Result<Vec<BenchRecord>, SimError> {
     let mut out = vec![event_core(if quick { 2_000_000 } else { 20_000_000 })];
@@ -123,11 +166,67 @@ pub fn bench(quick: bool) -> Result<Vec<BenchRecord>, SimError> {
     )?);
     let sizes: &[u32] = if quick { &[16, 64, 256] } else { &[16, 64, 256, 1024, 4096] };
     let steps = if quick { 1 } else { 2 };
-    for &w in sizes {
-        out.push(timed(&format!("scaling_ps_sync_{steps}_steps"), &ps_config(w, steps), "")?);
+    let topo_steps = if quick { 10 } else { 100 };
+    for (name, topo) in [
+        ("fat_tree", TopologyKind::FatTree),
+        ("clos", TopologyKind::Clos),
+        ("torus2d", TopologyKind::Torus2d),
+        ("hierarchical", TopologyKind::Hierarchical),
+    ] {
+        out.push(timed(
+            &format!("ps_sync_{topo_steps}_steps_flow_{name}"),
+            &ps_config_on(200, topo_steps, topo),
+            if quick { "" } else { "< 0.2 s" },
+        )?);
     }
+    let mut star = Vec::new();
+    for &w in sizes {
+        star.push(timed(&format!("scaling_ps_sync_{steps}_steps"), &ps_config(w, steps), "")?);
+    }
+    out.extend(exponent_record("scaling_exponent_ps_star", &star));
+    out.extend(star);
+    // 4,096 workers on fat_tree take minutes today: the series stops at 1,024.
+    let fat_sizes: &[u32] = if quick { &[16, 64, 256] } else { &[64, 256, 1024] };
+    let mut fat = Vec::new();
+    for &w in fat_sizes {
+        fat.push(timed(
+            &format!("scaling_ps_sync_{steps}_steps_fat_tree"),
+            &ps_config_on(w, steps, TopologyKind::FatTree),
+            "",
+        )?);
+    }
+    out.extend(exponent_record("scaling_exponent_ps_fat_tree", &fat));
+    out.extend(fat);
     for &w in sizes {
         out.push(timed(&format!("scaling_ring_{steps}_steps"), &ring_config(w, steps), "")?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(workers: u32, seconds: f64) -> BenchRecord {
+        BenchRecord {
+            case: String::new(),
+            workers,
+            seconds,
+            value: 0.0,
+            unit: String::new(),
+            goal: String::new(),
+            sim_seconds: 0.0,
+            recomputations: 0,
+        }
+    }
+
+    #[test]
+    fn scaling_exponent_recovers_a_power_law() {
+        // seconds = 1e-6 * w^2.3 exactly: slope 2.3; start-up-sized runs
+        // (under 5 ms) are ignored.
+        let series: Vec<_> = [8u32, 64, 256, 1024].iter().map(|&w| rec(w, 1e-6 * f64::from(w).powf(2.3))).collect();
+        assert!(series[0].seconds < 0.005);
+        assert!((scaling_exponent(&series).unwrap() - 2.3).abs() < 1e-12);
+        assert_eq!(scaling_exponent(&series[..1]), None);
+    }
 }

@@ -11,6 +11,12 @@ impl SimTime {
     pub const ZERO: SimTime = SimTime(0);
     pub const MAX: SimTime = SimTime(u64::MAX);
     pub const PS_PER_SECOND: f64 = 1e12;
+    /// The longest representable span in seconds (2^64 - 1 ps, about 213
+    /// days). Additions saturate at `MAX`, so a run's time bound must stay
+    /// below it: `ClusterConfig::validate` rejects a larger
+    /// `max_sim_time_s`, and any event beyond the bound ends the run with
+    /// an error instead of a clamped time.
+    pub const MAX_SECS: f64 = u64::MAX as f64 / Self::PS_PER_SECOND;
 
     /// Rounds to the nearest picosecond; negative or NaN inputs give zero,
     /// inputs beyond the range saturate at `MAX`.
@@ -94,5 +100,13 @@ mod tests {
         assert_eq!(SimTime::MAX + SimTime(5), SimTime::MAX);
         assert_eq!(SimTime(3) - SimTime(5), SimTime::ZERO);
         assert!((SimTime(2_500_000_000_000).as_secs_f64() - 2.5).abs() < 1e-15);
+    }
+
+    #[test]
+    fn max_secs_is_the_last_representable_second() {
+        // 2^64 ps = 18,446,744.073709551616 s, computed by hand.
+        assert!((SimTime::MAX_SECS - 18_446_744.073_709_55).abs() < 1e-6);
+        assert!(SimTime::from_secs_f64(18_446_744.0) < SimTime::MAX);
+        assert_eq!(SimTime::from_secs_f64(18_446_745.0), SimTime::MAX);
     }
 }

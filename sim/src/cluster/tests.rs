@@ -230,3 +230,53 @@ fn readme_yaml_blocks_parse() {
     let w = inline.workload().unwrap();
     assert_eq!((w.dense_params, w.examples_per_step), (25_000_000, 32));
 }
+
+#[test]
+fn a_run_beyond_its_time_bound_is_an_error_not_a_panic() {
+    // 100 steps of 1e6 s each need 1e8 s, beyond the default 1e7 s bound
+    // (and beyond the 64-bit picosecond clock): an error naming the bound.
+    for ps in ["ps: 1", "ps: 6", "ps: 0\nallreduce: ring"] {
+        let e = err(&format!("model: {{ dense_params: 1000, compute_s: 1000000 }}\nworkers: 4\n{ps}\nsteps: 100\n"));
+        assert!(e.contains("max_sim_time_s"), "{ps}: {e}");
+    }
+}
+
+#[test]
+fn a_time_bound_beyond_the_clock_is_rejected_by_name() {
+    let e = err("model: null\nworkers: 2\nps: 1\nmax_sim_time_s: 1.0e9\n");
+    assert!(e.contains("`max_sim_time_s`") && e.contains("1.8e7"), "{e}");
+    // The largest accepted bound still ends a long run with an error, not
+    // with steps clamped to 0 s at the clock's end.
+    let e = err("model: { dense_params: 1000, compute_s: 1000000 }\nworkers: 2\nps: 1\nsteps: 100\nmax_sim_time_s: 1.8e7\n");
+    assert!(e.contains("max_sim_time_s"), "{e}");
+}
+
+#[test]
+fn a_point_too_large_for_this_machine_is_rejected_before_it_runs() {
+    // 10 million workers x 17 PS tasks hold 170 million worker-task pairs,
+    // each with at least its step state and one flow in flight: far more
+    // than any machine this runs on (the issue saw 6.5 GB and an abort).
+    let c = yaml("model: inception_v3\nworkers: 10000000\nps: 17\n");
+    let e = c.validate().unwrap_err().to_string();
+    assert!(e.contains("`workers`") && e.contains("GB"), "{e}");
+    // The catalog's largest sizes are accepted.
+    assert!(yaml("model: lstm_lm\nworkers: 4096\nps: 17\n").validate().is_ok());
+}
+
+#[test]
+fn a_ring_on_a_torus_takes_the_closed_form_time() {
+    // 64 ranks on an 8x8 torus, 10 Gbit/s, 5 us per link, S = 4e8 bytes
+    // (1e8 f32): the uncongested ring takes 2(p-1)/p * S/B + 2(p-1) hops of
+    // latency when every ring step is one torus link (the rank-order ring
+    // took about twice that: row ends two hops apart share links).
+    let c = yaml(
+        "model: { dense_params: 100000000, compute_s: 0 }\nworkers: 64\nps: 0\nallreduce: ring\n\
+         network: { topology: torus2d, dims: [8, 8] }\nsteps: 2\n",
+    );
+    let r = simulate(&c, 1).unwrap();
+    let (p, s, b, lat) = (64.0, 4e8, 1.25e9, 5e-6);
+    let closed = 2.0 * (p - 1.0) / p * s / b + 2.0 * (p - 1.0) * lat;
+    for &t in &r.step_times_s {
+        assert!((t - closed).abs() / closed < 1e-6, "step {t} s, closed form {closed} s");
+    }
+}

@@ -585,7 +585,13 @@ fn run_allreduce(
     algo: collective::AllReduceAlgo,
 ) -> Result<ClusterReport, SimError> {
     let p = cfg.workers as usize;
-    let ranks: Vec<usize> = (0..p).collect();
+    // A ring on a torus follows the torus (see `torus_ring_order`).
+    let ranks: Vec<usize> = match (algo, cfg.network.shape(cfg.devices())?) {
+        (collective::AllReduceAlgo::Ring, crate::network::TopologyShape::Torus { dims }) => {
+            collective::torus_ring_order(&dims, p)
+        }
+        _ => (0..p).collect(),
+    };
     let bytes = cfg.comm.bytes_for(w.allreduce_elements());
     let stages = collective::plan(algo, &ranks, bytes, cfg.network.devices_per_host as usize);
     let overhead = SimTime::from_secs_f64(w.step_overhead_us * 1e-6);
@@ -626,6 +632,12 @@ fn run_allreduce(
             ready = ready.max(start + overhead + d);
         }
         let end = collective::run(&mut net, &stages, ready)?;
+        if end > max_t {
+            return Err(SimError::BoundExceeded {
+                what: "max_sim_time_s".into(),
+                limit: format!("{} s", cfg.max_sim_time_s),
+            });
+        }
         // The first failure inside this step, if any, loses it and all since the checkpoint.
         let fixed_hit = fixed.peek().copied().filter(|&t| t <= end);
         let random_hit = random_failure.filter(|&t| t <= end);

@@ -50,6 +50,40 @@ pub fn plan(algo: AllReduceAlgo, ranks: &[usize], bytes: u64, group: usize) -> V
     }
 }
 
+/// Ring order for the endpoints `0..members` of a torus with `dims`
+/// (endpoint index = c0 + d0 * (c1 + d1 * c2), as `Topology::build` lays
+/// it out): the reflected mixed-radix Gray code (a boustrophedon, "snake"),
+/// in which consecutive endpoints are torus neighbours, so a ring of all
+/// endpoints sends every step over one link of its own instead of crossing
+/// rows (rank order 0, 1, 2, ... puts row ends two hops apart and makes
+/// flows share links). With an even last dimension the ring also closes in
+/// one hop. Endpoints at or above `members` are skipped.
+pub fn torus_ring_order(dims: &[usize], members: usize) -> Vec<usize> {
+    let total: usize = dims.iter().product();
+    let mut order = Vec::with_capacity(members.min(total));
+    for i in 0..total {
+        // Digits of i in the mixed radix (dimension 0 fastest); digit j
+        // sweeps once per step of the digits above it, so it runs backwards
+        // when that count (i over the product of dims[..=j]) is odd.
+        let mut rest = i;
+        let mut digits = Vec::with_capacity(dims.len());
+        for &d in dims {
+            let quotient = rest / d;
+            let raw = rest % d;
+            digits.push(if quotient % 2 == 1 { d - 1 - raw } else { raw });
+            rest = quotient;
+        }
+        let mut index = 0;
+        for j in (0..dims.len()).rev() {
+            index = index * dims[j] + digits[j];
+        }
+        if index < members {
+            order.push(index);
+        }
+    }
+    order
+}
+
 /// A ring pass: `passes` = 2 for all-reduce, 1 for reduce-scatter or all-gather.
 fn ring_stage(ranks: &[usize], bytes: u64, passes: u64) -> Stage {
     let p = ranks.len() as u64;
@@ -155,6 +189,37 @@ pub fn run(net: &mut impl NetworkModel, stages: &[Stage], start: SimTime) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn torus_ring_order_visits_every_endpoint_through_neighbours() {
+        // Brute force: consecutive endpoints differ by one step (with
+        // wrap-around) in exactly one coordinate, and each appears once.
+        for dims in [vec![8usize, 8], vec![4, 6], vec![5, 3], vec![4, 4, 4], vec![3, 5, 2]] {
+            let total: usize = dims.iter().product();
+            let order = torus_ring_order(&dims, total);
+            let mut seen = order.clone();
+            seen.sort();
+            assert_eq!(seen, (0..total).collect::<Vec<_>>(), "{dims:?}");
+            let coords = |mut e: usize| {
+                dims.iter()
+                    .map(|&d| {
+                        let c = e % d;
+                        e /= d;
+                        c
+                    })
+                    .collect::<Vec<_>>()
+            };
+            for w in order.windows(2) {
+                let (a, b) = (coords(w[0]), coords(w[1]));
+                let differ: Vec<usize> = (0..dims.len()).filter(|&j| a[j] != b[j]).collect();
+                assert_eq!(differ.len(), 1, "{dims:?}: {a:?} -> {b:?}");
+                let (j, d) = (differ[0], dims[differ[0]]);
+                assert!((a[j] + 1) % d == b[j] || (b[j] + 1) % d == a[j], "{dims:?}: {a:?} -> {b:?}");
+            }
+        }
+        // Members below the torus size keep their relative snake order.
+        assert_eq!(torus_ring_order(&[4, 2], 6), vec![0, 1, 2, 3, 5, 4]);
+    }
     use crate::network::{AnalyticalNetwork, FlowNetwork, LinkParams, Topology, TopologyShape};
 
     fn rel(a: f64, b: f64) -> f64 {

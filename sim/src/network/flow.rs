@@ -111,6 +111,9 @@ impl Group {
 /// The minimum of one value per link, kept under point updates (a
 /// tournament tree).
 struct MinTree {
+    /// Indices in use; the leaves above them (padding to a power of two)
+    /// hold `u64::MAX` and are never reported.
+    len: usize,
     leaves: usize,
     tree: Vec<u64>,
 }
@@ -118,7 +121,7 @@ struct MinTree {
 impl MinTree {
     fn new(n: usize) -> MinTree {
         let leaves = n.next_power_of_two().max(1);
-        MinTree { leaves, tree: vec![u64::MAX; 2 * leaves] }
+        MinTree { len: n, leaves, tree: vec![u64::MAX; 2 * leaves] }
     }
 
     fn min(&self) -> u64 {
@@ -154,7 +157,10 @@ impl MinTree {
                 continue;
             }
             if i >= self.leaves {
-                out.push((i - self.leaves) as u32);
+                // A padding leaf matches only x = u64::MAX (a saturated time).
+                if i - self.leaves < self.len {
+                    out.push((i - self.leaves) as u32);
+                }
             } else {
                 stack.push(2 * i);
                 stack.push(2 * i + 1);
@@ -1084,6 +1090,35 @@ mod tests {
         }
         assert_eq!(out.len(), starts.len());
         (out, net.recomputations(), net.fast_recomputations, net.fast_new_groups)
+    }
+
+    #[test]
+    fn min_tree_reports_exactly_the_indices_at_most_x() {
+        // Against a brute-force scan, for sizes that are and are not powers
+        // of two, including the saturated bound u64::MAX (which once
+        // reported padding leaves past the last link).
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for n in [1usize, 2, 3, 10, 16, 17, 100] {
+            let mut t = MinTree::new(n);
+            let mut values = vec![u64::MAX; n];
+            for round in 0..200 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let l = (x % n as u64) as usize;
+                let v = if x.is_multiple_of(5) { u64::MAX } else { (x >> 20) % 1000 };
+                t.set(l, v);
+                values[l] = v;
+                assert_eq!(t.min(), values.iter().copied().min().unwrap_or(u64::MAX));
+                for bound in [0, 500, 999, u64::MAX - 1, u64::MAX] {
+                    let (mut got, mut stack) = (Vec::new(), Vec::new());
+                    t.collect_at_most(bound, &mut got, &mut stack);
+                    got.sort();
+                    let want: Vec<u32> = (0..n as u32).filter(|&i| values[i as usize] <= bound).collect();
+                    assert_eq!(got, want, "n {n} round {round} bound {bound}");
+                }
+            }
+        }
     }
 
     #[test]
