@@ -12,6 +12,9 @@ use std::collections::BTreeMap;
 const NO_ARITHMETIC: &[&str] = &[
     "Assign", "Const", "ExpandDims", "Identity", "NoOp", "OnesLike", "Placeholder", "Recv", "Reshape", "ReshapeLike",
     "Send", "Shape", "Squeeze", "StopGradient", "Variable", "ZerosLike",
+    // Queues move whole elements between steps: no arithmetic.
+    "FIFOQueue", "RandomShuffleQueue", "QueueEnqueue", "QueueEnqueueMany", "QueueDequeue", "QueueDequeueMany",
+    "QueueClose", "QueueSize",
 ];
 
 /// A CNN trained with Adam: Conv2D, MaxPool, BiasAdd, Relu, MatMul and their
