@@ -81,7 +81,9 @@ fn trace_of_two_devices_holds_both_devices_and_their_transfers() {
 
 #[test]
 fn bad_device_flags_are_named() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 6] = [
+        (&["--link", "5gbps"], "--link: emulates transfers between devices: use --devices 2 or more"),
+        (&["--devices", "2", "--link", "fast"], "--link: 'fast': bandwidth needs gbps or mbps (expected e.g. 5gbps,50us)"),
         (&["--devices", "0"], "--devices: must be at least 1 (got 0)"),
         (
             &["--devices", "4", "--batch", "30", "--placement", "replicas"],
@@ -91,4 +93,12 @@ fn bad_device_flags_are_named() {
         (&["--devices", "3", "--placement", "layers"], "the mlp has 2 layers, so at most 2 devices (got 3)"),
     ];
     assert_train_refuses(&cases);
+}
+
+#[test]
+fn an_emulated_link_slows_transfers_but_not_learning() {
+    let plain = train(&["--devices", "2", "--placement", "layers"]);
+    let linked = train(&["--devices", "2", "--placement", "layers", "--link", "10gbps,50us"]);
+    assert_eq!(plain["accuracy"], linked["accuracy"]);
+    assert_eq!(plain["bytes_sent"], linked["bytes_sent"]);
 }

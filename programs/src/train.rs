@@ -19,6 +19,7 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use flowlab_engine::checkpoint::CheckpointManager;
+use flowlab_engine::{EmulatedLink, LinkMap};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -67,6 +68,8 @@ pub struct TrainConfig {
     pub trace: Option<PathBuf>,
     /// Save checkpoints during training (and resume from them).
     pub checkpoint: Option<CheckpointConfig>,
+    /// An emulated link between every pair of devices (devices > 1).
+    pub link: Option<EmulatedLink>,
 }
 
 /// Checkpoints of a training run: `every` steps into `dir`, the newest
@@ -94,6 +97,7 @@ impl TrainConfig {
             comm: CommFormat::F32,
             trace: None,
             checkpoint: None,
+            link: None,
         }
     }
 
@@ -117,6 +121,9 @@ impl TrainConfig {
         }
         if self.devices == 0 {
             return bad("devices", "must be at least 1 (got 0)".into());
+        }
+        if self.link.is_some() && self.devices < 2 {
+            return bad("link", "emulates transfers between devices: use --devices 2 or more".into());
         }
         if let Some(c) = &self.checkpoint {
             if c.every == 0 {
@@ -388,6 +395,7 @@ fn session_for(g: &Graph, cfg: &TrainConfig) -> Result<Session> {
             threads: cfg.threads,
             devices: DeviceSet::local_cpus(cfg.devices),
             partition: PartitionOptions { format: cfg.comm, ..Default::default() },
+            links: LinkMap { all: cfg.link, ..Default::default() },
             ..Default::default()
         },
     )

@@ -7,7 +7,7 @@
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use flowlab_programs::datasets::{Dataset, load_digits, parse_digits};
-use flowlab_engine::EngineError;
+use flowlab_engine::{EmulatedLink, EngineError};
 use flowlab_programs::train::{CheckpointConfig, ModelKind, ParallelPlacement, TrainConfig, train};
 use flowlab_hw::CommFormat;
 use std::path::PathBuf;
@@ -60,6 +60,10 @@ pub struct TrainArgs {
     /// Write a Chrome/Perfetto trace of the last few training steps to this file.
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// Emulate a link between every pair of devices, e.g. `5gbps,50us`:
+    /// each transfer takes at least latency + bytes / bandwidth.
+    #[arg(long)]
+    link: Option<String>,
     /// Save a checkpoint (variables, optimizer slots, progress) into this
     /// directory every --checkpoint-every steps.
     #[arg(long)]
@@ -148,6 +152,7 @@ fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
         placement,
         comm,
         trace: args.trace.clone(),
+        link: args.link.as_deref().map(EmulatedLink::parse).transpose().map_err(for_cli)?,
         checkpoint: args.checkpoint_dir.as_ref().map(|dir| CheckpointConfig {
             dir: dir.clone(),
             every: args.checkpoint_every,

@@ -8,11 +8,13 @@
 //! the executor and sessions that provide them live in `runtime`.
 
 mod device;
+pub(crate) mod link;
 mod queue;
 pub(crate) mod rendezvous;
 mod resource;
 pub(crate) mod stats;
 
 pub use device::{DeviceName, DeviceSet};
+pub use link::{EmulatedLink, LinkMap};
 pub(crate) use queue::{Queue, QueueSpec};
 pub(crate) use resource::{Resource, VarSlot};

@@ -112,6 +112,8 @@ pub(crate) struct StepComm<'a> {
     pub trace: Option<Mutex<TransferTrace>>,
     /// The step's first error, with its device.
     pub first_error: Mutex<Option<EngineError>>,
+    /// Deliveries over emulated links, when the session has any.
+    pub links: Option<&'a crate::framework::link::LinkDelivery<'a>>,
 }
 
 #[derive(Default)]
@@ -158,7 +160,13 @@ fn k_send(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
         let mut tr = tr.lock().unwrap_or_else(|e| e.into_inner());
         tr.started.insert((key.edge.clone(), key.dst_device.to_string()), (t0, sent));
     }
-    comm.rdv.send(&key, wire)?;
+    let wire = match comm.links {
+        Some(l) => l.send(&key, wire),
+        None => Some(wire),
+    };
+    if let Some(wire) = wire {
+        comm.rdv.send(&key, wire)?;
+    }
     comm.counters.transfers.fetch_add(1, Ordering::Relaxed);
     comm.counters.bytes_sent.fetch_add(sent, Ordering::Relaxed);
     comm.counters.bytes_f32.fetch_add(raw, Ordering::Relaxed);

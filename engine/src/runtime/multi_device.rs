@@ -13,6 +13,8 @@
 //! the step returns the first error with its device, and the variables the
 //! step writes are restored to their values before the step.
 
+use crate::framework::LinkMap;
+use crate::framework::link::{LinkDelivery, deliver};
 use crate::framework::DeviceName;
 use crate::error::{EngineError, Result};
 use crate::runtime::executor::{Prepared, Resources};
@@ -265,8 +267,15 @@ impl MultiPlan {
         step_id: u64,
         recv_timeout: Duration,
         counters: &CommCounters,
+        links: &LinkMap,
     ) -> Result<(Vec<Tensor>, Option<StepStats>)> {
         let rdv = LocalRendezvous::new();
+        let (delivery, delivery_rx) = if links.is_empty() {
+            (None, None)
+        } else {
+            let (d, rx) = LinkDelivery::new(links);
+            (Some(d), Some(rx))
+        };
         let comm = StepComm {
             rdv: &rdv,
             step_id,
@@ -275,6 +284,7 @@ impl MultiPlan {
             start: Instant::now(),
             trace: trace.then(|| Mutex::new(TransferTrace::default())),
             first_error: Mutex::new(None),
+            links: delivery.as_ref(),
         };
         let snapshot = Snapshot::take(&self.writes);
         let run_part = |p: &PartPlan| {
@@ -283,6 +293,10 @@ impl MultiPlan {
             p.prep.run(&f, threads, d.pool.as_ref(), trace, Some(&comm), &d.label)
         };
         let results: Vec<Result<(Vec<Tensor>, Option<StepStats>)>> = std::thread::scope(|s| {
+            if let Some(rx) = delivery_rx {
+                let rdv = &rdv;
+                s.spawn(move || deliver(rx, rdv));
+            }
             let mut handles = Vec::with_capacity(self.parts.len());
             for (i, p) in self.parts.iter().enumerate().skip(1) {
                 let run_part = &run_part;
@@ -299,6 +313,10 @@ impl MultiPlan {
                     Err(e) => Err(EngineError::Device(format!("{}: cannot start the step's thread: {e}", devices[self.parts[i].device].label))),
                 };
                 out.push(r);
+            }
+            // Every Recv of the step has its tensor: the deliveries are done.
+            if let Some(d) = &delivery {
+                d.stop();
             }
             out
         });
@@ -408,6 +426,7 @@ mod tests {
             start: Instant::now(),
             trace: None,
             first_error: Mutex::new(None),
+            links: None,
         }
     }
 

@@ -30,7 +30,7 @@ use crate::runtime::multi_device::{LocalDevice, MultiPlan};
 use crate::ops::sendrecv::CommCounters;
 use crate::graph::{Graph, NodeId, Output};
 use crate::tensor::TensorType;
-use crate::framework::{Queue, QueueSpec, Resource, VarSlot};
+use crate::framework::{LinkMap, Queue, QueueSpec, Resource, VarSlot};
 use crate::tensor::Tensor;
 use crate::framework::stats::StepStats;
 use crate::framework::{DeviceName, DeviceSet};
@@ -77,6 +77,10 @@ pub struct SessionOptions {
     pub partition: PartitionOptions,
     /// A Recv that waits longer than this fails the step, naming its key.
     pub recv_timeout: Duration,
+    /// Emulated links between the devices (multi-device sessions): each
+    /// Send/Recv transfer takes at least its link's latency plus bytes over
+    /// bandwidth, queued per direction of a pair (see `framework::link`).
+    pub links: LinkMap,
 }
 
 impl Default for SessionOptions {
@@ -87,6 +91,7 @@ impl Default for SessionOptions {
             placement: None,
             partition: PartitionOptions::default(),
             recv_timeout: Duration::from_secs(60),
+            links: LinkMap::default(),
         }
     }
 }
@@ -164,6 +169,7 @@ pub struct Session {
     placement_given: bool,
     partition: PartitionOptions,
     recv_timeout: Duration,
+    links: LinkMap,
     state: Mutex<State>,
     cache: Mutex<HashMap<RunKey, Arc<Plan>>>,
     counters: CommCounters,
@@ -198,6 +204,7 @@ impl Session {
             placement_given,
             partition: opts.partition,
             recv_timeout: opts.recv_timeout,
+            links: opts.links.clone(),
             state: Mutex::new(State { queue_timeout: opts.recv_timeout, ..State::default() }),
             cache: Mutex::new(HashMap::new()),
             counters: CommCounters::default(),
@@ -345,7 +352,7 @@ impl Session {
             }
             Plan::Multi(m) => {
                 let step = self.next_step.fetch_add(1, Ordering::Relaxed);
-                m.run(&values, &self.devices, self.threads, trace, step, self.recv_timeout, &self.counters)
+                m.run(&values, &self.devices, self.threads, trace, step, self.recv_timeout, &self.counters, &self.links)
             }
         }
     }

@@ -1,0 +1,198 @@
+//! Emulated links: Send/Recv transfers between two devices of one process
+//! delivered as if over a link of given bandwidth and latency, so that
+//! communication-heavy placements can be measured on one host at the link
+//! speeds a cluster has.
+//!
+//! Contract. A transfer of `b` wire bytes that a Send starts at `t` on a
+//! pair (source, destination) is handed to its Recv no earlier than
+//! `s + latency + b / bandwidth`, where `s = max(t, when the pair's previous
+//! transfer was delivered)`: the transfers of one direction of a pair queue
+//! one behind the other, as one copy engine per device does in the
+//! graph-level simulator. The sending device does not wait: a delivery
+//! thread of the step holds the tensor until its time. Sleeping is the
+//! operating system's (tens of microseconds late at most here), never
+//! early.
+
+use crate::error::{EngineError, Result};
+use crate::framework::rendezvous::{Rendezvous, RendezvousKey};
+use crate::tensor::Tensor;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::time::{Duration, Instant};
+
+/// A link's speed: bandwidth in Gbit/s and one-way latency in µs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EmulatedLink {
+    pub gbps: f64,
+    pub latency_us: f64,
+}
+
+impl EmulatedLink {
+    /// A link, refusing a bandwidth that is not finite and positive or a
+    /// latency that is not finite and non-negative.
+    pub fn new(gbps: f64, latency_us: f64) -> Result<EmulatedLink> {
+        if !(gbps.is_finite() && gbps > 0.0) {
+            return Err(EngineError::Config { key: "link.gbps".into(), detail: format!("must be a finite positive bandwidth, got {gbps}") });
+        }
+        if !(latency_us.is_finite() && latency_us >= 0.0) {
+            return Err(EngineError::Config { key: "link.latency_us".into(), detail: format!("must be finite and not negative, got {latency_us}") });
+        }
+        Ok(EmulatedLink { gbps, latency_us })
+    }
+
+    /// Parses `5gbps,50us` (bandwidth in gbps or mbps; latency in us or ms;
+    /// the latency may be left out for 0).
+    pub fn parse(s: &str) -> Result<EmulatedLink> {
+        let bad = |d: &str| EngineError::Config { key: "link".into(), detail: format!("'{s}': {d} (expected e.g. 5gbps,50us)") };
+        let (bw, lat) = s.split_once(',').unwrap_or((s, "0us"));
+        let num = |v: &str, unit: &str| v.trim().strip_suffix(unit).and_then(|n| n.trim().parse::<f64>().ok());
+        let gbps = num(bw, "gbps").or_else(|| num(bw, "mbps").map(|m| m / 1e3)).ok_or_else(|| bad("bandwidth needs gbps or mbps"))?;
+        let latency_us = num(lat, "us").or_else(|| num(lat, "ms").map(|m| m * 1e3)).ok_or_else(|| bad("latency needs us or ms"))?;
+        EmulatedLink::new(gbps, latency_us).map_err(|e| bad(&e.to_string()))
+    }
+
+    /// How long `bytes` take: latency plus serialization.
+    pub fn transfer_time(&self, bytes: u64) -> Duration {
+        Duration::from_secs_f64(self.latency_us * 1e-6 + bytes as f64 * 8.0 / (self.gbps * 1e9))
+    }
+}
+
+/// The emulated links of a session: one for every pair, and overrides.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LinkMap {
+    /// The link of every ordered device pair without an override.
+    pub all: Option<EmulatedLink>,
+    /// Per ordered pair (source device, destination device), full names.
+    pub pairs: HashMap<(String, String), EmulatedLink>,
+}
+
+impl LinkMap {
+    pub fn is_empty(&self) -> bool {
+        self.all.is_none() && self.pairs.is_empty()
+    }
+    fn link(&self, src: &str, dst: &str) -> Option<EmulatedLink> {
+        self.pairs.get(&(src.to_string(), dst.to_string())).copied().or(self.all)
+    }
+}
+
+/// A tensor waiting for its delivery time.
+pub(crate) struct Pending {
+    at: Instant,
+    seq: u64,
+    key: RendezvousKey,
+    wire: Tensor,
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Pending {
+    /// Reversed: the heap's top is the earliest delivery.
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+pub(crate) enum Msg {
+    Deliver(Pending),
+    Stop,
+}
+
+/// One step's deliveries over emulated links.
+pub(crate) struct LinkDelivery<'a> {
+    links: &'a LinkMap,
+    /// Per (source, destination): when its last transfer is delivered.
+    free_at: Mutex<HashMap<(String, String), Instant>>,
+    tx: Mutex<Sender<Msg>>,
+    seq: std::sync::atomic::AtomicU64,
+}
+
+impl<'a> LinkDelivery<'a> {
+    /// The step's delivery state and the receiver its thread runs on.
+    pub fn new(links: &'a LinkMap) -> (LinkDelivery<'a>, Receiver<Msg>) {
+        let (tx, rx) = channel();
+        (LinkDelivery { links, free_at: Mutex::new(HashMap::new()), tx: Mutex::new(tx), seq: Default::default() }, rx)
+    }
+
+    /// Takes over a Send's tensor when its pair has an emulated link
+    /// (returns it back otherwise).
+    pub fn send(&self, key: &RendezvousKey, wire: Tensor) -> Option<Tensor> {
+        let (src, dst) = (key.src_device.to_string(), key.dst_device.to_string());
+        let Some(link) = self.links.link(&src, &dst) else { return Some(wire) };
+        let now = Instant::now();
+        let at = {
+            let mut free = self.free_at.lock().unwrap_or_else(|e| e.into_inner());
+            let start = free.get(&(src.clone(), dst.clone())).map_or(now, |&f| f.max(now));
+            let at = start + link.transfer_time(wire.size_in_bytes() as u64);
+            free.insert((src, dst), at);
+            at
+        };
+        let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let msg = Msg::Deliver(Pending { at, seq, key: key.clone(), wire });
+        // The delivery thread lives as long as the step; a closed channel
+        // means the step is over and nobody waits for this tensor.
+        let _ = self.tx.lock().unwrap_or_else(|e| e.into_inner()).send(msg);
+        None
+    }
+
+    /// Ends the delivery thread (after the step's partitions finished).
+    pub fn stop(&self) {
+        let _ = self.tx.lock().unwrap_or_else(|e| e.into_inner()).send(Msg::Stop);
+    }
+}
+
+/// The delivery thread: hands each tensor to the rendezvous at its time.
+pub(crate) fn deliver(rx: Receiver<Msg>, rdv: &dyn Rendezvous) {
+    let mut heap: BinaryHeap<Pending> = BinaryHeap::new();
+    loop {
+        let now = Instant::now();
+        while heap.peek().is_some_and(|p| p.at <= now) {
+            if let Some(p) = heap.pop() {
+                // A failed send means the step was aborted: nothing to do.
+                let _ = rdv.send(&p.key, p.wire);
+            }
+        }
+        let msg = match heap.peek() {
+            Some(p) => match rx.recv_timeout(p.at.saturating_duration_since(now)) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            },
+            None => match rx.recv() {
+                Ok(m) => m,
+                Err(_) => return,
+            },
+        };
+        match msg {
+            Msg::Deliver(p) => heap.push(p),
+            Msg::Stop => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_parse_with_units_and_refuse_nonsense() {
+        assert_eq!(EmulatedLink::parse("5gbps,50us").unwrap(), EmulatedLink { gbps: 5.0, latency_us: 50.0 });
+        assert_eq!(EmulatedLink::parse("100mbps,2ms").unwrap(), EmulatedLink { gbps: 0.1, latency_us: 2000.0 });
+        assert_eq!(EmulatedLink::parse("10gbps").unwrap(), EmulatedLink { gbps: 10.0, latency_us: 0.0 });
+        let e = EmulatedLink::parse("0gbps,5us").unwrap_err().to_string();
+        assert!(e.contains("must be a finite positive bandwidth, got 0"), "{e}");
+        assert!(EmulatedLink::parse("5,50").is_err());
+        // 1 MB at 8 Gbit/s is 1 ms, plus 0.5 ms latency.
+        let t = EmulatedLink::new(8.0, 500.0).unwrap().transfer_time(1_000_000);
+        assert!((t.as_secs_f64() - 1.5e-3).abs() < 1e-12, "{t:?}");
+    }
+}
