@@ -76,6 +76,36 @@ pub struct PlotSpec {
     pub pool: Vec<String>,
 }
 
+/// Published numbers to draw beside the simulation: one entry of an
+/// experiment file's `reference:` list, drawn as a distinct marked series on
+/// every line plot with the same `x` and `y`.
+///
+/// `- { source: "TF paper, Fig. 8", label: paper, x: strategy.sync.backup, y: step_p50_s, points: [[4, 1.93]] }`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reference {
+    /// Where the numbers come from (paper, figure or table).
+    pub source: String,
+    /// The legend entry; `paper` if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    pub x: String,
+    pub y: String,
+    /// `[x, y]` pairs.
+    pub points: Vec<[f64; 2]>,
+}
+
+impl Reference {
+    pub fn label(&self) -> &str {
+        self.label.as_deref().unwrap_or("paper")
+    }
+
+    /// Whether this reference belongs on `plot`: a line plot of the same x and y.
+    pub fn fits(&self, plot: &PlotSpec) -> bool {
+        plot.kind == PlotKind::Line && plot.x.as_deref() == Some(self.x.as_str()) && plot.y == self.y
+    }
+}
+
 impl PlotSpec {
     /// Checks that the fields fit the kind, before any data is read.
     pub fn validate(&self) -> Result<(), ReportError> {

@@ -32,6 +32,7 @@ pub(super) fn draw<DB: DrawingBackend>(
                     label: label.clone()?,
                     colour: series_colour(i),
                     boxed: false,
+                    reference: false,
                 })
             })
             .collect(),
