@@ -103,6 +103,11 @@ fn reference_note(refs: &[&Reference]) -> Option<String> {
     if refs.is_empty() {
         return None;
     }
+    let mut sources: Vec<&str> = refs.iter().map(|r| r.source.as_str()).collect();
+    sources.dedup();
+    if sources.len() == 1 {
+        return Some(format!("reference points from {}", sources[0]));
+    }
     let parts: Vec<String> = refs.iter().map(|r| format!("{}: {}", r.label(), r.source)).collect();
     Some(format!("reference points from {}", parts.join("; ")))
 }
@@ -321,7 +326,7 @@ plots:
         assert!(!svg("bar-throughput-vs-model.svg").contains("published"));
         assert!(!svg("cdf-step_time_s.svg").contains("published"));
         let html = std::fs::read_to_string(&report.index_html).unwrap();
-        assert!(html.contains("reference points from published: Paper, Figure 8"), "{html}");
+        assert!(html.contains("reference points from Paper, Figure 8"), "{html}");
     }
 
     #[test]
