@@ -123,10 +123,10 @@ impl PlotSpec {
                 return fail(&format!("`{name}` is empty"));
             }
         }
-        if let (Some(lo), Some(hi)) = (self.y_min, self.y_max) {
-            if !(lo < hi) {
-                return fail(&format!("`y_min` ({lo}) must be below `y_max` ({hi})"));
-            }
+        if let (Some(lo), Some(hi)) = (self.y_min, self.y_max)
+            && lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less)
+        {
+            return fail(&format!("`y_min` ({lo}) must be below `y_max` ({hi})"));
         }
         if self.log_y && self.y_min.is_some_and(|v| v <= 0.0) {
             return fail("`y_min` must be positive on a logarithmic y axis (`log_y: true`)");
@@ -260,6 +260,19 @@ mod tests {
             "plot `cdf step_time_s vs workers`: a cdf plot draws the distribution of the series named by `y`; it takes no `x`"
         );
         spec("{ kind: cdf, y: step_time_s, series: strategy.sync.backup, log_x: true }")
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn y_range_overrides_are_checked() {
+        let err = spec("{ x: a, y: b, y_min: 2, y_max: 1 }").validate().unwrap_err();
+        assert_eq!(err.to_string(), "plot `line b vs a`: `y_min` (2) must be below `y_max` (1)");
+        let err = spec("{ x: a, y: b, y_min: 0, log_y: true }").validate().unwrap_err();
+        assert!(err.to_string().contains("`y_min` must be positive on a logarithmic y axis"), "{err}");
+        let err = spec("{ kind: heatmap, x: a, y: b, z: c, y_max: 3 }").validate().unwrap_err();
+        assert!(err.to_string().contains("apply to line and bar plots"), "{err}");
+        spec("{ x: a, y: b, y_min: 0.95, y_max: 1.1, x_label: backups, y_label: speedup, pool: [m] }")
             .validate()
             .unwrap();
     }
