@@ -243,11 +243,11 @@ plots:
         }
         let svg = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
         let line = svg("line-throughput-vs-workers.svg");
-        for label in ["strategy.sync.backup", "\n0\n", "\n2\n", "throughput vs workers", "min..max"] {
+        for label in ["backup workers", "\n0\n", "\n2\n", "throughput vs workers", "min..max"] {
             assert!(line.contains(label), "line svg lacks {label}");
         }
         let cdf = svg("cdf-step_time_s.svg");
-        for label in ["CDF of step time", "step time (s)", "strategy.sync.backup", "\n0\n", "\n2\n"] {
+        for label in ["CDF of step time", "step time (s)", "backup workers", "\n0\n", "\n2\n"] {
             assert!(cdf.contains(label), "cdf svg lacks {label}");
         }
         let bar = svg("bar-throughput-vs-model.svg");
@@ -255,7 +255,7 @@ plots:
             assert!(bar.contains(label), "bar svg lacks {label}");
         }
         let heat = svg("heatmap-utilization-over-array-dataflow.svg");
-        for label in ["PE utilization over array", "PE utilization", "\nos\n", "\nws\n", "\n64\n", "\n0.9\n", "dataflow"] {
+        for label in ["PE utilization by array", "PE utilization", "\nos\n", "\nws\n", "\n64\n", "\n0.9\n", "dataflow"] {
             assert!(heat.contains(label), "heatmap svg lacks {label}");
         }
 

@@ -99,7 +99,7 @@ fn draw<DB: DrawingBackend>(
     }
 }
 
-/// `throughput vs workers`, `CDF of step time`, `PE utilization over array rows × dataflow`:
+/// `throughput vs workers`, `CDF of step time`, `PE utilization by array rows and dataflow`:
 /// the keys' labels without their units (the axes carry those).
 pub(crate) fn default_title(spec: &PlotSpec) -> String {
     let label = |key: &str| {
@@ -116,7 +116,7 @@ pub(crate) fn default_title(spec: &PlotSpec) -> String {
         }
         PlotKind::Cdf => format!("CDF of {}", label(&spec.y)),
         PlotKind::Heatmap => format!(
-            "{} over {} × {}",
+            "{} by {} and {}",
             label(spec.z.as_deref().unwrap_or_default()),
             label(spec.x.as_deref().unwrap_or_default()),
             label(&spec.y)

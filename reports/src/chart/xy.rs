@@ -27,7 +27,7 @@ pub(super) fn draw<DB: DrawingBackend>(
     // Reference points only fit a numeric x axis.
     let refs: Vec<&Reference> = if d.x_axis == XAxis::Numeric { refs.to_vec() } else { Vec::new() };
     let mut legend = Legend {
-        heading: spec.series.clone(),
+        heading: spec.series.as_deref().map(crate::labels::axis_label),
         entries: d
             .series
             .iter()
@@ -139,7 +139,8 @@ where
     XS::CoordDescType: ValueFormatter<f64>,
 {
     if what.spec.log_y {
-        plot(what, area, xs, (y0..y1).log_scale(), y0)
+        let ys = Ticked::<LogCoord<f64>>::new((y0..y1).log_scale(), log_ticks(y0, y1));
+        plot(what, area, xs, ys, y0)
     } else {
         plot(what, area, xs, y0..y1, y0)
     }
@@ -247,6 +248,30 @@ where
     Ok(())
 }
 
+/// Ticks of a log axis over `lo..hi`: 1, 2 and 5 times each power of ten
+/// when the range spans under three decades (powers of ten alone would
+/// leave one or two labels), else the powers of ten.
+pub(crate) fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    if !(lo > 0.0 && hi > lo && hi.is_finite()) {
+        return Vec::new();
+    }
+    let decades = (hi / lo).log10();
+    let mults: &[f64] = if decades < 3.0 { &[1.0, 2.0, 5.0] } else { &[1.0] };
+    let step = if decades > 12.0 { (decades / 6.0).ceil() as i32 } else { 1 };
+    let mut ticks = Vec::new();
+    let mut e = lo.log10().floor() as i32;
+    while e <= hi.log10().ceil() as i32 {
+        for m in mults {
+            let v = m * 10f64.powi(e);
+            if v >= lo * (1.0 - 1e-9) && v <= hi * (1.0 + 1e-9) {
+                ticks.push(v);
+            }
+        }
+        e += step;
+    }
+    ticks
+}
+
 /// Reference colours: black, then dark greys, so published numbers never
 /// share a colour with a simulated series.
 fn reference_colour(i: usize) -> RGBColor {
@@ -276,4 +301,16 @@ where
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_ticks;
+
+    #[test]
+    fn log_ticks_are_one_two_five_over_few_decades() {
+        assert_eq!(log_ticks(1.5, 700.0), [2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0]);
+        assert_eq!(log_ticks(0.001, 20.0), [0.001, 0.01, 0.1, 1.0, 10.0]);
+        assert!(log_ticks(0.0, 1.0).is_empty());
+    }
 }
