@@ -55,6 +55,9 @@ pub struct PlotSpec {
     pub log_x: bool,
     #[serde(default)]
     pub log_y: bool,
+    /// A heat map's colour on a logarithmic scale (every `z` positive).
+    #[serde(default)]
+    pub log_z: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// Axis titles; by default the key's label with its unit (`median step time (s)`).
@@ -133,6 +136,9 @@ impl PlotSpec {
         }
         if matches!(self.kind, PlotKind::Cdf | PlotKind::Heatmap) && (self.y_min.is_some() || self.y_max.is_some()) {
             return fail(&format!("`y_min`/`y_max` apply to line and bar plots, not to a {} plot", self.kind.name()));
+        }
+        if self.log_z && self.kind != PlotKind::Heatmap {
+            return fail("`log_z` is the colour scale of a heatmap plot");
         }
         if self.pool.iter().any(|k| k.trim().is_empty()) {
             return fail("`pool` lists an empty key");
