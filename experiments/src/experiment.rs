@@ -45,6 +45,9 @@ struct ExperimentFile {
     sweep: Sweep,
     #[serde(default)]
     plots: Vec<Spanned<PlotSpec>>,
+    /// Published numbers drawn beside the simulation's on line plots.
+    #[serde(default)]
+    reference: Vec<Spanned<flowlab_reports::Reference>>,
 }
 
 /// One run: a sweep point and a repeat number, with its own seed.
@@ -173,6 +176,7 @@ impl Experiment {
         let metric_columns = kind.metric_names();
         check_plots(origin, kind, &file.plots, &param_columns, &metric_columns)?;
         check_plot_points(origin, &file.plots, &mut runs, repeat)?;
+        check_references(origin, &file.reference, &file.plots)?;
         Ok(Experiment {
             name: file.name.value,
             kind: kind.name(),
@@ -341,6 +345,38 @@ fn check_plot_points(
         run.params = point.params;
     }
     verdict
+}
+
+/// Each reference must land on some line plot (same `x` and `y`), else it
+/// would silently never be drawn.
+fn check_references(
+    origin: &str,
+    references: &[Spanned<flowlab_reports::Reference>],
+    plots: &[Spanned<PlotSpec>],
+) -> Result<(), ExperimentError> {
+    for r in references {
+        if r.value.points.is_empty() {
+            return Err(at(origin, r.referenced, "a reference needs at least one `[x, y]` point".into()));
+        }
+        if !plots.iter().any(|p| r.value.fits(&p.value)) {
+            let lines: Vec<String> = plots
+                .iter()
+                .filter(|p| p.value.kind == PlotKind::Line)
+                .map(|p| format!("x: {}, y: {}", p.value.x.as_deref().unwrap_or_default(), p.value.y))
+                .collect();
+            return Err(at(
+                origin,
+                r.referenced,
+                format!(
+                    "reference `x: {}, y: {}` matches no line plot, so it would never be drawn (line plots: {})",
+                    r.value.x,
+                    r.value.y,
+                    if lines.is_empty() { "none".to_string() } else { lines.join("; ") }
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Each plot's keys must name a parameter, a metric, or (for a CDF's `y`) a

@@ -6,13 +6,16 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::error::ReportError;
-use crate::spec::PlotSpec;
+use crate::spec::{PlotSpec, Reference};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub(crate) struct ExperimentHeader {
     pub name: String,
     #[serde(default)]
     pub plots: Vec<PlotSpec>,
+    /// Published numbers drawn beside the simulation's.
+    #[serde(default)]
+    pub reference: Vec<Reference>,
 }
 
 impl ExperimentHeader {

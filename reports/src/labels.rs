@@ -67,10 +67,10 @@ pub(crate) fn axis_label(key: &str) -> String {
         return (*label).to_string();
     }
     for (suffix, unit) in SUFFIXES {
-        if let Some(stem) = key.strip_suffix(suffix) {
-            if !stem.is_empty() {
-                return format!("{stem} ({unit})");
-            }
+        if let Some(stem) = key.strip_suffix(suffix)
+            && !stem.is_empty()
+        {
+            return format!("{stem} ({unit})");
         }
     }
     key.to_string()

@@ -536,7 +536,11 @@ impl Ctx<'_> {
             ) else {
                 continue;
             };
-            triples.push((x, y, self.numeric("z", z_key, z)?));
+            let z = self.numeric("z", z_key, z)?;
+            if spec.log_z {
+                self.check_log("the colour scale (`log_z`)", z_key, z, row)?;
+            }
+            triples.push((x, y, z));
         }
         let xl = levels(triples.iter().map(|t| &t.0));
         let yl = levels(triples.iter().map(|t| &t.1));

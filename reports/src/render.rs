@@ -10,6 +10,7 @@ use crate::experiment::ExperimentHeader;
 use crate::html::{Page, PagePlot, page};
 use crate::prepare::{ChartData, prepare};
 use crate::results::read_results_file;
+use crate::spec::Reference;
 use crate::summary::{RUN_INFO_FILE, RunInfo, SUMMARY_FILE, SummaryTable, read_optional};
 
 /// The files one `render` wrote.
@@ -43,14 +44,15 @@ pub fn render(dir: &Path) -> Result<RenderedReport, ReportError> {
     let mut page_plots = Vec::new();
     for (spec, data) in header.plots.iter().zip(&prepared) {
         let stem = unique_stem(&spec.stem(), &mut taken);
-        let [png, svg] = draw_files(spec, data, dir, &stem)?;
+        let refs: Vec<&Reference> = header.reference.iter().filter(|r| r.fits(spec)).collect();
+        let [png, svg] = draw_files(spec, data, &refs, dir, &stem)?;
         let svg_text = std::fs::read_to_string(&svg).map_err(|e| ReportError::io(&svg, e))?;
         page_plots.push(PagePlot {
             svg: svg_text,
             title: spec.title.clone().unwrap_or_else(|| crate::chart::default_title(spec)),
             png_name: format!("{stem}.png"),
             svg_name: format!("{stem}.svg"),
-            note: repeats_note(spec, data),
+            note: join_notes(repeats_note(spec, data), reference_note(&refs)),
         });
         files.push(png);
         files.push(svg);
@@ -93,6 +95,27 @@ fn repeats_note(spec: &crate::spec::PlotSpec, data: &ChartData) -> Option<String
         }
         ChartData::Cdf(_) => Some(format!("samples pooled over {what}")),
         _ => None,
+    }
+}
+
+/// Names the sources of the reference points a plot shows.
+fn reference_note(refs: &[&Reference]) -> Option<String> {
+    if refs.is_empty() {
+        return None;
+    }
+    let mut sources: Vec<&str> = refs.iter().map(|r| r.source.as_str()).collect();
+    sources.dedup();
+    if sources.len() == 1 {
+        return Some(format!("reference points from {}", sources[0]));
+    }
+    let parts: Vec<String> = refs.iter().map(|r| format!("{}: {}", r.label(), r.source)).collect();
+    Some(format!("reference points from {}", parts.join("; ")))
+}
+
+fn join_notes(a: Option<String>, b: Option<String>) -> Option<String> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
     }
 }
 
@@ -220,11 +243,11 @@ plots:
         }
         let svg = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
         let line = svg("line-throughput-vs-workers.svg");
-        for label in ["strategy.sync.backup", "\n0\n", "\n2\n", "throughput vs workers", "min..max"] {
+        for label in ["backup workers", "\n0\n", "\n2\n", "throughput vs workers", "min..max"] {
             assert!(line.contains(label), "line svg lacks {label}");
         }
         let cdf = svg("cdf-step_time_s.svg");
-        for label in ["CDF of step time", "step time (s)", "strategy.sync.backup", "\n0\n", "\n2\n"] {
+        for label in ["CDF of step time", "step time (s)", "backup workers", "\n0\n", "\n2\n"] {
             assert!(cdf.contains(label), "cdf svg lacks {label}");
         }
         let bar = svg("bar-throughput-vs-model.svg");
@@ -232,7 +255,7 @@ plots:
             assert!(bar.contains(label), "bar svg lacks {label}");
         }
         let heat = svg("heatmap-utilization-over-array-dataflow.svg");
-        for label in ["PE utilization over array", "PE utilization", "\nos\n", "\nws\n", "\n64\n", "\n0.9\n", "dataflow"] {
+        for label in ["PE utilization by array", "PE utilization", "\nos\n", "\nws\n", "\n64\n", "\n0.9\n", "dataflow"] {
             assert!(heat.contains(label), "heatmap svg lacks {label}");
         }
 
@@ -286,6 +309,24 @@ plots:
         std::fs::write(dir.path().join(SUMMARY_FILE), "{").unwrap();
         let err = render(dir.path()).unwrap_err().to_string();
         assert!(err.starts_with(&dir.path().join(SUMMARY_FILE).display().to_string()), "{err}");
+    }
+
+    #[test]
+    fn reference_points_are_drawn_on_line_plots_of_their_x_and_y_only() {
+        let exp = format!(
+            "{EXPERIMENT}reference:\n  - {{ source: \"Paper, Figure 8\", label: published, x: workers, y: throughput, points: [[100, 4000], [400, 9000]] }}\n"
+        );
+        let dir = fixture(&exp, &results_text());
+        let report = render(dir.path()).unwrap();
+        let svg = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+        let line = svg("line-throughput-vs-workers.svg");
+        assert!(line.contains("published"), "legend lacks the reference");
+        // x = 400 lies beyond the simulated 25..200: the axis grows to show it.
+        assert!(line.contains("\n400\n"), "x axis does not reach the reference point");
+        assert!(!svg("bar-throughput-vs-model.svg").contains("published"));
+        assert!(!svg("cdf-step_time_s.svg").contains("published"));
+        let html = std::fs::read_to_string(&report.index_html).unwrap();
+        assert!(html.contains("reference points from Paper, Figure 8"), "{html}");
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub struct PlotSpec {
     pub log_x: bool,
     #[serde(default)]
     pub log_y: bool,
+    /// A heat map's colour on a logarithmic scale (every `z` positive).
+    #[serde(default)]
+    pub log_z: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// Axis titles; by default the key's label with its unit (`median step time (s)`).
@@ -76,6 +79,36 @@ pub struct PlotSpec {
     pub pool: Vec<String>,
 }
 
+/// Published numbers to draw beside the simulation: one entry of an
+/// experiment file's `reference:` list, drawn as a distinct marked series on
+/// every line plot with the same `x` and `y`.
+///
+/// `- { source: "TF paper, Fig. 8", label: paper, x: strategy.sync.backup, y: step_p50_s, points: [[4, 1.93]] }`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reference {
+    /// Where the numbers come from (paper, figure or table).
+    pub source: String,
+    /// The legend entry; `paper` if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    pub x: String,
+    pub y: String,
+    /// `[x, y]` pairs.
+    pub points: Vec<[f64; 2]>,
+}
+
+impl Reference {
+    pub fn label(&self) -> &str {
+        self.label.as_deref().unwrap_or("paper")
+    }
+
+    /// Whether this reference belongs on `plot`: a line plot of the same x and y.
+    pub fn fits(&self, plot: &PlotSpec) -> bool {
+        plot.kind == PlotKind::Line && plot.x.as_deref() == Some(self.x.as_str()) && plot.y == self.y
+    }
+}
+
 impl PlotSpec {
     /// Checks that the fields fit the kind, before any data is read.
     pub fn validate(&self) -> Result<(), ReportError> {
@@ -93,16 +126,19 @@ impl PlotSpec {
                 return fail(&format!("`{name}` is empty"));
             }
         }
-        if let (Some(lo), Some(hi)) = (self.y_min, self.y_max) {
-            if !(lo < hi) {
-                return fail(&format!("`y_min` ({lo}) must be below `y_max` ({hi})"));
-            }
+        if let (Some(lo), Some(hi)) = (self.y_min, self.y_max)
+            && lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less)
+        {
+            return fail(&format!("`y_min` ({lo}) must be below `y_max` ({hi})"));
         }
         if self.log_y && self.y_min.is_some_and(|v| v <= 0.0) {
             return fail("`y_min` must be positive on a logarithmic y axis (`log_y: true`)");
         }
         if matches!(self.kind, PlotKind::Cdf | PlotKind::Heatmap) && (self.y_min.is_some() || self.y_max.is_some()) {
             return fail(&format!("`y_min`/`y_max` apply to line and bar plots, not to a {} plot", self.kind.name()));
+        }
+        if self.log_z && self.kind != PlotKind::Heatmap {
+            return fail("`log_z` is the colour scale of a heatmap plot");
         }
         if self.pool.iter().any(|k| k.trim().is_empty()) {
             return fail("`pool` lists an empty key");
@@ -230,6 +266,19 @@ mod tests {
             "plot `cdf step_time_s vs workers`: a cdf plot draws the distribution of the series named by `y`; it takes no `x`"
         );
         spec("{ kind: cdf, y: step_time_s, series: strategy.sync.backup, log_x: true }")
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn y_range_overrides_are_checked() {
+        let err = spec("{ x: a, y: b, y_min: 2, y_max: 1 }").validate().unwrap_err();
+        assert_eq!(err.to_string(), "plot `line b vs a`: `y_min` (2) must be below `y_max` (1)");
+        let err = spec("{ x: a, y: b, y_min: 0, log_y: true }").validate().unwrap_err();
+        assert!(err.to_string().contains("`y_min` must be positive on a logarithmic y axis"), "{err}");
+        let err = spec("{ kind: heatmap, x: a, y: b, z: c, y_max: 3 }").validate().unwrap_err();
+        assert!(err.to_string().contains("apply to line and bar plots"), "{err}");
+        spec("{ x: a, y: b, y_min: 0.95, y_max: 1.1, x_label: backups, y_label: speedup, pool: [m] }")
             .validate()
             .unwrap();
     }

@@ -22,7 +22,7 @@ pub(super) fn draw<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
 ) -> Result<(), String> {
     let legend = Legend {
-        heading: spec.series.clone(),
+        heading: spec.series.as_deref().map(crate::labels::axis_label),
         entries: d
             .curves
             .iter()
@@ -32,6 +32,7 @@ pub(super) fn draw<DB: DrawingBackend>(
                     label: label.clone()?,
                     colour: series_colour(i),
                     boxed: false,
+                    reference: false,
                 })
             })
             .collect(),

@@ -29,7 +29,9 @@ pub(super) fn draw<DB: DrawingBackend>(
     let (w, _) = area.dim_in_pixel();
     let (grid_area, bar_area) = area.split_horizontally(w - COLOUR_BAR_WIDTH);
 
-    let means = d.cells.iter().flatten().flatten().map(|s| s.mean);
+    // A log colour scale works on ln(z) (prepare checked that z > 0).
+    let f = |v: f64| if spec.log_z { v.ln() } else { v };
+    let means = d.cells.iter().flatten().flatten().map(|s| f(s.mean));
     let (lo, hi) = means.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
         (lo.min(v), hi.max(v))
     });
@@ -41,7 +43,7 @@ pub(super) fn draw<DB: DrawingBackend>(
     } else {
         (lo, hi)
     };
-    let t_of = |v: f64| ((v - z0) / (z1 - z0)).clamp(0.0, 1.0);
+    let t_of = |v: f64| ((f(v) - z0) / (z1 - z0)).clamp(0.0, 1.0);
 
     let (nx, ny) = (d.x_levels.len(), d.y_levels.len());
     let x_labels = CategoryLabels::fit(
@@ -129,9 +131,10 @@ fn draw_colour_bar<DB: DrawingBackend>(
         .margin_bottom(bottom + 15)
         .margin_left(10)
         .right_y_label_area_size(95)
-        .build_cartesian_2d(0.0..1.0, z0..z1)
+        .build_cartesian_2d(0.0..1.0, Ticked::<RangedCoordf64>::new(z0..z1, bar_ticks(z0, z1, spec.log_z)))
         .map_err(err)?;
-    let fmt = |v: &f64| format_tick(*v);
+    let log = spec.log_z;
+    let fmt = |v: &f64| format_tick(if log { v.exp() } else { *v });
     let z = spec.z.as_deref().unwrap_or_default();
     chart
         .configure_mesh()
@@ -180,6 +183,27 @@ fn draw_colour_bar<DB: DrawingBackend>(
     Ok(())
 }
 
+/// Colour-bar ticks over `z0..z1`: 1-2-5 values of z on a log scale (given
+/// as ln z), else about six round linear steps.
+fn bar_ticks(z0: f64, z1: f64, log: bool) -> Vec<f64> {
+    if log {
+        return super::xy::log_ticks(z0.exp(), z1.exp()).into_iter().map(f64::ln).collect();
+    }
+    let span = z1 - z0;
+    if !(span > 0.0 && span.is_finite()) {
+        return vec![z0];
+    }
+    let raw = span / 6.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let m = [1.0, 2.0, 5.0, 10.0].into_iter().find(|m| m * mag >= raw).unwrap_or(10.0);
+    let step = m * mag;
+    // Ticks as whole multiples of m, scaled once (0.6, not 3 x 0.2 = 0.6000000000000001).
+    let scale = |k: f64| if mag >= 1.0 { k * m * mag } else { k * m / (1.0 / mag).round() };
+    let first = (z0 / step - 1e-9).ceil() as i64;
+    let last = (z1 / step + 1e-9).floor() as i64;
+    (first..=last).map(|k| scale(k as f64)).collect()
+}
+
 /// The viridis colour map (perceptually uniform, readable in grey) at t in 0..1.
 pub(crate) fn viridis(t: f64) -> RGBColor {
     const STOPS: [(u8, u8, u8); 9] = [
@@ -212,5 +236,17 @@ mod tests {
         assert_eq!(viridis(1.0), RGBColor(253, 231, 37));
         assert_eq!(viridis(0.5), RGBColor(38, 130, 142));
         assert_eq!(viridis(f64::NAN), viridis(0.0));
+    }
+}
+
+#[cfg(test)]
+mod bar_tick_tests {
+    use super::bar_ticks;
+
+    #[test]
+    fn colour_bar_ticks_are_round() {
+        assert_eq!(bar_ticks(0.45, 1.55, false), [0.6, 0.8, 1.0, 1.2, 1.4]);
+        let log: Vec<f64> = bar_ticks(1f64.ln(), 300f64.ln(), true).into_iter().map(|v| (v.exp() * 1e6).round() / 1e6).collect();
+        assert_eq!(log, [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0]);
     }
 }

@@ -17,6 +17,8 @@ pub(crate) struct LegendEntry {
     pub colour: RGBColor,
     /// A filled box (bar charts) rather than a line with a marker.
     pub boxed: bool,
+    /// A reference point's marker (a crossed diamond) with no line.
+    pub reference: bool,
 }
 
 /// What the legend panel shows: an optional heading (the series key), the
@@ -83,7 +85,12 @@ impl Legend {
         };
         for e in &self.entries[..shown] {
             let mid = y + 9;
-            if e.boxed {
+            if e.reference {
+                let diamond = vec![(25, mid - 9), (34, mid), (25, mid + 9), (16, mid), (25, mid - 9)];
+                panel.draw(&PathElement::new(diamond, e.colour.stroke_width(2))).map_err(err)?;
+                panel.draw(&PathElement::new(vec![(20, mid), (30, mid)], e.colour.stroke_width(2))).map_err(err)?;
+                panel.draw(&PathElement::new(vec![(25, mid - 5), (25, mid + 5)], e.colour.stroke_width(2))).map_err(err)?;
+            } else if e.boxed {
                 panel
                     .draw(&Rectangle::new([(14, mid - 8), (36, mid + 8)], e.colour.filled()))
                     .map_err(err)?;

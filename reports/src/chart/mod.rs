@@ -19,7 +19,7 @@ use plotters::style::{FontStyle, register_font};
 
 use crate::error::ReportError;
 use crate::prepare::ChartData;
-use crate::spec::PlotSpec;
+use crate::spec::{PlotSpec, Reference};
 
 /// Pixel size of every chart.
 pub(crate) const WIDTH: u32 = 1000;
@@ -45,6 +45,7 @@ fn ensure_font() -> Result<(), String> {
 pub(crate) fn draw_files(
     spec: &PlotSpec,
     data: &ChartData,
+    refs: &[&Reference],
     dir: &Path,
     stem: &str,
 ) -> Result<[PathBuf; 2], ReportError> {
@@ -57,14 +58,14 @@ pub(crate) fn draw_files(
     ensure_font().map_err(|m| fail(&png, m))?;
 
     let root = BitMapBackend::new(&png, (WIDTH, HEIGHT)).into_drawing_area();
-    draw(spec, data, &root).map_err(|m| fail(&png, m))?;
+    draw(spec, data, refs, &root).map_err(|m| fail(&png, m))?;
     root.present().map_err(|e| fail(&png, e.to_string()))?;
     drop(root);
 
     let mut text = String::new();
     {
         let root = SVGBackend::with_string(&mut text, (WIDTH, HEIGHT)).into_drawing_area();
-        draw(spec, data, &root).map_err(|m| fail(&svg, m))?;
+        draw(spec, data, refs, &root).map_err(|m| fail(&svg, m))?;
         root.present().map_err(|e| fail(&svg, e.to_string()))?;
     }
     std::fs::write(&svg, text).map_err(|e| ReportError::io(&svg, e))?;
@@ -75,6 +76,7 @@ pub(crate) fn draw_files(
 fn draw<DB: DrawingBackend>(
     spec: &PlotSpec,
     data: &ChartData,
+    refs: &[&Reference],
     root: &DrawingArea<DB, Shift>,
 ) -> Result<(), String> {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
@@ -83,8 +85,8 @@ fn draw<DB: DrawingBackend>(
         .titled(&title, (FONT, 28).into_font().style(FontStyle::Bold))
         .map_err(|e| e.to_string())?;
     match data {
-        ChartData::Line(d) => xy::draw(spec, d, false, &body),
-        ChartData::Bar(d) => xy::draw(spec, d, true, &body),
+        ChartData::Line(d) => xy::draw(spec, d, false, refs, &body),
+        ChartData::Bar(d) => xy::draw(spec, d, true, &[], &body),
         ChartData::Cdf(d) => cdf::draw(spec, d, &body),
         ChartData::Heat(d) => heatmap::draw(spec, d, &body),
         ChartData::NoData => body
@@ -97,7 +99,7 @@ fn draw<DB: DrawingBackend>(
     }
 }
 
-/// `throughput vs workers`, `CDF of step time`, `PE utilization over array rows × dataflow`:
+/// `throughput vs workers`, `CDF of step time`, `PE utilization by array rows and dataflow`:
 /// the keys' labels without their units (the axes carry those).
 pub(crate) fn default_title(spec: &PlotSpec) -> String {
     let label = |key: &str| {
@@ -114,7 +116,7 @@ pub(crate) fn default_title(spec: &PlotSpec) -> String {
         }
         PlotKind::Cdf => format!("CDF of {}", label(&spec.y)),
         PlotKind::Heatmap => format!(
-            "{} over {} × {}",
+            "{} by {} and {}",
             label(spec.z.as_deref().unwrap_or_default()),
             label(spec.x.as_deref().unwrap_or_default()),
             label(&spec.y)

@@ -12,7 +12,7 @@ use super::layout::{CategoryLabels, DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, 
 use super::{FONT, series_colour};
 use crate::labels::{axis_label, format_tick};
 use crate::prepare::{XAxis, XyData};
-use crate::spec::PlotSpec;
+use crate::spec::{PlotSpec, Reference};
 
 /// At most this many distinct numeric x values get a tick each.
 const MAX_VALUE_TICKS: usize = 12;
@@ -21,19 +21,25 @@ pub(super) fn draw<DB: DrawingBackend>(
     spec: &PlotSpec,
     d: &XyData,
     bar: bool,
+    refs: &[&Reference],
     area: &DrawingArea<DB, Shift>,
 ) -> Result<(), String> {
-    let legend = Legend {
-        heading: spec.series.clone(),
+    // Reference points only fit a numeric x axis.
+    let refs: Vec<&Reference> = if d.x_axis == XAxis::Numeric { refs.to_vec() } else { Vec::new() };
+    let mut legend = Legend {
+        heading: spec.series.as_deref().map(crate::labels::axis_label),
         entries: d
             .series
             .iter()
             .enumerate()
             .filter_map(|(i, s)| {
+                // Beside reference points, a plot without series names its line.
+                let label = s.label.clone().or_else(|| (!refs.is_empty()).then(|| "simulation".to_string()))?;
                 Some(LegendEntry {
-                    label: s.label.clone()?,
+                    label,
                     colour: series_colour(i),
                     boxed: bar,
+                    reference: false,
                 })
             })
             .collect(),
@@ -47,12 +53,22 @@ pub(super) fn draw<DB: DrawingBackend>(
             vec![]
         },
     };
+    for (i, r) in refs.iter().enumerate() {
+        legend.entries.push(LegendEntry {
+            label: r.label().to_string(),
+            colour: reference_colour(i),
+            boxed: false,
+            reference: true,
+        });
+    }
     let plot = legend.split_and_draw(area)?;
 
     let points = d.series.iter().flat_map(|s| s.points.iter());
     let (y_lo, y_hi) = points.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (_, st)| {
         (lo.min(st.min), hi.max(st.max))
     });
+    let ref_points = refs.iter().flat_map(|r| r.points.iter());
+    let (y_lo, y_hi) = ref_points.fold((y_lo, y_hi), |(lo, hi), p| (lo.min(p[1]), hi.max(p[1])));
     // Lines follow the data; bars start at zero (a bar's length is its
     // value) unless the plot sets `y_min`.
     let (y0, y1) = padded(y_lo, y_hi, spec.log_y, bar);
@@ -67,15 +83,16 @@ pub(super) fn draw<DB: DrawingBackend>(
                 -0.5..labels.len() as f64 - 0.5,
                 categories.ticks(),
             );
-            let what = What { spec, d, bar, categories: Some(&categories) };
+            let what = What { spec, d, bar, categories: Some(&categories), refs: &refs };
             with_y(&what, &plot, xs, (y0, y1))
         }
         XAxis::Numeric => {
-            let what = What { spec, d, bar, categories: None };
+            let what = What { spec, d, bar, categories: None, refs: &refs };
             let mut values: Vec<f64> = d
                 .series
                 .iter()
                 .flat_map(|s| s.points.iter().map(|p| p.0))
+                .chain(refs.iter().flat_map(|r| r.points.iter().map(|p| p[0])))
                 .collect();
             values.sort_by(f64::total_cmp);
             values.dedup();
@@ -107,6 +124,7 @@ struct What<'a> {
     d: &'a XyData,
     bar: bool,
     categories: Option<&'a CategoryLabels>,
+    refs: &'a [&'a Reference],
 }
 
 fn with_y<DB, XS>(
@@ -121,7 +139,8 @@ where
     XS::CoordDescType: ValueFormatter<f64>,
 {
     if what.spec.log_y {
-        plot(what, area, xs, (y0..y1).log_scale(), y0)
+        let ys = Ticked::<LogCoord<f64>>::new((y0..y1).log_scale(), log_ticks(y0, y1));
+        plot(what, area, xs, ys, y0)
     } else {
         plot(what, area, xs, y0..y1, y0)
     }
@@ -141,7 +160,7 @@ where
     YS: AsRangedCoord<Value = f64>,
     YS::CoordDescType: ValueFormatter<f64>,
 {
-    let &What { spec, d, bar, categories } = what;
+    let &What { spec, d, bar, categories, refs } = what;
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let mut chart = ChartBuilder::on(area)
         .margin(15)
@@ -212,7 +231,51 @@ where
                 .map_err(err)?;
         }
     }
+    // Published numbers: hollow diamonds with a cross, no line, drawn last
+    // so that they sit on top.
+    for (i, r) in refs.iter().enumerate() {
+        let colour = reference_colour(i);
+        chart
+            .draw_series(r.points.iter().map(|p| {
+                EmptyElement::at((p[0], p[1]))
+                    + Polygon::new(vec![(0, -9), (9, 0), (0, 9), (-9, 0)], WHITE.filled())
+                    + PathElement::new(vec![(0, -9), (9, 0), (0, 9), (-9, 0), (0, -9)], colour.stroke_width(2))
+                    + PathElement::new(vec![(-5, 0), (5, 0)], colour.stroke_width(2))
+                    + PathElement::new(vec![(0, -5), (0, 5)], colour.stroke_width(2))
+            }))
+            .map_err(err)?;
+    }
     Ok(())
+}
+
+/// Ticks of a log axis over `lo..hi`: 1, 2 and 5 times each power of ten
+/// when the range spans under three decades (powers of ten alone would
+/// leave one or two labels), else the powers of ten.
+pub(crate) fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    if !(lo > 0.0 && hi > lo && hi.is_finite()) {
+        return Vec::new();
+    }
+    let decades = (hi / lo).log10();
+    let mults: &[f64] = if decades < 3.0 { &[1.0, 2.0, 5.0] } else { &[1.0] };
+    let step = if decades > 12.0 { (decades / 6.0).ceil() as i32 } else { 1 };
+    let mut ticks = Vec::new();
+    let mut e = lo.log10().floor() as i32;
+    while e <= hi.log10().ceil() as i32 {
+        for m in mults {
+            let v = m * 10f64.powi(e);
+            if v >= lo * (1.0 - 1e-9) && v <= hi * (1.0 + 1e-9) {
+                ticks.push(v);
+            }
+        }
+        e += step;
+    }
+    ticks
+}
+
+/// Reference colours: black, then dark greys, so published numbers never
+/// share a colour with a simulated series.
+fn reference_colour(i: usize) -> RGBColor {
+    [RGBColor(0, 0, 0), RGBColor(90, 90, 90), RGBColor(150, 150, 150)][i % 3]
 }
 
 /// Vertical min..max bars with 12-pixel caps: (x, min, max) each.
@@ -238,4 +301,16 @@ where
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_ticks;
+
+    #[test]
+    fn log_ticks_are_one_two_five_over_few_decades() {
+        assert_eq!(log_ticks(1.5, 700.0), [2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0]);
+        assert_eq!(log_ticks(0.001, 20.0), [0.001, 0.01, 0.1, 1.0, 10.0]);
+        assert!(log_ticks(0.0, 1.0).is_empty());
+    }
 }
