@@ -280,3 +280,41 @@ fn a_ring_on_a_torus_takes_the_closed_form_time() {
         assert!((t - closed).abs() / closed < 1e-6, "step {t} s, closed form {closed} s");
     }
 }
+
+#[test]
+fn a_zoo_worker_on_a_fast_network_steps_like_the_single_device_placement() {
+    // Reference: the `flowlab place --placer single_device` path (placer,
+    // then the graph-level simulator) for the same zoo graph and device.
+    let graph = crate::zoo::build("mlp", 32).unwrap();
+    let cluster = crate::graph::VirtualCluster::parse("k40").unwrap();
+    let opts = crate::placement::PlacerOptions::new(cluster.clone());
+    let placed = crate::placement::place_timed("single_device", &graph.graph, &opts).unwrap();
+    let sim = crate::graph::GraphSimulator::new(&graph.graph, &cluster, &opts.sim).unwrap();
+    let reference = sim.simulate(&placed.placement).unwrap().step_seconds;
+    assert!(reference > 1e-5, "{reference}");
+    let c = yaml(
+        "model: { zoo: mlp, batch: 32, device: k40, ps_request_us: 0 }\nworkers: 1\nps: 1\n\
+         network: { link_gbps: 100000, latency_us: 0 }\nsteps: 3\n",
+    );
+    let w = c.workload().unwrap();
+    assert_eq!(w.dense_params, 669_706); // the MLP's published trainable parameters
+    assert_eq!(w.examples_per_step, 32);
+    let r = simulate(&c, 1).unwrap();
+    // Communication: the 669,706 f32 parameters fetched and pushed once each.
+    let comm = 2.0 * 669_706.0 * 4.0 / 12.5e12;
+    for &t in &r.step_times_s {
+        assert!(t >= reference - 1e-12 && t <= reference + comm + 1e-9, "step {t} s, graph {reference} s, comm {comm} s");
+    }
+}
+
+#[test]
+fn zoo_workload_errors_name_the_key() {
+    let e = err("model: { zoo: alexnet }\nworkers: 1\nps: 1\n");
+    assert!(e.contains("`model.zoo`") && e.contains("inception_v3"), "{e}");
+    let e = err("model: { zoo: mlp, compute_s: 1.0 }\nworkers: 1\nps: 1\n");
+    assert!(e.contains("`model.zoo`") && e.contains("compute_s"), "{e}");
+    let e = err("model: { zoo: mlp, device: 2xk40 }\nworkers: 1\nps: 1\n");
+    assert!(e.contains("`model.device`"), "{e}");
+    let e = err("model: { dense_params: 10, batch: 8 }\nworkers: 1\nps: 1\n");
+    assert!(e.contains("`model`") && e.contains("zoo"), "{e}");
+}
