@@ -9,9 +9,12 @@ use flowlab_sim::SimTime;
 
 const RESULT: &str = include_str!("../../bench/simgrid/result.txt");
 
-/// (case name, flows as (src, dst, bytes, SimGrid's completion seconds)).
-fn cases() -> Vec<(String, Vec<(usize, usize, u64, f64)>)> {
-    let mut out: Vec<(String, Vec<(usize, usize, u64, f64)>)> = Vec::new();
+/// (src, dst, bytes, SimGrid's completion seconds).
+type Flow = (usize, usize, u64, f64);
+
+/// (case name, its flows).
+fn cases() -> Vec<(String, Vec<Flow>)> {
+    let mut out: Vec<(String, Vec<Flow>)> = Vec::new();
     for line in RESULT.lines() {
         if let Some(rest) = line.strip_prefix("== ") {
             let name = rest.split_whitespace().next().unwrap_or_default().to_string();

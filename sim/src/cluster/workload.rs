@@ -163,7 +163,7 @@ impl Workload {
     /// gradient elements from the graph's trainable variables, batch as
     /// examples per step. `compute_s`, `dense_params` and the other traffic
     /// keys come from the graph and may not be given beside `zoo`.
-    fn from_zoo(&self) -> Result<Workload, SimError> {
+    fn resolve_zoo(&self) -> Result<Workload, SimError> {
         let model = self.zoo.as_deref().unwrap_or_default();
         if self.compute_s != 0.0 || self.dense_params != 0 || !self.variables.is_empty() || !self.embeddings.is_empty() || self.scalar_per_ps {
             return Err(SimError::param(
@@ -328,7 +328,7 @@ impl Default for ModelRef {
 impl ModelRef {
     pub fn resolve(&self) -> Result<Workload, SimError> {
         match self {
-            ModelRef::Inline(w) if w.zoo.is_some() => w.from_zoo(),
+            ModelRef::Inline(w) if w.zoo.is_some() => w.resolve_zoo(),
             ModelRef::Inline(w) => {
                 if w.batch.is_some() || w.device.is_some() || w.profile.is_some() {
                     return Err(SimError::param("model", "`batch`, `device` and `profile` need `zoo: MODEL`"));

@@ -1109,8 +1109,8 @@ mod tests {
             }
         }
         let cap = |l: usize| topo.links()[l].params.bytes_per_s;
-        for l in 0..n {
-            assert!(load[l] <= cap(l) * (1.0 + 1e-9), "{what}: link {l} carries {} of {}", load[l], cap(l));
+        for (l, &carried) in load.iter().enumerate() {
+            assert!(carried <= cap(l) * (1.0 + 1e-9), "{what}: link {l} carries {carried} of {}", cap(l));
         }
         for (i, (links, r)) in flows.iter().enumerate() {
             let has_bottleneck = links.iter().any(|&l| {
