@@ -263,6 +263,9 @@ pub struct FlowNetwork {
     movers: Vec<(u32, u32)>,
     /// Flows in `component`.
     component_flows: usize,
+    /// Whether the last component search reached nearly every flow: the
+    /// next one then takes every busy link without searching.
+    wide: bool,
     drain_heap: BinaryHeap<Reverse<u32>>,
     scratch: Vec<u32>,
     stack: Vec<usize>,
@@ -327,6 +330,7 @@ impl FlowNetwork {
             heap: BinaryHeap::new(),
             movers: Vec::new(),
             component_flows: 0,
+            wide: false,
             drain_heap: BinaryHeap::new(),
             scratch: Vec::new(),
             stack: Vec::new(),
@@ -589,8 +593,9 @@ impl FlowNetwork {
         if self.plan_fast_path() {
             return true;
         }
-        let FlowNetwork { fabric, visited, link_flows, link_stamp, component, busy, live, component_flows, .. } = self;
-        if 2 * seeded >= *live {
+        let FlowNetwork { fabric, visited, link_flows, link_stamp, component, busy, live, component_flows, wide, .. } = self;
+        if 2 * seeded >= *live || *wide {
+            *wide = false;
             for &l in busy.iter() {
                 if link_stamp[l as usize] != epoch {
                     link_stamp[l as usize] = epoch;
@@ -622,6 +627,7 @@ impl FlowNetwork {
             }
         }
         *component_flows = count;
+        *wide = 4 * count >= 3 * *live;
         false
     }
 
