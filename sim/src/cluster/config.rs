@@ -186,11 +186,16 @@ pub enum Straggler {
     /// The listed workers always compute `factor` times slower.
     SlowMachines { workers: Vec<u32>, factor: f64 },
     /// Each worker has slow periods of `duration_s` starting at exponential
-    /// gaps of mean `mean_interval_s`; steps started in one are `factor` slower.
+    /// gaps of mean `mean_interval_s`; steps started in one are `factor`
+    /// slower. Slowness persists on a machine for the period (a busy host,
+    /// a throttled GPU), unlike the per-step draws above. `jitter_sigma`
+    /// adds an independent lognormal per-step jitter on top (default 0).
     Transient {
         mean_interval_s: f64,
         duration_s: f64,
         factor: f64,
+        #[serde(default)]
+        jitter_sigma: f64,
     },
 }
 
@@ -607,10 +612,12 @@ impl ClusterConfig {
                 mean_interval_s,
                 duration_s,
                 factor,
+                jitter_sigma,
             } => {
                 positive("straggler.mean_interval_s", *mean_interval_s)?;
                 non_negative("straggler.duration_s", *duration_s)?;
                 positive("straggler.factor", *factor)?;
+                non_negative("straggler.jitter_sigma", *jitter_sigma)?;
             }
         }
         if let Some(f) = &self.failures {

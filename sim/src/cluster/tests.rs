@@ -222,13 +222,19 @@ fn bad_input_errors_name_the_parameter() {
 fn readme_yaml_blocks_parse() {
     let readme = include_str!("../../README.md");
     let blocks: Vec<&str> = readme.split("```yaml\n").skip(1).map(|b| b.split("```").next().unwrap_or("")).collect();
-    assert_eq!(blocks.len(), 2);
+    assert_eq!(blocks.len(), 3);
     let full: ClusterConfig = serde_saphyr::from_str(blocks[0]).unwrap();
     assert_eq!(full.network.topology, TopologyKind::Star);
     assert_eq!(full.checkpoint, Some(Checkpoint { every_steps: 100, cost_s: 5.0 }));
     let inline: ClusterConfig = serde_saphyr::from_str(blocks[1]).unwrap();
     let w = inline.workload().unwrap();
     assert_eq!((w.dense_params, w.examples_per_step), (25_000_000, 32));
+    // The zoo block: Inception-v3's published 23,817,352 trainable
+    // parameters, and the 0.588 s K40 step the README quotes.
+    let zoo: ClusterConfig = serde_saphyr::from_str(blocks[2]).unwrap();
+    let w = zoo.workload().unwrap();
+    assert_eq!((w.dense_params, w.examples_per_step), (23_817_352, 32));
+    assert!((w.compute_s - 0.588).abs() < 0.0005, "{}", w.compute_s);
 }
 
 #[test]
@@ -279,4 +285,42 @@ fn a_ring_on_a_torus_takes_the_closed_form_time() {
     for &t in &r.step_times_s {
         assert!((t - closed).abs() / closed < 1e-6, "step {t} s, closed form {closed} s");
     }
+}
+
+#[test]
+fn a_zoo_worker_on_a_fast_network_steps_like_the_single_device_placement() {
+    // Reference: the `flowlab place --placer single_device` path (placer,
+    // then the graph-level simulator) for the same zoo graph and device.
+    let graph = crate::zoo::build("mlp", 32).unwrap();
+    let cluster = crate::graph::VirtualCluster::parse("k40").unwrap();
+    let opts = crate::placement::PlacerOptions::new(cluster.clone());
+    let placed = crate::placement::place_timed("single_device", &graph.graph, &opts).unwrap();
+    let sim = crate::graph::GraphSimulator::new(&graph.graph, &cluster, &opts.sim).unwrap();
+    let reference = sim.simulate(&placed.placement).unwrap().step_seconds;
+    assert!(reference > 1e-5, "{reference}");
+    let c = yaml(
+        "model: { zoo: mlp, batch: 32, device: k40, ps_request_us: 0 }\nworkers: 1\nps: 1\n\
+         network: { link_gbps: 100000, latency_us: 0 }\nsteps: 3\n",
+    );
+    let w = c.workload().unwrap();
+    assert_eq!(w.dense_params, 669_706); // the MLP's published trainable parameters
+    assert_eq!(w.examples_per_step, 32);
+    let r = simulate(&c, 1).unwrap();
+    // Communication: the 669,706 f32 parameters fetched and pushed once each.
+    let comm = 2.0 * 669_706.0 * 4.0 / 12.5e12;
+    for &t in &r.step_times_s {
+        assert!(t >= reference - 1e-12 && t <= reference + comm + 1e-9, "step {t} s, graph {reference} s, comm {comm} s");
+    }
+}
+
+#[test]
+fn zoo_workload_errors_name_the_key() {
+    let e = err("model: { zoo: alexnet }\nworkers: 1\nps: 1\n");
+    assert!(e.contains("`model.zoo`") && e.contains("inception_v3"), "{e}");
+    let e = err("model: { zoo: mlp, compute_s: 1.0 }\nworkers: 1\nps: 1\n");
+    assert!(e.contains("`model.zoo`") && e.contains("compute_s"), "{e}");
+    let e = err("model: { zoo: mlp, device: 2xk40 }\nworkers: 1\nps: 1\n");
+    assert!(e.contains("`model.device`"), "{e}");
+    let e = err("model: { dense_params: 10, batch: 8 }\nworkers: 1\nps: 1\n");
+    assert!(e.contains("`model`") && e.contains("zoo"), "{e}");
 }

@@ -48,6 +48,61 @@ pub struct Workload {
     /// Fixed worker time per step (session run, RPC set-up), microseconds.
     #[serde(default)]
     pub step_overhead_us: f64,
+    /// A model-zoo graph (`flowlab_sim::zoo`) whose one-device training step,
+    /// simulated on `device` by the graph-level simulator, gives `compute_s`,
+    /// and whose trainable variables give `dense_params` (the gradient).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zoo: Option<String>,
+    /// The zoo graph's batch per worker (default 32); also `examples_per_step`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
+    /// The hardware catalog device the zoo step is simulated on (default k40).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// A measured op profile (as `flowlab place --profile`) for the zoo step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+}
+
+/// What a zoo graph's one-device step gives a workload: compute seconds
+/// and trainable parameters. Memoized per (model, batch, device, profile):
+/// a sweep's points resolve their workload several times (check, run, the
+/// no-backup baseline) and the result is a pure function of the key.
+fn zoo_step(model: &str, batch: u64, device: &str, profile: Option<&str>) -> Result<(f64, u64), SimError> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    type Key = (String, u64, String, Option<String>);
+    static CACHE: OnceLock<Mutex<HashMap<Key, (f64, u64)>>> = OnceLock::new();
+    let key = (model.to_string(), batch, device.to_string(), profile.map(str::to_string));
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(&v) = cache.lock().ok().as_ref().and_then(|c| c.get(&key)) {
+        return Ok(v);
+    }
+    if !crate::zoo::names().contains(&model) {
+        return Err(SimError::param(
+            "model.zoo",
+            format!("unknown zoo model `{model}` (known: {})", crate::zoo::names().join(", ")),
+        ));
+    }
+    let batch_usize = usize::try_from(batch).map_err(|_| SimError::param("model.batch", format!("{batch} is too large")))?;
+    let built = crate::zoo::build(model, batch_usize)?;
+    let cluster = crate::graph::VirtualCluster::parse(device)?;
+    if cluster.len() != 1 {
+        return Err(SimError::param("model.device", format!("`{device}` names {} devices; a worker is one device", cluster.len())));
+    }
+    let mut opts = crate::graph::SimOptions::default();
+    if let Some(path) = profile {
+        let p = flowlab_hw::Profile::from_file(path).map_err(|e| SimError::param("model.profile", e.to_string()))?;
+        opts.profile = Some(p);
+    }
+    let sim = crate::graph::GraphSimulator::new(&built.graph, &cluster, &opts)?;
+    // Every node on the one device: what the `single_device` placer gives.
+    let report = sim.simulate_indices(&vec![0u16; sim.graph().len()])?;
+    let v = (report.step_seconds, built.params);
+    if let Ok(mut c) = cache.lock() {
+        c.insert(key, v);
+    }
+    Ok(v)
 }
 
 fn one() -> u64 {
@@ -69,6 +124,10 @@ impl Default for Workload {
             examples_per_step: 1,
             ps_request_us: default_ps_request_us(),
             step_overhead_us: 0.0,
+            zoo: None,
+            batch: None,
+            device: None,
+            profile: None,
         }
     }
 }
@@ -98,6 +157,32 @@ impl Workload {
             }
         }
         Ok(())
+    }
+
+    /// Resolves a `zoo:` workload: compute from the graph-level simulator,
+    /// gradient elements from the graph's trainable variables, batch as
+    /// examples per step. `compute_s`, `dense_params` and the other traffic
+    /// keys come from the graph and may not be given beside `zoo`.
+    fn resolve_zoo(&self) -> Result<Workload, SimError> {
+        let model = self.zoo.as_deref().unwrap_or_default();
+        if self.compute_s != 0.0 || self.dense_params != 0 || !self.variables.is_empty() || !self.embeddings.is_empty() || self.scalar_per_ps {
+            return Err(SimError::param(
+                "model.zoo",
+                "compute_s, dense_params, variables, embeddings and scalar_per_ps come from the zoo graph; remove them",
+            ));
+        }
+        let batch = self.batch.unwrap_or(32);
+        if batch == 0 {
+            return Err(SimError::param("model.batch", "must be at least 1"));
+        }
+        let device = self.device.as_deref().unwrap_or("k40");
+        let (compute_s, params) = zoo_step(model, batch, device, self.profile.as_deref())?;
+        Ok(Workload {
+            dense_params: params,
+            compute_s,
+            examples_per_step: batch,
+            ..self.clone()
+        })
     }
 
     /// Parameter elements in total (dense and sparse).
@@ -243,7 +328,13 @@ impl Default for ModelRef {
 impl ModelRef {
     pub fn resolve(&self) -> Result<Workload, SimError> {
         match self {
-            ModelRef::Inline(w) => Ok(w.clone()),
+            ModelRef::Inline(w) if w.zoo.is_some() => w.resolve_zoo(),
+            ModelRef::Inline(w) => {
+                if w.batch.is_some() || w.device.is_some() || w.profile.is_some() {
+                    return Err(SimError::param("model", "`batch`, `device` and `profile` need `zoo: MODEL`"));
+                }
+                Ok(w.clone())
+            }
             ModelRef::Name(n) => Workload::catalog(n).ok_or_else(|| SimError::UnknownWorkload {
                 name: n.clone(),
                 known: Workload::CATALOG_NAMES.join(", "),

@@ -263,6 +263,9 @@ pub struct FlowNetwork {
     movers: Vec<(u32, u32)>,
     /// Flows in `component`.
     component_flows: usize,
+    /// Whether the last component search reached nearly every flow: the
+    /// next one then takes every busy link without searching.
+    wide: bool,
     drain_heap: BinaryHeap<Reverse<u32>>,
     scratch: Vec<u32>,
     stack: Vec<usize>,
@@ -327,6 +330,7 @@ impl FlowNetwork {
             heap: BinaryHeap::new(),
             movers: Vec::new(),
             component_flows: 0,
+            wide: false,
             drain_heap: BinaryHeap::new(),
             scratch: Vec::new(),
             stack: Vec::new(),
@@ -589,8 +593,9 @@ impl FlowNetwork {
         if self.plan_fast_path() {
             return true;
         }
-        let FlowNetwork { fabric, visited, link_flows, link_stamp, component, busy, live, component_flows, .. } = self;
-        if 2 * seeded >= *live {
+        let FlowNetwork { fabric, visited, link_flows, link_stamp, component, busy, live, component_flows, wide, .. } = self;
+        if 2 * seeded >= *live || *wide {
+            *wide = false;
             for &l in busy.iter() {
                 if link_stamp[l as usize] != epoch {
                     link_stamp[l as usize] = epoch;
@@ -622,6 +627,7 @@ impl FlowNetwork {
             }
         }
         *component_flows = count;
+        *wide = 4 * count >= 3 * *live;
         false
     }
 
@@ -1090,6 +1096,89 @@ mod tests {
         }
         assert_eq!(out.len(), starts.len());
         (out, net.recomputations(), net.fast_recomputations, net.fast_new_groups)
+    }
+
+    /// Checks max-min fairness by its definition, independently of how the
+    /// rates were computed: the rates are feasible (no link over capacity)
+    /// and every flow has a bottleneck, a saturated link on its route on
+    /// which no flow is faster. That allocation is unique, so passing means
+    /// the rates are the max-min ones.
+    fn assert_max_min(topo: &Topology, flows: &[(Vec<u32>, f64)], what: &str) {
+        let n = topo.links().len();
+        let mut load = vec![0.0; n];
+        let mut fastest = vec![0.0f64; n];
+        for (links, r) in flows {
+            assert!(*r > 0.0, "{what}: a flow has rate {r}");
+            for &l in links {
+                load[l as usize] += r;
+                fastest[l as usize] = fastest[l as usize].max(*r);
+            }
+        }
+        let cap = |l: usize| topo.links()[l].params.bytes_per_s;
+        for (l, &carried) in load.iter().enumerate() {
+            assert!(carried <= cap(l) * (1.0 + 1e-9), "{what}: link {l} carries {carried} of {}", cap(l));
+        }
+        for (i, (links, r)) in flows.iter().enumerate() {
+            let has_bottleneck = links.iter().any(|&l| {
+                let l = l as usize;
+                load[l] >= cap(l) * (1.0 - 1e-9) && *r >= fastest[l] * (1.0 - 1e-9)
+            });
+            assert!(has_bottleneck, "{what}: flow {i} at {r} has no bottleneck link");
+        }
+    }
+
+    #[test]
+    fn shares_are_max_min_fair_by_definition_on_random_flow_sets() {
+        let mut x: u64 = 0x1234_5678_9ABC_DEF1;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let shapes = [
+            TopologyShape::Star { endpoints: 8 },
+            TopologyShape::FatTree { k: 4 },
+            TopologyShape::Torus { dims: vec![3, 4] },
+            TopologyShape::Clos { leaves: 3, hosts_per_leaf: 4, spines: 2, oversubscription: 2.0 },
+            TopologyShape::Hierarchical { hosts: 3, devices_per_host: 4, intra: LinkParams::from_gbps(40.0, 1.0) },
+        ];
+        let mut checked = 0;
+        for shape in &shapes {
+            for trial in 0..40 {
+                let mut topo = Topology::build(shape, LinkParams::from_gbps(10.0, 1.0)).unwrap();
+                let eps = topo.endpoint_count() as u64;
+                let mut net = FlowNetwork::new(Topology::build(shape, LinkParams::from_gbps(10.0, 1.0)).unwrap());
+                let count = 1 + next(24);
+                let mut routes = Vec::new();
+                for tag in 0..count {
+                    let src = next(eps) as usize;
+                    let mut dst = next(eps) as usize;
+                    if dst == src {
+                        dst = (src + 1) % eps as usize;
+                    }
+                    net.start_flow(SimTime::ZERO, src, dst, 1_000_000_000, tag).unwrap();
+                    routes.push(topo.route(src, dst).unwrap());
+                }
+                // Check the first allocation, then again after some flows
+                // have finished (incremental recomputation).
+                for round in 0..3 {
+                    let live: Vec<FlowTag> = (0..count).filter(|&t| net.rate_of(t).is_some()).collect();
+                    if live.is_empty() {
+                        break;
+                    }
+                    let flows: Vec<(Vec<u32>, f64)> =
+                        live.iter().map(|&t| (routes[t as usize].clone(), net.rate_of(t).unwrap_or(0.0))).collect();
+                    assert_max_min(&topo, &flows, &format!("{shape:?} trial {trial} round {round}"));
+                    checked += 1;
+                    if let Some(t) = net.next_event_time() {
+                        let mut done = Vec::new();
+                        net.advance(t, &mut done);
+                    }
+                }
+            }
+        }
+        assert!(checked > 300, "{checked}");
     }
 
     #[test]
