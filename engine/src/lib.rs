@@ -40,7 +40,7 @@ pub use ops::sendrecv::{recv_tensor, send_tensor, wire_format};
 pub use ops::queue::QueueHandle;
 pub use ops::{OpCost, op_cost, op_names};
 pub use runtime::{DefaultPlacer, Partition, PartitionOptions, Placement, Placer, Session, SessionOptions, Transfer};
-pub use runtime::{partition, partition_with};
+pub use runtime::{partition, partition_with, step_nodes};
 pub use tensor::{CpuStorage, DType, DeviceType, Element, PartialShape, Shape, Storage, Tensor, TensorType};
 pub use train::Optimizer;
 pub use train::{checkpoint, replicate};

@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use flowlab_engine::Graph;
 use flowlab_hw::{Catalog, CommFormat, Profile};
-use flowlab_sim::graph::{GraphSimReport, GraphSimulator, VirtualCluster};
+use flowlab_sim::graph::{GraphSimReport, GraphSimulator, StepSpec, VirtualCluster};
 use flowlab_sim::placement::{PLACERS, PlacerOptions, place_timed};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -50,11 +50,15 @@ pub struct PlaceArgs {
     json: bool,
 }
 
-fn load_graph(model: &str, batch: usize) -> anyhow::Result<Graph> {
+/// The graph and, for zoo models, the training step to simulate (a graph
+/// file has no declared step: every node is replayed).
+fn load_graph(model: &str, batch: usize) -> anyhow::Result<(Graph, Option<StepSpec>)> {
     if model.ends_with(".json") || Path::new(model).is_file() {
-        return Graph::load_json(Path::new(model)).with_context(|| format!("reading graph file {model}"));
+        return Ok((Graph::load_json(Path::new(model)).with_context(|| format!("reading graph file {model}"))?, None));
     }
-    Ok(flowlab_sim::zoo::build(model, batch)?.graph)
+    let m = flowlab_sim::zoo::build(model, batch)?;
+    let step = m.step();
+    Ok((m.graph, Some(step)))
 }
 
 pub fn run(a: PlaceArgs) -> anyhow::Result<ExitCode> {
@@ -65,10 +69,11 @@ pub fn run(a: PlaceArgs) -> anyhow::Result<ExitCode> {
     let link = Catalog::builtin().link(&a.link).with_context(|| format!("--link {}", a.link))?.clone();
     let cluster = VirtualCluster::parse(&a.devices)?.with_link(link);
     let built = Instant::now();
-    let graph = load_graph(&a.model, a.batch)?;
+    let (graph, step) = load_graph(&a.model, a.batch)?;
     let build_seconds = built.elapsed().as_secs_f64();
     let mut opts = PlacerOptions::new(cluster.clone());
     opts.sim.partition.format = comm;
+    opts.sim.step = step;
     if let Some(p) = &a.profile {
         opts.sim.profile = Some(Profile::from_file(p)?);
     }

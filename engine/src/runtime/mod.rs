@@ -18,3 +18,16 @@ pub(crate) mod session;
 pub use partition::{Partition, PartitionOptions, Transfer, partition, partition_with};
 pub use placement::{DefaultPlacer, Placement, Placer};
 pub use session::{Session, SessionOptions};
+
+use crate::error::Result;
+use crate::graph::{Graph, NodeId};
+use std::collections::HashMap;
+
+/// The nodes one `Session::run(feeds, fetches, targets)` executes, as a mask
+/// over node ids: the walk back from fetches and targets along data and
+/// control edges that stops at fed edges. The simulator prices exactly this
+/// set, so a simulated step and a real one run the same nodes.
+pub fn step_nodes(graph: &Graph, feeds: &[(NodeId, usize)], fetches: &[(NodeId, usize)], targets: &[NodeId]) -> Result<Vec<bool>> {
+    let feed_index: HashMap<(NodeId, usize), usize> = feeds.iter().enumerate().map(|(i, &f)| (f, i)).collect();
+    executor::needed_nodes(&graph.nodes(), &feed_index, fetches, targets)
+}

@@ -156,7 +156,8 @@ fn check_placer(key: &str, name: &str) -> Result<(), String> {
 /// (the baseline a placement has to beat).
 fn run_point(point: &PlacementPoint, seed: u64) -> Result<Outcome, String> {
     let model = flowlab_sim::zoo::build(&point.model, point.batch).map_err(|e| e.to_string())?;
-    let opts = point.options(seed)?;
+    let mut opts = point.options(seed)?;
+    opts.sim.step = Some(model.step());
     let outcome = place_timed(&point.placer, &model.graph, &opts).map_err(|e| e.to_string())?;
     let sim = GraphSimulator::new(&model.graph, &opts.cluster, &opts.sim).map_err(|e| e.to_string())?;
     let report = sim.simulate(&outcome.placement).map_err(|e| e.to_string())?;

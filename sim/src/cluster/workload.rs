@@ -90,7 +90,7 @@ fn zoo_step(model: &str, batch: u64, device: &str, profile: Option<&str>) -> Res
     if cluster.len() != 1 {
         return Err(SimError::param("model.device", format!("`{device}` names {} devices; a worker is one device", cluster.len())));
     }
-    let mut opts = crate::graph::SimOptions::default();
+    let mut opts = crate::graph::SimOptions { step: Some(built.step()), ..Default::default() };
     if let Some(path) = profile {
         let p = flowlab_hw::Profile::from_file(path).map_err(|e| SimError::param("model.profile", e.to_string()))?;
         opts.profile = Some(p);

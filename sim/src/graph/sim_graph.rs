@@ -7,7 +7,7 @@
 //! (with a warning), since the registry prices concrete shapes.
 
 use crate::error::SimError;
-use flowlab_engine::{AttrValue, DType, Graph, Node, Shape, TensorType, op_cost};
+use flowlab_engine::{AttrValue, DType, Graph, Node, NodeId, Shape, TensorType, op_cost, step_nodes};
 use flowlab_hw::{Dtype, OpClass};
 
 /// The GEMM an op lowers to on a systolic array: (M, N, K).
@@ -79,6 +79,28 @@ pub struct SimGraph {
     /// A topological order (data and control edges).
     pub(crate) topo: Vec<u32>,
     pub(crate) warnings: Vec<String>,
+    /// When the graph was pruned to one step: how its nodes map back.
+    pub(crate) step: Option<StepMap>,
+}
+
+/// What one step runs, as `Session::run(feeds, fetches, targets)` takes it
+/// (node ids of the full graph).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepSpec {
+    pub feeds: Vec<(NodeId, usize)>,
+    pub fetches: Vec<(NodeId, usize)>,
+    pub targets: Vec<NodeId>,
+}
+
+/// How a graph pruned to one step maps back to the full graph.
+#[derive(Debug, Clone)]
+pub(crate) struct StepMap {
+    /// Full-graph id of each simulated node.
+    pub full_id: Vec<u32>,
+    /// For each full-graph node, the simulated node whose device it takes
+    /// when a placement is expanded back (its colocation partner, else its
+    /// nearest consumer in the step), or `None` for the first device.
+    pub follow: Vec<Option<u32>>,
 }
 
 fn hw_dtype(d: DType) -> Dtype {
@@ -270,7 +292,110 @@ impl SimGraph {
             is_variable: nodes.iter().map(|x| x.op == "Variable").collect(),
             topo,
             warnings,
+            step: None,
         })
+    }
+
+    /// Prepares the part of `graph` that one step runs: the nodes
+    /// [`step_nodes`] (the engine's own pruning) selects, plus the fed
+    /// placeholders, whose values the engine holds on their devices and
+    /// sends from there. Initializers and anything else the step does not
+    /// need are left out, so a simulated step is the step the engine runs.
+    pub fn for_step(graph: &Graph, step: &StepSpec) -> Result<SimGraph, SimError> {
+        let nodes = graph.nodes();
+        let mut keep = step_nodes(graph, &step.feeds, &step.fetches, &step.targets)
+            .map_err(|e| SimError::Graph { node: String::new(), detail: format!("the step's fetches and targets: {e}") })?;
+        for &(p, _) in &step.feeds {
+            if p < nodes.len() {
+                keep[p] = true;
+            }
+        }
+        // Variables (and optimizer slots) the step's update ops name hold
+        // memory through the step even though no edge reads them.
+        let by_name: std::collections::HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+        for i in 0..nodes.len() {
+            if keep[i] {
+                for c in colocation_names(&nodes[i]) {
+                    if let Some(&j) = by_name.get(c.as_str())
+                        && nodes[j].op == "Variable"
+                    {
+                        keep[j] = true;
+                    }
+                }
+            }
+        }
+        // A fed node's own inputs are not run: cut them off.
+        let fed: std::collections::HashSet<NodeId> = step.feeds.iter().map(|&(p, _)| p).collect();
+        let mut new_id = vec![u32::MAX; nodes.len()];
+        let mut full_id = Vec::new();
+        for (i, k) in keep.iter().enumerate() {
+            if *k {
+                new_id[i] = full_id.len() as u32;
+                full_id.push(i as u32);
+            }
+        }
+        let mut pruned = Vec::with_capacity(full_id.len());
+        for &i in &full_id {
+            let mut n = nodes[i as usize].clone();
+            if fed.contains(&(i as usize)) {
+                n.inputs.clear();
+                n.control_inputs.clear();
+            }
+            // Every input of a kept node is kept (the walk follows all
+            // edges), except edges into fed values, which were cut above.
+            n.inputs = n.inputs.iter().map(|&(p, k)| (new_id[p] as usize, k)).collect();
+            n.control_inputs = n.control_inputs.iter().filter(|&&c| new_id[c] != u32::MAX).map(|&c| new_id[c] as usize).collect();
+            pruned.push(n);
+        }
+        let mut sg = SimGraph::from_nodes(pruned)?;
+        // Devices of the nodes left out, for expanding a placement: a
+        // colocation partner first, else the first kept consumer reached
+        // walking forward (reverse topological order), else device 0.
+        let mut follow: Vec<Option<u32>> = (0..nodes.len()).map(|i| (new_id[i] != u32::MAX).then_some(new_id[i])).collect();
+        for (i, n) in nodes.iter().enumerate() {
+            if follow[i].is_none() {
+                follow[i] = colocation_names(n).iter().filter_map(|c| by_name.get(c.as_str())).find_map(|&j| (new_id[j] != u32::MAX).then_some(new_id[j]));
+            }
+        }
+        let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+        for (i, n) in nodes.iter().enumerate() {
+            for &(p, _) in &n.inputs {
+                consumers[p].push(i);
+            }
+            for &c in &n.control_inputs {
+                consumers[c].push(i);
+            }
+        }
+        // Graphs are built in topological order of ids; iterate until stable
+        // so that forward-pointing ids (graph files) are handled too.
+        loop {
+            let mut changed = false;
+            for i in (0..nodes.len()).rev() {
+                if follow[i].is_none()
+                    && let Some(f) = consumers[i].iter().find_map(|&c| follow[c])
+                {
+                    follow[i] = Some(f);
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        sg.step = Some(StepMap { full_id, follow });
+        Ok(sg)
+    }
+
+    /// Nodes of the full graph (more than [`len`](Self::len) when pruned
+    /// to a step).
+    pub fn full_len(&self) -> usize {
+        self.step.as_ref().map_or(self.names.len(), |s| s.follow.len())
+    }
+
+    /// Full-graph id of simulated node `i`.
+    #[inline]
+    pub(crate) fn full_id(&self, i: usize) -> usize {
+        self.step.as_ref().map_or(i, |s| s.full_id[i] as usize)
     }
 
     /// Number of nodes.

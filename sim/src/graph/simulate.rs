@@ -17,7 +17,7 @@
 use super::cluster::VirtualCluster;
 use super::cost::DeviceCoster;
 use super::report::{DeviceReport, GraphSimReport, LinkReport};
-use super::sim_graph::SimGraph;
+use super::sim_graph::{SimGraph, StepSpec};
 use crate::error::SimError;
 use crate::event_queue::EventQueue;
 use crate::time::SimTime;
@@ -33,6 +33,9 @@ pub struct SimOptions {
     pub partition: PartitionOptions,
     /// Measured op times or efficiencies; ops it lacks use the roofline.
     pub profile: Option<Profile>,
+    /// The step to simulate (feeds, fetches, targets): only the nodes it
+    /// runs are replayed. `None` replays every node of the graph.
+    pub step: Option<StepSpec>,
 }
 
 /// A graph prepared for simulation on one cluster.
@@ -87,7 +90,11 @@ const NONE: u32 = u32::MAX;
 impl GraphSimulator {
     /// Prepares `graph` for `cluster` (node costs per device, wire sizes).
     pub fn new(graph: &Graph, cluster: &VirtualCluster, opts: &SimOptions) -> Result<GraphSimulator, SimError> {
-        GraphSimulator::from_sim_graph(SimGraph::new(graph)?, cluster, opts)
+        let g = match &opts.step {
+            Some(step) => SimGraph::for_step(graph, step)?,
+            None => SimGraph::new(graph)?,
+        };
+        GraphSimulator::from_sim_graph(g, cluster, opts)
     }
 
     pub fn from_sim_graph(graph: SimGraph, cluster: &VirtualCluster, opts: &SimOptions) -> Result<GraphSimulator, SimError> {
@@ -216,21 +223,25 @@ impl GraphSimulator {
         self.control_bytes
     }
 
-    /// Device indices of a placement; errors name the node whose device is
+    /// Device indices of a placement (of the full graph, also when the
+    /// simulator runs a pruned step); errors name the node whose device is
     /// missing or outside the cluster.
     pub fn device_indices(&self, placement: &Placement) -> Result<Vec<u16>, SimError> {
         let n = self.graph.len();
-        if placement.len() < n {
-            let node = self.graph.names.get(placement.len()).cloned().unwrap_or_default();
+        let full = self.graph.full_len();
+        if placement.len() < full {
+            let node = if self.graph.step.is_none() { self.graph.names.get(placement.len()).cloned().unwrap_or_default() } else { String::new() };
             return Err(SimError::Placement {
                 node,
-                detail: format!("the placement covers {} of the graph's {} nodes", placement.len(), n),
+                detail: format!("the placement covers {} of the graph's {} nodes", placement.len(), full),
             });
         }
         let index: HashMap<&flowlab_engine::DeviceName, u16> =
             self.cluster.devices().iter().enumerate().map(|(i, d)| (&d.name, i as u16)).collect();
+        let devices = placement.devices();
         let mut out = Vec::with_capacity(n);
-        for (i, d) in placement.devices().iter().take(n).enumerate() {
+        for i in 0..n {
+            let d = &devices[self.graph.full_id(i)];
             match index.get(d) {
                 Some(&k) => out.push(k),
                 None => {
@@ -244,9 +255,15 @@ impl GraphSimulator {
         Ok(out)
     }
 
-    /// A placement from device indices.
+    /// A placement of the full graph from device indices of the simulated
+    /// nodes; nodes a pruned step left out follow their colocation partner
+    /// or nearest consumer (see [`SimGraph::for_step`]).
     pub fn placement_of(&self, dev: &[u16]) -> Placement {
-        Placement::from_devices(dev.iter().map(|&d| self.cluster.devices()[d as usize].name.clone()).collect())
+        let name = |d: u16| self.cluster.devices()[d as usize].name.clone();
+        match &self.graph.step {
+            None => Placement::from_devices(dev.iter().map(|&d| name(d)).collect()),
+            Some(map) => Placement::from_devices(map.follow.iter().map(|f| name(f.map_or(0, |k| dev[k as usize]))).collect()),
+        }
     }
 
     /// Simulates one step of `placement` and reports it.

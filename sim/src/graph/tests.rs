@@ -23,7 +23,7 @@ pub(crate) fn cluster(n: usize) -> VirtualCluster {
 }
 
 pub(crate) fn opts() -> SimOptions {
-    SimOptions { partition: PartitionOptions::default(), profile: Some(profile()) }
+    SimOptions { partition: PartitionOptions::default(), profile: Some(profile()), step: None }
 }
 
 pub(crate) fn neg(x: &Output) -> Output {
@@ -252,4 +252,40 @@ fn transfers_match_the_engines_partitioner() {
     let bytes: u64 = recvs.iter().map(|t| t.format.bytes_for(t.shape.num_elements().unwrap() as u64)).sum();
     assert_eq!(r.transfer_bytes, bytes);
     assert_eq!(r.devices.iter().map(|d| d.ops).sum::<usize>(), g.num_nodes());
+}
+
+#[test]
+fn a_pruned_step_replays_the_nodes_the_engine_runs() {
+    // Reference: the engine's own prepared step for the same signature.
+    let m = crate::zoo::build("mlp", 8).unwrap();
+    let sess = flowlab_engine::Session::with_options(&m.graph, flowlab_engine::SessionOptions { threads: 1, ..Default::default() }).unwrap();
+    let inputs: Vec<&Output> = m.inputs.iter().collect();
+    let run = sess.num_nodes_run(&inputs, &[&m.loss], &[&m.train_op]).unwrap();
+    let step = m.step();
+    let c = cluster(2);
+    let sim = GraphSimulator::new(&m.graph, &c, &SimOptions { step: Some(step), ..opts() }).unwrap();
+    let g = sim.graph();
+    // Variables only named by update ops (optimizer slots): no edge reads them.
+    let unread = (0..g.len()).filter(|&i| g.is_variable[i] && g.slots(i).all(|s| g.slot_consumers.get(s).is_empty())).count();
+    let fed = m.inputs.len();
+    // The engine runs neither those nor fed placeholders; the simulator
+    // keeps both (memory held through the step, sources of sends).
+    assert!(unread >= 6, "{unread}: the momentum slots of 3 layers");
+    assert_eq!(g.len() - unread - fed, run, "simulated nodes beyond unread variables and feeds");
+    assert!(!(0..g.len()).any(|i| g.names[i].contains("init") || g.ops[i] == "TruncatedNormal"), "no initializer in the step");
+    assert_eq!(g.full_len(), m.graph.num_nodes());
+    // A placement of the pruned step expands to the full graph, and the
+    // left-out initializers follow their variables.
+    let dev: Vec<u16> = (0..g.len()).map(|i| (i % 2) as u16).collect();
+    let full = sim.placement_of(&dev);
+    assert_eq!(full.len(), m.graph.num_nodes());
+    assert_eq!(sim.device_indices(&full).unwrap(), dev);
+    for n in m.graph.nodes() {
+        if n.op == "Assign"
+            && let Some(flowlab_engine::AttrValue::Str(var)) = n.attrs.get("var")
+        {
+            let id = |name: &str| m.graph.nodes().iter().position(|x| x.name == name).unwrap();
+            assert_eq!(full.device(id(&n.name)), full.device(id(var)), "initializer {} with {var}", n.name);
+        }
+    }
 }

@@ -51,6 +51,18 @@ pub struct ModelGraph {
     pub non_trainable_params: u64,
 }
 
+impl ModelGraph {
+    /// One training step as the engine runs it: feed the inputs, fetch the
+    /// loss, run the train op.
+    pub fn step(&self) -> crate::graph::StepSpec {
+        crate::graph::StepSpec {
+            feeds: self.inputs.iter().map(|o| (o.node_id(), o.index())).collect(),
+            fetches: vec![(self.loss.node_id(), self.loss.index())],
+            targets: vec![self.train_op.node_id()],
+        }
+    }
+}
+
 /// The zoo's model names, in the order of the table above.
 pub fn names() -> &'static [&'static str] {
     &["mlp", "cnn", "resnet50", "inception_v3", "lstm_lm", "transformer"]
