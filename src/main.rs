@@ -4,6 +4,13 @@
 
 mod cmd;
 
+/// mimalloc instead of the system allocator: the engine allocates a tensor
+/// on one device's thread and frees it on another's; glibc's per-thread
+/// arenas then hand out fresh, page-faulting memory step after step, which
+/// made multi-device steps slower and their kernel times unpredictable.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -34,6 +41,8 @@ enum Command {
     Train(cmd::train::TrainArgs),
     /// Place a model's training graph with a simulator placer and simulate one step.
     Place(cmd::place::PlaceArgs),
+    /// Profile a zoo model's training step on the real engine (op times by shape, host figures).
+    Profile(cmd::profile::ProfileArgs),
     /// List the catalog of ready experiments (run one with `flowlab run catalog:NAME`).
     List,
 }
@@ -58,6 +67,7 @@ fn main() -> ExitCode {
         Some(Command::List) => cmd::run::list(),
         Some(Command::Train(args)) => cmd::train::run(args),
         Some(Command::Place(args)) => cmd::place::run(args),
+        Some(Command::Profile(args)) => cmd::profile::run(args),
     };
     match result {
         Ok(code) => code,

@@ -250,3 +250,38 @@ fn traces_name_devices_and_transfers() {
         assert!(e["ts"].as_f64().is_some() && e["dur"].as_f64().is_some_and(|d| d >= 0.0), "{e}");
     }
 }
+
+/// On one thread per device, a Send runs as soon as its tensor is ready,
+/// before the other nodes that tensor made ready: the receiving device
+/// starts while the sender still computes. Reference: node order from the
+/// trace (a chain of six 512x512 products takes milliseconds; handing over
+/// a tensor microseconds). Both orders of building the consumers.
+#[test]
+fn a_ready_send_runs_before_sibling_compute_on_one_thread() {
+    for remote_first in [true, false] {
+        let g = Graph::new();
+        let g0 = g.device("/cpu:0");
+        let g1 = g.device("/cpu:1");
+        let x = g0.placeholder("x", DType::F32, [512, 512]).unwrap();
+        let p = g0.op("Neg").input(&x).build().unwrap();
+        let remote = |g1: &Graph| g1.reduce_sum(&p, &[], false).unwrap();
+        let z = if remote_first { Some(remote(&g1)) } else { None };
+        let mut y = g0.matmul(&p, &x).unwrap();
+        for _ in 0..5 {
+            y = g0.matmul(&y, &x).unwrap();
+        }
+        let z = z.unwrap_or_else(|| remote(&g1));
+        let sess = Session::with_options(&g, opts(2, CommFormat::F32)).unwrap();
+        let v = Tensor::from_vec(vec![0.001f32; 512 * 512], vec![512, 512]).unwrap();
+        for _ in 0..3 {
+            let (_, stats) = sess.run_traced(&[(&x, &v)], &[&z, &y], &[]).unwrap();
+            let t = stats.transfers.iter().find(|t| t.edge.starts_with(&p.name())).expect("Neg's output crosses to CPU:1");
+            let first_product = stats.nodes.iter().filter(|n| n.op == "MatMul").map(|n| n.start_us).fold(f64::INFINITY, f64::min);
+            assert!(t.start_us <= first_product, "remote first: {remote_first}: Send started at {} us, after the first MatMul at {first_product} us", t.start_us);
+            // The receiver's Sum finished long before CPU:0's chain did.
+            let sum = stats.nodes.iter().find(|n| n.op == "Sum").unwrap();
+            let last_product = stats.nodes.iter().filter(|n| n.op == "MatMul").map(|n| n.end_us).fold(0.0, f64::max);
+            assert!(sum.end_us < last_product, "remote first: {remote_first}: Sum ended at {} us, the chain at {last_product} us", sum.end_us);
+        }
+    }
+}

@@ -14,6 +14,7 @@ mod error;
 mod experiment;
 mod identity;
 mod kinds;
+mod measure;
 mod merge;
 mod params;
 mod runner;
@@ -26,6 +27,7 @@ use std::path::{Path, PathBuf};
 pub use catalog::{CATALOG_PREFIX, CatalogEntry, DEFAULT_EXPERIMENT, catalog, catalog_entry, load};
 pub use error::ExperimentError;
 pub use experiment::Experiment;
+pub use measure::{ProfileRequest, measure_host, profile_model};
 pub use merge::{MergeSummary, merge};
 pub use runner::{Progress, RunOptions, RunSummary, Shard, default_out_dir, run};
 

@@ -134,10 +134,19 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
     let pending: Vec<&Run> = mine.iter().copied().filter(|r| !done.contains(r.key.as_str())).collect();
     let resumed = (mine.len() - pending.len()) as u64;
 
-    let jobs = options
+    let kind = crate::kinds::lookup(experiment.kind).ok();
+    let exclusive = kind.is_some_and(|k| k.exclusive());
+    let mut jobs = options
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
+    if exclusive {
+        // Points that time real runs must not share the machine.
+        if options.jobs.is_some_and(|j| j > 1) && options.progress != Progress::Quiet {
+            println!("kind `{}` times real runs: its points run one at a time (--jobs ignored)", experiment.kind);
+        }
+        jobs = 1;
+    }
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(jobs)
         .build()
@@ -199,6 +208,12 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
         resumed,
     };
     flowlab_reports::write_run_info(&out_dir, &info)?;
+    if let Some((tables, text)) = kind.and_then(|k| k.summarize(&rows)) {
+        flowlab_reports::write_summaries(&out_dir, &tables)?;
+        if options.progress != Progress::Quiet {
+            print!("{text}");
+        }
+    }
     let failed = rows
         .iter()
         .filter(|r| r.error.is_some() && my_keys.contains(r.key.as_str()))

@@ -27,6 +27,9 @@ pub enum HwError {
     #[error("cannot read {path}: {error}")]
     Io { path: PathBuf, error: std::io::Error },
 
+    #[error("cannot write {path}: {error}")]
+    Write { path: PathBuf, error: std::io::Error },
+
     #[error("{path}:{line}: {message}")]
     Parse { path: PathBuf, line: usize, message: String },
 

@@ -6,10 +6,12 @@
 mod catalog;
 mod error;
 mod format;
+mod profile;
 mod roofline;
 pub mod systolic;
 
 pub use catalog::{Catalog, DeviceSpec, LinkSpec, PeakTflops, SystolicSpec};
 pub use error::HwError;
 pub use format::CommFormat;
+pub use profile::{HOST_DEVICE, HOST_LINK, HostMeasurement, ShapeMeasurement};
 pub use roofline::{Dtype, OpClass, OpCost, OpMeasurement, Profile};

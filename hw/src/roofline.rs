@@ -23,6 +23,7 @@
 //! Op classes: `matmul`, `conv`, `elementwise`, `reduction`, `data_movement`, `other`.
 
 use crate::catalog::DeviceSpec;
+use crate::profile::{HostMeasurement, ShapeMeasurement};
 use crate::HwError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -107,6 +108,25 @@ pub struct Profile {
     pub classes: BTreeMap<OpClass, f64>,
     #[serde(default)]
     pub ops: BTreeMap<String, OpMeasurement>,
+    /// The model and batch a measured profile comes from (its shape keys
+    /// describe that graph only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<usize>,
+    /// Devices of the engine session the profile ran in (every node on the
+    /// first). It matters: a multi-device step keeps a copy-on-write
+    /// snapshot of the variables it updates, so that a failed step rolls
+    /// back, which makes its in-place updates copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_devices: Option<usize>,
+    /// Measured kernel seconds by shape key (see [`crate::ShapeMeasurement`]);
+    /// they take precedence over `ops` and `classes`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shapes: BTreeMap<String, ShapeMeasurement>,
+    /// The host the profile was measured on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostMeasurement>,
 }
 
 impl Profile {
@@ -129,6 +149,18 @@ impl Profile {
                 return Err(bad(format!("classes.{c}"), format!("efficiency must be in (0, 1], got {e}")));
             }
         }
+        for (key, m) in &profile.shapes {
+            for (field, v) in [("seconds", m.seconds), ("p10", m.p10), ("p90", m.p90)] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(bad(format!("shapes.\"{key}\".{field}"), format!("must be zero or positive, got {v}")));
+                }
+            }
+        }
+        if let Some(h) = &profile.host
+            && let Some((key, v)) = h.invalid()
+        {
+            return Err(bad(format!("host.{key}"), format!("must be a finite positive number, got {v}")));
+        }
         for (name, m) in &profile.ops {
             match m {
                 OpMeasurement::Efficiency(e) if !(e.is_finite() && *e > 0.0 && *e <= 1.0) => {
@@ -141,6 +173,20 @@ impl Profile {
             }
         }
         Ok(profile)
+    }
+}
+
+impl Profile {
+    /// Writes the profile as pretty JSON, through a temporary file renamed
+    /// into place (a crash leaves the old file or the new one).
+    pub fn write_json(&self, path: impl AsRef<Path>) -> Result<(), HwError> {
+        let path = path.as_ref();
+        let text = serde_json::to_string_pretty(self).map_err(|e| HwError::Yaml { path: path.into(), message: e.to_string() })?;
+        let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
+        std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, path)).map_err(|error| {
+            let _ = std::fs::remove_file(&tmp);
+            HwError::Write { path: path.into(), error }
+        })
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod check;
 pub mod place;
+pub mod profile;
 pub mod report;
 pub mod run;
 pub mod systolic;

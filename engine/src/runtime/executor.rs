@@ -353,6 +353,7 @@ impl Prepared {
         }
         // A small step runs on this thread, its kernels unsplit.
         let threads = if self.small { 1 } else { threads };
+        let inbox = Arc::new(Inbox::default());
         let step = Step {
             prep: self,
             feeds,
@@ -367,8 +368,10 @@ impl Prepared {
             start: comm.map_or_else(Instant::now, |c| c.start),
             comm,
             device,
+            inbox: comm.map(|_| &*inbox),
+            taken: AtomicUsize::new(0),
+            arrived: (0..self.recvs.len()).map(|_| AtomicBool::new(false)).collect(),
         };
-        let inbox = Arc::new(Inbox::default());
         if let Some(c) = comm {
             for (k, &e) in self.recvs.iter().enumerate() {
                 let key = self.nodes[e].transfer.as_ref().map(|t| t.key.for_step(c.step_id));
@@ -486,6 +489,11 @@ struct Step<'a> {
     start: Instant,
     comm: Option<&'a StepComm<'a>>,
     device: &'a str,
+    /// Arrivals for this device's Recv nodes (multi-device steps).
+    inbox: Option<&'a Inbox>,
+    /// Arrivals taken from the inbox so far, and which Recvs they were.
+    taken: AtomicUsize,
+    arrived: Vec<AtomicBool>,
 }
 
 impl<'a> Step<'a> {
@@ -518,12 +526,10 @@ impl<'a> Step<'a> {
     {
         let Some(comm) = self.comm else { return };
         let recvs = &self.prep.recvs;
-        let mut arrived = vec![false; recvs.len()];
-        let mut taken = 0;
         let deadline = Instant::now() + comm.recv_timeout;
-        while taken < recvs.len() && !self.failed.load(Ordering::Acquire) {
-            let Some(batch) = inbox.wait(taken, deadline) else {
-                let k = arrived.iter().position(|a| !a).unwrap_or(0);
+        while self.taken.load(Ordering::Relaxed) < recvs.len() && !self.failed.load(Ordering::Acquire) {
+            let Some(batch) = inbox.wait(self.taken.load(Ordering::Relaxed), deadline) else {
+                let k = self.arrived.iter().position(|a| !a.load(Ordering::Relaxed)).unwrap_or(0);
                 let node = &self.prep.nodes[recvs[k]];
                 let key = node.transfer.as_ref().map(|t| t.key.for_step(comm.step_id));
                 let err = EngineError::Rendezvous {
@@ -539,8 +545,8 @@ impl<'a> Step<'a> {
                 return;
             };
             for (k, r) in batch {
-                taken += 1;
-                arrived[k] = true;
+                self.taken.fetch_add(1, Ordering::Relaxed);
+                self.arrived[k].store(true, Ordering::Relaxed);
                 match r {
                     Ok(t) => {
                         *self.wires[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
@@ -575,6 +581,8 @@ impl<'a> Step<'a> {
                 return;
             }
             let mut inline_expensive = None;
+            let mut sends = 0;
+            let pushed_from = stack.len();
             for &c in &self.prep.nodes[e].consumers {
                 if self.pending[c].fetch_sub(1, Ordering::AcqRel) != 1 {
                     continue;
@@ -587,11 +595,56 @@ impl<'a> Step<'a> {
                             s.spawn(move |s| self.process(c, Some(s)));
                         }
                     }
-                    _ => stack.push(c),
+                    _ => {
+                        stack.push(c);
+                        if self.is_send(c) {
+                            sends += 1;
+                        }
+                    }
                 }
             }
             if let Some(c) = inline_expensive {
                 stack.push(c);
+            }
+            // Sends run before the other ready nodes: another device waits
+            // for them, and they cost little (a hand-over or an encode).
+            if sends > 0 {
+                let (back, front): (Vec<usize>, Vec<usize>) = stack[pushed_from..].iter().partition(|&&c| self.is_send(c));
+                stack.truncate(pushed_from);
+                stack.extend(front);
+                stack.extend(back);
+            }
+            // On one thread, tensors that arrived meanwhile start their Recv
+            // now rather than after all the ready work: the sender's device
+            // is waiting on what they make ready.
+            if scope.is_none() {
+                self.take_arrivals(&mut stack);
+            }
+        }
+    }
+
+    fn is_send(&self, e: usize) -> bool {
+        let n = &self.prep.nodes[e];
+        n.transfer.is_some() && n.op == "Send"
+    }
+
+    /// Moves the arrivals waiting in the inbox onto `stack` (their Recv nodes
+    /// next), without waiting.
+    fn take_arrivals(&self, stack: &mut Vec<usize>) {
+        let Some(inbox) = self.inbox else { return };
+        if inbox.arrived.load(Ordering::Acquire) == self.taken.load(Ordering::Relaxed) {
+            return;
+        }
+        let batch = std::mem::take(&mut *inbox.items.lock().unwrap_or_else(|e| e.into_inner()));
+        for (k, r) in batch {
+            self.taken.fetch_add(1, Ordering::Relaxed);
+            self.arrived[k].store(true, Ordering::Relaxed);
+            match r {
+                Ok(t) => {
+                    *self.wires[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+                    stack.push(self.prep.recvs[k]);
+                }
+                Err(err) => self.fail(err, false),
             }
         }
     }

@@ -18,6 +18,8 @@ pub(crate) static CLUSTER: TypedKind<ClusterConfig> = TypedKind {
     },
     series_names: &["step_time_s"],
     tag_paths: &["strategy"],
+    exclusive: false,
+    summarize: None,
 };
 
 fn run_point(config: &ClusterConfig, seed: u64) -> Result<Outcome, String> {

@@ -7,6 +7,7 @@
 mod cluster;
 mod placement;
 mod systolic;
+mod validate;
 
 use std::collections::BTreeMap;
 
@@ -68,6 +69,11 @@ pub(crate) trait Kind: Sync {
     /// Dotted paths of externally tagged enums (`strategy: {sync: {...}}`),
     /// whose variant name becomes a parameter of its own.
     fn tag_paths(&self) -> &'static [&'static str];
+    /// Whether points time real runs, so that they must run one at a time.
+    fn exclusive(&self) -> bool;
+    /// Tables over all of a run's rows for the report's summary section,
+    /// and the same as text for the terminal (`None`: the kind has none).
+    fn summarize(&self, rows: &[flowlab_reports::ResultRow]) -> Option<(Vec<flowlab_reports::SummaryTable>, String)>;
 }
 
 /// The kind named `name`, or a message saying why there is none.
@@ -76,6 +82,7 @@ pub(crate) fn lookup(name: &str) -> Result<&'static dyn Kind, String> {
         "cluster" => Ok(&cluster::CLUSTER),
         "placement" => Ok(&placement::PLACEMENT),
         "systolic" => Ok(&systolic::SYSTOLIC),
+        "validate" => Ok(&validate::VALIDATE),
         _ if ALL_KINDS.contains(&name) => Err(unavailable(name)),
         _ => Err(format!(
             "unknown kind `{name}`{} (expected one of: {})",
@@ -87,7 +94,7 @@ pub(crate) fn lookup(name: &str) -> Result<&'static dyn Kind, String> {
 
 /// The kinds that can run in this build.
 pub(crate) fn available() -> Vec<&'static str> {
-    vec!["cluster", "placement", "systolic"]
+    vec!["cluster", "placement", "systolic", "validate"]
 }
 
 fn unavailable(name: &str) -> String {
@@ -105,6 +112,8 @@ pub(crate) struct TypedKind<C> {
     pub(crate) metric_names: fn() -> Vec<String>,
     pub(crate) series_names: &'static [&'static str],
     pub(crate) tag_paths: &'static [&'static str],
+    pub(crate) exclusive: bool,
+    pub(crate) summarize: Option<fn(&[flowlab_reports::ResultRow]) -> (Vec<flowlab_reports::SummaryTable>, String)>,
 }
 
 /// The file with only `base:` typed (other keys are skipped), to get the
@@ -178,5 +187,13 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Kind for TypedKind<C> {
 
     fn tag_paths(&self) -> &'static [&'static str] {
         self.tag_paths
+    }
+
+    fn exclusive(&self) -> bool {
+        self.exclusive
+    }
+
+    fn summarize(&self, rows: &[flowlab_reports::ResultRow]) -> Option<(Vec<flowlab_reports::SummaryTable>, String)> {
+        self.summarize.map(|f| f(rows))
     }
 }

@@ -75,6 +75,8 @@ pub(crate) static PLACEMENT: TypedKind<PlacementPoint> = TypedKind {
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &[],
     tag_paths: &[],
+    exclusive: false,
+    summarize: None,
 };
 
 impl PlacementPoint {

@@ -57,6 +57,8 @@ pub(crate) static SYSTOLIC: TypedKind<SystolicPoint> = TypedKind {
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &[],
     tag_paths: &["workload"],
+    exclusive: false,
+    summarize: None,
 };
 
 impl SystolicPoint {

@@ -11,7 +11,7 @@
 
 use crate::error::SimError;
 use flowlab_engine::{DeviceName, DeviceSet};
-use flowlab_hw::{Catalog, DeviceSpec, LinkSpec};
+use flowlab_hw::{Catalog, DeviceSpec, HOST_DEVICE, HostMeasurement, LinkSpec};
 use std::collections::HashMap;
 
 /// The most devices one virtual cluster may hold (placers keep device sets as
@@ -66,7 +66,19 @@ impl VirtualCluster {
     /// names are catalog names, case-insensitive; "cpu" means the catalog's
     /// only CPU entry, likewise any unambiguous prefix).
     pub fn parse(spec: &str) -> Result<VirtualCluster, SimError> {
+        VirtualCluster::parse_in(spec, None)
+    }
+
+    /// Like [`parse`](Self::parse), with `cpu` (and `cpu-host`) meaning the
+    /// device measured on this host and the `in-process` link between every
+    /// pair (see [`HostMeasurement`]): the machine the engine runs on.
+    pub fn parse_for_host(spec: &str, host: &HostMeasurement) -> Result<VirtualCluster, SimError> {
+        VirtualCluster::parse_in(spec, Some(host))
+    }
+
+    fn parse_in(spec: &str, host: Option<&HostMeasurement>) -> Result<VirtualCluster, SimError> {
         let catalog = Catalog::builtin();
+        let host_spec = host.map(|h| h.device_spec());
         let known = || catalog.devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ");
         let bad = |token: &str, reason: String| SimError::BadDeviceSet { spec: spec.into(), token: token.into(), reason };
         let mut specs = Vec::new();
@@ -85,9 +97,11 @@ impl VirtualCluster {
             if count == 0 {
                 return Err(bad(token, "count must be at least 1".into()));
             }
-            let device = match catalog.device(name) {
-                Ok(d) => d,
-                Err(_) => {
+            let host_named = name.eq_ignore_ascii_case("cpu") || name.eq_ignore_ascii_case(HOST_DEVICE);
+            let device = match (host_spec.as_ref().filter(|_| host_named), catalog.device(name)) {
+                (Some(h), _) => h,
+                (None, Ok(d)) => d,
+                (None, Err(_)) => {
                     let lower = name.to_ascii_lowercase();
                     let hits: Vec<&DeviceSpec> =
                         catalog.devices.iter().filter(|d| !lower.is_empty() && d.name.to_ascii_lowercase().starts_with(&lower)).collect();
@@ -106,10 +120,13 @@ impl VirtualCluster {
             }
             specs.extend(std::iter::repeat_n(device.clone(), count));
         }
-        let link = catalog
-            .link(DEFAULT_LINK)
-            .map_err(|e| SimError::UnknownLink { name: DEFAULT_LINK.into(), param: "link".into(), reason: e.to_string() })?
-            .clone();
+        let link = match host {
+            Some(h) => h.link_spec(),
+            None => catalog
+                .link(DEFAULT_LINK)
+                .map_err(|e| SimError::UnknownLink { name: DEFAULT_LINK.into(), param: "link".into(), reason: e.to_string() })?
+                .clone(),
+        };
         VirtualCluster::new(specs, link)
     }
 

@@ -1,6 +1,7 @@
-//! Time of one op on one device: a measured profile entry when there is one,
-//! the systolic array for MatMul/Conv2D on devices that have one (TPUs), the
-//! roofline otherwise.
+//! Time of one op on one device, first that applies: the profile's time for
+//! the node's shape key on this kind of device (plus the device's dispatch
+//! overhead), the profile's entry for the op name, the systolic array for
+//! MatMul/Conv2D on devices that have one (TPUs), the roofline.
 
 use super::sim_graph::{Gemm, NodeCost};
 use flowlab_hw::systolic::{ArrayConfig, Dataflow, Layer, simulate_layer};
@@ -27,8 +28,20 @@ impl<'a> DeviceCoster<'a> {
         DeviceCoster { spec, profile, array, gemm_cache: HashMap::new() }
     }
 
-    /// Seconds for one execution of an op.
-    pub fn seconds(&mut self, op: &str, c: &NodeCost) -> f64 {
+    /// Seconds for one execution of an op, and whether a shape key of the
+    /// profile priced it. `key` is the node's [`super::profile_key`]
+    /// without the device kind.
+    pub fn seconds(&mut self, op: &str, key: &str, c: &NodeCost) -> (f64, bool) {
+        if let Some(p) = self.profile
+            && !p.shapes.is_empty()
+            && let Some(m) = p.shapes.get(&format!("{} {key}", self.spec.kind.to_ascii_lowercase()))
+        {
+            return (self.spec.launch_overhead_seconds() + m.seconds, true);
+        }
+        (self.unkeyed(op, c), false)
+    }
+
+    fn unkeyed(&mut self, op: &str, c: &NodeCost) -> f64 {
         let cost = OpCost { flops: c.flops, bytes: c.bytes, dtype: c.dtype, class: c.class };
         if let Some(p) = self.profile
             && p.ops.contains_key(op)

@@ -81,6 +81,43 @@ pub struct SimGraph {
     pub(crate) warnings: Vec<String>,
     /// When the graph was pruned to one step: how its nodes map back.
     pub(crate) step: Option<StepMap>,
+    /// Profile shape key of each node, without the device kind (see
+    /// [`profile_key`]).
+    pub(crate) keys: Vec<String>,
+    /// Whether the engine executes the node in the step: false for fed
+    /// placeholders and variables only named by update ops, which the
+    /// simulator keeps for their memory and as sources of transfers but
+    /// prices at zero time.
+    pub(crate) runs: Vec<bool>,
+}
+
+/// The key a measured profile stores a node's time under: device kind, op,
+/// input and output types, e.g. `cpu MatMul f32[128,784] f32[784,512] ->
+/// f32[128,512]`. `flowlab profile` and the simulator both compute it here,
+/// so a key written is a key found.
+pub fn profile_key(nodes: &[Node], i: usize, device_kind: &str) -> String {
+    let n = &nodes[i];
+    let ins: Vec<(DType, Shape)> = n.inputs.iter().filter_map(|&(p, k)| nodes.get(p)?.outputs.get(k)).map(|t| (t.dtype, concrete(t).0)).collect();
+    let outs: Vec<(DType, Shape)> = n.outputs.iter().map(|t| (t.dtype, concrete(t).0)).collect();
+    format!("{} {}", device_kind.to_ascii_lowercase(), types_key(&n.op, &ins, &outs))
+}
+
+fn types_key(op: &str, ins: &[(DType, Shape)], outs: &[(DType, Shape)]) -> String {
+    use std::fmt::Write;
+    let mut k = String::with_capacity(64);
+    k.push_str(op);
+    let one = |k: &mut String, (d, s): &(DType, Shape)| {
+        let dims: Vec<String> = s.dims().iter().map(|x| x.to_string()).collect();
+        let _ = write!(k, " {d}[{}]", dims.join(","));
+    };
+    for t in ins {
+        one(&mut k, t);
+    }
+    k.push_str(" ->");
+    for t in outs {
+        one(&mut k, t);
+    }
+    k
 }
 
 /// What one step runs, as `Session::run(feeds, fetches, targets)` takes it
@@ -212,6 +249,7 @@ impl SimGraph {
         let mut consumers: Vec<Vec<u32>> = vec![Vec::new(); total as usize];
         let mut control_consumers: Vec<Vec<u32>> = vec![Vec::new(); n];
         let mut colocate_with = Vec::with_capacity(n);
+        let mut keys = Vec::with_capacity(n);
         for (i, node) in nodes.iter().enumerate() {
             let aliases_variable = node.attrs.contains_key("var");
             let mut outs = Vec::with_capacity(node.outputs.len());
@@ -252,6 +290,7 @@ impl SimGraph {
             let c = op_cost(&node.op, &node.attrs, &ins, &outs)
                 .map_err(|e| SimError::Graph { node: node.name.clone(), detail: format!("op '{}': {e}", node.op) })?;
             let dtype = hw_dtype(outs.first().or(ins.first()).map_or(DType::F32, |(d, _)| *d));
+            keys.push(types_key(&node.op, &ins, &outs));
             costs.push(NodeCost {
                 flops: c.flops,
                 bytes: c.bytes,
@@ -293,6 +332,8 @@ impl SimGraph {
             topo,
             warnings,
             step: None,
+            keys,
+            runs: vec![true; n],
         })
     }
 
@@ -305,6 +346,7 @@ impl SimGraph {
         let nodes = graph.nodes();
         let mut keep = step_nodes(graph, &step.feeds, &step.fetches, &step.targets)
             .map_err(|e| SimError::Graph { node: String::new(), detail: format!("the step's fetches and targets: {e}") })?;
+        let engine_runs = keep.clone();
         for &(p, _) in &step.feeds {
             if p < nodes.len() {
                 keep[p] = true;
@@ -382,6 +424,7 @@ impl SimGraph {
                 break;
             }
         }
+        sg.runs = full_id.iter().map(|&i| engine_runs[i as usize]).collect();
         sg.step = Some(StepMap { full_id, follow });
         Ok(sg)
     }

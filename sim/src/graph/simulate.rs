@@ -54,6 +54,8 @@ pub struct GraphSimulator {
     ps_per_byte: Vec<f64>,
     copy_engines: Vec<usize>,
     warnings: Vec<String>,
+    /// Nodes a shape-keyed profile did not price (empty without one).
+    fallback_nodes: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -118,14 +120,40 @@ impl GraphSimulator {
         }
         let profile = opts.profile.as_ref();
         let mut per_spec = vec![vec![0u64; n]; distinct.len()];
+        let mut fallback = vec![false; n];
         for (k, spec) in distinct.iter().enumerate() {
             let mut coster = DeviceCoster::new(spec, profile);
             for i in 0..n {
-                let s = coster.seconds(&graph.ops[i], &graph.costs[i]);
+                if !graph.runs[i] {
+                    continue;
+                }
+                let (s, keyed) = coster.seconds(&graph.ops[i], &graph.keys[i], &graph.costs[i]);
+                fallback[i] |= !keyed;
                 per_spec[k][i] = SimTime::from_secs_f64(s).0;
             }
         }
-        if let Some(p) = profile {
+        let keyed_profile = profile.is_some_and(|p| !p.shapes.is_empty());
+        let fallback_nodes: Vec<String> = if keyed_profile {
+            (0..n).filter(|&i| graph.runs[i] && fallback[i]).map(|i| graph.names[i].clone()).collect()
+        } else {
+            Vec::new()
+        };
+        if keyed_profile && !fallback_nodes.is_empty() {
+            let mut by_op: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+            for i in (0..n).filter(|&i| graph.runs[i] && fallback[i]) {
+                *by_op.entry(graph.ops[i].as_str()).or_default() += 1;
+            }
+            let list: Vec<String> = by_op.iter().map(|(op, c)| format!("{op} x{c}")).collect();
+            warnings.push(format!(
+                "{} of {} nodes have no measured shape in the profile and use the op-name or roofline cost: {}",
+                fallback_nodes.len(),
+                graph.runs.iter().filter(|&&r| r).count(),
+                list.join(", ")
+            ));
+        }
+        if let Some(p) = profile
+            && !keyed_profile
+        {
             let mut missing: Vec<(&str, &str)> = Vec::new();
             let mut seen = HashSet::new();
             for i in 0..n {
@@ -181,6 +209,7 @@ impl GraphSimulator {
             ps_per_byte,
             copy_engines,
             warnings,
+            fallback_nodes,
         })
     }
 
@@ -190,6 +219,13 @@ impl GraphSimulator {
 
     pub fn cluster(&self) -> &VirtualCluster {
         &self.cluster
+    }
+
+    /// Nodes that a profile with shape keys had no measurement for (they
+    /// were priced by op name or by the roofline); empty without such a
+    /// profile.
+    pub fn fallback_nodes(&self) -> &[String] {
+        &self.fallback_nodes
     }
 
     /// Warnings from preparing the graph and its costs.

@@ -1,0 +1,584 @@
+//! `kind: validate`: one point places a zoo model's training graph with a
+//! simulator placer, runs that placement for real in the engine (warm-up,
+//! then `steps` timed steps) over emulated links, and simulates the same
+//! placement, link and communication format with the graph-level simulator.
+//! Its metrics are the two step times and the signed error; after the sweep
+//! the runner writes a summary (MAPE per predictor, Kendall's tau of the
+//! placements' order, the worst points) to `summary.json`.
+//!
+//! ```yaml
+//! base:
+//!   model: cnn                 # a zoo model the engine can run at this size
+//!   batch: 64
+//!   devices: 2xcpu             # real engine devices (CPUs of this process)
+//!   threads: 1                 # worker threads per device
+//!   placer: m_etf              # any placer of `flowlab place`
+//!   comm: f32                  # f32 | f16 | bf16 | int8 | int8:<block>
+//!   link: { gbps: 5, latency_us: 50 }   # emulated in the engine, used by the simulator
+//!   predictor: profile         # roofline | profile
+//!   steps: 20                  # timed steps
+//!   warmup: 3                  # untimed steps first
+//!   profile: prof.json         # optional: a `flowlab profile` file (else measured in this run)
+//! ```
+//!
+//! Points of this kind time real runs, so they run one at a time whatever
+//! `--jobs` says. The host is measured once per run (GEMM rate, copy
+//! bandwidth, in-process transfer, dispatch), and the profile of each
+//! (model, batch, threads) once, in the same sitting as the timed runs,
+//! unless `profile:` names a file. Points that differ only in `predictor`
+//! and give the same placement share one measurement.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use flowlab_engine::{EmulatedLink, LinkMap, PartitionOptions};
+use flowlab_hw::{CommFormat, HostMeasurement, LinkSpec, Profile};
+use flowlab_reports::{ResultRow, SummaryTable};
+use flowlab_sim::graph::{GraphSimulator, SimOptions, VirtualCluster};
+use flowlab_sim::placement::{PLACERS, PlacerOptions, place_timed};
+use flowlab_sim::zoo::{self, ModelGraph};
+
+use super::{Outcome, TypedKind};
+use crate::measure::{self, ProfileRequest, StepRunner};
+
+/// One sweep point of a validation experiment.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ValidatePoint {
+    model: String,
+    #[serde(default = "default_batch")]
+    batch: usize,
+    devices: String,
+    #[serde(default = "one")]
+    threads: usize,
+    placer: String,
+    #[serde(default)]
+    comm: Option<String>,
+    /// `None`: the devices exchange tensors in process, no emulation.
+    #[serde(default)]
+    link: Option<LinkParams>,
+    predictor: Predictor,
+    #[serde(default = "default_steps")]
+    steps: usize,
+    #[serde(default = "default_warmup")]
+    warmup: usize,
+    #[serde(default)]
+    profile: Option<String>,
+    #[serde(default)]
+    iterations: Option<usize>,
+    #[serde(default)]
+    start: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinkParams {
+    gbps: f64,
+    latency_us: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Predictor {
+    Roofline,
+    Profile,
+}
+
+fn default_batch() -> usize {
+    32
+}
+fn one() -> usize {
+    1
+}
+fn default_steps() -> usize {
+    20
+}
+fn default_warmup() -> usize {
+    3
+}
+
+const MAX_BATCH: usize = 1 << 16;
+const MAX_DEVICES: usize = 16;
+const MAX_STEPS: usize = 100_000;
+const MAX_THREADS: usize = 256;
+
+const METRICS: &[&str] = &[
+    "measured_step_s",
+    "measured_p10_s",
+    "measured_p90_s",
+    "predicted_step_s",
+    "error",
+    "abs_error",
+    "measured_transfers",
+    "predicted_transfers",
+    "measured_transfer_bytes",
+    "predicted_transfer_bytes",
+    "fallback_nodes",
+    "devices_used",
+    "nodes",
+];
+
+pub(crate) static VALIDATE: TypedKind<ValidatePoint> = TypedKind {
+    name: "validate",
+    validate: |p| p.validate(),
+    run: run_point,
+    metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
+    series_names: &["measured_step_times_s"],
+    tag_paths: &[],
+    exclusive: true,
+    summarize: Some(summarize),
+};
+
+impl ValidatePoint {
+    fn validate(&self) -> Result<(), String> {
+        let models = zoo::names();
+        if !models.contains(&self.model.as_str()) {
+            return Err(format!(
+                "invalid parameter `model`: unknown model `{}`{} (zoo: {})",
+                self.model,
+                crate::suggest::did_you_mean(&self.model, models.iter().copied()),
+                models.join(", ")
+            ));
+        }
+        if self.batch == 0 || self.batch > MAX_BATCH {
+            return Err(format!("invalid parameter `batch`: must be between 1 and {MAX_BATCH}, got {}", self.batch));
+        }
+        self.device_count()?;
+        if self.threads == 0 || self.threads > MAX_THREADS {
+            return Err(format!("invalid parameter `threads`: must be between 1 and {MAX_THREADS}, got {}", self.threads));
+        }
+        if !PLACERS.contains(&self.placer.as_str()) {
+            return Err(format!(
+                "invalid parameter `placer`: unknown placer `{}`{} (valid: {})",
+                self.placer,
+                crate::suggest::did_you_mean(&self.placer, PLACERS.iter().copied()),
+                PLACERS.join(", ")
+            ));
+        }
+        if self.placer == "local_search" && !self.iterations.is_some_and(|i| i > 0) {
+            return Err("invalid parameter `iterations`: local_search needs a positive number of moves".into());
+        }
+        self.comm_format()?;
+        if let Some(l) = &self.link {
+            if !(l.gbps.is_finite() && l.gbps > 0.0) {
+                return Err(format!("invalid parameter `link.gbps`: must be a finite positive number of Gbit/s, got {}", l.gbps));
+            }
+            if !(l.latency_us.is_finite() && l.latency_us >= 0.0) {
+                return Err(format!("invalid parameter `link.latency_us`: must be zero or positive, got {}", l.latency_us));
+            }
+        }
+        if self.steps == 0 || self.steps > MAX_STEPS {
+            return Err(format!("invalid parameter `steps`: must be between 1 and {MAX_STEPS}, got {}", self.steps));
+        }
+        if self.warmup > MAX_STEPS {
+            return Err(format!("invalid parameter `warmup`: at most {MAX_STEPS}, got {}", self.warmup));
+        }
+        if let Some(path) = &self.profile {
+            let p = profile_file(path)?;
+            check_profile_matches(path, &p, &self.model, self.batch, self.threads, self.device_count()?)?;
+        }
+        Ok(())
+    }
+
+    /// Devices as `NxCPU`: the count. GPUs are refused until the CUDA
+    /// backend runs kernels.
+    fn device_count(&self) -> Result<usize, String> {
+        let spec = self.devices.trim().to_ascii_lowercase();
+        let (count, name) = match spec.split_once('x') {
+            Some((c, n)) if !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()) => (c.parse::<usize>().unwrap_or(usize::MAX), n),
+            _ => (1, spec.as_str()),
+        };
+        if name.contains("gpu") {
+            return Err(format!(
+                "invalid parameter `devices`: `{}`: the engine has no GPU devices yet (the CUDA backend compiles its kernels but does not run them); use `Nxcpu`",
+                self.devices
+            ));
+        }
+        if name != "cpu" {
+            return Err(format!("invalid parameter `devices`: `{}`: the engine runs on this host's CPUs; write e.g. `2xcpu`", self.devices));
+        }
+        if count == 0 || count > MAX_DEVICES {
+            return Err(format!("invalid parameter `devices`: between 1 and {MAX_DEVICES} CPUs, got `{}`", self.devices));
+        }
+        Ok(count)
+    }
+
+    fn comm_format(&self) -> Result<CommFormat, String> {
+        match &self.comm {
+            None => Ok(CommFormat::F32),
+            Some(s) => s.parse().map_err(|e| format!("invalid parameter `comm`: {e}")),
+        }
+    }
+
+    fn link_label(&self) -> String {
+        match &self.link {
+            None => "in-process".into(),
+            Some(l) => format!("{}gbps,{}us", l.gbps, l.latency_us),
+        }
+    }
+}
+
+/// A profile file, read once per run (the same file is named by many points).
+fn profile_file(path: &str) -> Result<Arc<Profile>, String> {
+    static FILES: OnceLock<Mutex<HashMap<String, Arc<Profile>>>> = OnceLock::new();
+    let files = FILES.get_or_init(Default::default);
+    if let Some(p) = lock(files).get(path) {
+        return Ok(p.clone());
+    }
+    let p = Arc::new(Profile::from_file(path).map_err(|e| format!("invalid parameter `profile`: {e}"))?);
+    lock(files).insert(path.to_string(), p.clone());
+    Ok(p)
+}
+
+fn check_profile_matches(path: &str, p: &Profile, model: &str, batch: usize, threads: usize, devices: usize) -> Result<(), String> {
+    let bad = |what: String| Err(format!("invalid parameter `profile`: {path}: {what}"));
+    match (&p.model, p.batch) {
+        (Some(m), Some(b)) if m == model && b == batch => {}
+        (Some(m), Some(b)) => return bad(format!("it was measured for {m} at batch {b}, not {model} at batch {batch}")),
+        _ => return bad("it has no `model` and `batch` (write one with `flowlab profile`)".into()),
+    }
+    match &p.host {
+        None => bad("it has no `host` section (write one with `flowlab profile`)".into()),
+        Some(h) if h.threads != threads => bad(format!("it was measured with {} threads per device, the point uses {threads}", h.threads)),
+        Some(_) if p.session_devices != Some(devices) => bad(format!(
+            "it was measured in a session of {} devices, the point runs {devices} (profile with `flowlab profile --devices {devices}xcpu`)",
+            p.session_devices.map_or("an unknown number of".to_string(), |d| d.to_string())
+        )),
+        Some(_) if p.shapes.is_empty() => bad("it has no `shapes` (write one with `flowlab profile`)".into()),
+        Some(_) => Ok(()),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// This host, measured once per run and thread count.
+fn host(threads: usize) -> Result<HostMeasurement, String> {
+    static HOSTS: OnceLock<Mutex<HashMap<usize, HostMeasurement>>> = OnceLock::new();
+    let hosts = HOSTS.get_or_init(Default::default);
+    if let Some(h) = lock(hosts).get(&threads) {
+        return Ok(h.clone());
+    }
+    let h = measure::measure_host(threads)?;
+    lock(hosts).insert(threads, h.clone());
+    Ok(h)
+}
+
+/// The point's profile: its file, or one measured in this run.
+fn point_profile(p: &ValidatePoint) -> Result<Arc<Profile>, String> {
+    if let Some(path) = &p.profile {
+        let prof = profile_file(path)?;
+        check_profile_matches(path, &prof, &p.model, p.batch, p.threads, p.device_count()?)?;
+        return Ok(prof);
+    }
+    static MEASURED: OnceLock<Mutex<HashMap<(String, usize, usize, usize), Arc<Profile>>>> = OnceLock::new();
+    let measured = MEASURED.get_or_init(Default::default);
+    let devices = p.device_count()?;
+    let key = (p.model.clone(), p.batch, p.threads, devices);
+    if let Some(prof) = lock(measured).get(&key) {
+        return Ok(prof.clone());
+    }
+    let req = ProfileRequest { model: p.model.clone(), batch: p.batch, threads: p.threads, devices, warmup: p.warmup.max(2), steps: p.steps.max(10) };
+    let prof = Arc::new(measure::profile_model(&req, |_| {}).map_err(|e| format!("profiling {} at batch {}: {e}", p.model, p.batch))?);
+    lock(measured).insert(key, prof.clone());
+    Ok(prof)
+}
+
+/// What one real run measured.
+#[derive(Clone)]
+struct Measured {
+    times: Vec<f64>,
+    transfers: f64,
+    bytes: f64,
+}
+
+/// Runs a placement in the engine: `warmup` untimed steps, then `steps`
+/// timed ones; transfers and bytes per step from the session's counters.
+fn measure_placement(p: &ValidatePoint, model: &ModelGraph, init: &flowlab_engine::Output, placement: &flowlab_engine::Placement, n: usize) -> Result<Measured, String> {
+    let mut links = LinkMap::default();
+    if let Some(l) = &p.link {
+        links.all = Some(EmulatedLink::new(l.gbps, l.latency_us).map_err(|e| format!("invalid parameter `link`: {e}"))?);
+    }
+    let mut opts = measure::cpu_options(n, p.threads, Some(placement.clone()), links);
+    opts.partition = PartitionOptions { format: p.comm_format()?, ..Default::default() };
+    let runner = StepRunner::new(model.clone(), init, opts)?;
+    for _ in 0..p.warmup {
+        runner.step(false)?;
+    }
+    let before = runner.session.comm_stats();
+    let times = runner.time_steps(0, p.steps)?;
+    let after = runner.session.comm_stats();
+    let steps = p.steps as f64;
+    Ok(Measured {
+        times,
+        transfers: (after.transfers - before.transfers) as f64 / steps,
+        bytes: (after.bytes_sent - before.bytes_sent) as f64 / steps,
+    })
+}
+
+fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
+    let n = p.device_count()?;
+    let (model, init) = measure::with_initializer(&p.model, p.batch)?;
+    let profile = match p.predictor {
+        Predictor::Profile => Some(point_profile(p)?),
+        Predictor::Roofline => None,
+    };
+    // The machine: the profile's own host figures when it has them (same
+    // sitting as its op times), else this run's measurement.
+    let host = match profile.as_ref().and_then(|p| p.host.clone()) {
+        Some(h) => h,
+        None => host(p.threads)?,
+    };
+    let mut cluster = VirtualCluster::parse_for_host(&format!("{n}xcpu"), &host).map_err(|e| format!("invalid parameter `devices`: {e}"))?;
+    if let Some(l) = &p.link {
+        // The emulated delay starts when the Send starts; the emulation's
+        // own hand-over (measured) comes on top of it.
+        cluster = cluster.with_link(LinkSpec {
+            name: "emulated".into(),
+            bandwidth_gb_s: l.gbps / 8.0,
+            latency_us: l.latency_us + host.emulated_overhead_us,
+        });
+    }
+    let mut opts = PlacerOptions::new(cluster.clone());
+    opts.sim = SimOptions {
+        partition: PartitionOptions { format: p.comm_format()?, ..Default::default() },
+        profile: profile.as_deref().cloned(),
+        step: Some(model.step()),
+    };
+    opts.seed = seed;
+    opts.budget = std::time::Duration::ZERO;
+    opts.iterations = p.iterations;
+    if let Some(s) = &p.start {
+        opts.start = s.clone();
+    }
+    let sim = GraphSimulator::new(&model.graph, &cluster, &opts.sim).map_err(|e| e.to_string())?;
+    // Too large for the host: the simulator's peak memory on one device
+    // against this machine's memory, before the engine allocates anything.
+    let one_device = sim.simulate_indices(&vec![0u16; sim.graph().len()]).map_err(|e| e.to_string())?;
+    let need = one_device.devices.first().map_or(0, |d| d.peak_memory_bytes) as f64;
+    if need > 0.5 * host.memory_gb * 1e9 {
+        return Err(format!(
+            "invalid parameter `batch`: {} at batch {} needs about {:.1} GB at its peak, more than half of this host's {:.1} GB",
+            p.model,
+            p.batch,
+            need / 1e9,
+            host.memory_gb
+        ));
+    }
+    let outcome = place_timed(&p.placer, &model.graph, &opts).map_err(|e| e.to_string())?;
+    let report = sim.simulate(&outcome.placement).map_err(|e| e.to_string())?;
+
+    // One measurement per distinct placement and run settings: predictors
+    // that choose the same placement share it.
+    type Key = (String, usize, usize, usize, String, String, u64);
+    static RUNS: OnceLock<Mutex<HashMap<Key, Measured>>> = OnceLock::new();
+    let runs = RUNS.get_or_init(Default::default);
+    let key: Key = (p.model.clone(), p.batch, n, p.threads, p.comm_format()?.to_string(), p.link_label(), placement_hash(&outcome.placement));
+    let cached = lock(runs).get(&key).cloned();
+    let measured = match cached {
+        Some(m) => m,
+        None => {
+            let m = measure_placement(p, &model, &init, &outcome.placement, n)?;
+            lock(runs).insert(key, m.clone());
+            m
+        }
+    };
+    let (med, p10, p90) = measure::spread(&measured.times);
+    let predicted = report.step_seconds;
+    let error = (predicted - med) / med;
+    let mut o = Outcome::default();
+    let m = &mut o.metrics;
+    m.insert("measured_step_s".into(), med);
+    m.insert("measured_p10_s".into(), p10);
+    m.insert("measured_p90_s".into(), p90);
+    m.insert("predicted_step_s".into(), predicted);
+    m.insert("error".into(), error);
+    m.insert("abs_error".into(), error.abs());
+    m.insert("measured_transfers".into(), measured.transfers);
+    m.insert("predicted_transfers".into(), report.transfers as f64);
+    m.insert("measured_transfer_bytes".into(), measured.bytes);
+    m.insert("predicted_transfer_bytes".into(), report.transfer_bytes as f64);
+    m.insert("fallback_nodes".into(), sim.fallback_nodes().len() as f64);
+    m.insert("devices_used".into(), report.devices.iter().filter(|d| d.ops > 0).count() as f64);
+    m.insert("nodes".into(), sim.graph().len() as f64);
+    o.series.insert("measured_step_times_s".into(), measured.times);
+    Ok(o)
+}
+
+fn placement_hash(p: &flowlab_engine::Placement) -> u64 {
+    // FNV-1a over the device names in node order: stable across runs.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for d in p.devices() {
+        for b in d.to_string().bytes().chain([0u8]) {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Kendall's tau-b between two equally long lists (ties in either count
+/// against neither concordance nor discordance, as tau-b defines).
+pub(crate) fn kendall_tau(x: &[f64], y: &[f64]) -> Option<f64> {
+    let n = x.len().min(y.len());
+    if n < 2 {
+        return None;
+    }
+    let (mut c, mut d, mut tx, mut ty) = (0f64, 0f64, 0f64, 0f64);
+    for i in 0..n {
+        for j in i + 1..n {
+            let a = (x[i] - x[j]).signum() * if x[i] == x[j] { 0.0 } else { 1.0 };
+            let b = (y[i] - y[j]).signum() * if y[i] == y[j] { 0.0 } else { 1.0 };
+            if a == 0.0 && b == 0.0 {
+                continue;
+            } else if a == 0.0 {
+                tx += 1.0;
+            } else if b == 0.0 {
+                ty += 1.0;
+            } else if a == b {
+                c += 1.0;
+            } else {
+                d += 1.0;
+            }
+        }
+    }
+    let denom = ((c + d + tx) * (c + d + ty)).sqrt();
+    (denom > 0.0).then(|| (c - d) / denom)
+}
+
+fn param(r: &ResultRow, key: &str) -> String {
+    match r.params.get(key) {
+        None | Some(serde_json::Value::Null) => String::new(),
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+    }
+}
+
+/// MAPE per predictor, Kendall's tau per group of placements, worst points.
+fn summarize(rows: &[ResultRow]) -> (Vec<SummaryTable>, String) {
+    let ok: Vec<&ResultRow> = rows
+        .iter()
+        .filter(|r| r.error.is_none() && r.metrics.get("error").is_some_and(|e| e.is_finite()))
+        .collect();
+    let mut tables = Vec::new();
+    let mut text = String::new();
+    // MAPE and spread per predictor.
+    let mut by_pred: BTreeMap<String, Vec<&ResultRow>> = BTreeMap::new();
+    for r in &ok {
+        by_pred.entry(param(r, "predictor")).or_default().push(r);
+    }
+    let mut rows_out = Vec::new();
+    for (pred, rs) in &by_pred {
+        let abs: Vec<f64> = rs.iter().map(|r| r.metrics["abs_error"]).collect();
+        let signed: Vec<f64> = rs.iter().map(|r| r.metrics["error"]).collect();
+        let spread: Vec<f64> = rs
+            .iter()
+            .map(|r| (r.metrics["measured_p90_s"] - r.metrics["measured_p10_s"]) / r.metrics["measured_step_s"])
+            .collect();
+        let mape = abs.iter().sum::<f64>() / abs.len() as f64;
+        let bias = signed.iter().sum::<f64>() / signed.len() as f64;
+        let worst = abs.iter().copied().fold(0.0, f64::max);
+        let spread_med = measure::spread(&spread).0;
+        let bytes_equal = rs.iter().filter(|r| r.metrics["measured_transfer_bytes"] == r.metrics["predicted_transfer_bytes"]).count();
+        text.push_str(&format!(
+            "{pred}: MAPE {:.1}% over {} points (mean signed error {:+.1}%, worst {:.1}%; measured p10-p90 spread, median over points {:.1}%); transfer bytes equal in {bytes_equal} of {}\n",
+            mape * 100.0,
+            rs.len(),
+            bias * 100.0,
+            worst * 100.0,
+            spread_med * 100.0,
+            rs.len()
+        ));
+        rows_out.push(vec![
+            serde_json::json!(pred),
+            serde_json::json!(rs.len()),
+            serde_json::json!(round(mape * 100.0)),
+            serde_json::json!(round(bias * 100.0)),
+            serde_json::json!(round(worst * 100.0)),
+            serde_json::json!(round(spread_med * 100.0)),
+            serde_json::json!(format!("{bytes_equal} of {}", rs.len())),
+        ]);
+    }
+    tables.push(SummaryTable {
+        title: "Prediction error per predictor".into(),
+        columns: ["predictor", "points", "MAPE %", "mean signed error %", "worst |error| %", "measured spread %", "transfer bytes equal"]
+            .map(String::from)
+            .to_vec(),
+        rows: rows_out,
+        note: Some("error = (predicted - measured) / measured step time; spread = (p90 - p10) / median of the timed steps".into()),
+    });
+    // Kendall's tau per group of points that differ only in the placer.
+    let group_keys = ["predictor", "model", "batch", "devices", "threads", "comm", "link.gbps", "link.latency_us"];
+    let mut groups: BTreeMap<Vec<String>, Vec<&ResultRow>> = BTreeMap::new();
+    for r in &ok {
+        groups.entry(group_keys.iter().map(|k| param(r, k)).collect()).or_default().push(r);
+    }
+    let mut tau_rows = Vec::new();
+    for (g, rs) in &groups {
+        let m: Vec<f64> = rs.iter().map(|r| r.metrics["measured_step_s"]).collect();
+        let p: Vec<f64> = rs.iter().map(|r| r.metrics["predicted_step_s"]).collect();
+        let tau = kendall_tau(&m, &p);
+        let label: Vec<String> = group_keys.iter().zip(g).filter(|(_, v)| !v.is_empty()).map(|(k, v)| format!("{k}={v}")).collect();
+        if let Some(t) = tau {
+            text.push_str(&format!("tau {t:+.2} over {} placements: {}\n", rs.len(), label.join(" ")));
+        }
+        tau_rows.push(vec![serde_json::json!(label.join(" ")), serde_json::json!(rs.len()), tau.map_or(serde_json::Value::Null, |t| serde_json::json!(round(t)))]);
+    }
+    tables.push(SummaryTable {
+        title: "Order of placements: Kendall's tau between measured and predicted step times".into(),
+        columns: ["group", "placements", "tau"].map(String::from).to_vec(),
+        rows: tau_rows,
+        note: Some("tau-b over the placers of each group; 1 = the simulator ranks the placements as the engine does".into()),
+    });
+    // The worst points.
+    let mut worst: Vec<&&ResultRow> = ok.iter().collect();
+    worst.sort_by(|a, b| b.metrics["abs_error"].total_cmp(&a.metrics["abs_error"]));
+    let worst_rows = worst
+        .iter()
+        .take(8)
+        .map(|r| {
+            vec![
+                serde_json::json!(r.index),
+                serde_json::json!(param(r, "predictor")),
+                serde_json::json!(param(r, "model")),
+                serde_json::json!(param(r, "placer")),
+                serde_json::json!(param(r, "comm")),
+                serde_json::json!(format!("{}gbps", param(r, "link.gbps"))),
+                serde_json::json!(round(r.metrics["measured_step_s"] * 1e3)),
+                serde_json::json!(round(r.metrics["predicted_step_s"] * 1e3)),
+                serde_json::json!(round(r.metrics["error"] * 100.0)),
+            ]
+        })
+        .collect();
+    tables.push(SummaryTable {
+        title: "Worst points".into(),
+        columns: ["point", "predictor", "model", "placer", "comm", "link", "measured ms", "predicted ms", "error %"].map(String::from).to_vec(),
+        rows: worst_rows,
+        note: None,
+    });
+    (tables, text)
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kendall_tau_matches_hand_counted_pairs() {
+        // Reference by hand: x = 1..4, y = [1, 3, 2, 4]: 5 concordant and 1
+        // discordant pair of 6, tau = 4/6.
+        let t = kendall_tau(&[1.0, 2.0, 3.0, 4.0], &[1.0, 3.0, 2.0, 4.0]).unwrap();
+        assert!((t - 4.0 / 6.0).abs() < 1e-12, "{t}");
+        assert_eq!(kendall_tau(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]), Some(-1.0));
+        // tau-b with a tie in y: pairs (1,2) tied in y; c = 2, d = 0, ty = 1:
+        // 2 / sqrt(3 * 2).
+        let t = kendall_tau(&[1.0, 2.0, 3.0], &[1.0, 1.0, 2.0]).unwrap();
+        assert!((t - 2.0 / 6f64.sqrt()).abs() < 1e-12, "{t}");
+        assert_eq!(kendall_tau(&[1.0], &[1.0]), None);
+    }
+}

@@ -1,0 +1,324 @@
+//! Measurements of the real engine on this host, for the validation loop:
+//! the host's figures (GEMM rate, memory bandwidth, in-process transfer
+//! cost, executor dispatch) and per-shape op profiles of a zoo model's
+//! training step. Everything here runs real kernels and reads the clock;
+//! nothing is estimated.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use flowlab_engine::{DType, DeviceSet, EmulatedLink, Graph, LinkMap, Placement, Session, SessionOptions, StepStats, Tensor};
+use flowlab_hw::{HostMeasurement, Profile, ShapeMeasurement};
+use flowlab_sim::graph::profile_key;
+use flowlab_sim::zoo::{self, ModelGraph};
+
+/// Median and 10th / 90th percentiles (nearest rank) of `v`.
+pub(crate) fn spread(v: &[f64]) -> (f64, f64, f64) {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    s.sort_by(f64::total_cmp);
+    let at = |q: f64| s[((q * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1];
+    let mid = s.len() / 2;
+    let median = if s.len() % 2 == 1 { s[mid] } else { 0.5 * (s[mid - 1] + s[mid]) };
+    (median, at(0.1), at(0.9))
+}
+
+fn median(v: &[f64]) -> f64 {
+    spread(v).0
+}
+
+/// Fixed, formula-made inputs of a model's step (no RNG: the same bytes on
+/// every run), labels cycling through the classes.
+pub(crate) fn model_feeds(m: &ModelGraph) -> Result<Vec<Tensor>, String> {
+    let mut out = Vec::with_capacity(m.inputs.len());
+    for (k, o) in m.inputs.iter().enumerate() {
+        let dims: Vec<usize> = o
+            .shape()
+            .dims()
+            .iter()
+            .map(|d| d.ok_or_else(|| format!("input '{}' of {} has an unknown dimension", o.name(), m.name)))
+            .collect::<Result<_, _>>()?;
+        let n: usize = dims.iter().product();
+        let t = match o.dtype() {
+            DType::F32 => Tensor::from_vec((0..n).map(|i| ((i * 37 + k) % 101) as f32 / 101.0 - 0.5).collect::<Vec<_>>(), dims),
+            // Class ids and token ids: small values, valid for every zoo head.
+            DType::I64 => Tensor::from_vec((0..n).map(|i| (i % 10) as i64).collect::<Vec<_>>(), dims),
+            DType::I32 => Tensor::from_vec((0..n).map(|i| (i % 10) as i32).collect::<Vec<_>>(), dims),
+            other => return Err(format!("input '{}' of {} has dtype {other}, which the validation runner cannot fill", o.name(), m.name)),
+        };
+        out.push(t.map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+/// A session running `m`'s step on `devices` CPUs with `threads` each.
+pub(crate) struct StepRunner {
+    pub model: ModelGraph,
+    pub session: Session,
+    feeds: Vec<Tensor>,
+}
+
+impl StepRunner {
+    /// `model` must already hold its initializer op ([`with_initializer`]):
+    /// a placement covers the graph as it is when placed.
+    pub(crate) fn new(model: ModelGraph, init: &flowlab_engine::Output, opts: SessionOptions) -> Result<StepRunner, String> {
+        let session = Session::with_options(&model.graph, opts).map_err(|e| format!("engine session: {e}"))?;
+        session.run(&[], &[], &[init]).map_err(|e| format!("initializing variables: {e}"))?;
+        let feeds = model_feeds(&model)?;
+        Ok(StepRunner { model, session, feeds })
+    }
+
+    /// One training step; with `trace`, its step statistics.
+    pub(crate) fn step(&self, trace: bool) -> Result<Option<StepStats>, String> {
+        let pairs: Vec<_> = self.model.inputs.iter().zip(&self.feeds).collect();
+        let fetch = [&self.model.loss];
+        let target = [&self.model.train_op];
+        if trace {
+            let (_, s) = self.session.run_traced(&pairs, &fetch, &target).map_err(|e| format!("training step: {e}"))?;
+            Ok(Some(s))
+        } else {
+            self.session.run(&pairs, &fetch, &target).map_err(|e| format!("training step: {e}"))?;
+            Ok(None)
+        }
+    }
+
+    /// Wall seconds of `steps` timed steps after `warmup` untimed ones.
+    pub(crate) fn time_steps(&self, warmup: usize, steps: usize) -> Result<Vec<f64>, String> {
+        for _ in 0..warmup {
+            self.step(false)?;
+        }
+        let mut v = Vec::with_capacity(steps);
+        for _ in 0..steps {
+            let t = Instant::now();
+            self.step(false)?;
+            v.push(t.elapsed().as_secs_f64());
+        }
+        Ok(v)
+    }
+}
+
+/// A zoo model with its variables' initializer op added.
+pub(crate) fn with_initializer(model: &str, batch: usize) -> Result<(ModelGraph, flowlab_engine::Output), String> {
+    let m = zoo::build(model, batch).map_err(|e| e.to_string())?;
+    let init = m.graph.global_variables_initializer().map_err(|e| e.to_string())?;
+    Ok((m, init))
+}
+
+/// Session options for `n` local CPUs with `threads` each.
+pub(crate) fn cpu_options(n: usize, threads: usize, placement: Option<Placement>, links: LinkMap) -> SessionOptions {
+    SessionOptions { threads, devices: DeviceSet::local_cpus(n), placement, links, ..Default::default() }
+}
+
+/// What [`profile_model`] is asked to measure.
+#[derive(Debug, Clone)]
+pub struct ProfileRequest {
+    pub model: String,
+    pub batch: usize,
+    pub threads: usize,
+    /// Devices of the session (every node on the first): profile in the
+    /// session shape the profile will predict.
+    pub devices: usize,
+    pub warmup: usize,
+    pub steps: usize,
+}
+
+/// Runs the model's training step on the first CPU of a `devices`-CPU
+/// session of the real engine
+/// (warm-up, then `steps` traced steps) and records every node's kernel
+/// time by shape key, plus this host's figures. The profile's dispatch time
+/// is this model's: (step wall time - kernel times) / nodes run.
+pub fn profile_model(req: &ProfileRequest, mut progress: impl FnMut(&str)) -> Result<Profile, String> {
+    let (model, init) = with_initializer(&req.model, req.batch)?;
+    let nodes = model.graph.nodes();
+    let index: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+    progress(&format!("measuring host figures ({} threads)", req.threads));
+    let mut host = measure_host(req.threads)?;
+    let devices = req.devices.max(1);
+    let placement = (devices > 1).then(|| {
+        let first = DeviceSet::local_cpus(1).devices()[0].0.clone();
+        Placement::from_devices(vec![first; model.graph.num_nodes()])
+    });
+    let runner = StepRunner::new(model, &init, cpu_options(devices, req.threads, placement, LinkMap::default()))?;
+    progress(&format!("{} batch {}: {} warm-up steps", req.model, req.batch, req.warmup));
+    for _ in 0..req.warmup {
+        runner.step(false)?;
+    }
+    let mut samples: BTreeMap<String, (String, Vec<f64>)> = BTreeMap::new();
+    let mut overhead_per_node = Vec::with_capacity(req.steps);
+    for s in 0..req.steps {
+        progress(&format!("{} batch {}: timed step {} of {}", req.model, req.batch, s + 1, req.steps));
+        let stats = runner.step(true)?.unwrap_or_default();
+        let mut kernel = 0.0;
+        for n in &stats.nodes {
+            let Some(&i) = index.get(n.node.as_str()) else { continue };
+            let secs = ((n.end_us - n.start_us) * 1e-6).max(0.0);
+            kernel += secs;
+            let key = profile_key(&nodes, i, "cpu");
+            samples.entry(key).or_insert_with(|| (n.op.clone(), Vec::new())).1.push(secs);
+        }
+        if !stats.nodes.is_empty() {
+            overhead_per_node.push(((stats.total_us * 1e-6 - kernel) / stats.nodes.len() as f64).max(0.0));
+        }
+    }
+    host.dispatch_us = median(&overhead_per_node) * 1e6;
+    let shapes = samples
+        .into_iter()
+        .map(|(k, (op, v))| {
+            let (seconds, p10, p90) = spread(&v);
+            (k, ShapeMeasurement { op, seconds, p10, p90, samples: v.len() })
+        })
+        .collect();
+    Ok(Profile {
+        device: Some(flowlab_hw::HOST_DEVICE.into()),
+        model: Some(req.model.clone()),
+        batch: Some(req.batch),
+        session_devices: Some(devices),
+        shapes,
+        host: Some(host),
+        ..Default::default()
+    })
+}
+
+/// Measures this host: the engine's f32 GEMM rate for 1..=max(threads,
+/// cores) threads, single-thread copy bandwidth, an in-process Send/Recv's
+/// latency and bandwidth, and the executor's per-op dispatch time.
+pub fn measure_host(threads: usize) -> Result<HostMeasurement, String> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut gemm_gflops = BTreeMap::new();
+    for t in 1..=threads.max(cores) {
+        gemm_gflops.insert(t, gemm_gflops_at(t));
+    }
+    let memory_bandwidth_gb_s = copy_bandwidth_gb_s();
+    let (transfer_latency_us, transfer_bandwidth_gb_s) = in_process_transfer()?;
+    // Through an emulated link of no latency and a bandwidth that makes a
+    // 4-byte transfer's serialization negligible (4 ps): what the delivery
+    // thread's sleep and hand-over add to every emulated transfer.
+    let fast = EmulatedLink::new(8000.0, 0.0).map_err(|e| e.to_string())?;
+    let emulated_overhead_us = transfer_span(1, Some(fast))?.0 * 1e6;
+    let dispatch_us = dispatch_us()?;
+    Ok(HostMeasurement {
+        threads,
+        gemm_gflops,
+        memory_bandwidth_gb_s,
+        transfer_latency_us,
+        transfer_bandwidth_gb_s,
+        emulated_overhead_us,
+        dispatch_us,
+        memory_gb: host_memory_gb(),
+    })
+}
+
+fn gemm_gflops_at(threads: usize) -> f64 {
+    const N: usize = 512;
+    let a: Vec<f32> = (0..N * N).map(|i| (i % 7) as f32 * 0.25).collect();
+    let b: Vec<f32> = (0..N * N).map(|i| (i % 5) as f32 * 0.5).collect();
+    let mut c = vec![0f32; N * N];
+    let mut times = Vec::new();
+    for rep in 0..8 {
+        let t = Instant::now();
+        flowlab_engine::kernels::cpu::matmul(&a, &b, &mut c, N, N, N, false, false, threads);
+        if rep > 0 {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    2.0 * (N * N * N) as f64 / median(&times) / 1e9
+}
+
+fn copy_bandwidth_gb_s() -> f64 {
+    const BYTES: usize = 64 << 20;
+    let src: Vec<u8> = (0..BYTES).map(|i| i as u8).collect();
+    let mut dst = vec![0u8; BYTES];
+    let mut times = Vec::new();
+    for rep in 0..6 {
+        let t = Instant::now();
+        dst.copy_from_slice(&src);
+        std::hint::black_box(&dst);
+        if rep > 0 {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    2.0 * BYTES as f64 / median(&times) / 1e9
+}
+
+/// Median Send/Recv span (start of Send to end of Recv) of a tensor of
+/// `elems` floats from CPU:0 to CPU:1, and its bytes on the wire.
+fn transfer_span(elems: usize, link: Option<EmulatedLink>) -> Result<(f64, u64), String> {
+    let g = Graph::new();
+    let x = g.device("/cpu:0").placeholder("x", DType::F32, flowlab_engine::Shape::new(vec![elems])).map_err(|e| e.to_string())?;
+    let y = g.device("/cpu:0").op("Neg").input(&x).build().map_err(|e| e.to_string())?;
+    let z = g.device("/cpu:1").op("Neg").input(&y).build().map_err(|e| e.to_string())?;
+    let links = LinkMap { all: link, ..Default::default() };
+    let sess = Session::with_options(&g, cpu_options(2, 1, None, links)).map_err(|e| e.to_string())?;
+    let v = Tensor::from_vec(vec![1f32; elems], vec![elems]).map_err(|e| e.to_string())?;
+    let mut spans = Vec::new();
+    let mut bytes = 0;
+    for rep in 0..25 {
+        let (_, s) = sess.run_traced(&[(&x, &v)], &[&z], &[]).map_err(|e| e.to_string())?;
+        if rep >= 5
+            && let Some(t) = s.transfers.first()
+        {
+            spans.push((t.end_us - t.start_us) * 1e-6);
+            bytes = t.bytes;
+        }
+    }
+    Ok((median(&spans), bytes))
+}
+
+fn in_process_transfer() -> Result<(f64, f64), String> {
+    let (small, _) = transfer_span(1, None)?;
+    let (large, bytes) = transfer_span(4 << 20, None)?;
+    // A Send/Recv in one process hands the buffer over without a copy, so
+    // the large span may be no longer than the small one: then bandwidth is
+    // bounded by the copy bandwidth instead of being infinite.
+    let extra = large - small;
+    let bw = if extra > 0.0 { bytes as f64 / extra / 1e9 } else { copy_bandwidth_gb_s() };
+    Ok((small.max(0.0) * 1e6, bw))
+}
+
+fn dispatch_us() -> Result<f64, String> {
+    const CHAIN: usize = 200;
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, flowlab_engine::Shape::new(vec![1])).map_err(|e| e.to_string())?;
+    let mut y = x.clone();
+    for _ in 0..CHAIN {
+        y = g.op("Neg").input(&y).build().map_err(|e| e.to_string())?;
+    }
+    let sess = Session::with_options(&g, cpu_options(1, 1, None, LinkMap::default())).map_err(|e| e.to_string())?;
+    let v = Tensor::from_vec(vec![1f32], vec![1]).map_err(|e| e.to_string())?;
+    let mut per_op = Vec::new();
+    for rep in 0..25 {
+        let (_, s) = sess.run_traced(&[(&x, &v)], &[&y], &[]).map_err(|e| e.to_string())?;
+        if rep >= 5 && !s.nodes.is_empty() {
+            let kernel: f64 = s.nodes.iter().map(|n| (n.end_us - n.start_us).max(0.0)).sum();
+            per_op.push((s.total_us - kernel).max(0.0) / s.nodes.len() as f64);
+        }
+    }
+    Ok(median(&per_op))
+}
+
+fn host_memory_gb() -> f64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            let line = t.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb * 1024.0 / 1e9)
+        })
+        .unwrap_or(16.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_is_median_and_nearest_rank_percentiles() {
+        // Reference values by hand: sorted 1..=10.
+        let v: Vec<f64> = (1..=10).rev().map(f64::from).collect();
+        assert_eq!(spread(&v), (5.5, 1.0, 9.0));
+        assert_eq!(spread(&[3.0]), (3.0, 3.0, 3.0));
+        assert!(spread(&[]).0.is_nan());
+    }
+}

@@ -1,0 +1,113 @@
+//! What a profile measured beyond per-op efficiencies: op times keyed by
+//! shape, and the host the engine ran on.
+//!
+//! `flowlab profile` writes these from real engine runs; the graph-level
+//! simulator prices a node by its shape key when the profile has it, and
+//! builds the `cpu-host` device and the `in-process` link from the host
+//! figures. This crate knows nothing of graphs: a shape key is an opaque
+//! string the caller computes the same way when writing and reading (the
+//! simulator's `profile_key`: op, device kind, input and output types).
+
+use crate::catalog::{DeviceSpec, LinkSpec, PeakTflops};
+use crate::roofline::OpClass;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Name of the device built from a host measurement.
+pub const HOST_DEVICE: &str = "cpu-host";
+/// Name of the link built from a host measurement.
+pub const HOST_LINK: &str = "in-process";
+
+/// The measured time of every node with one shape key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShapeMeasurement {
+    pub op: String,
+    /// Median kernel time in seconds, as the engine's step statistics record
+    /// it (the device's per-op dispatch overhead is added on top).
+    pub seconds: f64,
+    /// 10th and 90th percentiles of the samples.
+    pub p10: f64,
+    pub p90: f64,
+    /// Samples behind the median (nodes with this key x timed steps).
+    pub samples: usize,
+}
+
+/// Figures of the host the profile was measured on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostMeasurement {
+    /// Worker threads per device the profiled steps used.
+    pub threads: usize,
+    /// f32 GEMM rate of the engine's matmul kernel (10^9 flop/s), by thread
+    /// count (a 512 x 512 x 512 product, median of repeats).
+    pub gemm_gflops: BTreeMap<usize, f64>,
+    /// Copy bandwidth of one thread, read plus written bytes (10^9 bytes/s),
+    /// over a buffer larger than the caches.
+    pub memory_bandwidth_gb_s: f64,
+    /// An in-process Send/Recv of a 4-byte tensor, end to end.
+    pub transfer_latency_us: f64,
+    /// In-process Send/Recv of a large tensor, bytes over the time beyond
+    /// the latency.
+    pub transfer_bandwidth_gb_s: f64,
+    /// A 4-byte transfer over an emulated link of zero latency, end to end:
+    /// what the engine's link emulation (a delivery thread that sleeps until
+    /// each tensor's time, then wakes the receiver) adds to every emulated
+    /// transfer beyond its latency and serialization.
+    #[serde(default)]
+    pub emulated_overhead_us: f64,
+    /// The executor's time per op outside kernels: a step's wall time minus
+    /// its nodes' kernel times, over the nodes run.
+    pub dispatch_us: f64,
+    /// Physical memory of the host (10^9 bytes).
+    pub memory_gb: f64,
+}
+
+impl HostMeasurement {
+    /// The `cpu-host` device: the measured GEMM rate at the profiled thread
+    /// count as f32 peak (so GEMMs and convolutions, which the engine runs
+    /// as GEMMs, have efficiency 1), the measured bandwidth, the measured
+    /// dispatch time as launch overhead.
+    pub fn device_spec(&self) -> DeviceSpec {
+        let gflops = self.gemm_gflops.get(&self.threads).or_else(|| self.gemm_gflops.values().next_back()).copied().unwrap_or(1.0);
+        let mut efficiency = BTreeMap::new();
+        efficiency.insert(OpClass::Matmul, 1.0);
+        efficiency.insert(OpClass::Conv, 1.0);
+        DeviceSpec {
+            name: HOST_DEVICE.into(),
+            kind: "cpu".into(),
+            peak_tflops: PeakTflops { f32: Some(gflops * 1e-3), ..Default::default() },
+            memory_bandwidth_gb_s: self.memory_bandwidth_gb_s,
+            memory_gb: self.memory_gb,
+            launch_overhead_us: self.dispatch_us,
+            copy_engines: 1,
+            on_chip_mib: None,
+            systolic: None,
+            efficiency,
+        }
+    }
+
+    /// The `in-process` link between two devices of one engine process.
+    pub fn link_spec(&self) -> LinkSpec {
+        LinkSpec { name: HOST_LINK.into(), bandwidth_gb_s: self.transfer_bandwidth_gb_s, latency_us: self.transfer_latency_us }
+    }
+
+    /// The first value that is not a finite positive number, as (key, value).
+    pub(crate) fn invalid(&self) -> Option<(String, f64)> {
+        let mut fields = vec![
+            ("memory_bandwidth_gb_s".to_string(), self.memory_bandwidth_gb_s),
+            ("transfer_bandwidth_gb_s".to_string(), self.transfer_bandwidth_gb_s),
+            ("memory_gb".to_string(), self.memory_gb),
+        ];
+        for (t, g) in &self.gemm_gflops {
+            fields.push((format!("gemm_gflops.{t}"), *g));
+        }
+        if let Some(bad) = fields.into_iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
+            return Some(bad);
+        }
+        [("transfer_latency_us", self.transfer_latency_us), ("emulated_overhead_us", self.emulated_overhead_us), ("dispatch_us", self.dispatch_us)]
+            .into_iter()
+            .find(|(_, v)| !(v.is_finite() && *v >= 0.0))
+            .map(|(k, v)| (k.to_string(), v))
+    }
+}

@@ -1,0 +1,82 @@
+//! `flowlab profile --model mlp --batch 128 --out mlp.json`: runs a zoo
+//! model's training step on the real engine (one CPU device), records each
+//! node's kernel time by shape key and this host's figures, and writes the
+//! profile the graph-level simulator and `kind: validate` read.
+
+use anyhow::{Context, bail};
+use clap::Args;
+use flowlab_experiments::{ProfileRequest, profile_model};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct ProfileArgs {
+    /// A zoo model the engine can run: mlp, cnn, lstm_lm, transformer, resnet50, inception_v3.
+    #[arg(long)]
+    model: String,
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// The engine session's devices, e.g. `2xcpu`: every node runs on the
+    /// first, in the session shape that the profile will predict (a
+    /// multi-device step snapshots the variables it updates). Use the device
+    /// count of the runs to predict.
+    #[arg(long, default_value = "1xcpu")]
+    devices: String,
+    /// Worker threads of the device.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Timed (traced) steps.
+    #[arg(long, default_value_t = 20)]
+    steps: usize,
+    /// Where to write the profile (JSON).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
+    let d = a.devices.trim().to_ascii_lowercase();
+    if d.contains("gpu") {
+        bail!("--devices {}: the engine has no GPU devices yet (the CUDA backend does not run kernels); use e.g. `2xcpu`", a.devices);
+    }
+    let devices = match d.split_once('x') {
+        None if d == "cpu" => 1,
+        Some((n, "cpu")) => n.parse::<usize>().ok().filter(|n| (1..=16).contains(n)).with_context(|| format!("--devices {}: between 1 and 16 CPUs, e.g. `2xcpu`", a.devices))?,
+        _ => bail!("--devices {}: write `Nxcpu`, e.g. `2xcpu`", a.devices),
+    };
+    if a.threads == 0 {
+        bail!("--threads: must be at least 1 (got 0)");
+    }
+    if a.steps == 0 {
+        bail!("--steps: must be at least 1 (got 0)");
+    }
+    if a.batch == 0 || a.batch > 1 << 16 {
+        bail!("--batch: must be between 1 and 65536 (got {})", a.batch);
+    }
+    let req = ProfileRequest { model: a.model.clone(), batch: a.batch, threads: a.threads, devices, warmup: a.warmup, steps: a.steps };
+    let tty = std::io::stderr().is_terminal();
+    let profile = profile_model(&req, |msg| {
+        if tty {
+            eprint!("\r\x1b[2K{msg}");
+        }
+    })
+    .map_err(anyhow::Error::msg)
+    .with_context(|| format!("profiling {} at batch {}", a.model, a.batch))?;
+    if tty {
+        eprintln!();
+    }
+    profile.write_json(&a.out)?;
+    let host = profile.host.as_ref();
+    let samples: usize = profile.shapes.values().map(|m| m.samples).sum();
+    let kernel_s: f64 = profile.shapes.values().map(|m| m.seconds * m.samples as f64).sum::<f64>() / a.steps as f64;
+    println!("{} batch {}: {} shape keys, {samples} samples, {:.3} ms of kernels per step", a.model, a.batch, profile.shapes.len(), kernel_s * 1e3);
+    if let Some(h) = host {
+        let gemm: Vec<String> = h.gemm_gflops.iter().map(|(t, g)| format!("{t} thread{}: {g:.1}", if *t == 1 { "" } else { "s" })).collect();
+        println!("host: GEMM GFLOP/s {}; copy {:.1} GB/s; in-process transfer {:.1} us + {:.1} GB/s (emulated links add {:.1} us); dispatch {:.2} us per op", gemm.join(", "), h.memory_bandwidth_gb_s, h.transfer_latency_us, h.transfer_bandwidth_gb_s, h.emulated_overhead_us, h.dispatch_us);
+    }
+    println!("profile written to {}", a.out.display());
+    Ok(ExitCode::SUCCESS)
+}
