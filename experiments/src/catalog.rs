@@ -58,6 +58,11 @@ const ENTRIES: &[CatalogEntry] = &[
         summary: "Section 3.3: TF greedy vs Baechi m-TOPO/m-ETF/m-SCT placing four models on 4xK40, simulated step time",
         text: include_str!("../catalog/placement-heuristics.yaml"),
     },
+    CatalogEntry {
+        name: "validate-placement",
+        summary: "The simulator against the real engine: 3 models x 8 placers on 2 CPUs, 2 emulated links, f32/int8, roofline and profile predictors",
+        text: include_str!("../catalog/validate-placement.yaml"),
+    },
 ];
 
 /// Every catalog entry.

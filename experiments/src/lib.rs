@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 pub use catalog::{CATALOG_PREFIX, CatalogEntry, DEFAULT_EXPERIMENT, catalog, catalog_entry, load};
 pub use error::ExperimentError;
 pub use experiment::Experiment;
-pub use measure::{ProfileRequest, measure_host, profile_model};
+pub use measure::{ProfileRequest, ZooSizes, measure_host, profile_model};
 pub use merge::{MergeSummary, merge};
 pub use runner::{Progress, RunOptions, RunSummary, Shard, default_out_dir, run};
 

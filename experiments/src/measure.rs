@@ -99,9 +99,78 @@ impl StepRunner {
     }
 }
 
+/// Sizes of a smaller zoo variant (`None`: the published value), for models
+/// that must fit a CPU: `{ hidden: 128, seq_len: 20, vocab: 2000 }`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZooSizes {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq_len: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vocab: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heads: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ff: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_size: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classes: Option<usize>,
+}
+
+impl ZooSizes {
+    /// Parses `hidden=128,seq_len=20` (the CLI's `--size`).
+    pub fn parse(s: &str) -> Result<ZooSizes, String> {
+        let mut z = ZooSizes::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part.split_once('=').ok_or_else(|| format!("`{part}`: write key=value, e.g. hidden=128"))?;
+            let v: usize = v.trim().parse().map_err(|_| format!("`{part}`: {v} is not a whole number"))?;
+            let slot = match k.trim() {
+                "hidden" => &mut z.hidden,
+                "layers" => &mut z.layers,
+                "seq_len" => &mut z.seq_len,
+                "vocab" => &mut z.vocab,
+                "heads" => &mut z.heads,
+                "ff" => &mut z.ff,
+                "image_size" => &mut z.image_size,
+                "classes" => &mut z.classes,
+                other => return Err(format!("unknown size `{other}` (sizes: hidden, layers, seq_len, vocab, heads, ff, image_size, classes)")),
+            };
+            *slot = Some(v);
+        }
+        Ok(z)
+    }
+
+    /// The zoo options at `batch`.
+    pub fn options(&self, batch: usize) -> zoo::ZooOptions {
+        let mut o = zoo::ZooOptions::new(batch);
+        o.hidden = self.hidden;
+        o.layers = self.layers;
+        o.seq_len = self.seq_len;
+        o.vocab = self.vocab;
+        o.heads = self.heads;
+        o.ff = self.ff;
+        o.image_size = self.image_size;
+        o.classes = self.classes;
+        o
+    }
+
+    /// The model's name with its sizes, as a profile records it:
+    /// `transformer(hidden=64,seq_len=32)`; the bare name when published.
+    pub fn model_id(&self, model: &str) -> String {
+        let v = serde_json::to_value(self).unwrap_or_default();
+        let parts: Vec<String> = v.as_object().map(|o| o.iter().map(|(k, v)| format!("{k}={v}")).collect()).unwrap_or_default();
+        if parts.is_empty() { model.to_string() } else { format!("{model}({})", parts.join(",")) }
+    }
+}
+
 /// A zoo model with its variables' initializer op added.
-pub(crate) fn with_initializer(model: &str, batch: usize) -> Result<(ModelGraph, flowlab_engine::Output), String> {
-    let m = zoo::build(model, batch).map_err(|e| e.to_string())?;
+pub(crate) fn with_initializer(model: &str, sizes: &ZooSizes, batch: usize) -> Result<(ModelGraph, flowlab_engine::Output), String> {
+    let m = zoo::build_with(model, &sizes.options(batch)).map_err(|e| e.to_string())?;
     let init = m.graph.global_variables_initializer().map_err(|e| e.to_string())?;
     Ok((m, init))
 }
@@ -115,6 +184,7 @@ pub(crate) fn cpu_options(n: usize, threads: usize, placement: Option<Placement>
 #[derive(Debug, Clone)]
 pub struct ProfileRequest {
     pub model: String,
+    pub sizes: ZooSizes,
     pub batch: usize,
     pub threads: usize,
     /// Devices of the session (every node on the first): profile in the
@@ -130,7 +200,7 @@ pub struct ProfileRequest {
 /// time by shape key, plus this host's figures. The profile's dispatch time
 /// is this model's: (step wall time - kernel times) / nodes run.
 pub fn profile_model(req: &ProfileRequest, mut progress: impl FnMut(&str)) -> Result<Profile, String> {
-    let (model, init) = with_initializer(&req.model, req.batch)?;
+    let (model, init) = with_initializer(&req.model, &req.sizes, req.batch)?;
     let nodes = model.graph.nodes();
     let index: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
     progress(&format!("measuring host figures ({} threads)", req.threads));
@@ -172,7 +242,7 @@ pub fn profile_model(req: &ProfileRequest, mut progress: impl FnMut(&str)) -> Re
         .collect();
     Ok(Profile {
         device: Some(flowlab_hw::HOST_DEVICE.into()),
-        model: Some(req.model.clone()),
+        model: Some(req.sizes.model_id(&req.model)),
         batch: Some(req.batch),
         session_devices: Some(devices),
         shapes,

@@ -111,3 +111,54 @@ impl HostMeasurement {
             .map(|(k, v)| (k.to_string(), v))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Profile;
+
+    fn host() -> HostMeasurement {
+        HostMeasurement {
+            threads: 2,
+            gemm_gflops: BTreeMap::from([(1, 150.0), (2, 280.0)]),
+            memory_bandwidth_gb_s: 12.5,
+            transfer_latency_us: 25.0,
+            transfer_bandwidth_gb_s: 400.0,
+            emulated_overhead_us: 30.0,
+            dispatch_us: 0.4,
+            memory_gb: 24.0,
+        }
+    }
+
+    #[test]
+    fn a_measured_profile_round_trips_and_builds_the_host_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.json");
+        let mut p = Profile { model: Some("mlp".into()), batch: Some(8), session_devices: Some(2), host: Some(host()), ..Default::default() };
+        p.shapes.insert("cpu Neg f32[4] -> f32[4]".into(), ShapeMeasurement { op: "Neg".into(), seconds: 1e-6, p10: 9e-7, p90: 2e-6, samples: 20 });
+        p.write_json(&path).unwrap();
+        assert_eq!(Profile::from_file(&path).unwrap(), p);
+        let d = host().device_spec();
+        // 280 GFLOP/s at the profiled 2 threads = 0.28 TFLOP/s, reached by GEMMs.
+        assert_eq!((d.name.as_str(), d.kind.as_str(), d.peak_tflops.f32), (HOST_DEVICE, "cpu", Some(0.28)));
+        assert_eq!(d.efficiency(OpClass::Matmul, None), 1.0);
+        assert_eq!((d.memory_bandwidth_gb_s, d.launch_overhead_us, d.memory_gb), (12.5, 0.4, 24.0));
+        let l = host().link_spec();
+        assert_eq!((l.name.as_str(), l.bandwidth_gb_s, l.latency_us), (HOST_LINK, 400.0, 25.0));
+    }
+
+    #[test]
+    fn bad_measurements_are_refused_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.json");
+        let mut p = Profile { host: Some(HostMeasurement { transfer_bandwidth_gb_s: 0.0, ..host() }), ..Default::default() };
+        p.write_json(&path).unwrap();
+        let e = Profile::from_file(&path).unwrap_err().to_string();
+        assert!(e.ends_with("p.json: host.transfer_bandwidth_gb_s: must be a finite positive number, got 0"), "{e}");
+        p.host = Some(host());
+        p.shapes.insert("cpu Neg".into(), ShapeMeasurement { op: "Neg".into(), seconds: -1.0, p10: 0.0, p90: 0.0, samples: 1 });
+        p.write_json(&path).unwrap();
+        let e = Profile::from_file(&path).unwrap_err().to_string();
+        assert!(e.ends_with("p.json: shapes.\"cpu Neg\".seconds: must be zero or positive, got -1"), "{e}");
+    }
+}

@@ -5,7 +5,7 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
-use flowlab_experiments::{ProfileRequest, profile_model};
+use flowlab_experiments::{ProfileRequest, ZooSizes, profile_model};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,6 +17,10 @@ pub struct ProfileArgs {
     model: String,
     #[arg(long, default_value_t = 32)]
     batch: usize,
+    /// A smaller variant: `hidden=128,seq_len=20,vocab=2000` (also layers,
+    /// heads, ff, image_size, classes); the published sizes by default.
+    #[arg(long, default_value = "")]
+    size: String,
     /// The engine session's devices, e.g. `2xcpu`: every node runs on the
     /// first, in the session shape that the profile will predict (a
     /// multi-device step snapshots the variables it updates). Use the device
@@ -56,7 +60,8 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
     if a.batch == 0 || a.batch > 1 << 16 {
         bail!("--batch: must be between 1 and 65536 (got {})", a.batch);
     }
-    let req = ProfileRequest { model: a.model.clone(), batch: a.batch, threads: a.threads, devices, warmup: a.warmup, steps: a.steps };
+    let sizes = ZooSizes::parse(&a.size).map_err(anyhow::Error::msg).context("--size")?;
+    let req = ProfileRequest { model: a.model.clone(), sizes, batch: a.batch, threads: a.threads, devices, warmup: a.warmup, steps: a.steps };
     let tty = std::io::stderr().is_terminal();
     let profile = profile_model(&req, |msg| {
         if tty {

@@ -39,13 +39,16 @@ use flowlab_sim::placement::{PLACERS, PlacerOptions, place_timed};
 use flowlab_sim::zoo::{self, ModelGraph};
 
 use super::{Outcome, TypedKind};
-use crate::measure::{self, ProfileRequest, StepRunner};
+use crate::measure::{self, ProfileRequest, StepRunner, ZooSizes};
 
 /// One sweep point of a validation experiment.
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ValidatePoint {
     model: String,
+    /// A smaller variant of the zoo model: `{ hidden: 128, seq_len: 20 }`.
+    #[serde(default)]
+    sizes: ZooSizes,
     #[serde(default = "default_batch")]
     batch: usize,
     devices: String,
@@ -143,6 +146,14 @@ impl ValidatePoint {
         if self.batch == 0 || self.batch > MAX_BATCH {
             return Err(format!("invalid parameter `batch`: must be between 1 and {MAX_BATCH}, got {}", self.batch));
         }
+        let z = &self.sizes;
+        for (key, v) in [("hidden", z.hidden), ("layers", z.layers), ("seq_len", z.seq_len), ("vocab", z.vocab), ("heads", z.heads), ("ff", z.ff), ("image_size", z.image_size), ("classes", z.classes)] {
+            if let Some(v) = v
+                && !(1..=1 << 20).contains(&v)
+            {
+                return Err(format!("invalid parameter `sizes.{key}`: must be between 1 and {}, got {v}", 1 << 20));
+            }
+        }
         self.device_count()?;
         if self.threads == 0 || self.threads > MAX_THREADS {
             return Err(format!("invalid parameter `threads`: must be between 1 and {MAX_THREADS}, got {}", self.threads));
@@ -175,7 +186,7 @@ impl ValidatePoint {
         }
         if let Some(path) = &self.profile {
             let p = profile_file(path)?;
-            check_profile_matches(path, &p, &self.model, self.batch, self.threads, self.device_count()?)?;
+            check_profile_matches(path, &p, &self.sizes.model_id(&self.model), self.batch, self.threads, self.device_count()?)?;
         }
         Ok(())
     }
@@ -234,7 +245,7 @@ fn check_profile_matches(path: &str, p: &Profile, model: &str, batch: usize, thr
     let bad = |what: String| Err(format!("invalid parameter `profile`: {path}: {what}"));
     match (&p.model, p.batch) {
         (Some(m), Some(b)) if m == model && b == batch => {}
-        (Some(m), Some(b)) => return bad(format!("it was measured for {m} at batch {b}, not {model} at batch {batch}")),
+        (Some(m), Some(b)) => return bad(format!("it was measured for {m} at batch {b}, not for {model} at batch {batch}")),
         _ => return bad("it has no `model` and `batch` (write one with `flowlab profile`)".into()),
     }
     match &p.host {
@@ -269,17 +280,17 @@ fn host(threads: usize) -> Result<HostMeasurement, String> {
 fn point_profile(p: &ValidatePoint) -> Result<Arc<Profile>, String> {
     if let Some(path) = &p.profile {
         let prof = profile_file(path)?;
-        check_profile_matches(path, &prof, &p.model, p.batch, p.threads, p.device_count()?)?;
+        check_profile_matches(path, &prof, &p.sizes.model_id(&p.model), p.batch, p.threads, p.device_count()?)?;
         return Ok(prof);
     }
     static MEASURED: OnceLock<Mutex<HashMap<(String, usize, usize, usize), Arc<Profile>>>> = OnceLock::new();
     let measured = MEASURED.get_or_init(Default::default);
     let devices = p.device_count()?;
-    let key = (p.model.clone(), p.batch, p.threads, devices);
+    let key = (p.sizes.model_id(&p.model), p.batch, p.threads, devices);
     if let Some(prof) = lock(measured).get(&key) {
         return Ok(prof.clone());
     }
-    let req = ProfileRequest { model: p.model.clone(), batch: p.batch, threads: p.threads, devices, warmup: p.warmup.max(2), steps: p.steps.max(10) };
+    let req = ProfileRequest { model: p.model.clone(), sizes: p.sizes.clone(), batch: p.batch, threads: p.threads, devices, warmup: p.warmup.max(2), steps: p.steps.max(10) };
     let prof = Arc::new(measure::profile_model(&req, |_| {}).map_err(|e| format!("profiling {} at batch {}: {e}", p.model, p.batch))?);
     lock(measured).insert(key, prof.clone());
     Ok(prof)
@@ -319,7 +330,7 @@ fn measure_placement(p: &ValidatePoint, model: &ModelGraph, init: &flowlab_engin
 
 fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     let n = p.device_count()?;
-    let (model, init) = measure::with_initializer(&p.model, p.batch)?;
+    let (model, init) = measure::with_initializer(&p.model, &p.sizes, p.batch)?;
     let profile = match p.predictor {
         Predictor::Profile => Some(point_profile(p)?),
         Predictor::Roofline => None,
@@ -374,7 +385,7 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     type Key = (String, usize, usize, usize, String, String, u64);
     static RUNS: OnceLock<Mutex<HashMap<Key, Measured>>> = OnceLock::new();
     let runs = RUNS.get_or_init(Default::default);
-    let key: Key = (p.model.clone(), p.batch, n, p.threads, p.comm_format()?.to_string(), p.link_label(), placement_hash(&outcome.placement));
+    let key: Key = (p.sizes.model_id(&p.model), p.batch, n, p.threads, p.comm_format()?.to_string(), p.link_label(), placement_hash(&outcome.placement));
     let cached = lock(runs).get(&key).cloned();
     let measured = match cached {
         Some(m) => m,

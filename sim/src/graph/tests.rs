@@ -289,3 +289,31 @@ fn a_pruned_step_replays_the_nodes_the_engine_runs() {
         }
     }
 }
+
+#[test]
+fn a_shape_keyed_profile_prices_its_shapes_and_names_the_nodes_it_lacks() {
+    // x[1000] -> Neg -> Neg -> Add(., x): the profile measured Neg on f32[1000]
+    // at 3 ms of kernel; the Add has no key and falls back to the op-name
+    // entry (2 ms, from `profile()`).
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![1000])).unwrap();
+    let y = neg(&neg(&x));
+    let _s = g.op("Add").input(&y).input(&x).build().unwrap();
+    let mut p = profile();
+    let key = super::profile_key(&g.nodes(), y.node_id(), "gpu");
+    assert_eq!(key, "gpu Neg f32[1000] -> f32[1000]", "the key spells device kind, op and types");
+    p.shapes.insert(key, flowlab_hw::ShapeMeasurement { op: "Neg".into(), seconds: 3e-3, p10: 3e-3, p90: 3e-3, samples: 4 });
+    let cl = cluster(1);
+    let o = SimOptions { profile: Some(p), ..opts() };
+    let sim = GraphSimulator::new(&g, &cl, &o).unwrap();
+    let r = sim.simulate(&place(&g, &cl, 0, &[])).unwrap();
+    // K40 launch overhead 5 us on top of each measured kernel time.
+    assert_eq!(r.step_ps, 2 * (3 * MS + 5_000_000) + 2 * MS);
+    assert_eq!(sim.fallback_nodes(), ["x", "Add"], "the placeholder and the Add were not measured by shape");
+    assert!(r.warnings.iter().any(|w| w.contains("2 of 4 nodes have no measured shape") && w.contains("Add x1")), "{:?}", r.warnings);
+    // A key for another device kind does not apply.
+    let mut cpu_only = profile();
+    cpu_only.shapes.insert("cpu Neg f32[1000] -> f32[1000]".into(), flowlab_hw::ShapeMeasurement { op: "Neg".into(), seconds: 3e-3, p10: 3e-3, p90: 3e-3, samples: 4 });
+    let sim = GraphSimulator::new(&g, &cl, &SimOptions { profile: Some(cpu_only), ..opts() }).unwrap();
+    assert_eq!(sim.simulate(&place(&g, &cl, 0, &[])).unwrap().step_ps, 2 * MS + 2 * MS, "the op-name seconds (1 ms per Neg)");
+}

@@ -1,0 +1,80 @@
+//! `kind: validate` end to end: every point runs its placement in the real
+//! engine and simulates the same placement; the engine's own transfer
+//! counters must equal the simulator's, the error column must be what its
+//! two step times say, and the summary must cover both predictors.
+
+mod common;
+
+use common::{describe, run_flowlab};
+
+#[test]
+fn validate_points_measure_simulate_and_summarize() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("v.yaml");
+    std::fs::write(
+        &file,
+        "name: v\nkind: validate\nseed: 3\nbase:\n  model: mlp\n  sizes: { hidden: 64 }\n  batch: 16\n  devices: 2xcpu\n  threads: 1\n  \
+         placer: m_etf\n  comm: f32\n  link: { gbps: 10, latency_us: 20 }\n  predictor: profile\n  steps: 3\n  warmup: 1\n\
+         sweep:\n  placer: [single_device, round_robin]\n  comm: [f32, int8]\n  predictor: [roofline, profile]\n",
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let out = run_flowlab(&["run", file.to_str().unwrap(), "--out", out_dir.to_str().unwrap(), "--jobs", "2"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("run one at a time"), "--jobs 2 is refused for timed points: {stdout}");
+    assert!(stdout.contains("roofline: MAPE") && stdout.contains("profile: MAPE"), "{stdout}");
+
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(out_dir.join("results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 8);
+    let mut measured_by_placement = std::collections::HashMap::new();
+    for r in &rows {
+        assert!(r["error"].is_null(), "{r}");
+        let m = &r["metrics"];
+        let f = |k: &str| m[k].as_f64().unwrap_or_else(|| panic!("{k} in {m}"));
+        let placer = r["params"]["placer"].as_str().unwrap();
+        // The engine's counters against the simulator's transfers.
+        assert_eq!(f("measured_transfers"), f("predicted_transfers"), "{placer}: {m}");
+        assert_eq!(f("measured_transfer_bytes"), f("predicted_transfer_bytes"), "{placer}: {m}");
+        if placer == "single_device" {
+            assert_eq!((f("measured_transfers"), f("devices_used")), (0.0, 1.0), "{m}");
+        } else {
+            assert!(f("measured_transfers") > 0.0 && f("devices_used") == 2.0, "{m}");
+        }
+        let (med, p10, p90, pred) = (f("measured_step_s"), f("measured_p10_s"), f("measured_p90_s"), f("predicted_step_s"));
+        assert!(p10 <= med && med <= p90 && med > 0.0 && pred > 0.0, "{m}");
+        assert!((f("error") - (pred - med) / med).abs() < 1e-9, "{m}");
+        assert!((f("abs_error") - f("error").abs()).abs() < 1e-12, "{m}");
+        if r["params"]["predictor"] == "profile" {
+            // A profile of the very graph prices every node the step runs.
+            assert_eq!(f("fallback_nodes"), 0.0, "{m}");
+        }
+        // Predictors that give the same placement share one measurement.
+        if placer == "single_device" {
+            let key = r["params"]["comm"].to_string();
+            let prev = measured_by_placement.insert(key, med);
+            assert!(prev.is_none_or(|p| p == med), "one placement, one measurement: {prev:?} vs {med}");
+        }
+    }
+    // int8 sends a quarter of the f32 bytes plus a scale per block.
+    let bytes = |comm: &str| {
+        rows.iter()
+            .find(|r| r["params"]["placer"] == "round_robin" && r["params"]["comm"] == comm && r["params"]["predictor"] == "roofline")
+            .map(|r| r["metrics"]["measured_transfer_bytes"].as_f64().unwrap())
+            .unwrap()
+    };
+    assert!(bytes("int8") < 0.3 * bytes("f32") && bytes("int8") > 0.25 * bytes("f32"), "{} vs {}", bytes("int8"), bytes("f32"));
+
+    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap()).unwrap();
+    let tables = summary.as_array().unwrap();
+    assert_eq!(tables.len(), 3, "{summary}");
+    let mape = &tables[0];
+    let preds: Vec<&str> = mape["rows"].as_array().unwrap().iter().map(|r| r[0].as_str().unwrap()).collect();
+    assert_eq!(preds, ["profile", "roofline"]);
+    let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
+    assert!(html.contains("Prediction error per predictor"), "the page shows the summary");
+}
