@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 use flowlab_engine::{DType, DeviceSet, EmulatedLink, Graph, LinkMap, Placement, Session, SessionOptions, StepStats, Tensor};
-use flowlab_hw::{HostMeasurement, Profile, ShapeMeasurement};
+use flowlab_hw::{CommFormat, HostMeasurement, Profile, ShapeMeasurement, TransferCompute};
 use flowlab_sim::graph::profile_key;
 use flowlab_sim::zoo::{self, ModelGraph};
 
@@ -268,6 +268,7 @@ pub fn measure_host(threads: usize) -> Result<HostMeasurement, String> {
     let fast = EmulatedLink::new(8000.0, 0.0).map_err(|e| e.to_string())?;
     let emulated_overhead_us = transfer_span(1, Some(fast))?.0 * 1e6;
     let dispatch_us = dispatch_us()?;
+    let transfer_compute = transfer_compute()?;
     Ok(HostMeasurement {
         threads,
         gemm_gflops,
@@ -275,6 +276,7 @@ pub fn measure_host(threads: usize) -> Result<HostMeasurement, String> {
         transfer_latency_us,
         transfer_bandwidth_gb_s,
         emulated_overhead_us,
+        transfer_compute,
         dispatch_us,
         memory_gb: host_memory_gb(),
     })
@@ -334,6 +336,51 @@ fn transfer_span(elems: usize, link: Option<EmulatedLink>) -> Result<(f64, u64),
         }
     }
     Ok((median(&spans), bytes))
+}
+
+/// Median device time of the Send and the Recv node of `elems` floats in
+/// `format` from CPU:0 to CPU:1, in seconds.
+fn send_recv_kernels(elems: usize, format: CommFormat) -> Result<(f64, f64), String> {
+    let g = Graph::new();
+    let x = g.device("/cpu:0").placeholder("x", DType::F32, flowlab_engine::Shape::new(vec![elems])).map_err(|e| e.to_string())?;
+    let y = g.device("/cpu:0").op("Neg").input(&x).build().map_err(|e| e.to_string())?;
+    let z = g.device("/cpu:1").op("Neg").input(&y).build().map_err(|e| e.to_string())?;
+    let mut opts = cpu_options(2, 1, None, LinkMap::default());
+    opts.partition = flowlab_engine::PartitionOptions { format, ..Default::default() };
+    let sess = Session::with_options(&g, opts).map_err(|e| e.to_string())?;
+    let v = Tensor::from_vec((0..elems).map(|i| (i % 97) as f32 * 0.01).collect::<Vec<_>>(), vec![elems]).map_err(|e| e.to_string())?;
+    let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+    for rep in 0..15 {
+        let (_, s) = sess.run_traced(&[(&x, &v)], &[&z], &[]).map_err(|e| e.to_string())?;
+        if rep >= 3 {
+            for n in &s.nodes {
+                let d = (n.end_us - n.start_us).max(0.0) * 1e-6;
+                match n.op.as_str() {
+                    "Send" => sends.push(d),
+                    "Recv" => recvs.push(d),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok((median(&sends), median(&recvs)))
+}
+
+/// Send and Recv device costs per wire format: fixed (1 element) and per
+/// element (the slope to 1M elements).
+fn transfer_compute() -> Result<BTreeMap<String, TransferCompute>, String> {
+    const LARGE: usize = 1 << 20;
+    let mut out = BTreeMap::new();
+    for format in [CommFormat::F32, CommFormat::F16, CommFormat::Bf16, CommFormat::Int8 { block: None }] {
+        let (s1, r1) = send_recv_kernels(1, format)?;
+        let (sl, rl) = send_recv_kernels(LARGE, format)?;
+        let per = |small: f64, large: f64| ((large - small).max(0.0) / LARGE as f64) * 1e9;
+        out.insert(
+            format.to_string(),
+            TransferCompute { send_us: s1 * 1e6, send_ns_per_element: per(s1, sl), recv_us: r1 * 1e6, recv_ns_per_element: per(r1, rl) },
+        );
+    }
+    Ok(out)
 }
 
 fn in_process_transfer() -> Result<(f64, f64), String> {

@@ -13,5 +13,5 @@ pub mod systolic;
 pub use catalog::{Catalog, DeviceSpec, LinkSpec, PeakTflops, SystolicSpec};
 pub use error::HwError;
 pub use format::CommFormat;
-pub use profile::{HOST_DEVICE, HOST_LINK, HostMeasurement, ShapeMeasurement};
+pub use profile::{HOST_DEVICE, HOST_LINK, HostMeasurement, ShapeMeasurement, TransferCompute};
 pub use roofline::{Dtype, OpClass, OpCost, OpMeasurement, Profile};

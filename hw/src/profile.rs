@@ -56,11 +56,27 @@ pub struct HostMeasurement {
     /// transfer beyond its latency and serialization.
     #[serde(default)]
     pub emulated_overhead_us: f64,
+    /// What a Send and a Recv kernel cost the device that runs them, per
+    /// wire format (`f32`, `f16`, `bf16`, `int8`): a fixed part and a part
+    /// per f32 element (encoding on the sender, decoding on the receiver).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub transfer_compute: BTreeMap<String, TransferCompute>,
     /// The executor's time per op outside kernels: a step's wall time minus
     /// its nodes' kernel times, over the nodes run.
     pub dispatch_us: f64,
     /// Physical memory of the host (10^9 bytes).
     pub memory_gb: f64,
+}
+
+/// The device time of one Send and one Recv of `n` f32 elements:
+/// `send_us + n * send_ns_per_element / 1000`, likewise for the Recv.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransferCompute {
+    pub send_us: f64,
+    pub send_ns_per_element: f64,
+    pub recv_us: f64,
+    pub recv_ns_per_element: f64,
 }
 
 impl HostMeasurement {
@@ -80,7 +96,8 @@ impl HostMeasurement {
             memory_bandwidth_gb_s: self.memory_bandwidth_gb_s,
             memory_gb: self.memory_gb,
             launch_overhead_us: self.dispatch_us,
-            copy_engines: 1,
+            // The device's own thread runs its Sends and Recvs.
+            copy_engines: 0,
             on_chip_mib: None,
             systolic: None,
             efficiency,
@@ -101,6 +118,13 @@ impl HostMeasurement {
         ];
         for (t, g) in &self.gemm_gflops {
             fields.push((format!("gemm_gflops.{t}"), *g));
+        }
+        for (f, c) in &self.transfer_compute {
+            for (k, v) in [("send_us", c.send_us), ("send_ns_per_element", c.send_ns_per_element), ("recv_us", c.recv_us), ("recv_ns_per_element", c.recv_ns_per_element)] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Some((format!("transfer_compute.{f}.{k}"), v));
+                }
+            }
         }
         if let Some(bad) = fields.into_iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
             return Some(bad);
@@ -125,6 +149,7 @@ mod tests {
             transfer_latency_us: 25.0,
             transfer_bandwidth_gb_s: 400.0,
             emulated_overhead_us: 30.0,
+            transfer_compute: BTreeMap::new(),
             dispatch_us: 0.4,
             memory_gb: 24.0,
         }

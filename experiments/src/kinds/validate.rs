@@ -356,6 +356,7 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
         partition: PartitionOptions { format: p.comm_format()?, ..Default::default() },
         profile: profile.as_deref().cloned(),
         step: Some(model.step()),
+        transfer_compute: host.transfer_compute.clone(),
     };
     opts.seed = seed;
     opts.budget = std::time::Duration::ZERO;

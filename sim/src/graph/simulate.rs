@@ -22,7 +22,8 @@ use crate::error::SimError;
 use crate::event_queue::EventQueue;
 use crate::time::SimTime;
 use flowlab_engine::{DType, Graph, PartitionOptions, Placement, wire_format};
-use flowlab_hw::Profile;
+use flowlab_hw::{Profile, TransferCompute};
+use std::collections::BTreeMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
@@ -36,6 +37,12 @@ pub struct SimOptions {
     /// The step to simulate (feeds, fetches, targets): only the nodes it
     /// runs are replayed. `None` replays every node of the graph.
     pub step: Option<StepSpec>,
+    /// Device time of the Send and Recv kernels per wire format, charged to
+    /// devices without copy engines (CPUs run their transfers on their own
+    /// thread: a Send encodes before the link takes the bytes, a Recv
+    /// decodes before the consumers can start). Empty: transfers cost the
+    /// devices nothing.
+    pub transfer_compute: BTreeMap<String, TransferCompute>,
 }
 
 /// A graph prepared for simulation on one cluster.
@@ -56,12 +63,23 @@ pub struct GraphSimulator {
     warnings: Vec<String>,
     /// Nodes a shape-keyed profile did not price (empty without one).
     fallback_nodes: Vec<String>,
+    /// Per slot: device time of its Send and of its Recv (ps) on devices
+    /// that run their own transfers; per device, whether it does.
+    send_ps: Vec<u64>,
+    recv_ps: Vec<u64>,
+    control_send_ps: u64,
+    control_recv_ps: u64,
+    self_driven: Vec<bool>,
 }
 
 #[derive(Clone, Copy, Debug)]
 enum Event {
+    /// A node finished (ids below the node count), or a Recv kernel of
+    /// transfer `id - nodes` finished on a device that runs its own.
     OpDone(u32),
     TransferDone(u32),
+    /// A device finished the Send kernels that followed its last op.
+    DeviceFree(u16),
 }
 
 /// One transfer of a simulated step.
@@ -188,6 +206,38 @@ impl GraphSimulator {
             wire_bytes.push(bytes);
         }
         let control_bytes = wire_format(DType::F32, po.format).bytes_for(1);
+        // Send/Recv kernel times per slot, in the slot's wire format.
+        let tc = &opts.transfer_compute;
+        let kernel_ps = |format: flowlab_hw::CommFormat, elems: u64| -> (u64, u64) {
+            let name = match format {
+                flowlab_hw::CommFormat::Int8 { .. } => "int8".to_string(),
+                f => f.to_string(),
+            };
+            tc.get(&name).map_or((0, 0), |c| {
+                let e = elems as f64;
+                (
+                    SimTime::from_secs_f64((c.send_us * 1e3 + e * c.send_ns_per_element) * 1e-9).0,
+                    SimTime::from_secs_f64((c.recv_us * 1e3 + e * c.recv_ns_per_element) * 1e-9).0,
+                )
+            })
+        };
+        let mut send_ps = vec![0u64; graph.slot_elems.len()];
+        let mut recv_ps = vec![0u64; graph.slot_elems.len()];
+        if !tc.is_empty() {
+            for s in 0..graph.slot_elems.len() {
+                let node = graph.slot_node[s] as usize;
+                let f = if po.edge_formats.is_empty() {
+                    po.format
+                } else {
+                    let edge = format!("{}:{}", graph.names[node], s - graph.slot_base[node] as usize);
+                    po.edge_formats.get(&edge).copied().unwrap_or(po.format)
+                };
+                let f = if graph.slot_dtype[s] == DType::F32 { f } else { flowlab_hw::CommFormat::F32 };
+                (send_ps[s], recv_ps[s]) = kernel_ps(f, graph.slot_elems[s]);
+            }
+        }
+        let (control_send_ps, control_recv_ps) = kernel_ps(po.format, 1);
+        let self_driven = cluster.devices().iter().map(|d| d.spec.copy_engines == 0 && !tc.is_empty()).collect();
         let mut latency_ps = vec![0.0; ndev * ndev];
         let mut ps_per_byte = vec![0.0; ndev * ndev];
         for a in 0..ndev {
@@ -210,6 +260,11 @@ impl GraphSimulator {
             copy_engines,
             warnings,
             fallback_nodes,
+            send_ps,
+            recv_ps,
+            control_send_ps,
+            control_recv_ps,
+            self_driven,
         })
     }
 
@@ -346,6 +401,17 @@ impl GraphSimulator {
         let mut finish = vec![0u64; n];
         let mut done = 0usize;
         let mut heaps: Vec<BinaryHeap<Reverse<(u64, u32)>>> = vec![BinaryHeap::new(); nd];
+        // The engine's executor on one thread per device runs the node made
+        // ready last (depth first), arrivals before what was waiting: on
+        // devices that run their own transfers (the engine's CPUs), ready
+        // work is a stack. Elsewhere the earliest-ready node runs first.
+        let mut pushes: u64 = 0;
+        macro_rules! ready_key {
+            ($d:expr, $ready:expr) => {{
+                pushes += 1;
+                if self.self_driven[$d] { u64::MAX - pushes } else { $ready }
+            }};
+        }
         let mut busy = vec![false; nd];
         let mut last_op = vec![NONE; nd];
         let mut busy_ps = vec![0u64; nd];
@@ -367,9 +433,11 @@ impl GraphSimulator {
                 peak_mem[d] = peak_mem[d].max(mem[d]);
             }
         }
-        for i in 0..n {
+        for i in (0..n).rev() {
             if pending[i] == 0 {
-                heaps[dev[i] as usize].push(Reverse((0, i as u32)));
+                let d = dev[i] as usize;
+                let k = ready_key!(d, 0);
+                heaps[d].push(Reverse((k, i as u32)));
             }
         }
 
@@ -378,22 +446,30 @@ impl GraphSimulator {
             ($d:expr, $now:expr) => {{
                 let d: usize = $d;
                 if !busy[d]
-                    && let Some(Reverse((ready, i))) = heaps[d].pop()
+                    && let Some(Reverse((_, i))) = heaps[d].pop()
                 {
                     let i = i as usize;
                     let now: u64 = $now;
-                    if now > ready {
-                        dev_pred[i] = last_op[d];
-                    }
-                    let dt = self.op_ps(i, d);
                     busy[d] = true;
-                    busy_ps[d] += dt;
-                    ops_per_device[d] += 1;
-                    if !g.is_variable[i] {
-                        mem[d] += g.footprint(i);
-                        peak_mem[d] = peak_mem[d].max(mem[d]);
+                    if i >= n {
+                        // The Recv kernel of transfer i - n.
+                        let tr = transfers[i - n];
+                        let dt = if tr.control { self.control_recv_ps } else { self.recv_ps[tr.what as usize] };
+                        busy_ps[d] += dt;
+                        q.schedule_at(SimTime(now + dt), Event::OpDone(i as u32));
+                    } else {
+                        if now > ready_at[i] {
+                            dev_pred[i] = last_op[d];
+                        }
+                        let dt = self.op_ps(i, d);
+                        busy_ps[d] += dt;
+                        ops_per_device[d] += 1;
+                        if !g.is_variable[i] {
+                            mem[d] += g.footprint(i);
+                            peak_mem[d] = peak_mem[d].max(mem[d]);
+                        }
+                        q.schedule_at(SimTime(now + dt), Event::OpDone(i as u32));
                     }
-                    q.schedule_at(SimTime(now + dt), Event::OpDone(i as u32));
                 }
             }};
         }
@@ -409,8 +485,42 @@ impl GraphSimulator {
                 pending[c] -= 1;
                 if pending[c] == 0 {
                     let d = dev[c] as usize;
-                    heaps[d].push(Reverse((ready_at[c], c as u32)));
+                    let k = ready_key!(d, ready_at[c]);
+                    heaps[d].push(Reverse((k, c as u32)));
                     try_start!(d, now);
+                }
+            }};
+        }
+
+        // Transfer `x` is on its destination device: its consumers there
+        // get their input.
+        macro_rules! deliver {
+            ($x:expr, $now:expr) => {{
+                let x: usize = $x;
+                let now: u64 = $now;
+                let tr = transfers[x];
+                let dst = tr.dst as usize;
+                if tr.control {
+                    for &c in g.control_consumers.get(tr.what as usize) {
+                        if dev[c as usize] as usize == dst {
+                            arrive!(c, now, tr.what);
+                        }
+                    }
+                } else {
+                    let s = tr.what as usize;
+                    let p = g.slot_node[s];
+                    let consumers = g.slot_consumers.get(s);
+                    let here = consumers.iter().filter(|&&c| dev[c as usize] as usize == dst).count() as u32;
+                    xfer_ref[x] = here;
+                    mem[dst] += g.slot_mem[s];
+                    peak_mem[dst] = peak_mem[dst].max(mem[dst]);
+                    // The source copy is no longer needed for this transfer.
+                    release_source(&mut slot_ref, &mut mem, g, s, tr.src as usize);
+                    for &c in consumers {
+                        if dev[c as usize] as usize == dst {
+                            arrive!(c, now, p);
+                        }
+                    }
                 }
             }};
         }
@@ -421,13 +531,30 @@ impl GraphSimulator {
         while let Some((t, ev)) = q.pop() {
             let now = t.0;
             match ev {
+                Event::OpDone(i) if i as usize >= n => {
+                    // A Recv kernel finished: its device is free, the
+                    // tensor is there.
+                    let x = i as usize - n;
+                    let dst = transfers[x].dst as usize;
+                    busy[dst] = false;
+                    deliver!(x, now);
+                    try_start!(dst, now);
+                }
                 Event::OpDone(i) => {
                     let iu = i as usize;
                     let d = dev[iu] as usize;
                     finish[iu] = now;
                     done += 1;
-                    busy[d] = false;
                     last_op[d] = i;
+                    // A device that runs its own Sends stays busy through
+                    // them; each transfer leaves when its Send is done.
+                    let self_sends = self.self_driven[d]
+                        && (g.slots(iu).any(|s| g.slot_consumers.get(s).iter().any(|&c| dev[c as usize] as usize != d))
+                            || g.control_consumers.get(iu).iter().any(|&c| dev[c as usize] as usize != d));
+                    // Such a device also chooses its next node only once
+                    // all that this one made ready is on its stack.
+                    busy[d] = self.self_driven[d];
+                    let mut send_clock = now;
                     // Outputs: local consumers now, remote ones by transfer.
                     for s in g.slots(iu) {
                         let mut refs = 0u32;
@@ -444,8 +571,11 @@ impl GraphSimulator {
                                 transfers.push(Transfer { what: s as u32, control: false, src: d as u16, dst: cd as u16, bytes });
                                 xfer_of[s * nd + cd] = x;
                                 xfer_ref.push(0);
+                                if self_sends {
+                                    send_clock += self.send_ps[s];
+                                }
                                 let engine = copy_free[d].iter_mut().min().map_or(0, |f| {
-                                    let start = (*f).max(now);
+                                    let start = (*f).max(send_clock);
                                     *f = start + self.transfer_ps(d, cd, bytes);
                                     *f
                                 });
@@ -473,8 +603,11 @@ impl GraphSimulator {
                             let bytes = self.control_bytes;
                             transfers.push(Transfer { what: i, control: true, src: d as u16, dst: cd as u16, bytes });
                             xfer_ref.push(0);
+                            if self_sends {
+                                send_clock += self.control_send_ps;
+                            }
                             let end = copy_free[d].iter_mut().min().map_or(0, |f| {
-                                let start = (*f).max(now);
+                                let start = (*f).max(send_clock);
                                 *f = start + self.transfer_ps(d, cd, bytes);
                                 *f
                             });
@@ -498,32 +631,31 @@ impl GraphSimulator {
                             }
                         }
                     }
-                    try_start!(d, now);
+                    if self_sends {
+                        busy_ps[d] += send_clock - now;
+                        q.schedule_at(SimTime(send_clock), Event::DeviceFree(d as u16));
+                    } else {
+                        if self.self_driven[d] {
+                            busy[d] = false;
+                        }
+                        try_start!(d, now);
+                    }
+                }
+                Event::DeviceFree(d) => {
+                    busy[d as usize] = false;
+                    try_start!(d as usize, now);
                 }
                 Event::TransferDone(x) => {
-                    let tr = transfers[x as usize];
-                    let dst = tr.dst as usize;
-                    if tr.control {
-                        for &c in g.control_consumers.get(tr.what as usize) {
-                            if dev[c as usize] as usize == dst {
-                                arrive!(c, now, tr.what);
-                            }
-                        }
+                    let dst = transfers[x as usize].dst as usize;
+                    if self.self_driven[dst] {
+                        // The receiving device runs the Recv kernel first,
+                        // before its other ready work (the engine takes
+                        // arrivals between nodes).
+                        pushes += 1;
+                        heaps[dst].push(Reverse((u64::MAX - pushes, n as u32 + x)));
+                        try_start!(dst, now);
                     } else {
-                        let s = tr.what as usize;
-                        let p = g.slot_node[s];
-                        let consumers = g.slot_consumers.get(s);
-                        let here = consumers.iter().filter(|&&c| dev[c as usize] as usize == dst).count() as u32;
-                        xfer_ref[x as usize] = here;
-                        mem[dst] += g.slot_mem[s];
-                        peak_mem[dst] = peak_mem[dst].max(mem[dst]);
-                        // The source copy is no longer needed for this transfer.
-                        release_source(&mut slot_ref, &mut mem, g, s, tr.src as usize);
-                        for &c in consumers {
-                            if dev[c as usize] as usize == dst {
-                                arrive!(c, now, p);
-                            }
-                        }
+                        deliver!(x as usize, now);
                     }
                 }
             }

@@ -23,7 +23,7 @@ pub(crate) fn cluster(n: usize) -> VirtualCluster {
 }
 
 pub(crate) fn opts() -> SimOptions {
-    SimOptions { partition: PartitionOptions::default(), profile: Some(profile()), step: None }
+    SimOptions { partition: PartitionOptions::default(), profile: Some(profile()), ..Default::default() }
 }
 
 pub(crate) fn neg(x: &Output) -> Output {
@@ -316,4 +316,55 @@ fn a_shape_keyed_profile_prices_its_shapes_and_names_the_nodes_it_lacks() {
     cpu_only.shapes.insert("cpu Neg f32[1000] -> f32[1000]".into(), flowlab_hw::ShapeMeasurement { op: "Neg".into(), seconds: 3e-3, p10: 3e-3, p90: 3e-3, samples: 4 });
     let sim = GraphSimulator::new(&g, &cl, &SimOptions { profile: Some(cpu_only), ..opts() }).unwrap();
     assert_eq!(sim.simulate(&place(&g, &cl, 0, &[])).unwrap().step_ps, 2 * MS + 2 * MS, "the op-name seconds (1 ms per Neg)");
+}
+
+#[test]
+fn cpus_run_their_own_send_and_recv_kernels() {
+    // x -> Neg (CPU 0) -> Neg (CPU 1), 1,000 f32 over a 1 GB/s, 10 us link.
+    // With Send = 10 us + 1 ns per element and Recv = 5 us on devices
+    // without copy engines: 1 ms + 11 us (Send) + 14 us (link) + 5 us
+    // (Recv) + 1 ms. Without transfer costs: 1 ms + 14 us + 1 ms.
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![1000])).unwrap();
+    let a = neg(&x);
+    let b = neg(&a);
+    let link = LinkSpec { name: "test-link".into(), bandwidth_gb_s: 1.0, latency_us: 10.0 };
+    let cl = VirtualCluster::parse("2xcpu").unwrap().with_link(link);
+    assert_eq!(cl.devices()[0].spec.copy_engines, 0, "the catalog CPU has no copy engine");
+    let p = place(&g, &cl, 0, &[(&b, 1)]);
+    let plain = GraphSimulator::new(&g, &cl, &opts()).unwrap().simulate(&p).unwrap();
+    assert_eq!(plain.step_ps, 2 * MS + 14_000_000);
+    let mut o = opts();
+    o.transfer_compute.insert("f32".into(), flowlab_hw::TransferCompute { send_us: 10.0, send_ns_per_element: 1.0, recv_us: 5.0, recv_ns_per_element: 0.0 });
+    let r = GraphSimulator::new(&g, &cl, &o).unwrap().simulate(&p).unwrap();
+    assert_eq!(r.step_ps, 2 * MS + 11_000_000 + 14_000_000 + 5_000_000);
+    assert_eq!(r.devices[0].busy_seconds, 1e-3 + 11e-6, "the sender's Send kernel is device time");
+    assert_eq!(r.devices[1].busy_seconds, 1e-3 + 5e-6, "so is the receiver's Recv");
+    // An int8 edge has no entry: its kernels cost nothing.
+    o.partition.format = CommFormat::Int8 { block: None };
+    let r = GraphSimulator::new(&g, &cl, &o).unwrap().simulate(&p).unwrap();
+    assert_eq!(r.step_ps, 2 * MS + 10_000_000 + 1_004_000);
+}
+
+#[test]
+fn on_cpus_that_run_their_transfers_the_node_readied_last_runs_first() {
+    // The engine's one-thread executor is depth first: after `a`, its two
+    // consumers are ready; the one readied last (`c`, built second) runs
+    // first. Reference: the engine's stack order (see runtime/executor.rs).
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![10])).unwrap();
+    let a = neg(&x);
+    let b = neg(&a);
+    let c = g.op("Add").input(&a).input(&a).build().unwrap();
+    let cl = VirtualCluster::parse("1xcpu").unwrap();
+    let p = place(&g, &cl, 0, &[]);
+    let mut o = opts();
+    o.transfer_compute.insert("f32".into(), flowlab_hw::TransferCompute::default());
+    let r = GraphSimulator::new(&g, &cl, &o).unwrap().simulate(&p).unwrap();
+    // Add 2 ms then Neg 1 ms: the last op is b, after a (1 ms) and c.
+    assert_eq!(r.step_ps, 4 * MS);
+    assert_eq!(*r.critical_path.last().unwrap(), b.name());
+    // Earliest-ready (no transfer costs given): b (lower id) first, c last.
+    let r = GraphSimulator::new(&g, &cl, &opts()).unwrap().simulate(&p).unwrap();
+    assert_eq!(*r.critical_path.last().unwrap(), c.name());
 }
