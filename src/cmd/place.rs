@@ -30,7 +30,8 @@ pub struct PlaceArgs {
     /// Format of cross-device transfers: f32, f16, bf16, int8, int8:<block>.
     #[arg(long, default_value = "f32")]
     comm: String,
-    /// Catalog link between every pair of devices.
+    /// Catalog link between every pair of devices (`in-process`: the one a
+    /// `--profile` of this host measured).
     #[arg(long, default_value = flowlab_sim::graph::DEFAULT_LINK)]
     link: String,
     /// Measured op times or efficiencies (YAML or JSON; see `hw` docs).
@@ -66,17 +67,29 @@ pub fn run(a: PlaceArgs) -> anyhow::Result<ExitCode> {
         bail!("unknown placer `{}` (valid: {})", a.placer, PLACERS.join(", "));
     }
     let comm: CommFormat = a.comm.parse().with_context(|| format!("--comm {}", a.comm))?;
-    let link = Catalog::builtin().link(&a.link).with_context(|| format!("--link {}", a.link))?.clone();
-    let cluster = VirtualCluster::parse(&a.devices)?.with_link(link);
+    let profile = a.profile.as_ref().map(Profile::from_file).transpose()?;
+    // A profile measured by `flowlab profile` describes this host: `cpu`
+    // is then the measured `cpu-host` device, and `--link in-process` the
+    // measured hand-over between two of its devices.
+    let host = profile.as_ref().and_then(|p| p.host.clone());
+    let cluster = match &host {
+        Some(h) => VirtualCluster::parse_for_host(&a.devices, h)?,
+        None => VirtualCluster::parse(&a.devices)?,
+    };
+    let cluster = match (&host, a.link.as_str()) {
+        (Some(h), flowlab_hw::HOST_LINK) => cluster.with_link(h.link_spec()),
+        _ => cluster.with_link(Catalog::builtin().link(&a.link).with_context(|| format!("--link {}", a.link))?.clone()),
+    };
     let built = Instant::now();
     let (graph, step) = load_graph(&a.model, a.batch)?;
     let build_seconds = built.elapsed().as_secs_f64();
     let mut opts = PlacerOptions::new(cluster.clone());
     opts.sim.partition.format = comm;
     opts.sim.step = step;
-    if let Some(p) = &a.profile {
-        opts.sim.profile = Some(Profile::from_file(p)?);
+    if let Some(h) = &host {
+        opts.sim.transfer_compute = h.transfer_compute.clone();
     }
+    opts.sim.profile = profile;
     opts.budget = Duration::from_millis(a.budget_ms);
     opts.start = a.start.clone();
     opts.seed = a.seed;
