@@ -53,13 +53,13 @@ pub struct PlaceArgs {
 
 /// The graph and, for zoo models, the training step to simulate (a graph
 /// file has no declared step: every node is replayed).
-fn load_graph(model: &str, batch: usize) -> anyhow::Result<(Graph, Option<StepSpec>)> {
+fn load_graph(model: &str, batch: usize) -> anyhow::Result<(Graph, Option<StepSpec>, Option<u64>)> {
     if model.ends_with(".json") || Path::new(model).is_file() {
-        return Ok((Graph::load_json(Path::new(model)).with_context(|| format!("reading graph file {model}"))?, None));
+        return Ok((Graph::load_json(Path::new(model)).with_context(|| format!("reading graph file {model}"))?, None, None));
     }
-    let m = flowlab_sim::zoo::build(model, batch)?;
+    let m = flowlab_sim::zoo::build(model, batch).context("--model/--batch")?;
     let step = m.step();
-    Ok((m.graph, Some(step)))
+    Ok((m.graph, Some(step), Some(m.params)))
 }
 
 pub fn run(a: PlaceArgs) -> anyhow::Result<ExitCode> {
@@ -81,7 +81,7 @@ pub fn run(a: PlaceArgs) -> anyhow::Result<ExitCode> {
         _ => cluster.with_link(Catalog::builtin().link(&a.link).with_context(|| format!("--link {}", a.link))?.clone()),
     };
     let built = Instant::now();
-    let (graph, step) = load_graph(&a.model, a.batch)?;
+    let (graph, step, params) = load_graph(&a.model, a.batch)?;
     let build_seconds = built.elapsed().as_secs_f64();
     let mut opts = PlacerOptions::new(cluster.clone());
     opts.sim.partition.format = comm;
@@ -102,6 +102,8 @@ pub fn run(a: PlaceArgs) -> anyhow::Result<ExitCode> {
         let v = serde_json::json!({
             "model": a.model,
             "batch": a.batch,
+            "params": params,
+            "step_nodes": sim.graph().len(),
             "nodes": graph.num_nodes(),
             "devices": a.devices,
             "link": a.link,

@@ -50,8 +50,7 @@ fn default_batch() -> usize {
     32
 }
 
-/// The largest batch a point may ask for (graphs are built with it).
-const MAX_BATCH: usize = 1 << 16;
+use flowlab_sim::zoo::MAX_BATCH;
 
 const METRICS: &[&str] = &[
     "step_time_s",

@@ -100,7 +100,7 @@ fn default_warmup() -> usize {
     3
 }
 
-const MAX_BATCH: usize = 1 << 16;
+use flowlab_sim::zoo::MAX_BATCH;
 const MAX_DEVICES: usize = 16;
 const MAX_STEPS: usize = 100_000;
 const MAX_THREADS: usize = 256;

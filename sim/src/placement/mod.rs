@@ -16,7 +16,10 @@
 //! over `var`, `slots`, `_class`, as the engine's placer), and all but
 //! `default` keep each device's reserved memory (the outputs of the nodes
 //! placed there) within its capacity, or fail naming the node that does not
-//! fit. Placement time is reported by [`place_timed`].
+//! fit. The cost-based ones (tf_greedy, m_topo, m_etf, m_sct, local_search)
+//! return everything on the best single device instead of their own answer
+//! when that simulates faster: never worse than not splitting. Placement
+//! time is reported by [`place_timed`].
 
 mod list_schedule;
 mod local_search;
@@ -78,6 +81,24 @@ enum Rule {
     LocalSearch,
 }
 
+impl Rule {
+    /// The cost-based rules: they promise a step no slower than the best
+    /// single device in their own cost model.
+    fn falls_back(self) -> bool {
+        matches!(self, Rule::TfGreedy | Rule::MTopo | Rule::MEtf | Rule::MSct | Rule::LocalSearch)
+    }
+}
+
+/// `dev`, or everything on the best single device when that simulates
+/// faster (and fits): a user asking a cost-based placer for a placement
+/// expects one no slower than not splitting the graph at all.
+fn no_worse_than_one_device(p: &Problem, dev: Vec<u16>) -> Result<Vec<u16>, SimError> {
+    let Ok(one) = simple::single_device(p) else { return Ok(dev) };
+    let (split, split_fits) = p.sim.step_time(&dev)?;
+    let (alone, alone_fits) = p.sim.step_time(&one)?;
+    Ok(if alone_fits && (alone < split || !split_fits) { one } else { dev })
+}
+
 fn rule(name: &str) -> Result<Rule, SimError> {
     Ok(match name {
         "single_device" => Rule::SingleDevice,
@@ -117,6 +138,7 @@ impl SimPlacer {
         let sim = GraphSimulator::new(graph, &self.opts.cluster, &self.opts.sim)?;
         let p = Problem::new(sim, devices)?;
         let dev = self.assign(&p, self.rule)?;
+        let dev = if self.rule.falls_back() { no_worse_than_one_device(&p, dev)? } else { dev };
         Ok(p.sim.placement_of(&dev))
     }
 

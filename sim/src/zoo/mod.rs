@@ -63,6 +63,11 @@ impl ModelGraph {
     }
 }
 
+/// The largest batch a zoo graph is built with (the CLI and every
+/// experiment kind check against this one bound: beyond it shapes and
+/// memory estimates overflow long before a machine could hold the graph).
+pub const MAX_BATCH: usize = 1 << 16;
+
 /// The zoo's model names, in the order of the table above.
 pub fn names() -> &'static [&'static str] {
     &["mlp", "cnn", "resnet50", "inception_v3", "lstm_lm", "transformer"]
@@ -143,6 +148,9 @@ pub fn build_with(name: &str, opts: &ZooOptions) -> Result<ModelGraph, SimError>
         return Err(unknown());
     }
     check_positive("batch", Some(opts.batch))?;
+    if opts.batch > MAX_BATCH {
+        return Err(SimError::param("batch", format!("must be between 1 and {MAX_BATCH}, got {}", opts.batch)));
+    }
     check_positive("width_divisor", Some(opts.width_divisor))?;
     for (key, v) in [
         ("image_size", opts.image_size),
