@@ -52,6 +52,8 @@ const KNOWN: &[(&str, &str)] = &[
     ("ps", "PS tasks"),
     ("strategy.sync.backup", "backup workers"),
     ("network.link_gbps", "link speed (Gb/s)"),
+    ("link.gbps", "link speed (Gb/s)"),
+    ("link.latency_us", "link latency (µs)"),
     ("comm", "wire format"),
     ("rows", "array rows"),
     ("cols", "array columns"),

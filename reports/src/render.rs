@@ -495,7 +495,7 @@ plots:
         }
         assert_eq!(second.matches("<polygon").count(), 14);
         let third = svg("scatter-error-vs-link_gbps.svg");
-        assert!(third.contains("signed prediction error (fraction)") && third.contains("link.gbps"));
+        assert!(third.contains("signed prediction error (fraction)") && third.contains("link speed (Gb/s)"));
         assert!(!third.contains("y = x"), "a diagonal nobody asked for");
 
         let html = std::fs::read_to_string(&report.index_html).unwrap();

@@ -121,6 +121,30 @@ impl Legend {
         Ok(plot)
     }
 
+    /// Like [`Legend::split_and_draw`], but the plot gets `plot_width`
+    /// pixels and the legend sits right beside it, the two centred in
+    /// `area` (a square plot would otherwise leave a gap before the legend).
+    /// Falls back to `split_and_draw` when the area is not wide enough.
+    pub(crate) fn split_centred_and_draw<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        plot_width: u32,
+    ) -> Result<DrawingArea<DB, Shift>, String> {
+        let legend_width = if self.is_empty() { 0 } else { self.width(area)? };
+        let total = plot_width + legend_width;
+        let width = area.dim_in_pixel().0;
+        if total >= width {
+            return self.split_and_draw(area);
+        }
+        let (_, rest) = area.split_horizontally((width - total) / 2);
+        let (plot, rest) = rest.split_horizontally(plot_width);
+        if !self.is_empty() {
+            let (panel, _) = rest.split_horizontally(legend_width);
+            self.draw(&panel)?;
+        }
+        Ok(plot)
+    }
+
     fn texts(&self) -> impl Iterator<Item = (&str, TextStyle<'static>)> {
         let heading = self.heading.iter().map(|h| (h.as_str(), heading_style()));
         let entries = self.entries.iter().map(|e| (e.label.as_str(), entry_style()));

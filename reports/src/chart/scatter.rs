@@ -61,8 +61,11 @@ pub(super) fn draw<DB: DrawingBackend>(
         entries,
         notes: vec![format!("{runs} runs, one marker each (not averaged)")],
     };
-    let plot = legend.split_and_draw(area)?;
-    let plot = if d.diagonal { square(&plot) } else { plot };
+    let plot = if d.diagonal {
+        legend.split_centred_and_draw(area, square_width(area.dim_in_pixel().1))?
+    } else {
+        legend.split_and_draw(area)?
+    };
 
     let (log_x, log_y) = spec.log_axes();
     let (x0, x1) = padded(d.x_range.0, d.x_range.1, log_x, false);
@@ -81,16 +84,11 @@ pub(super) fn draw<DB: DrawingBackend>(
     }
 }
 
-/// The left part of `area` whose plotting area (inside the axis label
-/// areas and margins) is as wide as it is tall.
-fn square<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>) -> DrawingArea<DB, Shift> {
-    let (w, h) = area.dim_in_pixel();
-    let inner_h = h.saturating_sub(X_LABEL_AREA + 2 * MARGIN);
-    let want = inner_h + Y_LABEL_AREA + MARGIN + MARGIN_RIGHT;
-    if want >= w {
-        return area.clone();
-    }
-    area.split_horizontally(want).0
+/// The width of a drawing area `height` pixels tall whose plotting area
+/// (inside the axis label areas and margins) is as wide as it is tall.
+fn square_width(height: u32) -> u32 {
+    let inner = height.saturating_sub(X_LABEL_AREA + 2 * MARGIN);
+    inner + Y_LABEL_AREA + MARGIN + MARGIN_RIGHT
 }
 
 fn with_y<DB, XS>(
