@@ -1055,6 +1055,26 @@ mod tests {
     }
 
     #[test]
+    fn before_the_runs_a_scatter_accepts_distinct_points_but_not_a_missing_series() {
+        // What `flowlab check` sees: parameters, no metrics yet.
+        let mut bare: Vec<ResultRow> =
+            validate_rows().into_iter().map(|r| ResultRow { metrics: Default::default(), error: None, ..r }).collect();
+        let s = spec("{ kind: scatter, x: measured_step_s, y: predicted_step_s, series: predictor, diagonal: true }");
+        check_plot_points(&s, &bare).unwrap();
+        // The same points on a line plot collide.
+        let line = spec("{ x: link.gbps, y: predicted_step_s, series: predictor }");
+        assert!(check_plot_points(&line, &bare).is_err());
+        bare[5].params.remove("predictor");
+        let err = check_plot_points(&s, &bare).unwrap_err().to_string();
+        assert!(err.contains("`series: predictor` is not set in point 5"), "{err}");
+        // A parameter on a log axis must be positive, before anything runs.
+        let s = spec("{ kind: scatter, x: link.gbps, y: predicted_step_s, diagonal: true, log_y: true }");
+        bare[0].params.insert("link.gbps".into(), json!(0));
+        let err = check_plot_points(&s, &bare).unwrap_err().to_string();
+        assert!(err.contains("x is logarithmic but `link.gbps` is 0 at point 0"), "{err}");
+    }
+
+    #[test]
     fn only_failed_rows_give_no_data() {
         let mut rs = rows();
         for r in &mut rs {
