@@ -32,6 +32,13 @@ const KNOWN: &[(&str, &str)] = &[
     ("transfer_mb", "moved between devices per step (MB)"),
     ("peak_memory_gb", "peak device memory (GB)"),
     ("mean_utilization", "mean device utilization (fraction)"),
+    // validate metrics
+    ("measured_step_s", "measured step time (s)"),
+    ("measured_p10_s", "measured 10th percentile step time (s)"),
+    ("measured_p90_s", "measured 90th percentile step time (s)"),
+    ("predicted_step_s", "predicted step time (s)"),
+    ("error", "signed prediction error (fraction)"),
+    ("abs_error", "absolute prediction error (fraction)"),
     // systolic metrics
     ("utilization", "PE utilization (fraction)"),
     ("mapping_efficiency", "mapping efficiency (fraction)"),
@@ -45,6 +52,8 @@ const KNOWN: &[(&str, &str)] = &[
     ("ps", "PS tasks"),
     ("strategy.sync.backup", "backup workers"),
     ("network.link_gbps", "link speed (Gb/s)"),
+    ("link.gbps", "link speed (Gb/s)"),
+    ("link.latency_us", "link latency (µs)"),
     ("comm", "wire format"),
     ("rows", "array rows"),
     ("cols", "array columns"),

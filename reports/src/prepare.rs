@@ -8,6 +8,10 @@
 //! apart, unless the plot pools those on purpose (`pool: [key]`). A key that
 //! no successful row has is an error listing the keys that are there.
 //!
+//! A scatter plot is the exception: each row is its own marker, so rows
+//! never collide and nothing is averaged (a validation sweep's points are
+//! individual runs by design).
+//!
 //! A key that names a map of parameters (`strategy`, swept over
 //! `{async: {}}`, `{sync: {backup: 4}}`) places a row by the map's variant
 //! name and the values under it that vary: `async`, `sync backup=4`.
@@ -65,12 +69,34 @@ pub(crate) struct HeatData {
     pub cells: Vec<Vec<Option<Stat>>>,
 }
 
+/// One colour and marker shape of a scatter plot.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ScatterSeries {
+    /// The series value; `None` when the plot has no `series` key.
+    pub label: Option<String>,
+    /// (x, y) of each run, in result order.
+    pub points: Vec<(f64, f64)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ScatterData {
+    pub series: Vec<ScatterSeries>,
+    /// The smallest and largest value the x axis must show; with a
+    /// diagonal, those of x and y together (both axes share it). Infinite
+    /// (`lo > hi`) when no row has both values.
+    pub x_range: (f64, f64),
+    pub y_range: (f64, f64),
+    /// Whether y = x is drawn across the shared range.
+    pub diagonal: bool,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum ChartData {
     Line(XyData),
     Bar(XyData),
     Cdf(CdfData),
     Heat(HeatData),
+    Scatter(ScatterData),
     /// No successful row: the chart says so instead of failing the report.
     NoData,
 }
@@ -93,6 +119,7 @@ pub(crate) fn prepare(
         PlotKind::Bar => Ok(ChartData::Bar(ctx.xy(true)?)),
         PlotKind::Cdf => Ok(ChartData::Cdf(ctx.cdf()?)),
         PlotKind::Heatmap => Ok(ChartData::Heat(ctx.heat()?)),
+        PlotKind::Scatter => Ok(ChartData::Scatter(ctx.scatter()?)),
     }
 }
 
@@ -110,7 +137,8 @@ pub fn check_plot_points(spec: &PlotSpec, points: &[ResultRow]) -> Result<(), Re
         results: Path::new(""),
     };
     ctx.check_positions()?;
-    for (axis, key, on) in [("x", spec.x.as_deref(), spec.log_x), ("y", Some(spec.y.as_str()), spec.log_y)] {
+    let (log_x, log_y) = spec.log_axes();
+    for (axis, key, on) in [("x", spec.x.as_deref(), log_x), ("y", Some(spec.y.as_str()), log_y)] {
         let Some(key) = key else { continue };
         if !on || (spec.kind == PlotKind::Cdf && axis == "x") || !ctx.is_param(key) {
             continue;
@@ -235,7 +263,7 @@ impl Ctx<'_> {
                 keys.extend(spec.x.as_deref().map(|x| ("x", x)));
                 keys.extend(spec.series.as_deref().map(|s| ("series", s)));
             }
-            PlotKind::Cdf => keys.extend(spec.series.as_deref().map(|s| ("series", s))),
+            PlotKind::Cdf | PlotKind::Scatter => keys.extend(spec.series.as_deref().map(|s| ("series", s))),
             PlotKind::Heatmap => {
                 keys.extend(spec.x.as_deref().map(|x| ("x", x)));
                 keys.push(("y", spec.y.as_str()));
@@ -275,6 +303,10 @@ impl Ctx<'_> {
                 };
                 position.push(cell.label());
             }
+            if self.spec.kind == PlotKind::Scatter {
+                // Every row is its own marker: one series value is no collision.
+                continue;
+            }
             match first_at.get(&position) {
                 None => {
                     first_at.insert(position, row);
@@ -307,6 +339,7 @@ impl Ctx<'_> {
         let position = match self.spec.kind {
             PlotKind::Heatmap => "the same cell",
             PlotKind::Cdf => "one curve",
+            PlotKind::Scatter => "one series",
             PlotKind::Line | PlotKind::Bar if self.spec.series.is_some() => "the same x and series",
             PlotKind::Line | PlotKind::Bar => "the same x",
         };
@@ -477,6 +510,79 @@ impl Ctx<'_> {
             });
         }
         Ok(XyData { x_axis, series })
+    }
+
+    /// Every successful row with both `x` and `y` is one point of its
+    /// series. Rows with a non-finite value (NaN) are left out.
+    fn scatter(&self) -> Result<ScatterData, ReportError> {
+        let spec = self.spec;
+        let x_key = spec.x.as_deref().unwrap_or_default();
+        self.require_key("x", x_key)?;
+        self.require_key("y", &spec.y)?;
+        if let Some(s) = &spec.series {
+            self.require_key("series", s)?;
+        }
+        // Rows lacking the series key are an error naming the point, as on
+        // a line plot: a silent gap would hide runs.
+        self.check_positions()?;
+        let (log_x, log_y) = spec.log_axes();
+        let s_children = self.series_children();
+        let (x_children, y_children) = (self.varying_children(x_key), self.varying_children(&spec.y));
+        let mut triples: Vec<(Option<Cell>, f64, f64)> = Vec::new();
+        for row in self.ok {
+            // A map key (`link`) reads as text, which `numeric` refuses by name.
+            let (Some(x), Some(y), Some(s)) = (
+                self.place_with(row, x_key, &x_children),
+                self.place_with(row, &spec.y, &y_children),
+                self.series_of(row, &s_children),
+            ) else {
+                continue;
+            };
+            let (x, y) = (self.numeric("x", x_key, x)?, self.numeric("y", &spec.y, y)?);
+            if !(x.is_finite() && y.is_finite()) {
+                continue;
+            }
+            if log_x {
+                self.check_log("x", x_key, x, row)?;
+            }
+            if log_y {
+                self.check_log("y", &spec.y, y, row)?;
+            }
+            triples.push((s, x, y));
+        }
+        let series_levels: Vec<Option<Cell>> = if spec.series.is_some() {
+            levels(triples.iter().filter_map(|t| t.0.as_ref())).into_iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        let series = series_levels
+            .iter()
+            .map(|level| ScatterSeries {
+                label: self.series_label(level),
+                points: triples
+                    .iter()
+                    .filter(|t| t.0.as_ref().map(Cell::label) == level.as_ref().map(Cell::label))
+                    .map(|t| (t.1, t.2))
+                    .collect(),
+            })
+            .collect();
+        let extent = |vals: &mut dyn Iterator<Item = f64>| {
+            vals.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)))
+        };
+        let x_range = extent(&mut triples.iter().map(|t| t.1));
+        let y_range = extent(&mut triples.iter().map(|t| t.2));
+        let (x_range, y_range) = if spec.diagonal {
+            let shared = (x_range.0.min(y_range.0), x_range.1.max(y_range.1));
+            (shared, shared)
+        } else {
+            (x_range, y_range)
+        };
+        Ok(ScatterData {
+            series,
+            x_range,
+            y_range,
+            diagonal: spec.diagonal,
+        })
     }
 
     fn cdf(&self) -> Result<CdfData, ReportError> {
@@ -826,6 +932,146 @@ mod tests {
         let s = spec("{ x: strategy.sync.backup, y: throughput, series: workers, log_x: true }");
         let err = check_plot_points(&s, &bare).unwrap_err().to_string();
         assert!(err.contains("x is logarithmic but `strategy.sync.backup` is 0 at point 2"), "{err}");
+    }
+
+    /// A validation sweep as `kind: validate` writes it: placers x links x
+    /// predictors, measured and predicted step times in seconds; one failed
+    /// point. Every row differs from the others in something besides the
+    /// series (the placer), which a line plot would refuse.
+    fn validate_rows() -> Vec<ResultRow> {
+        let mut rows = Vec::new();
+        let mut i = 0;
+        for (pi, placer) in ["single_device", "round_robin", "m_etf"].into_iter().enumerate() {
+            for gbps in [1, 10] {
+                for predictor in ["roofline", "profile"] {
+                    let measured = 0.004 + 0.001 * pi as f64 + 0.01 / gbps as f64;
+                    let predicted = measured * if predictor == "roofline" { 1.3 } else { 0.95 };
+                    rows.push(row(
+                        i,
+                        json!({"model": "mlp", "placer": placer, "link.gbps": gbps, "link.latency_us": 50, "predictor": predictor}),
+                        json!({"measured_step_s": measured, "predicted_step_s": predicted}),
+                    ));
+                    i += 1;
+                }
+            }
+        }
+        let mut failed = row(i, json!({"model": "mlp", "placer": "m_sct", "link.gbps": 1, "predictor": "profile"}), json!({}));
+        failed.error = Some("engine: out of memory".into());
+        rows.push(failed);
+        rows
+    }
+
+    fn scatter(yaml: &str, rows: &[ResultRow]) -> ScatterData {
+        match prepare(&spec(yaml), rows, Path::new("r.jsonl")).unwrap() {
+            ChartData::Scatter(d) => d,
+            other => panic!("not a scatter: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn scatter_draws_every_successful_run_once_per_series_value() {
+        let rs = validate_rows();
+        let d = scatter("{ kind: scatter, x: measured_step_s, y: predicted_step_s, series: placer }", &rs);
+        let labels: Vec<_> = d.series.iter().map(|s| s.label.clone().unwrap()).collect();
+        assert_eq!(labels, ["single_device", "round_robin", "m_etf"]);
+        // 12 runs, 4 per placer; the failed m_sct point is left out, and
+        // points that differ in link and predictor are not an error.
+        assert_eq!(d.series.iter().map(|s| s.points.len()).collect::<Vec<_>>(), [4, 4, 4]);
+        let m_etf_rows: Vec<(f64, f64)> = rs
+            .iter()
+            .filter(|r| r.params["placer"] == "m_etf")
+            .map(|r| (r.metrics["measured_step_s"], r.metrics["predicted_step_s"]))
+            .collect();
+        assert_eq!(d.series[2].points, m_etf_rows);
+        assert!(!d.diagonal);
+        // Without a diagonal, each axis covers only its own values.
+        assert_eq!(d.x_range, (0.005, 0.016));
+        assert_eq!(d.y_range, (0.005 * 0.95, 0.016 * 1.3));
+        // A map-valued series labels the links; no series is one group.
+        let d = scatter("{ kind: scatter, x: measured_step_s, y: predicted_step_s, series: link }", &rs);
+        let labels: Vec<_> = d.series.iter().map(|s| s.label.clone().unwrap()).collect();
+        assert_eq!(labels, ["gbps=1", "gbps=10"]);
+        let d = scatter("{ kind: scatter, x: measured_step_s, y: predicted_step_s }", &rs);
+        assert_eq!((d.series.len(), d.series[0].label.clone(), d.series[0].points.len()), (1, None, 12));
+    }
+
+    #[test]
+    fn the_diagonal_spans_every_point_on_both_axes() {
+        let mut rs = validate_rows();
+        // One far over-prediction and one far under-prediction, so that each
+        // end of the shared range comes from the other axis.
+        rs[3].metrics.insert("predicted_step_s".into(), 0.05);
+        rs[4].metrics.insert("measured_step_s".into(), 0.002);
+        rs[4].metrics.insert("predicted_step_s".into(), 0.003);
+        let d = scatter(
+            "{ kind: scatter, x: measured_step_s, y: predicted_step_s, series: predictor, diagonal: true }",
+            &rs,
+        );
+        assert!(d.diagonal);
+        assert_eq!(d.x_range, d.y_range);
+        let (lo, hi) = d.x_range;
+        let all: Vec<(f64, f64)> = d.series.iter().flat_map(|s| s.points.iter().copied()).collect();
+        assert_eq!(all.len(), 12);
+        for (x, y) in &all {
+            assert!((lo..=hi).contains(x) && (lo..=hi).contains(y), "({x}, {y}) outside {lo}..{hi}");
+        }
+        // Tight: the ends are the smallest and largest value on either axis.
+        assert_eq!((lo, hi), (0.002, 0.05));
+    }
+
+    #[test]
+    fn scatter_refuses_text_missing_series_and_non_positive_log_values() {
+        let rs = validate_rows();
+        let err = prepare(&spec("{ kind: scatter, x: placer, y: predicted_step_s }"), &rs, Path::new("r.jsonl"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "plot `scatter predicted_step_s vs placer`: `x` key `placer` has the text value `single_device`; a scatter plot needs numbers there"
+        );
+        let mut rs2 = rs.clone();
+        rs2[1].params.remove("predictor");
+        let err = prepare(
+            &spec("{ kind: scatter, x: measured_step_s, y: predicted_step_s, series: predictor }"),
+            &rs2,
+            Path::new("r.jsonl"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("`series: predictor` is not set in point 1"), "{err}");
+        // With a diagonal, `log_y` makes x logarithmic too: a zero x is refused.
+        let mut rs3 = rs.clone();
+        rs3[2].metrics.insert("measured_step_s".into(), 0.0);
+        let err = prepare(
+            &spec("{ kind: scatter, x: measured_step_s, y: predicted_step_s, diagonal: true, log_y: true }"),
+            &rs3,
+            Path::new("r.jsonl"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("x is logarithmic but `measured_step_s` is 0 at point 2"), "{err}");
+        prepare(&spec("{ kind: scatter, x: measured_step_s, y: predicted_step_s, log_y: true }"), &rs3, Path::new("r.jsonl"))
+            .unwrap();
+    }
+
+    #[test]
+    fn before_the_runs_a_scatter_accepts_distinct_points_but_not_a_missing_series() {
+        // What `flowlab check` sees: parameters, no metrics yet.
+        let mut bare: Vec<ResultRow> =
+            validate_rows().into_iter().map(|r| ResultRow { metrics: Default::default(), error: None, ..r }).collect();
+        let s = spec("{ kind: scatter, x: measured_step_s, y: predicted_step_s, series: predictor, diagonal: true }");
+        check_plot_points(&s, &bare).unwrap();
+        // The same points on a line plot collide.
+        let line = spec("{ x: link.gbps, y: predicted_step_s, series: predictor }");
+        assert!(check_plot_points(&line, &bare).is_err());
+        bare[5].params.remove("predictor");
+        let err = check_plot_points(&s, &bare).unwrap_err().to_string();
+        assert!(err.contains("`series: predictor` is not set in point 5"), "{err}");
+        // A parameter on a log axis must be positive, before anything runs.
+        let s = spec("{ kind: scatter, x: link.gbps, y: predicted_step_s, diagonal: true, log_y: true }");
+        bare[0].params.insert("link.gbps".into(), json!(0));
+        let err = check_plot_points(&s, &bare).unwrap_err().to_string();
+        assert!(err.contains("x is logarithmic but `link.gbps` is 0 at point 0"), "{err}");
     }
 
     #[test]

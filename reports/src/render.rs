@@ -94,6 +94,7 @@ fn repeats_note(spec: &crate::spec::PlotSpec, data: &ChartData) -> Option<String
             Some(format!("colour: mean of {what}"))
         }
         ChartData::Cdf(_) => Some(format!("samples pooled over {what}")),
+        ChartData::Scatter(_) => Some("one marker per run; runs are not averaged".to_string()),
         _ => None,
     }
 }
@@ -402,6 +403,107 @@ plots:
         let bar = std::fs::read_to_string(&report.plots[1]).unwrap();
         assert!(bar.contains("and 14 more"), "legend not shortened");
         assert!(bar.contains("a_rather_long_model_name_13"));
+    }
+
+    /// A hand-made `kind: validate` table: 3 placers x 2 links x 2
+    /// predictors (12 runs) and one failed run.
+    fn validate_results() -> String {
+        let mut lines = Vec::new();
+        let mut index = 0u64;
+        for (pi, placer) in ["single_device", "round_robin", "m_etf"].into_iter().enumerate() {
+            for gbps in [1u32, 10] {
+                for (ki, predictor) in ["roofline", "profile"].into_iter().enumerate() {
+                    let measured = 0.004 + 0.0015 * pi as f64 + 0.012 / gbps as f64;
+                    let predicted = measured * [1.25, 0.93][ki] * (1.0 + 0.02 * pi as f64);
+                    lines.push(
+                        json!({
+                            "index": index, "key": format!("v{index}"), "seed": index,
+                            "params": {"model": "mlp", "placer": placer, "predictor": predictor, "comm": "f32",
+                                       "link.gbps": gbps, "link.latency_us": 50},
+                            "metrics": {"measured_step_s": measured, "predicted_step_s": predicted,
+                                        "error": predicted / measured - 1.0},
+                            "error": null, "elapsed_s": 0.5,
+                        })
+                        .to_string(),
+                    );
+                    index += 1;
+                }
+            }
+        }
+        lines.push(
+            json!({
+                "index": index, "key": "failed", "seed": index,
+                "params": {"model": "mlp", "placer": "m_sct", "predictor": "profile", "comm": "f32",
+                           "link.gbps": 1, "link.latency_us": 50},
+                "metrics": {}, "error": "engine: out of memory", "elapsed_s": 0.1,
+            })
+            .to_string(),
+        );
+        lines.join("\n") + "\n"
+    }
+
+    #[test]
+    fn scatter_plots_draw_each_run_and_the_diagonal_to_png_svg_and_the_page() {
+        let exp = "name: validate-placement\nkind: validate\nplots:\n  \
+            - { kind: scatter, x: measured_step_s, y: predicted_step_s, series: placer, diagonal: true }\n  \
+            - { kind: scatter, x: measured_step_s, y: predicted_step_s, series: predictor, diagonal: true, log_y: true, \
+                title: Predicted against measured, x_label: engine step (s), y_label: simulator step (s) }\n  \
+            - { kind: scatter, x: link.gbps, y: error, series: predictor, log_x: true }\n";
+        let dir = fixture(exp, &validate_results());
+        let report = render(dir.path()).unwrap();
+        let names: Vec<String> = report
+            .plots
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "scatter-predicted_step_s-vs-measured_step_s.png",
+                "scatter-predicted_step_s-vs-measured_step_s.svg",
+                "scatter-predicted_step_s-vs-measured_step_s-2.png",
+                "scatter-predicted_step_s-vs-measured_step_s-2.svg",
+                "scatter-error-vs-link_gbps.png",
+                "scatter-error-vs-link_gbps.svg",
+            ]
+        );
+        for png in report.plots.iter().filter(|p| p.extension().unwrap() == "png") {
+            let (w, h, ink) = png_ink(png);
+            assert_eq!((w, h), (crate::chart::WIDTH, crate::chart::HEIGHT));
+            assert!(ink > (w * h / 50) as usize, "{}: only {ink} non-white pixels", png.display());
+        }
+        let svg = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+        let first = svg("scatter-predicted_step_s-vs-measured_step_s.svg");
+        for label in [
+            "predicted step time vs measured step time",
+            "measured step time (s)",
+            "predicted step time (s)",
+            "\nsingle_device\n",
+            "\nround_robin\n",
+            "\nm_etf\n",
+            "\ny = x\n",
+            "12 runs,",
+        ] {
+            assert!(first.contains(label), "scatter svg lacks {label}");
+        }
+        assert!(!first.contains("m_sct"), "the failed run is drawn");
+        // Every marker is one filled polygon: 12 runs plus 3 legend swatches.
+        assert_eq!(first.matches("<polygon").count(), 15);
+        let second = svg("scatter-predicted_step_s-vs-measured_step_s-2.svg");
+        for label in ["Predicted against measured", "engine step (s)", "simulator step (s)", "\nroofline\n", "\nprofile\n", "\ny = x\n"] {
+            assert!(second.contains(label), "log scatter svg lacks {label}");
+        }
+        assert_eq!(second.matches("<polygon").count(), 14);
+        let third = svg("scatter-error-vs-link_gbps.svg");
+        assert!(third.contains("signed prediction error (fraction)") && third.contains("link speed (Gb/s)"));
+        assert!(!third.contains("y = x"), "a diagonal nobody asked for");
+
+        let html = std::fs::read_to_string(&report.index_html).unwrap();
+        for name in &names {
+            assert!(html.contains(&format!("\"{name}\"")), "page does not reference {name}");
+        }
+        assert_eq!(html.matches("<svg").count(), 3);
+        assert!(html.contains("(one marker per run; runs are not averaged)"), "{html}");
     }
 
     #[test]

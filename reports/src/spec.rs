@@ -3,6 +3,7 @@
 //! `- { x: workers, y: throughput, series: strategy.sync.backup }`
 //! `- { kind: cdf, y: step_time_s, series: strategy.sync.backup }`
 //! `- { kind: heatmap, x: array, y: dataflow, z: utilization }`
+//! `- { kind: scatter, x: measured_step_s, y: predicted_step_s, series: placer, diagonal: true }`
 //!
 //! Keys name a sweep parameter (dotted) or a metric; for a CDF, `y` names a
 //! per-step series.
@@ -24,6 +25,9 @@ pub enum PlotKind {
     Bar,
     /// Colour of `z` over the grid of `x` and `y` values.
     Heatmap,
+    /// One marker per result row at (`x`, `y`), colour and shape per value
+    /// of `series`; no lines, and no averaging: each marker is one run.
+    Scatter,
 }
 
 impl PlotKind {
@@ -33,6 +37,7 @@ impl PlotKind {
             PlotKind::Cdf => "cdf",
             PlotKind::Bar => "bar",
             PlotKind::Heatmap => "heatmap",
+            PlotKind::Scatter => "scatter",
         }
     }
 }
@@ -77,6 +82,10 @@ pub struct PlotSpec {
     /// position are an error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pool: Vec<String>,
+    /// A scatter plot's y = x line (predicted against measured: a point on
+    /// it is exact). Both axes then share one range, and one log setting.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub diagonal: bool,
 }
 
 /// Published numbers to draw beside the simulation: one entry of an
@@ -110,6 +119,18 @@ impl Reference {
 }
 
 impl PlotSpec {
+    /// Whether the (x, y) axes are logarithmic as drawn: with `diagonal`,
+    /// either log flag makes both axes logarithmic, so that y = x stays a
+    /// line through equal values on both axes.
+    pub(crate) fn log_axes(&self) -> (bool, bool) {
+        if self.diagonal {
+            let log = self.log_x || self.log_y;
+            (log, log)
+        } else {
+            (self.log_x, self.log_y)
+        }
+    }
+
     /// Checks that the fields fit the kind, before any data is read.
     pub fn validate(&self) -> Result<(), ReportError> {
         let fail = |reason: &str| {
@@ -135,13 +156,19 @@ impl PlotSpec {
             return fail("`y_min` must be positive on a logarithmic y axis (`log_y: true`)");
         }
         if matches!(self.kind, PlotKind::Cdf | PlotKind::Heatmap) && (self.y_min.is_some() || self.y_max.is_some()) {
-            return fail(&format!("`y_min`/`y_max` apply to line and bar plots, not to a {} plot", self.kind.name()));
+            return fail(&format!("`y_min`/`y_max` apply to line, bar and scatter plots, not to a {} plot", self.kind.name()));
         }
         if self.log_z && self.kind != PlotKind::Heatmap {
             return fail("`log_z` is the colour scale of a heatmap plot");
         }
         if self.pool.iter().any(|k| k.trim().is_empty()) {
             return fail("`pool` lists an empty key");
+        }
+        if self.diagonal && self.kind != PlotKind::Scatter {
+            return fail(&format!(
+                "`diagonal` draws y = x on a scatter plot (`kind: scatter`); it does not apply to a {} plot",
+                self.kind.name()
+            ));
         }
         match self.kind {
             PlotKind::Line | PlotKind::Bar => {
@@ -177,6 +204,20 @@ impl PlotSpec {
                 }
                 if self.log_x || self.log_y {
                     return fail("a heatmap plot has categorical axes; `log_x`/`log_y` do not apply");
+                }
+            }
+            PlotKind::Scatter => {
+                if self.x.is_none() {
+                    return fail("a scatter plot needs `x` and `y`");
+                }
+                if self.z.is_some() {
+                    return fail("`z` is only for heatmap plots");
+                }
+                if !self.pool.is_empty() {
+                    return fail("a scatter plot draws every run as its own marker and averages nothing; `pool` does not apply");
+                }
+                if self.diagonal && (self.y_min.is_some() || self.y_max.is_some()) {
+                    return fail("with `diagonal: true` both axes share the range of the data; `y_min`/`y_max` do not apply");
                 }
             }
         }
@@ -277,10 +318,54 @@ mod tests {
         let err = spec("{ x: a, y: b, y_min: 0, log_y: true }").validate().unwrap_err();
         assert!(err.to_string().contains("`y_min` must be positive on a logarithmic y axis"), "{err}");
         let err = spec("{ kind: heatmap, x: a, y: b, z: c, y_max: 3 }").validate().unwrap_err();
-        assert!(err.to_string().contains("apply to line and bar plots"), "{err}");
+        assert!(err.to_string().contains("apply to line, bar and scatter plots"), "{err}");
         spec("{ x: a, y: b, y_min: 0.95, y_max: 1.1, x_label: backups, y_label: speedup, pool: [m] }")
             .validate()
             .unwrap();
+    }
+
+    #[test]
+    fn diagonal_belongs_to_scatter_plots_only() {
+        let err = spec("{ x: measured_step_s, y: predicted_step_s, diagonal: true }")
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "plot `line predicted_step_s vs measured_step_s`: `diagonal` draws y = x on a scatter plot \
+             (`kind: scatter`); it does not apply to a line plot"
+        );
+        let err = spec("{ kind: heatmap, x: a, y: b, z: c, diagonal: true }").validate().unwrap_err();
+        assert!(err.to_string().contains("does not apply to a heatmap plot"), "{err}");
+        let ok = spec("{ kind: scatter, x: measured_step_s, y: predicted_step_s, series: placer, diagonal: true }");
+        ok.validate().unwrap();
+        assert_eq!(ok.stem(), "scatter-predicted_step_s-vs-measured_step_s");
+        // Without the key it is off, and it is not written back.
+        let plain = spec("{ kind: scatter, x: a, y: b }");
+        assert!(!plain.diagonal);
+        assert!(!serde_json::to_string(&plain).unwrap().contains("diagonal"));
+    }
+
+    #[test]
+    fn scatter_needs_x_and_takes_no_pool_or_z() {
+        let err = spec("{ kind: scatter, y: predicted_step_s }").validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "plot `scatter predicted_step_s`: a scatter plot needs `x` and `y`"
+        );
+        let err = spec("{ kind: scatter, x: a, y: b, pool: [model] }").validate().unwrap_err();
+        assert!(err.to_string().contains("averages nothing; `pool` does not apply"), "{err}");
+        let err = spec("{ kind: scatter, x: a, y: b, z: c }").validate().unwrap_err();
+        assert!(err.to_string().contains("`z` is only for heatmap plots"), "{err}");
+        let err = spec("{ kind: scatter, x: a, y: b, diagonal: true, y_max: 3 }").validate().unwrap_err();
+        assert!(err.to_string().contains("share the range of the data"), "{err}");
+        spec("{ kind: scatter, x: a, y: b, y_max: 3, log_x: true }").validate().unwrap();
+    }
+
+    #[test]
+    fn one_log_flag_makes_both_axes_of_a_diagonal_logarithmic() {
+        assert_eq!(spec("{ kind: scatter, x: a, y: b, diagonal: true, log_y: true }").log_axes(), (true, true));
+        assert_eq!(spec("{ kind: scatter, x: a, y: b, log_y: true }").log_axes(), (false, true));
+        assert_eq!(spec("{ kind: scatter, x: a, y: b, diagonal: true }").log_axes(), (false, false));
     }
 
     #[test]

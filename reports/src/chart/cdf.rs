@@ -6,7 +6,7 @@ use plotters::coord::combinators::IntoLogRange;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 
-use super::layout::{DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, padded};
+use super::layout::{DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, Swatch, padded};
 use super::{FONT, series_colour};
 use crate::labels::{axis_label, format_tick};
 use crate::prepare::CdfData;
@@ -31,8 +31,7 @@ pub(super) fn draw<DB: DrawingBackend>(
                 Some(LegendEntry {
                     label: label.clone()?,
                     colour: series_colour(i),
-                    boxed: false,
-                    reference: false,
+                    swatch: Swatch::Line,
                 })
             })
             .collect(),

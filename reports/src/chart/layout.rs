@@ -15,10 +15,82 @@ pub(crate) const DESC_SIZE: u32 = 21;
 pub(crate) struct LegendEntry {
     pub label: String,
     pub colour: RGBColor,
-    /// A filled box (bar charts) rather than a line with a marker.
-    pub boxed: bool,
+    pub swatch: Swatch,
+}
+
+/// What a legend entry shows beside its label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Swatch {
+    /// A line with a round marker (line charts, CDF curves).
+    Line,
+    /// A filled box (bar charts).
+    Box,
     /// A reference point's marker (a crossed diamond) with no line.
-    pub reference: bool,
+    Reference,
+    /// A scatter plot's marker alone.
+    Marker(Marker),
+    /// A dashed line with no marker (a scatter plot's y = x).
+    Dashed,
+}
+
+/// The marker shapes of a scatter plot, told apart without colour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Marker {
+    Circle,
+    Square,
+    TriangleUp,
+    Diamond,
+    TriangleDown,
+    Cross,
+}
+
+impl Marker {
+    const ALL: [Marker; 6] = [
+        Marker::Circle,
+        Marker::Square,
+        Marker::TriangleUp,
+        Marker::Diamond,
+        Marker::TriangleDown,
+        Marker::Cross,
+    ];
+
+    /// The marker of the `i`-th series. Six shapes against ten colours:
+    /// the first 30 series differ in the pair.
+    pub(crate) fn nth(i: usize) -> Marker {
+        Marker::ALL[i % Marker::ALL.len()]
+    }
+
+    /// The shape as a closed polygon of pixel offsets around its centre,
+    /// about `r` pixels from centre to edge (areas roughly equal, so no
+    /// shape looks heavier than another).
+    pub(crate) fn outline(self, r: i32) -> Vec<(i32, i32)> {
+        let rf = r as f64;
+        let at = |k: usize, n: usize, radius: f64, turn: f64| {
+            let a = turn + std::f64::consts::TAU * k as f64 / n as f64;
+            ((radius * a.cos()).round() as i32, (radius * a.sin()).round() as i32)
+        };
+        let up = -std::f64::consts::FRAC_PI_2;
+        match self {
+            Marker::Circle => (0..16).map(|k| at(k, 16, rf, 0.0)).collect(),
+            Marker::Square => {
+                let h = (rf * 0.85).round() as i32;
+                vec![(-h, -h), (h, -h), (h, h), (-h, h)]
+            }
+            Marker::TriangleUp => (0..3).map(|k| at(k, 3, rf * 1.25, up)).collect(),
+            Marker::TriangleDown => (0..3).map(|k| at(k, 3, rf * 1.25, -up)).collect(),
+            Marker::Diamond => (0..4).map(|k| at(k, 4, rf * 1.2, up)).collect(),
+            Marker::Cross => {
+                // An X of two bars, each `w` wide.
+                let (o, w) = (rf * 1.1, rf * 0.42);
+                let s = std::f64::consts::FRAC_1_SQRT_2;
+                let p = |x: f64, y: f64| ((x * s - y * s).round() as i32, (x * s + y * s).round() as i32);
+                vec![
+                    p(-w, -o), p(w, -o), p(w, -w), p(o, -w), p(o, w), p(w, w),
+                    p(w, o), p(-w, o), p(-w, w), p(-o, w), p(-o, -w), p(-w, -w),
+                ]
+            }
+        }
+    }
 }
 
 /// What the legend panel shows: an optional heading (the series key), the
@@ -46,6 +118,30 @@ impl Legend {
         let width = self.width(area)?;
         let (plot, panel) = area.split_horizontally(area.dim_in_pixel().0 - width);
         self.draw(&panel)?;
+        Ok(plot)
+    }
+
+    /// Like [`Legend::split_and_draw`], but the plot gets `plot_width`
+    /// pixels and the legend sits right beside it, the two centred in
+    /// `area` (a square plot would otherwise leave a gap before the legend).
+    /// Falls back to `split_and_draw` when the area is not wide enough.
+    pub(crate) fn split_centred_and_draw<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        plot_width: u32,
+    ) -> Result<DrawingArea<DB, Shift>, String> {
+        let legend_width = if self.is_empty() { 0 } else { self.width(area)? };
+        let total = plot_width + legend_width;
+        let width = area.dim_in_pixel().0;
+        if total >= width {
+            return self.split_and_draw(area);
+        }
+        let (_, rest) = area.split_horizontally((width - total) / 2);
+        let (plot, rest) = rest.split_horizontally(plot_width);
+        if !self.is_empty() {
+            let (panel, _) = rest.split_horizontally(legend_width);
+            self.draw(&panel)?;
+        }
         Ok(plot)
     }
 
@@ -85,25 +181,40 @@ impl Legend {
         };
         for e in &self.entries[..shown] {
             let mid = y + 9;
-            if e.reference {
-                let diamond = vec![(25, mid - 9), (34, mid), (25, mid + 9), (16, mid), (25, mid - 9)];
-                panel.draw(&PathElement::new(diamond, e.colour.stroke_width(2))).map_err(err)?;
-                panel.draw(&PathElement::new(vec![(20, mid), (30, mid)], e.colour.stroke_width(2))).map_err(err)?;
-                panel.draw(&PathElement::new(vec![(25, mid - 5), (25, mid + 5)], e.colour.stroke_width(2))).map_err(err)?;
-            } else if e.boxed {
-                panel
-                    .draw(&Rectangle::new([(14, mid - 8), (36, mid + 8)], e.colour.filled()))
-                    .map_err(err)?;
-            } else {
-                panel
-                    .draw(&PathElement::new(
-                        vec![(10, mid), (40, mid)],
-                        e.colour.stroke_width(3),
-                    ))
-                    .map_err(err)?;
-                panel
-                    .draw(&Circle::new((25, mid), 4, e.colour.filled()))
-                    .map_err(err)?;
+            match e.swatch {
+                Swatch::Reference => {
+                    let diamond = vec![(25, mid - 9), (34, mid), (25, mid + 9), (16, mid), (25, mid - 9)];
+                    panel.draw(&PathElement::new(diamond, e.colour.stroke_width(2))).map_err(err)?;
+                    panel.draw(&PathElement::new(vec![(20, mid), (30, mid)], e.colour.stroke_width(2))).map_err(err)?;
+                    panel.draw(&PathElement::new(vec![(25, mid - 5), (25, mid + 5)], e.colour.stroke_width(2))).map_err(err)?;
+                }
+                Swatch::Box => {
+                    panel
+                        .draw(&Rectangle::new([(14, mid - 8), (36, mid + 8)], e.colour.filled()))
+                        .map_err(err)?;
+                }
+                Swatch::Line => {
+                    panel
+                        .draw(&PathElement::new(
+                            vec![(10, mid), (40, mid)],
+                            e.colour.stroke_width(3),
+                        ))
+                        .map_err(err)?;
+                    panel
+                        .draw(&Circle::new((25, mid), 4, e.colour.filled()))
+                        .map_err(err)?;
+                }
+                Swatch::Marker(m) => {
+                    let shape: Vec<(i32, i32)> = m.outline(7).into_iter().map(|(x, y)| (25 + x, mid + y)).collect();
+                    panel.draw(&Polygon::new(shape, e.colour.filled())).map_err(err)?;
+                }
+                Swatch::Dashed => {
+                    for x in [8, 20, 32] {
+                        panel
+                            .draw(&PathElement::new(vec![(x, mid), (x + 8, mid)], e.colour.stroke_width(2)))
+                            .map_err(err)?;
+                    }
+                }
             }
             panel
                 .draw(&Text::new(e.label.clone(), (50, y), entry_style()))

@@ -8,6 +8,7 @@
 mod cdf;
 mod heatmap;
 mod layout;
+mod scatter;
 mod xy;
 
 use std::path::{Path, PathBuf};
@@ -89,6 +90,7 @@ fn draw<DB: DrawingBackend>(
         ChartData::Bar(d) => xy::draw(spec, d, true, &[], &body),
         ChartData::Cdf(d) => cdf::draw(spec, d, &body),
         ChartData::Heat(d) => heatmap::draw(spec, d, &body),
+        ChartData::Scatter(d) => scatter::draw(spec, d, &body),
         ChartData::NoData => body
             .draw(&Text::new(
                 "no successful result points to plot",
@@ -111,7 +113,7 @@ pub(crate) fn default_title(spec: &PlotSpec) -> String {
     };
     use crate::spec::PlotKind;
     match spec.kind {
-        PlotKind::Line | PlotKind::Bar => {
+        PlotKind::Line | PlotKind::Bar | PlotKind::Scatter => {
             format!("{} vs {}", label(&spec.y), label(spec.x.as_deref().unwrap_or_default()))
         }
         PlotKind::Cdf => format!("CDF of {}", label(&spec.y)),

@@ -8,7 +8,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 
-use super::layout::{CategoryLabels, DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, Ticked, padded};
+use super::layout::{CategoryLabels, DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, Swatch, Ticked, padded};
 use super::{FONT, series_colour};
 use crate::labels::{axis_label, format_tick};
 use crate::prepare::{XAxis, XyData};
@@ -38,8 +38,7 @@ pub(super) fn draw<DB: DrawingBackend>(
                 Some(LegendEntry {
                     label,
                     colour: series_colour(i),
-                    boxed: bar,
-                    reference: false,
+                    swatch: if bar { Swatch::Box } else { Swatch::Line },
                 })
             })
             .collect(),
@@ -57,8 +56,7 @@ pub(super) fn draw<DB: DrawingBackend>(
         legend.entries.push(LegendEntry {
             label: r.label().to_string(),
             colour: reference_colour(i),
-            boxed: false,
-            reference: true,
+            swatch: Swatch::Reference,
         });
     }
     let plot = legend.split_and_draw(area)?;
