@@ -1,0 +1,39 @@
+//! At zoo scale: every cost-based placer, on every zoo model, on 4xK40
+//! (PCIe) and 8xH100 (NVLink), gives a simulated training step no slower
+//! than the whole graph on one device of the cluster (the `single_device`
+//! placer's answer, simulated by the same simulator).
+
+use flowlab_hw::Catalog;
+use flowlab_sim::graph::{GraphSimulator, VirtualCluster};
+use flowlab_sim::placement::{PlacerOptions, place_timed};
+use flowlab_sim::zoo;
+
+#[test]
+fn cost_based_placers_are_never_slower_than_one_device() {
+    let clusters = [("4xK40", "pcie3-x16"), ("8xH100", "nvlink4")];
+    let mut worse = Vec::new();
+    for model in zoo::names() {
+        let m = zoo::build(model, 16).unwrap();
+        for (devices, link) in clusters {
+            let link = Catalog::builtin().link(link).unwrap().clone();
+            let cluster = VirtualCluster::parse(devices).unwrap().with_link(link);
+            let mut opts = PlacerOptions::new(cluster.clone());
+            opts.sim.step = Some(m.step());
+            opts.budget = std::time::Duration::ZERO;
+            opts.iterations = Some(100);
+            let sim = GraphSimulator::new(&m.graph, &cluster, &opts.sim).unwrap();
+            let one = place_timed("single_device", &m.graph, &opts).unwrap();
+            let alone = sim.simulate(&one.placement).unwrap().step_seconds;
+            for placer in ["tf_greedy", "m_topo", "m_etf", "m_sct", "local_search"] {
+                let Ok(p) = place_timed(placer, &m.graph, &opts) else {
+                    continue; // a memory refusal is a separate question
+                };
+                let t = sim.simulate(&p.placement).unwrap().step_seconds;
+                if t > alone * (1.0 + 1e-9) {
+                    worse.push(format!("{placer} on {model} {devices}: {t:.6} s against {alone:.6} s on one device"));
+                }
+            }
+        }
+    }
+    assert!(worse.is_empty(), "{}", worse.join("\n"));
+}
