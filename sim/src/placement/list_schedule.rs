@@ -188,7 +188,10 @@ fn etf(p: &Problem, sct: bool) -> Result<Vec<u16>, SimError> {
                     continue;
                 }
                 let c_est = s.avail[dd].max(ready_dr[cu * nd + dd]);
-                let saved = p.in_edges(cu).filter(|&(src, _)| s.dev[src] as usize == dd).map(|(_, b)| p.sim.transfer_ps(dd, (dd + 1) % nd, b)).max().unwrap_or(0);
+                // What it saves: the transfer it would need on the cheapest
+                // link from the parent's device to another device it may use.
+                let cheapest = |b: u64| (0..nd).filter(|&e| e != dd && s.can(cu, e)).map(|e| p.sim.transfer_ps(dd, e, b)).min().unwrap_or(0);
+                let saved = p.in_edges(cu).filter(|&(src, _)| s.dev[src] as usize == dd).map(|(_, b)| cheapest(b)).max().unwrap_or(0);
                 if c_est <= est + saved && pick.is_none_or(|(e, _, _)| c_est < e) {
                     pick = Some((c_est, c, dd));
                 }
