@@ -37,3 +37,23 @@ fn cost_based_placers_are_never_slower_than_one_device() {
     }
     assert!(worse.is_empty(), "{}", worse.join("\n"));
 }
+
+/// ResNet-50 at batch 64 needs about 14.2 GB at its peak on one K40 (12 GB):
+/// the memory-constrained placers split it over 4xK40 so that every device
+/// stays within its 12 GB in the simulator (the reference for memory).
+#[test]
+fn resnet50_batch_64_fits_on_four_k40s() {
+    let m = zoo::build("resnet50", 64).unwrap();
+    let link = Catalog::builtin().link("pcie3-x16").unwrap().clone();
+    let cluster = VirtualCluster::parse("4xK40").unwrap().with_link(link);
+    let mut opts = PlacerOptions::new(cluster.clone());
+    opts.sim.step = Some(m.step());
+    let sim = GraphSimulator::new(&m.graph, &cluster, &opts.sim).unwrap();
+    let all_on_one = sim.simulate(&place_timed("default", &m.graph, &opts).unwrap().placement).unwrap();
+    assert!(all_on_one.over_memory, "one K40 does not hold it: {:?}", all_on_one.memory_error);
+    for placer in ["tf_greedy", "m_etf", "m_sct"] {
+        let p = place_timed(placer, &m.graph, &opts).unwrap_or_else(|e| panic!("{placer}: {e}"));
+        let r = sim.simulate(&p.placement).unwrap();
+        assert!(!r.over_memory, "{placer}: {:?}", r.memory_error);
+    }
+}

@@ -15,7 +15,12 @@
 //!   greedy stand-in used here.
 //!
 //! A node's whole colocation group goes to the device its first scheduled
-//! member picks; that device reserves the group's memory then.
+//! member picks. Memory is counted by tensor lifetime in the placer's own
+//! schedule, as the simulator counts it: a group's variables from the moment
+//! the group is placed; a node's outputs from its placement until the last
+//! consumer of each is placed; a copy received from another device likewise.
+//! A node goes only where the bytes live then, plus its outputs (and its
+//! group's variables), fit.
 
 use super::problem::Problem;
 use crate::error::SimError;
@@ -30,12 +35,32 @@ struct Schedule<'a> {
     dev: Vec<u16>,
     finish: Vec<u64>,
     avail: Vec<u64>,
+    /// Bytes live on each device at this point of the schedule.
     used: Vec<u64>,
     group_dev: Vec<u16>,
+    /// Bytes of each group's variables (held for the whole step).
+    persistent: Vec<u64>,
+    /// Bytes of each node's outputs (0 for outputs aliasing a variable).
+    outputs: Vec<u64>,
+    /// Consumer edges of each slot not placed yet.
+    remaining: Vec<u32>,
+    /// Devices holding a received copy of each slot (bit mask).
+    copies: Vec<u64>,
 }
 
 impl<'a> Schedule<'a> {
     fn new(p: &'a Problem) -> Schedule<'a> {
+        let g = p.sim.graph();
+        let mut persistent = vec![0u64; p.groups.len()];
+        let mut outputs = vec![0u64; p.n];
+        for i in 0..p.n {
+            if g.is_variable[i] {
+                persistent[p.group_of[i] as usize] += g.footprint(i);
+            } else {
+                outputs[i] = g.footprint(i);
+            }
+        }
+        let nslots = g.slot_mem.len();
         Schedule {
             p,
             dev: vec![UNPLACED; p.n],
@@ -43,16 +68,38 @@ impl<'a> Schedule<'a> {
             avail: vec![0; p.ndev],
             used: vec![0; p.ndev],
             group_dev: vec![UNPLACED; p.groups.len()],
+            persistent,
+            outputs,
+            remaining: (0..nslots).map(|s| g.slot_consumers.get(s).len() as u32).collect(),
+            copies: vec![0; nslots],
         }
+    }
+
+    /// Bytes placing `i` on `d` adds now: its outputs, its group's
+    /// variables if the group is not placed yet, the inputs it would
+    /// receive from other devices that are not there yet.
+    fn need(&self, i: usize, d: usize) -> u64 {
+        let g = self.p.sim.graph();
+        let k = self.p.group_of[i] as usize;
+        let mut need = self.outputs[i] + if self.group_dev[k] == UNPLACED { self.persistent[k] } else { 0 };
+        for &s in g.inputs.get(i) {
+            let s = s as usize;
+            let src = self.dev[g.slot_node[s] as usize];
+            if src != UNPLACED && src as usize != d && self.copies[s] & (1 << d) == 0 {
+                need += g.slot_mem[s];
+            }
+        }
+        need
     }
 
     /// Whether node `i` may go to device `d` now.
     fn can(&self, i: usize, d: usize) -> bool {
         let k = self.p.group_of[i] as usize;
-        match self.group_dev[k] {
-            UNPLACED => self.p.fits(k, d, &self.used),
+        let allowed = match self.group_dev[k] {
+            UNPLACED => self.p.groups[k].allowed & (1 << d) != 0,
             gd => gd as usize == d,
-        }
+        };
+        allowed && (self.used[d] + self.need(i, d)) as f64 <= self.p.capacity[d]
     }
 
     /// When all of `i`'s inputs (placed) would be on device `d`.
@@ -68,7 +115,37 @@ impl<'a> Schedule<'a> {
         let k = self.p.group_of[i] as usize;
         if self.group_dev[k] == UNPLACED {
             self.group_dev[k] = d as u16;
-            self.used[d] += self.p.groups[k].footprint;
+            self.used[d] += self.persistent[k];
+        }
+        let g = self.p.sim.graph();
+        self.used[d] += self.outputs[i];
+        for &s in g.inputs.get(i) {
+            let s = s as usize;
+            let prod = g.slot_node[s] as usize;
+            let src = self.dev[prod] as usize;
+            if src != d && self.copies[s] & (1 << d) == 0 {
+                self.copies[s] |= 1 << d;
+                self.used[d] += g.slot_mem[s];
+            }
+            self.remaining[s] -= 1;
+            if self.remaining[s] == 0 {
+                // Its last consumer is placed: the tensor and its copies go
+                // (a variable's own value stays).
+                if !g.is_variable[prod] {
+                    self.used[src] -= g.slot_mem[s];
+                }
+                for c in 0..self.p.ndev {
+                    if self.copies[s] & (1 << c) != 0 {
+                        self.used[c] -= g.slot_mem[s];
+                    }
+                }
+            }
+        }
+        // Outputs nobody reads die with the op.
+        for s in g.slots(i) {
+            if self.remaining[s] == 0 && !g.is_variable[i] {
+                self.used[d] -= g.slot_mem[s];
+            }
         }
         self.dev[i] = d as u16;
         self.finish[i] = start + self.p.sim.op_ps(i, d);

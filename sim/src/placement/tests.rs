@@ -125,10 +125,11 @@ fn local_search_is_never_worse_than_its_start_and_is_seeded() {
 #[test]
 fn a_model_too_big_for_the_devices_is_reported() {
     let (g, _) = wide(4, 2);
-    // 4 inputs + 8 Negs of 1 kB each = 12 kB; two devices of 4 kB.
+    // 4 inputs + 8 Negs of 1 kB each = 12 kB; two devices of 1.5 kB: a Neg
+    // and its input (2 kB live at once) fit nowhere.
     let mut o = options(2);
     for d in 0..2 {
-        o.cluster.set_capacity(d, 4_000.0).unwrap();
+        o.cluster.set_capacity(d, 1_500.0).unwrap();
     }
     for name in ["single_device", "round_robin", "tf_greedy", "m_topo", "m_etf", "m_sct"] {
         let e = place_timed(name, &g, &o).unwrap_err().to_string();
@@ -140,6 +141,25 @@ fn a_model_too_big_for_the_devices_is_reported() {
     let r = GraphSimulator::new(&g, &o.cluster, &o.sim).unwrap().simulate(&p.placement).unwrap();
     assert!(r.over_memory);
     assert!(r.memory_error.unwrap().contains("device:GPU:0 (k40) needs"));
+}
+
+#[test]
+fn list_schedulers_count_memory_by_tensor_lifetime() {
+    // A chain of 8 Negs of 1 kB: the outputs add up to 9 kB with the input,
+    // but few live at once (an op's input and output, a copy in flight).
+    // On devices of 3.5 kB a lifetime count places it; a sum of outputs
+    // would not. Reference: the simulator's peak memory of the placement.
+    let (g, _) = wide(1, 8);
+    let mut o = options(2);
+    for d in 0..2 {
+        o.cluster.set_capacity(d, 3_500.0).unwrap();
+    }
+    for name in ["tf_greedy", "m_etf", "m_sct"] {
+        let p = place_timed(name, &g, &o).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let r = GraphSimulator::new(&g, &o.cluster, &o.sim).unwrap().simulate(&p.placement).unwrap();
+        assert!(!r.over_memory, "{name}: {:?}", r.memory_error);
+        assert!(r.devices.iter().all(|d| d.peak_memory_bytes <= 3_500), "{name}: {:?}", r.devices);
+    }
 }
 
 #[test]
