@@ -14,9 +14,12 @@
 //!
 //! All of them honour requested devices and colocation groups (union-find
 //! over `var`, `slots`, `_class`, as the engine's placer), and all but
-//! `default` keep each device's reserved memory (the outputs of the nodes
-//! placed there) within its capacity, or fail naming the node that does not
-//! fit. The cost-based ones (tf_greedy, m_topo, m_etf, m_sct, local_search)
+//! `default` keep each device's memory within its capacity, or fail naming
+//! the node that does not fit: tf_greedy, m_etf and m_sct count tensors by
+//! lifetime in their own schedule (as the simulator does); round_robin and
+//! m_topo reserve the sum of the outputs placed (m_topo's even memory share
+//! is its rule). The simulated step is pruned to what the engine runs when
+//! the options name a step (`SimOptions::step`). The cost-based ones (tf_greedy, m_topo, m_etf, m_sct, local_search)
 //! return everything on the best single device instead of their own answer
 //! when that simulates faster: never worse than not splitting. Placement
 //! time is reported by [`place_timed`].
