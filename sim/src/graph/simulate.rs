@@ -288,6 +288,11 @@ impl GraphSimulator {
         &self.warnings
     }
 
+    /// Copy engines of device `d` (at least one).
+    pub(crate) fn copy_engines(&self, d: usize) -> usize {
+        self.copy_engines[d]
+    }
+
     /// Time of node `i` on device `d`, in picoseconds.
     #[inline]
     pub(crate) fn op_ps(&self, i: usize, d: usize) -> u64 {

@@ -25,7 +25,7 @@
 use super::problem::Problem;
 use crate::error::SimError;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 
 const UNPLACED: u16 = u16::MAX;
 
@@ -46,7 +46,16 @@ struct Schedule<'a> {
     remaining: Vec<u32>,
     /// Devices holding a received copy of each slot (bit mask).
     copies: Vec<u64>,
+    /// When each copy engine of each device is free (transfers queue on the
+    /// sender's engines, as in the simulator).
+    copy_free: Vec<Vec<u64>>,
+    /// Arrival time of each transfer made: (slot, or node + CONTROL for a
+    /// control edge; destination device).
+    arrival: HashMap<(u64, u16), u64>,
 }
+
+/// Keys control transfers apart from slots in `arrival`.
+const CONTROL: u64 = 1 << 40;
 
 impl<'a> Schedule<'a> {
     fn new(p: &'a Problem) -> Schedule<'a> {
@@ -72,6 +81,8 @@ impl<'a> Schedule<'a> {
             outputs,
             remaining: (0..nslots).map(|s| g.slot_consumers.get(s).len() as u32).collect(),
             copies: vec![0; nslots],
+            copy_free: (0..p.ndev).map(|d| vec![0; p.sim.copy_engines(d)]).collect(),
+            arrival: HashMap::new(),
         }
     }
 
@@ -102,16 +113,59 @@ impl<'a> Schedule<'a> {
         allowed && (self.used[d] + self.need(i, d)) as f64 <= self.p.capacity[d]
     }
 
-    /// When all of `i`'s inputs (placed) would be on device `d`.
-    fn data_ready(&self, i: usize, d: usize) -> u64 {
-        self.p
-            .in_edges(i)
-            .map(|(src, bytes)| self.finish[src] + self.p.sim.transfer_ps(self.dev[src] as usize, d, bytes))
-            .max()
-            .unwrap_or(0)
+    /// The edges into `i` as (transfer key, producer, wire bytes).
+    fn inputs_of(&self, i: usize) -> impl Iterator<Item = (u64, usize, u64)> + '_ {
+        let g = self.p.sim.graph();
+        let data = g.inputs.get(i).iter().map(move |&s| (s as u64, g.slot_node[s as usize] as usize, self.p.sim.slot_wire_bytes(s as usize)));
+        let ctrl = g.control_inputs.get(i).iter().map(move |&c| (CONTROL + c as u64, c as usize, self.p.sim.control_bytes()));
+        data.chain(ctrl)
     }
 
+    /// When an input of `bytes` from `src` would be on `d`: at once on its
+    /// own device, when it arrived if already sent there, else after the
+    /// sender's first free copy engine carries it.
+    fn input_ready(&self, key: u64, src: usize, bytes: u64, d: usize) -> u64 {
+        let e = self.dev[src] as usize;
+        if e == d {
+            return self.finish[src];
+        }
+        if let Some(&t) = self.arrival.get(&(key, d as u16)) {
+            return t;
+        }
+        let free = self.copy_free[e].iter().copied().min().unwrap_or(0);
+        free.max(self.finish[src]) + self.p.sim.transfer_ps(e, d, bytes)
+    }
+
+    /// When all of `i`'s inputs (placed) would be on device `d`.
+    fn data_ready(&self, i: usize, d: usize) -> u64 {
+        self.inputs_of(i).map(|(key, src, bytes)| self.input_ready(key, src, bytes, d)).max().unwrap_or(0)
+    }
+
+    /// Places `i` on `d`, no earlier than `start` nor before its inputs
+    /// are there (the transfers it needs are queued now).
     fn assign(&mut self, i: usize, d: usize, start: u64) {
+        let mut start = start.max(self.avail[d]);
+        let edges: Vec<(u64, usize, u64)> = self.inputs_of(i).collect();
+        for (key, src, bytes) in edges {
+            let e = self.dev[src] as usize;
+            let t = if e == d {
+                self.finish[src]
+            } else if let Some(&t) = self.arrival.get(&(key, d as u16)) {
+                t
+            } else {
+                let transfer = self.p.sim.transfer_ps(e, d, bytes);
+                let t = match self.copy_free[e].iter_mut().min() {
+                    Some(f) => {
+                        *f = (*f).max(self.finish[src]) + transfer;
+                        *f
+                    }
+                    None => self.finish[src] + transfer,
+                };
+                self.arrival.insert((key, d as u16), t);
+                t
+            };
+            start = start.max(t);
+        }
         let k = self.p.group_of[i] as usize;
         if self.group_dev[k] == UNPLACED {
             self.group_dev[k] = d as u16;
@@ -153,8 +207,25 @@ impl<'a> Schedule<'a> {
     }
 }
 
+/// A placement and the step time the placer's own schedule predicts for it.
+pub(crate) struct Planned {
+    pub dev: Vec<u16>,
+    /// The schedule's last finish, in picoseconds.
+    pub makespan: u64,
+}
+
+impl Schedule<'_> {
+    fn planned(self) -> Planned {
+        Planned { makespan: self.finish.iter().copied().max().unwrap_or(0), dev: self.dev }
+    }
+}
+
 /// The TensorFlow whitepaper's greedy placer (see the module comment).
 pub(crate) fn tf_greedy(p: &Problem) -> Result<Vec<u16>, SimError> {
+    tf_greedy_planned(p).map(|x| x.dev)
+}
+
+pub(crate) fn tf_greedy_planned(p: &Problem) -> Result<Planned, SimError> {
     let mut s = Schedule::new(p);
     for &i in &p.sim.graph().topo {
         let i = i as usize;
@@ -172,17 +243,17 @@ pub(crate) fn tf_greedy(p: &Problem) -> Result<Vec<u16>, SimError> {
         let (_, start, d) = best.ok_or_else(|| p.no_room(p.group_of[i] as usize, &s.used))?;
         s.assign(i, d, start);
     }
-    Ok(s.dev)
+    Ok(s.planned())
 }
 
 /// Baechi's m-ETF (see the module comment).
 pub(crate) fn m_etf(p: &Problem) -> Result<Vec<u16>, SimError> {
-    etf(p, false)
+    etf(p, false).map(|x| x.dev)
 }
 
 /// Baechi's m-SCT (see the module comment).
 pub(crate) fn m_sct(p: &Problem) -> Result<Vec<u16>, SimError> {
-    etf(p, true)
+    etf(p, true).map(|x| x.dev)
 }
 
 /// The consumer of each node's largest outgoing data edge (ties: lowest id).
@@ -204,7 +275,7 @@ fn favourite_children(p: &Problem) -> Vec<u32> {
         .collect()
 }
 
-fn etf(p: &Problem, sct: bool) -> Result<Vec<u16>, SimError> {
+pub(crate) fn etf(p: &Problem, sct: bool) -> Result<Planned, SimError> {
     let nd = p.ndev;
     let mut s = Schedule::new(p);
     let mut pending: Vec<u32> = (0..p.n).map(|i| p.in_degree(i)).collect();
@@ -290,5 +361,5 @@ fn etf(p: &Problem, sct: bool) -> Result<Vec<u16>, SimError> {
             }
         }
     }
-    Ok(s.dev)
+    Ok(s.planned())
 }

@@ -199,3 +199,33 @@ fn single_device_picks_the_fastest_device() {
     let d = place_timed("default", &g, &o).unwrap();
     assert_eq!(d.placement, p.placement);
 }
+
+#[test]
+fn list_schedules_estimate_their_own_step_within_a_stated_tolerance_at_zoo_scale() {
+    // The placer's schedule (start and finish per node from the simulator's
+    // op and transfer times) against the simulator's replay of the same
+    // placement. They differ where the replay queues what the schedule
+    // does not: transfers of one device share its copy engines there, and
+    // a device runs its ready ops in its own order. Tolerance: 25% (figures
+    // printed for the closing note).
+    use crate::graph::SimOptions;
+    use crate::placement::list_schedule::{etf, tf_greedy_planned};
+    use crate::placement::problem::Problem;
+    let mut worst: f64 = 0.0;
+    for model in ["inception_v3", "resnet50", "lstm_lm", "transformer"] {
+        let m = crate::zoo::build(model, 16).unwrap();
+        for devices in ["4xK40", "8xH100"] {
+            let cl = VirtualCluster::parse(devices).unwrap();
+            let sim = GraphSimulator::new(&m.graph, &cl, &SimOptions { step: Some(m.step()), ..Default::default() }).unwrap();
+            let p = Problem::new(sim, &cl.device_set()).unwrap();
+            for (name, planned) in [("tf_greedy", tf_greedy_planned(&p)), ("m_etf", etf(&p, false)), ("m_sct", etf(&p, true))] {
+                let planned = planned.unwrap();
+                let simulated = p.sim.simulate_indices(&planned.dev).unwrap().step_ps;
+                let ratio = planned.makespan as f64 / simulated as f64;
+                eprintln!("{name:9} {model:12} {devices}: schedule {:.3} ms, simulated {:.3} ms, ratio {ratio:.3}", planned.makespan as f64 * 1e-9, simulated as f64 * 1e-9);
+                worst = worst.max((ratio - 1.0).abs());
+            }
+        }
+    }
+    assert!(worst <= 0.25, "worst |schedule / simulated - 1| = {worst:.3}");
+}
