@@ -18,6 +18,7 @@ use std::sync::OnceLock;
 
 pub(crate) mod array;
 pub(crate) mod basic;
+pub(crate) mod control_flow;
 pub(crate) mod conv;
 pub(crate) mod math;
 pub(crate) mod matmul;
@@ -62,6 +63,8 @@ pub(crate) struct KernelCtx<'a> {
     pub comm: Option<&'a sendrecv::StepComm<'a>>,
     /// The transfer of a Send or Recv node.
     pub transfer: Option<&'a sendrecv::TransferSpec>,
+    /// The step's StackPush / StackPop tapes (steps of graphs with loops).
+    pub stacks: Option<&'a control_flow::Stacks>,
 }
 
 impl KernelCtx<'_> {
@@ -188,6 +191,7 @@ pub(crate) fn registry() -> &'static Registry {
         random::register(&mut r);
         sendrecv::register(&mut r);
         queue::register(&mut r);
+        control_flow::register(&mut r);
         r
     })
 }

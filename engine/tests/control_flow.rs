@@ -1,0 +1,202 @@
+//! Dynamic control flow: `cond` and `while_loop` on the primitives Switch,
+//! Merge, Enter, Exit and NextIteration, checked against closed forms and
+//! against the same computation unrolled without control flow; overlapping
+//! iterations, constant memory, errors naming the node, and gradients by
+//! central finite differences.
+
+use flowlab_engine::{DType, Graph, Output, PartialShape, Session, Tensor, WhileOptions};
+
+fn scalar(s: &Session, feeds: &[(&Output, &Tensor)], y: &Output) -> f64 {
+    s.run(feeds, &[y], &[]).unwrap()[0].scalar_f64().unwrap()
+}
+
+#[test]
+fn cond_runs_only_the_taken_branch() {
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F64, PartialShape::scalar()).unwrap();
+    let zero = g.scalar(0.0, DType::F64).unwrap();
+    let p = g.greater(&x, &zero).unwrap();
+    let out = g
+        .cond(
+            &p,
+            |b| Ok(vec![b.mul(&x, b.scalar(2.0, DType::F64)?)?]),
+            |b| Ok(vec![b.sub(&x, b.scalar(10.0, DType::F64)?)?]),
+        )
+        .unwrap();
+    let s = Session::new(&g).unwrap();
+    assert_eq!(scalar(&s, &[(&x, &Tensor::scalar(3.0f64))], &out[0]), 6.0);
+    assert_eq!(scalar(&s, &[(&x, &Tensor::scalar(-1.0f64))], &out[0]), -11.0);
+    // The untaken branch's ops do not run.
+    let (_, stats) = s.run_traced(&[(&x, &Tensor::scalar(3.0f64))], &[&out[0]], &[]).unwrap();
+    assert!(stats.nodes.iter().any(|n| n.op == "Mul"));
+    assert!(!stats.nodes.iter().any(|n| n.op == "Sub"), "{:?}", stats.nodes.iter().map(|n| &n.node).collect::<Vec<_>>());
+}
+
+/// sum_{i=1..n} i by a loop, against n(n+1)/2.
+fn triangle(g: &Graph, n: &Output, opts: WhileOptions) -> Vec<Output> {
+    let i0 = g.scalar(0.0, DType::F64).unwrap();
+    let s0 = g.scalar(0.0, DType::F64).unwrap();
+    g.while_loop_with(
+        |b, v| b.less(&v[0], n),
+        |b, v| {
+            let i = b.add(&v[0], b.scalar(1.0, DType::F64)?)?;
+            Ok(vec![i.clone(), b.add(&v[1], &i)?])
+        },
+        &[&i0, &s0],
+        opts,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_while_loop_sums_to_the_closed_form() {
+    let g = Graph::new();
+    let n = g.placeholder("n", DType::F64, PartialShape::scalar()).unwrap();
+    let out = triangle(&g, &n, WhileOptions::default());
+    let s = Session::new(&g).unwrap();
+    for k in [0.0, 1.0, 7.0, 100.0] {
+        assert_eq!(scalar(&s, &[(&n, &Tensor::scalar(k))], &out[1]), k * (k + 1.0) / 2.0, "n = {k}");
+        assert_eq!(scalar(&s, &[(&n, &Tensor::scalar(k))], &out[0]), k);
+    }
+}
+
+#[test]
+fn a_loop_with_a_captured_matrix_matches_the_unrolled_product() {
+    let g = Graph::new();
+    let w = g.constant(Tensor::from_vec(vec![0.5f64, -0.25, 0.75, 1.0], [2, 2]).unwrap()).unwrap();
+    let x0 = g.constant(Tensor::from_vec(vec![1.0f64, 2.0], [1, 2]).unwrap()).unwrap();
+    let c0 = g.scalar(0.0, DType::F64).unwrap();
+    let out = g
+        .while_loop(
+            |b, v| b.less(&v[0], b.scalar(5.0, DType::F64)?),
+            |b, v| Ok(vec![b.add(&v[0], b.scalar(1.0, DType::F64)?)?, b.tanh(b.matmul(&v[1], &w)?)?]),
+            &[&c0, &x0],
+        )
+        .unwrap();
+    let mut y = x0.clone();
+    for _ in 0..5 {
+        y = g.tanh(g.matmul(&y, &w).unwrap()).unwrap();
+    }
+    let s = Session::new(&g).unwrap();
+    let r = s.run(&[], &[&out[1], &y], &[]).unwrap();
+    assert_eq!(r[0].to_vec::<f64>().unwrap(), r[1].to_vec::<f64>().unwrap());
+}
+
+#[test]
+fn a_cond_inside_a_loop_and_a_loop_inside_an_untaken_branch() {
+    // x <- x > 10 ? x / 2 : 3x + 1, eight times from 7, against a plain Rust loop.
+    let g = Graph::new();
+    let x0 = g.scalar(7.0, DType::F64).unwrap();
+    let k0 = g.scalar(0.0, DType::F64).unwrap();
+    let out = g
+        .while_loop(
+            |b, v| b.less(&v[1], b.scalar(8.0, DType::F64)?),
+            |b, v| {
+                let big = b.greater(&v[0], b.scalar(10.0, DType::F64)?)?;
+                let next = b.cond(
+                    &big,
+                    |t| Ok(vec![t.mul(&v[0], t.scalar(0.5, DType::F64)?)?]),
+                    |e| Ok(vec![e.add(e.mul(&v[0], e.scalar(3.0, DType::F64)?)?, e.scalar(1.0, DType::F64)?)?]),
+                )?;
+                Ok(vec![next[0].clone(), b.add(&v[1], b.scalar(1.0, DType::F64)?)?])
+            },
+            &[&x0, &k0],
+        )
+        .unwrap();
+    let mut want = 7.0f64;
+    for _ in 0..8 {
+        want = if want > 10.0 { want * 0.5 } else { 3.0 * want + 1.0 };
+    }
+    let s = Session::new(&g).unwrap();
+    assert_eq!(scalar(&s, &[], &out[0]), want);
+
+    // A loop in the branch that does not run is dead; the other branch's value comes out.
+    let p = g.placeholder("p", DType::Bool, PartialShape::scalar()).unwrap();
+    let n = g.scalar(4.0, DType::F64).unwrap();
+    let r = g.cond(&p, |t| Ok(vec![triangle(t, &n, WhileOptions::default())[1].clone()]), |e| Ok(vec![e.scalar(-1.0, DType::F64)?])).unwrap();
+    assert_eq!(scalar(&s, &[(&p, &Tensor::scalar(true))], &r[0]), 10.0);
+    assert_eq!(scalar(&s, &[(&p, &Tensor::scalar(false))], &r[0]), -1.0);
+}
+
+#[test]
+fn iterations_overlap_up_to_parallel_iterations() {
+    // Loop variable 0 is a cheap counter; variable 1 goes through a chain
+    // of 200 ops per iteration. With overlap, the counter of later
+    // iterations runs before iteration 0's chain ends.
+    let build = |parallel: usize| {
+        let g = Graph::new();
+        let i0 = g.scalar(0.0, DType::F64).unwrap();
+        let x0 = g.scalar(1.0, DType::F64).unwrap();
+        let out = g
+            .while_loop_with(
+                |b, v| b.less(&v[0], b.scalar(20.0, DType::F64)?),
+                |b, v| {
+                    let i = b.op("Add").name("counter_add").input(&v[0]).input(b.scalar(1.0, DType::F64)).build()?;
+                    let mut x = v[1].clone();
+                    for _ in 0..200 {
+                        x = b.identity(&x)?;
+                    }
+                    let x = b.op("Identity").name("chain_end").input(&x).build()?;
+                    Ok(vec![i, x])
+                },
+                &[&i0, &x0],
+                WhileOptions { parallel_iterations: parallel, ..Default::default() },
+            )
+            .unwrap();
+        let s = Session::new(&g).unwrap();
+        let (r, stats) = s.run_traced(&[], &[&out[0], &out[1]], &[]).unwrap();
+        assert_eq!(r[0].scalar_f64().unwrap(), 20.0);
+        let first_end = stats.nodes.iter().position(|n| n.node.ends_with("chain_end")).unwrap();
+        stats.nodes[..first_end].iter().filter(|n| n.node.ends_with("counter_add")).count()
+    };
+    // The counter ran ahead by the window (parallel - 1 iterations beyond the first).
+    assert_eq!(build(10), 10);
+    assert_eq!(build(4), 4);
+    assert_eq!(build(1), 1);
+}
+
+#[test]
+fn a_loop_of_ten_thousand_iterations_runs_in_constant_memory() {
+    let g = Graph::new();
+    let n = g.placeholder("n", DType::F64, PartialShape::scalar()).unwrap();
+    let out = triangle(&g, &n, WhileOptions::default());
+    let s = Session::new(&g).unwrap();
+    let peak = |k: f64| {
+        let (r, stats) = s.run_traced(&[(&n, &Tensor::scalar(k))], &[&out[1]], &[]).unwrap();
+        assert_eq!(r[0].scalar_f64().unwrap(), k * (k + 1.0) / 2.0);
+        stats.peak_live_tensors
+    };
+    let (small, large) = (peak(100.0), peak(10_000.0));
+    assert!(small > 0);
+    assert_eq!(small, large, "peak live tensors: {small} at 100 iterations, {large} at 10,000");
+}
+
+#[test]
+fn a_condition_that_is_not_a_scalar_bool_names_its_node() {
+    let g = Graph::new();
+    let x0 = g.constant(Tensor::from_vec(vec![1.0f64, 2.0], [2]).unwrap()).unwrap();
+    let e = g
+        .while_loop(|b, v| b.op("Greater").name("bad_cond").input(&v[0]).input(b.scalar(0.0, DType::F64)).build(), |_, v| Ok(vec![v[0].clone()]), &[&x0])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bad_cond") && e.contains("scalar bool"), "{e}");
+}
+
+#[test]
+fn a_loop_variable_that_changes_shape_needs_a_shape_invariant() {
+    let g = Graph::new();
+    let x0 = g.constant(Tensor::from_vec(vec![1.0f64], [1]).unwrap()).unwrap();
+    let c0 = g.scalar(0.0, DType::F64).unwrap();
+    let body = |b: &Graph, v: &[Output]| -> flowlab_engine::Result<Vec<Output>> {
+        let grown = b.concat(&[&v[1], &v[1]], 0)?;
+        Ok(vec![b.add(&v[0], b.scalar(1.0, DType::F64)?)?, grown])
+    };
+    let cond = |b: &Graph, v: &[Output]| b.less(&v[0], b.scalar(3.0, DType::F64)?);
+    let e = g.while_loop(cond, body, &[&c0, &x0]).unwrap_err().to_string();
+    assert!(e.contains("shape invariant") && e.contains("loop variable 1"), "{e}");
+    let out = g
+        .while_loop_with(cond, body, &[&c0, &x0], WhileOptions { shape_invariants: Some(vec![PartialShape::scalar(), PartialShape::new(vec![None])]), ..Default::default() })
+        .unwrap();
+    let s = Session::new(&g).unwrap();
+    assert_eq!(s.run(&[], &[&out[1]], &[]).unwrap()[0].dims(), &[8]);
+}
