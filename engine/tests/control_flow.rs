@@ -200,3 +200,126 @@ fn a_loop_variable_that_changes_shape_needs_a_shape_invariant() {
     let s = Session::new(&g).unwrap();
     assert_eq!(s.run(&[], &[&out[1]], &[]).unwrap()[0].dims(), &[8]);
 }
+
+// ---- gradients against central finite differences ------------------------
+
+/// Deterministic values in [-0.9, 0.9] away from 0.
+fn values(n: usize, salt: u64) -> Vec<f64> {
+    (0..n)
+        .map(|i| {
+            let h = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(salt.wrapping_mul(0xBF58_476D_1CE4_E5B9));
+            let u = ((h >> 11) as f64) / ((1u64 << 53) as f64);
+            let v = 1.6 * u - 0.8;
+            if v.abs() < 0.1 { v + 0.2f64.copysign(v) } else { v }
+        })
+        .collect()
+}
+
+/// Builds a scalar loss of f64 placeholders of `shapes`; checks its symbolic
+/// gradient against (L(x+h) - L(x-h)) / 2h for every input element.
+fn check_fd(shapes: &[&[usize]], inputs: Option<Vec<Vec<f64>>>, build: impl Fn(&Graph, &[Output]) -> flowlab_engine::Result<Output>) {
+    let g = Graph::new();
+    let xs: Vec<Output> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| g.placeholder(&format!("x{i}"), DType::F64, PartialShape::new(s.iter().map(|&d| Some(d)).collect())).unwrap())
+        .collect();
+    let y = build(&g, &xs).unwrap();
+    let refs: Vec<&Output> = xs.iter().collect();
+    let grads = g.gradients(&[&y], &refs).unwrap();
+    let s = Session::new(&g).unwrap();
+    let data: Vec<Vec<f64>> = inputs.unwrap_or_else(|| shapes.iter().enumerate().map(|(i, sh)| values(sh.iter().product(), i as u64 + 3)).collect());
+    let tensors = |d: &[Vec<f64>]| -> Vec<Tensor> { d.iter().zip(shapes).map(|(v, sh)| Tensor::from_vec(v.clone(), sh.to_vec()).unwrap()).collect() };
+    let loss = |d: &[Vec<f64>]| {
+        let t = tensors(d);
+        let feeds: Vec<(&Output, &Tensor)> = xs.iter().zip(&t).collect();
+        scalar(&s, &feeds, &y)
+    };
+    let t = tensors(&data);
+    let feeds: Vec<(&Output, &Tensor)> = xs.iter().zip(&t).collect();
+    for (i, gr) in grads.iter().enumerate() {
+        let gr = gr.as_ref().unwrap_or_else(|| panic!("no gradient for input {i}"));
+        let sym = s.run(&feeds, &[gr], &[]).unwrap()[0].to_vec::<f64>().unwrap();
+        for j in 0..data[i].len() {
+            let h = 1e-5;
+            let mut p = data.clone();
+            p[i][j] += h;
+            let mut m = data.clone();
+            m[i][j] -= h;
+            let fd = (loss(&p) - loss(&m)) / (2.0 * h);
+            assert!((fd - sym[j]).abs() <= 1e-6 * (1.0 + fd.abs()), "input {i} element {j}: finite difference {fd}, gradient {}", sym[j]);
+        }
+    }
+}
+
+#[test]
+fn cond_gradients_match_finite_differences_on_both_branches() {
+    // x: [3], w: scalar captured by both branches; the predicate is data dependent.
+    let build = |g: &Graph, v: &[Output]| {
+        let (x, w) = (&v[0], &v[1]);
+        let p = g.greater(g.reduce_sum(x, &[0], false)?, g.scalar(0.0, DType::F64)?)?;
+        let r = g.cond(&p, |t| Ok(vec![t.mul(t.tanh(x)?, w)?]), |e| Ok(vec![e.mul(e.mul(x, w)?, w)?]))?;
+        g.reduce_sum(g.mul(&r[0], &r[0])?, &[0], false)
+    };
+    check_fd(&[&[3], &[]], Some(vec![vec![0.5, -0.2, 0.4], vec![0.7]]), build);
+    check_fd(&[&[3], &[]], Some(vec![vec![-0.5, -0.2, 0.4], vec![0.7]]), build);
+}
+
+#[test]
+fn while_loop_gradients_match_finite_differences() {
+    // h <- tanh(h W + b), five times; loss = sum(h^2). Gradients for h0, W and b.
+    check_fd(&[&[1, 3], &[3, 3], &[1, 3]], None, |g, v| {
+        let c0 = g.scalar(0.0, DType::F64)?;
+        let out = g.while_loop(
+            |b, s| b.less(&s[0], b.scalar(5.0, DType::F64)?),
+            |b, s| Ok(vec![b.add(&s[0], b.scalar(1.0, DType::F64)?)?, b.tanh(b.add(b.matmul(&s[1], &v[1])?, &v[2])?)?]),
+            &[&c0, &v[0]],
+        )?;
+        g.reduce_sum(g.mul(&out[1], &out[1])?, &[0, 1], false)
+    });
+}
+
+#[test]
+fn a_loop_gradient_through_a_cond_in_the_body() {
+    // x <- x > 0 ? x * w : x * x, four times.
+    check_fd(&[&[], &[]], Some(vec![vec![0.9], vec![-0.8]]), |g, v| {
+        let c0 = g.scalar(0.0, DType::F64)?;
+        let out = g.while_loop(
+            |b, s| b.less(&s[0], b.scalar(4.0, DType::F64)?),
+            |b, s| {
+                let p = b.greater(&s[1], b.scalar(0.0, DType::F64)?)?;
+                let r = b.cond(&p, |t| Ok(vec![t.mul(&s[1], &v[1])?]), |e| Ok(vec![e.mul(&s[1], &s[1])?]))?;
+                Ok(vec![b.add(&s[0], b.scalar(1.0, DType::F64)?)?, r[0].clone()])
+            },
+            &[&c0, &v[0]],
+        )?;
+        Ok(out[1].clone())
+    });
+}
+
+#[test]
+fn a_loop_keeps_its_variables_only_when_the_gradient_is_fetched() {
+    let g = Graph::new();
+    let n = g.placeholder("n", DType::F64, PartialShape::scalar()).unwrap();
+    let x0 = g.placeholder("x0", DType::F64, PartialShape::scalar()).unwrap();
+    let c0 = g.scalar(0.0, DType::F64).unwrap();
+    let out = g
+        .while_loop(
+            |b, s| b.less(&s[0], &n),
+            |b, s| Ok(vec![b.add(&s[0], b.scalar(1.0, DType::F64)?)?, b.mul(&s[1], b.scalar(1.0001, DType::F64)?)?]),
+            &[&c0, &x0],
+        )
+        .unwrap();
+    let dx = g.gradients(&[&out[1]], &[&x0]).unwrap()[0].clone().unwrap();
+    let s = Session::new(&g).unwrap();
+    let run = |k: f64, fetch: &Output| {
+        let (r, st) = s.run_traced(&[(&n, &Tensor::scalar(k)), (&x0, &Tensor::scalar(2.0f64))], &[fetch], &[]).unwrap();
+        (r[0].scalar_f64().unwrap(), st.peak_live_tensors)
+    };
+    // d/dx0 of x0 * 1.0001^n is 1.0001^n.
+    let (d, _) = run(10_000.0, &dx);
+    assert!((d - 1.0001f64.powi(10_000)).abs() < 1e-9 * d, "{d}");
+    let (_, plain_small) = run(100.0, &out[1]);
+    let (_, plain_large) = run(10_000.0, &out[1]);
+    assert_eq!(plain_small, plain_large);
+}

@@ -316,6 +316,8 @@ impl Graph {
             exits.push(self.add_raw(parent, "Exit", "while/exit", vec![(s, 0)], Vec::new(), attrs! {})?);
         }
         let last = *exits.last().unwrap_or(&first);
+        // The loop's own nodes start at its first Enter (the variables' identities before it are outside).
+        let first = enters[0];
         self.lock().loops.insert(
             frame,
             LoopInfo {
