@@ -323,3 +323,52 @@ fn a_loop_keeps_its_variables_only_when_the_gradient_is_fetched() {
     let (_, plain_large) = run(10_000.0, &out[1]);
     assert_eq!(plain_small, plain_large);
 }
+
+// ---- across devices ---------------------------------------------------------
+
+#[test]
+fn a_loop_whose_body_is_split_over_two_devices_matches_one_device() {
+    use flowlab_engine::{DeviceSet, SessionOptions};
+    use std::time::Duration;
+    // h <- tanh(tanh(h W0) W1): with `split`, W0's half of the body asks for
+    // CPU:0 and W1's for CPU:1; the loop itself (and its predicate) CPU:0.
+    let build = |split: bool| {
+        let g = Graph::new();
+        let dev = |d: &str| if split { g.device(d) } else { g.clone() };
+        let n = g.placeholder("n", DType::F32, PartialShape::scalar()).unwrap();
+        let w0 = g.constant(Tensor::from_vec(vec![0.5f32, -0.3, 0.8, 0.2, 0.1, -0.7, 0.4, 0.9, -0.2], [3, 3]).unwrap()).unwrap();
+        let w1 = dev("/cpu:1").constant(Tensor::from_vec(vec![-0.6f32, 0.3, 0.5, 0.7, -0.1, 0.2, 0.3, 0.8, -0.4], [3, 3]).unwrap()).unwrap();
+        let h0 = g.constant(Tensor::from_vec(vec![1.0f32, -0.5, 0.25], [1, 3]).unwrap()).unwrap();
+        let i0 = g.scalar(0.0, DType::F32).unwrap();
+        let out = dev("/cpu:0")
+            .while_loop(
+                // The predicate is computed on CPU:1 too: its value goes to CPU:0 each iteration.
+                |b, v| if split { b.device("/cpu:1").less(&v[0], &n) } else { b.less(&v[0], &n) },
+                |b, v| {
+                    let bdev = |d: &str| if split { b.device(d) } else { b.clone() };
+                    let a = bdev("/cpu:0").tanh(bdev("/cpu:0").matmul(&v[1], &w0)?)?;
+                    let b1 = bdev("/cpu:1");
+                    let h = b1.tanh(b1.matmul(&a, &w1)?)?;
+                    Ok(vec![b.add(&v[0], b.scalar(1.0, DType::F32)?)?, h])
+                },
+                &[&i0, &h0],
+            )
+            .unwrap();
+        (g, n, out[1].clone())
+    };
+    let (g1, n1, y1) = build(false);
+    let (g2, n2, y2) = build(true);
+    let one = Session::new(&g1).unwrap();
+    let two = Session::with_options(&g2, SessionOptions { threads: 1, devices: DeviceSet::local_cpus(2), recv_timeout: Duration::from_secs(20), ..Default::default() }).unwrap();
+    for k in [0.0f32, 1.0, 7.0] {
+        let a = one.run(&[(&n1, &Tensor::scalar(k))], &[&y1], &[]).unwrap();
+        let (b, stats) = two.run_traced(&[(&n2, &Tensor::scalar(k))], &[&y2], &[]).unwrap();
+        assert_eq!(a[0].to_vec::<f32>().unwrap(), b[0].to_vec::<f32>().unwrap(), "n = {k}");
+        // The second half ran on CPU:1 once per iteration.
+        let on1 = stats.nodes.iter().filter(|s| s.op == "Tanh" && s.device.ends_with("CPU:1")).count();
+        assert_eq!(on1, k as usize, "n = {k}");
+        let preds = stats.nodes.iter().filter(|s| s.op == "Less" && s.device.ends_with("CPU:1")).count();
+        assert_eq!(preds, k as usize + 1, "n = {k}");
+    }
+    assert!(two.comm_stats().transfers > 0);
+}

@@ -275,6 +275,12 @@ impl Prepared {
                 pending[e] = 1;
                 recvs.push(e);
                 nodes[e].inputs = inputs;
+                if control_flow {
+                    // Inside a loop frame, a Recv waits for its control loop.
+                    for &c in &node.control_inputs {
+                        cf_preds[e].push((exec_of[c], usize::MAX, usize::MAX));
+                    }
+                }
                 continue;
             }
             for (k, &(src, idx)) in node.inputs.iter().enumerate() {

@@ -30,7 +30,36 @@ use crate::ops::control_flow::Stacks;
 use crate::ops::sendrecv::StepComm;
 use crate::tensor::Tensor;
 use std::collections::{HashMap, VecDeque};
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Tensors that arrived for waiting Recvs: (node, frame instance, iteration, result).
+#[derive(Default)]
+struct RecvInbox {
+    items: Mutex<Vec<(usize, usize, i64, Result<Tensor>)>>,
+    cond: Condvar,
+}
+
+impl RecvInbox {
+    fn push(&self, e: usize, fi: usize, it: i64, r: Result<Tensor>) {
+        self.items.lock().unwrap_or_else(|e| e.into_inner()).push((e, fi, it, r));
+        self.cond.notify_one();
+    }
+
+    /// What arrived, waiting up to `timeout` for something (empty: nothing came).
+    fn wait(&self, timeout: Duration) -> Vec<(usize, usize, i64, Result<Tensor>)> {
+        let deadline = Instant::now() + timeout;
+        let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        while items.is_empty() {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            items = self.cond.wait_timeout(items, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        std::mem::take(&mut *items)
+    }
+}
 
 const CONTROL: usize = usize::MAX;
 
@@ -55,6 +84,8 @@ struct OutEdge {
 }
 
 struct StaticFrame {
+    /// The loop's `frame_name` ("" for the root).
+    name: String,
     parent: usize,
     /// Number of nodes in the frame (their local indices are 0..len).
     len: usize,
@@ -95,7 +126,7 @@ impl FramePlan {
     pub(super) fn new(nodes: &[ExecNode], preds: &[Vec<(usize, usize, usize)>], fetches: &[Source], slot_node: impl Fn(usize) -> (usize, usize)) -> Result<FramePlan> {
         let n = nodes.len();
         let mut kind = vec![Kind::Normal; n];
-        let mut frames = vec![StaticFrame { parent: 0, len: 0, inputs: 0, enters: 0, parallel: usize::MAX, exits: Vec::new(), pending: Vec::new() }];
+        let mut frames = vec![StaticFrame { name: String::new(), parent: 0, len: 0, inputs: 0, enters: 0, parallel: usize::MAX, exits: Vec::new(), pending: Vec::new() }];
         let mut by_name: HashMap<(usize, String), usize> = HashMap::new();
         let mut frame_of = vec![0usize; n];
         let mut local = vec![0usize; n];
@@ -144,9 +175,9 @@ impl FramePlan {
                     let name = info.str("frame_name")?.to_string();
                     let parallel = info.int("parallel_iterations").unwrap_or(10).max(1) as usize;
                     let next = frames.len();
-                    let child = *by_name.entry((f, name)).or_insert(next);
+                    let child = *by_name.entry((f, name.clone())).or_insert(next);
                     if child == next {
-                        frames.push(StaticFrame { parent: f, len: 0, inputs: 0, enters: 0, parallel, exits: Vec::new(), pending: Vec::new() });
+                        frames.push(StaticFrame { name: name.clone(), parent: f, len: 0, inputs: 0, enters: 0, parallel, exits: Vec::new(), pending: Vec::new() });
                     }
                     frames[child].enters += 1;
                     Kind::Enter { frame: child, constant: info.bool_or("is_constant", false)? }
@@ -216,6 +247,9 @@ struct Iter {
 
 struct Frame {
     stat: usize,
+    /// Names this instance the same way on every device ("" for the root):
+    /// the parent's tag, the frame name and the parent iteration.
+    tag: String,
     parent: Option<(usize, i64)>,
     iters: HashMap<i64, Iter>,
     /// The oldest iteration not yet freed.
@@ -264,8 +298,11 @@ impl<'p> State<'p> {
             return c;
         }
         let iter0 = self.new_iter(stat);
+        let plan = self.plan;
+        let tag = format!("{}/{}@{it}", self.frame(fi).tag, plan.frames[stat].name);
         let frame = Frame {
             stat,
+            tag,
             parent: Some((fi, it)),
             iters: HashMap::from([(0, iter0)]),
             first: 0,
@@ -417,16 +454,32 @@ impl<'p> State<'p> {
 
 
 impl super::Prepared {
-    /// One step of a graph with control flow (see the module comment).
+    /// One step of a graph with control flow (see the module comment). In
+    /// a multi-device step a failure aborts the step's rendezvous, so the
+    /// other devices stop waiting.
     pub(super) fn run_frames(&self, plan: &FramePlan, feeds: &[Tensor], threads: usize, trace: bool, comm: Option<&StepComm>, device: &str) -> Result<(Vec<Tensor>, Option<StepStats>)> {
-        if comm.is_some() || !self.recvs.is_empty() {
-            let node = self.nodes.iter().find(|n| n.op == "Recv" || n.op == "Send").map_or("", |n| n.name.as_str());
-            return Err(cf_err(node, "a graph with while loops or conds runs on one device only (its loops cannot be partitioned yet)"));
+        match (self.run_frames_inner(plan, feeds, threads, trace, comm, device), comm) {
+            (Err(err), Some(c)) => {
+                let note = EngineError::Rendezvous { key: format!("step {}", c.step_id), detail: format!("aborted on {device}: {err}") };
+                c.fail(device, err);
+                Err(note)
+            }
+            (r, _) => r,
         }
+    }
+
+    fn run_frames_inner(&self, plan: &FramePlan, feeds: &[Tensor], threads: usize, trace: bool, comm: Option<&StepComm>, device: &str) -> Result<(Vec<Tensor>, Option<StepStats>)> {
+        if let (Some(&e), None) = (self.recvs.first(), comm) {
+            return Err(cf_err(&self.nodes[e].name, "a Recv outside a multi-device step"));
+        }
+        let inbox: Arc<RecvInbox> = Arc::default();
+        let mut arrived: HashMap<(usize, usize, i64), Result<Tensor>> = HashMap::new();
+        let mut waiting = 0usize;
         let start = Instant::now();
         let stacks = Stacks::default();
         let root = Frame {
             stat: 0,
+            tag: String::new(),
             parent: None,
             iters: HashMap::new(),
             first: 0,
@@ -450,8 +503,36 @@ impl super::Prepared {
         }
         let mut fetched: Vec<Option<Val>> = self.fetches.iter().map(|f| if let Source::Feed(i) = *f { Some(Val::Live(feeds[i].clone())) } else { None }).collect();
         let mut stats = trace.then(Vec::new);
-        while let Some((e, fi, it)) = st.queue.pop_front() {
+        loop {
+        let Some((e, fi, it)) = st.queue.pop_front() else {
+            if waiting == 0 {
+                break;
+            }
+            // Nothing to run here: wait for a Recv's tensor.
+            let Some(c) = comm else { break };
+            for (k, f, i, r) in inbox.wait(c.recv_timeout) {
+                waiting -= 1;
+                arrived.insert((k, f, i), r);
+                st.queue.push_back((k, f, i));
+            }
+            if st.queue.is_empty() {
+                let name = arrived.keys().next().map_or("", |k| self.nodes[k.0].name.as_str()).to_string();
+                let name = if name.is_empty() { self.recvs.first().map_or(String::new(), |&r| self.nodes[r].name.clone()) } else { name };
+                return Err(EngineError::Rendezvous { key: name.clone(), detail: format!("Recv '{name}' waited {:?} and no tensor arrived", c.recv_timeout) });
+            }
+            continue;
+        };
+        {
             let node = &self.nodes[e];
+            let suffix = match st.frames[fi].as_ref() {
+                Some(f) if f.stat != 0 => format!("|{}#{it}", f.tag),
+                _ => String::new(),
+            };
+            let spec = node.transfer.as_ref().map(|t| {
+                let mut t = t.clone();
+                t.key.edge.push_str(&suffix);
+                t
+            });
             let kind = plan.kind[e];
             let (l, base) = (plan.local[e], plan.in_base[e]);
             let t0 = start.elapsed();
@@ -460,9 +541,22 @@ impl super::Prepared {
             let dead = kind != Kind::Merge && iter.dead[l] > 0;
             let mut ins: Vec<Option<Tensor>> = Vec::with_capacity(node.inputs.len());
             let mut taken = 0;
+            if node.op == "Recv" && !dead {
+                match arrived.remove(&(e, fi, it)) {
+                    Some(r) => ins.push(Some(r?)),
+                    None => {
+                        let (Some(c), Some(sp)) = (comm, spec.as_ref()) else { return Err(cf_err(&node.name, "a Recv outside a multi-device step")) };
+                        let ib = inbox.clone();
+                        c.rdv.recv_async(sp.key.for_step(c.step_id), Box::new(move |r| ib.push(e, fi, it, r)));
+                        waiting += 1;
+                        continue;
+                    }
+                }
+            }
             for (k, src) in node.inputs.iter().enumerate() {
                 ins.push(match *src {
                     Source::Feed(f) => Some(feeds[f].clone()),
+                    Source::Wire(_) => continue,
                     _ => match iter.inputs[base + k].take() {
                         Some(Val::Live(t)) => {
                             taken += 1;
@@ -496,8 +590,8 @@ impl super::Prepared {
                             inputs,
                             threads,
                             resources: &node.resources,
-                            comm: None,
-                            transfer: None,
+                            comm,
+                            transfer: spec.as_ref(),
                             stacks: Some(&stacks),
                         };
                         (node.kernel)(&mut ctx).map_err(|err| err.at_node(&node.name, &node.op))?
@@ -610,6 +704,7 @@ impl super::Prepared {
                 i.outstanding -= 1;
             }
             st.cleanup(fi);
+        }
         }
         let mut out = Vec::with_capacity(fetched.len());
         for (i, f) in fetched.into_iter().enumerate() {
