@@ -156,6 +156,21 @@ fn iterations_overlap_up_to_parallel_iterations() {
 }
 
 #[test]
+fn a_loop_survives_a_graph_json_round_trip() {
+    let g = Graph::new();
+    let n = g.placeholder("n", DType::F64, PartialShape::scalar()).unwrap();
+    let out = triangle(&g, &n, WhileOptions::default());
+    let g2 = Graph::from_json(g.to_json().as_bytes(), "loop.json").unwrap();
+    let s = Session::new(&g2).unwrap();
+    let r = s.run_named(&[("n", &Tensor::scalar(9.0f64))], &[&format!("{}:0", out[1].name())], &[]).unwrap();
+    assert_eq!(r[0].scalar_f64().unwrap(), 45.0);
+    // A Merge naming a later node that is not a NextIteration is refused, naming it.
+    let text = g.to_json().replacen("\"NextIteration\"", "\"Identity\"", 1);
+    let e = Graph::from_json(text.as_bytes(), "bad.json").unwrap_err().to_string();
+    assert!(e.contains("merge") && e.contains("not a NextIteration"), "{e}");
+}
+
+#[test]
 fn a_loop_of_ten_thousand_iterations_runs_in_constant_memory() {
     let g = Graph::new();
     let n = g.placeholder("n", DType::F64, PartialShape::scalar()).unwrap();

@@ -369,10 +369,11 @@ impl Graph {
             for e in edges.iter_mut() {
                 *e = self.capture(d, c, *e)?;
             }
-            if edges.is_empty() && !control_inputs.iter().any(|n| d.ctx_of.get(n) == Some(&c)) {
-                if let Some(p) = d.ctxs[c].pivot {
-                    control_inputs.push(p);
-                }
+            if edges.is_empty()
+                && !control_inputs.iter().any(|n| d.ctx_of.get(n) == Some(&c))
+                && let Some(p) = d.ctxs[c].pivot
+            {
+                control_inputs.push(p);
             }
         }
         let mut in_types = Vec::with_capacity(edges.len());

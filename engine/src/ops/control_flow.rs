@@ -33,13 +33,6 @@ pub(crate) const ROUTING_OPS: &[&str] = &["Switch", "Merge", "Enter", "Exit", "N
 #[derive(Default)]
 pub(crate) struct Stacks(Mutex<HashMap<String, HashMap<i64, Tensor>>>);
 
-impl Stacks {
-    /// Bytes held by all tapes (what a gradient keeps of the forward loop).
-    pub(crate) fn len(&self) -> usize {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).values().map(|s| s.len()).sum()
-    }
-}
-
 fn scalar_bool(c: &crate::graph::InferCtx, i: usize, what: &str) -> Result<()> {
     let t = &c.inputs[i];
     if t.dtype != DType::Bool || t.shape.rank() != 0 {
@@ -174,7 +167,8 @@ impl Graph {
         let pe = edge(&pred);
         let mut outs: Vec<Vec<Output>> = Vec::new();
         // Branch 0 is the false one (Switch output 0), as in TensorFlow.
-        let fns: [Box<dyn FnOnce(&Graph) -> Result<Vec<Output>> + '_>; 2] = [Box::new(else_fn), Box::new(then_fn)];
+        type Branch<'f> = Box<dyn FnOnce(&Graph) -> Result<Vec<Output>> + 'f>;
+        let fns: [Branch; 2] = [Box::new(else_fn), Box::new(then_fn)];
         for (branch, f) in fns.into_iter().enumerate() {
             let ctx = self.new_ctx(parent, CtxKind::Cond { pred: pe, branch });
             let sw = self.add_raw(parent, "Switch", "cond/pivot_switch", vec![pe, pe], Vec::new(), attrs! {})?;

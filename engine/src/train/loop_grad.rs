@@ -28,6 +28,10 @@ fn cf_err(node: &str, detail: impl Into<String>) -> EngineError {
     EngineError::ControlFlow { node: node.into(), detail: detail.into() }
 }
 
+/// Per loop variable, the gradient of its initial value; per captured
+/// outer tensor, its accumulated gradient.
+type LoopGrads = (Vec<Option<Output>>, Vec<((NodeId, usize), Output)>);
+
 /// Gradients of the loop `frame` given the gradients arriving at its Exits
 /// (per user loop variable). Returns the gradient of each variable's initial
 /// value and, per captured outer tensor, its accumulated gradient.
@@ -36,7 +40,7 @@ pub(crate) fn loop_gradient(
     frame: &str,
     info: &LoopInfo,
     exit_grads: &[Option<Output>],
-) -> Result<(Vec<Option<Output>>, Vec<((NodeId, usize), Output)>)> {
+) -> Result<LoopGrads> {
     let nodes = g.nodes();
     let (invariants, parent) = {
         let d = g.lock();

@@ -33,10 +33,12 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// Tensors that arrived for waiting Recvs: (node, frame instance, iteration, result).
+/// A tensor that arrived for a waiting Recv: (node, frame instance, iteration, result).
+type Arrival = (usize, usize, i64, Result<Tensor>);
+
 #[derive(Default)]
 struct RecvInbox {
-    items: Mutex<Vec<(usize, usize, i64, Result<Tensor>)>>,
+    items: Mutex<Vec<Arrival>>,
     cond: Condvar,
 }
 
@@ -47,7 +49,7 @@ impl RecvInbox {
     }
 
     /// What arrived, waiting up to `timeout` for something (empty: nothing came).
-    fn wait(&self, timeout: Duration) -> Vec<(usize, usize, i64, Result<Tensor>)> {
+    fn wait(&self, timeout: Duration) -> Vec<Arrival> {
         let deadline = Instant::now() + timeout;
         let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
         while items.is_empty() {
