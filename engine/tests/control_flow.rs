@@ -387,3 +387,40 @@ fn a_loop_whose_body_is_split_over_two_devices_matches_one_device() {
     }
     assert!(two.comm_stats().transfers > 0);
 }
+
+#[test]
+fn a_cond_whose_branches_are_on_two_devices_runs_only_the_taken_one() {
+    use flowlab_engine::{DeviceSet, SessionOptions};
+    use std::time::Duration;
+    // x -> (sum(x) > 0 ? tanh(x W) on CPU:1 : x * 3 on CPU:0), then a sum on CPU:0.
+    let build = |split: bool| {
+        let g = Graph::new();
+        let x = g.placeholder("x", DType::F32, [1, 2]).unwrap();
+        let w = g.constant(Tensor::from_vec(vec![0.5f32, -1.0, 2.0, 0.25], [2, 2]).unwrap()).unwrap();
+        let p = g.greater(g.reduce_sum(&x, &[0, 1], false).unwrap(), g.scalar(0.0, DType::F32).unwrap()).unwrap();
+        let r = g
+            .cond(
+                &p,
+                |t| {
+                    let t1 = if split { t.device("/cpu:1") } else { t.clone() };
+                    Ok(vec![t1.tanh(t1.matmul(&x, &w)?)?])
+                },
+                |e| Ok(vec![e.mul(&x, e.scalar(3.0, DType::F32)?)?]),
+            )
+            .unwrap();
+        let y = g.reduce_sum(&r[0], &[0, 1], false).unwrap();
+        (g, x, y)
+    };
+    let (g1, x1, y1) = build(false);
+    let (g2, x2, y2) = build(true);
+    let one = Session::new(&g1).unwrap();
+    let two = Session::with_options(&g2, SessionOptions { threads: 1, devices: DeviceSet::local_cpus(2), recv_timeout: Duration::from_secs(5), ..Default::default() }).unwrap();
+    for (v, taken_on_1) in [([0.3f32, 0.4], true), ([-0.3f32, 0.1], false)] {
+        let t = Tensor::from_vec(v.to_vec(), [1, 2]).unwrap();
+        let a = one.run(&[(&x1, &t)], &[&y1], &[]).unwrap()[0].to_vec::<f32>().unwrap();
+        let (b, stats) = two.run_traced(&[(&x2, &t)], &[&y2], &[]).unwrap();
+        assert_eq!(a, b[0].to_vec::<f32>().unwrap(), "x = {v:?}");
+        let tanh_on_1 = stats.nodes.iter().filter(|s| s.op == "Tanh" && s.device.ends_with("CPU:1")).count();
+        assert_eq!(tanh_on_1, taken_on_1 as usize, "x = {v:?}");
+    }
+}

@@ -95,6 +95,11 @@ struct Builder<'a> {
     pred_side: Vec<bool>,
     /// The LoopCond node of each frame.
     loop_cond: HashMap<String, NodeId>,
+    /// Per (node, output), the cond branches it lies in, outermost first:
+    /// (the predicate tensor, the branch taken: 0 false, 1 true).
+    cond_ctx: HashMap<(NodeId, usize), Vec<((NodeId, usize), usize)>>,
+    /// (predicate, branch, partition) -> that branch's pivot on the partition.
+    cond_pivots: HashMap<((NodeId, usize), usize, usize), Output>,
     /// (frame, partition) -> (merge, pivot once built) of the partition's control loop.
     control_loops: HashMap<(String, usize), (Output, Option<Output>)>,
 }
@@ -121,6 +126,14 @@ impl Builder<'_> {
             Some(f) => {
                 Some(self.control_loop(&f, dst, !self.pred_side[src])?)
             }
+            None => None,
+        };
+        // A Recv of a value inside a cond branch waits on that branch's
+        // pivot on its own device (made from the predicate, sent there), so
+        // it is dead, and waits for nothing, when the branch does not run.
+        let branch = self.cond_ctx.get(&(src, out.unwrap_or(0))).and_then(|c| c.last().copied());
+        let cond_ctrl = match branch {
+            Some((pred, b)) => Some(self.cond_pivot(pred, b, dst)?),
             None => None,
         };
         let (edge, value, tt) = match out {
@@ -157,7 +170,7 @@ impl Builder<'_> {
         };
         common(sg.op("Send").name(&send_name).input(&value)).build()?;
         let mut rb = common(dg.op("Recv").name(&recv_name));
-        if let Some(c) = &frame_ctrl {
+        for c in frame_ctrl.iter().chain(&cond_ctrl) {
             rb = rb.control_input(c);
         }
         let r = rb
@@ -186,6 +199,22 @@ impl Builder<'_> {
     /// Merge runs in every iteration, its pivot in every iteration that runs
     /// the body; the frame's Recvs on `p` wait on one of them, so they run
     /// in the right iteration and the body's are dead once the loop ends.
+    /// The pivot of branch `b` of the cond on predicate `pred` on partition
+    /// `p`: Identity(Switch(pred, pred)[b]), the predicate received from its
+    /// device when it lives elsewhere.
+    fn cond_pivot(&mut self, pred: (NodeId, usize), b: usize, p: usize) -> Result<Output> {
+        if let Some(o) = self.cond_pivots.get(&(pred, b, p)) {
+            return Ok(o.clone());
+        }
+        let local = if self.dev_of[pred.0] == p { self.parts[p].graph.out(self.new_id[pred.0], pred.1) } else { self.transfer(pred.0, Some(pred.1), p)? };
+        let g = self.handle(p);
+        let base = format!("_cond/{}_{}/{}/{b}", self.nodes[pred.0].name, pred.1, tag(&self.parts[p].device));
+        let sw = g.op("Switch").name(&format!("{base}/switch")).input(&local).input(&local).build_all()?;
+        let pivot = g.op("Identity").name(&format!("{base}/pivot")).input(&sw[b]).build()?;
+        self.cond_pivots.insert((pred, b, p), pivot.clone());
+        Ok(pivot)
+    }
+
     /// Returns its Merge, or with `pivot` its pivot (built on first use:
     /// only body values, which come after the LoopCond, need it).
     fn control_loop(&mut self, frame: &str, p: usize, pivot: bool) -> Result<Output> {
@@ -233,6 +262,29 @@ impl Builder<'_> {
         self.control_loops.insert(key, (merge, Some(pv.clone())));
         Ok(pv)
     }
+}
+
+/// Per (node, output), the cond branches it lies in (see `Builder::cond_ctx`).
+#[allow(clippy::type_complexity)]
+fn cond_contexts(nodes: &[crate::graph::Node]) -> HashMap<(NodeId, usize), Vec<((NodeId, usize), usize)>> {
+    let mut ctx: HashMap<(NodeId, usize), Vec<((NodeId, usize), usize)>> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let first = n.inputs.iter().copied().find(|&(s, _)| s < i).or_else(|| n.control_inputs.iter().find(|&&s| s < i).map(|&s| (s, 0)));
+        let inherited = first.and_then(|x| ctx.get(&x).cloned()).unwrap_or_default();
+        let cond_switch = n.op == "Switch" && n.inputs.get(1).is_some_and(|&(s, _)| nodes[s].op != "LoopCond");
+        for k in 0..n.outputs.len().max(1) {
+            let mut c = inherited.clone();
+            if cond_switch {
+                c.push((n.inputs[1], k));
+            } else if n.op == "Merge" && n.attrs.contains_key("cond_pred") {
+                c.pop();
+            }
+            if !c.is_empty() {
+                ctx.insert((i, k), c);
+            }
+        }
+    }
+    ctx
 }
 
 /// Per node, the loop frame its outputs belong to (None: the root), the
@@ -312,6 +364,8 @@ pub fn partition_with(graph: &Graph, placement: &Placement, opts: &PartitionOpti
         pred_side,
         loop_cond,
         control_loops: HashMap::new(),
+        cond_ctx: cond_contexts(&nodes),
+        cond_pivots: HashMap::new(),
     };
     let mut back_edges = Vec::new();
     for (i, n) in nodes.iter().enumerate() {

@@ -172,7 +172,13 @@ impl FramePlan {
                     frames[f].exits.push(e);
                     Kind::Exit
                 }
-                "NextIteration" => Kind::NextIteration,
+                "NextIteration" => {
+                    if f == 0 {
+                        // It would start iteration after iteration of the root, without end.
+                        return Err(cf_err(&node.name, "a NextIteration outside any loop frame"));
+                    }
+                    Kind::NextIteration
+                }
                 "Enter" => {
                     let name = info.str("frame_name")?.to_string();
                     let parallel = info.int("parallel_iterations").unwrap_or(10).max(1) as usize;
