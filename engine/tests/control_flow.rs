@@ -369,10 +369,12 @@ fn a_loop_whose_body_is_split_over_two_devices_matches_one_device() {
                 &[&i0, &h0],
             )
             .unwrap();
-        (g, n, out[1].clone())
+        let loss = g.reduce_sum(g.mul(&out[1], &out[1]).unwrap(), &[0, 1], false).unwrap();
+        let d = g.gradients(&[&loss], &[&h0]).unwrap()[0].clone().unwrap();
+        (g, n, out[1].clone(), d)
     };
-    let (g1, n1, y1) = build(false);
-    let (g2, n2, y2) = build(true);
+    let (g1, n1, y1, d1) = build(false);
+    let (g2, n2, y2, d2) = build(true);
     let one = Session::new(&g1).unwrap();
     let two = Session::with_options(&g2, SessionOptions { threads: 1, devices: DeviceSet::local_cpus(2), recv_timeout: Duration::from_secs(20), ..Default::default() }).unwrap();
     for k in [0.0f32, 1.0, 7.0] {
@@ -384,6 +386,10 @@ fn a_loop_whose_body_is_split_over_two_devices_matches_one_device() {
         assert_eq!(on1, k as usize, "n = {k}");
         let preds = stats.nodes.iter().filter(|s| s.op == "Less" && s.device.ends_with("CPU:1")).count();
         assert_eq!(preds, k as usize + 1, "n = {k}");
+        // The gradient loop runs across the devices too.
+        let da = one.run(&[(&n1, &Tensor::scalar(k))], &[&d1], &[]).unwrap();
+        let db = two.run(&[(&n2, &Tensor::scalar(k))], &[&d2], &[]).unwrap();
+        assert_eq!(da[0].to_vec::<f32>().unwrap(), db[0].to_vec::<f32>().unwrap(), "gradient, n = {k}");
     }
     assert!(two.comm_stats().transfers > 0);
 }
