@@ -20,6 +20,7 @@ pub(crate) mod array;
 pub(crate) mod basic;
 pub(crate) mod control_flow;
 pub(crate) mod conv;
+pub(crate) mod embedding;
 pub(crate) mod math;
 pub(crate) mod matmul;
 pub(crate) mod nn;
@@ -192,6 +193,7 @@ pub(crate) fn registry() -> &'static Registry {
         sendrecv::register(&mut r);
         queue::register(&mut r);
         control_flow::register(&mut r);
+        embedding::register(&mut r);
         r
     })
 }
