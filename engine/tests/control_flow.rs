@@ -171,6 +171,24 @@ fn a_loop_survives_a_graph_json_round_trip() {
 }
 
 #[test]
+fn a_hand_made_loop_whose_exit_fires_every_iteration_is_an_error() {
+    let g = Graph::new();
+    let n = g.placeholder("n", DType::F64, PartialShape::scalar()).unwrap();
+    let out = triangle(&g, &n, WhileOptions::default());
+    let y = g.identity(&out[1]).unwrap();
+    // Rewire the Exit of the sum to read the Merge (live in every iteration)
+    // instead of the Switch's false output.
+    let exit = g.node(out[1].node_id()).unwrap();
+    let switch = g.node(exit.inputs[0].0).unwrap();
+    let merge = g.node(switch.inputs[0].0).unwrap();
+    let text = g.to_json().replace(&format!("\"{}:0\"", switch.name), &format!("\"{}:0\"", merge.name));
+    let g2 = Graph::from_json(text.as_bytes(), "broken.json").unwrap();
+    let s = Session::new(&g2).unwrap();
+    let e = s.run_named(&[("n", &Tensor::scalar(3.0f64))], &[&y.name()], &[]).unwrap_err().to_string();
+    assert!(e.contains("second value") && e.contains(&y.name()), "{e}");
+}
+
+#[test]
 fn a_loop_of_ten_thousand_iterations_runs_in_constant_memory() {
     let g = Graph::new();
     let n = g.placeholder("n", DType::F64, PartialShape::scalar()).unwrap();

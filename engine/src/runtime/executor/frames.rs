@@ -279,6 +279,8 @@ struct State<'p> {
     free: Vec<usize>,
     children: HashMap<(usize, i64, usize), usize>,
     queue: VecDeque<(usize, usize, i64)>,
+    /// A node that got a value for an input it already had.
+    bad: Option<usize>,
     live: usize,
     peak: usize,
 }
@@ -347,6 +349,16 @@ impl<'p> State<'p> {
         let mut live_added = 0;
         let Some(iter) = self.frames[fi].as_mut().and_then(|f| f.iters.get_mut(&it)) else { return };
         let dead = matches!(v, Val::Dead);
+        let expecting = iter.pending[l] > 0 && (slot == CONTROL || merge || iter.inputs[base + slot].is_none());
+        if !expecting && !(merge && slot != CONTROL) {
+            // A second value for one input in one iteration: an Exit or
+            // NextIteration that fires where the graph's loop structure
+            // does not allow it (a hand-made graph file).
+            if self.bad.is_none() {
+                self.bad = Some(e);
+            }
+            return;
+        }
         if slot == CONTROL {
             iter.pending[l] -= 1;
             if dead && !merge {
@@ -497,7 +509,7 @@ impl super::Prepared {
             deferred: Vec::new(),
             live_exits: Vec::new(),
         };
-        let mut st = State { plan, frames: vec![Some(root)], free: Vec::new(), children: HashMap::new(), queue: VecDeque::new(), live: 0, peak: 0 };
+        let mut st = State { plan, frames: vec![Some(root)], free: Vec::new(), children: HashMap::new(), queue: VecDeque::new(), bad: None, live: 0, peak: 0 };
         let it0 = st.new_iter(0);
         st.frame(0).iters.insert(0, it0);
         for e in 0..self.nodes.len() {
@@ -712,6 +724,9 @@ impl super::Prepared {
                 i.outstanding -= 1;
             }
             st.cleanup(fi);
+            if let Some(b) = st.bad {
+                return Err(cf_err(&self.nodes[b].name, format!("it got a second value for one input in one iteration (from '{}'): the graph's loop structure is broken", node.name)));
+            }
         }
         }
         let mut out = Vec::with_capacity(fetched.len());
