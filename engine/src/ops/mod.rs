@@ -26,6 +26,7 @@ pub(crate) mod matmul;
 pub(crate) mod nn;
 pub(crate) mod random;
 pub(crate) mod reduce;
+pub(crate) mod sampled_softmax;
 pub(crate) mod sendrecv;
 pub(crate) mod queue;
 pub(crate) mod state;
@@ -194,6 +195,7 @@ pub(crate) fn registry() -> &'static Registry {
         queue::register(&mut r);
         control_flow::register(&mut r);
         embedding::register(&mut r);
+        sampled_softmax::register(&mut r);
         r
     })
 }
