@@ -97,7 +97,7 @@ struct Builder<'a> {
     loop_cond: HashMap<String, NodeId>,
     /// Per (node, output), the cond branches it lies in, outermost first:
     /// (the predicate tensor, the branch taken: 0 false, 1 true).
-    cond_ctx: HashMap<(NodeId, usize), Vec<((NodeId, usize), usize)>>,
+    cond_ctx: HashMap<(NodeId, usize), CondCtx>,
     /// (predicate, branch, partition) -> that branch's pivot on the partition.
     cond_pivots: HashMap<((NodeId, usize), usize, usize), Output>,
     /// (frame, partition) -> (merge, pivot once built) of the partition's control loop.
@@ -264,10 +264,12 @@ impl Builder<'_> {
     }
 }
 
+/// The cond branches a value lies in, outermost first: (predicate, branch).
+type CondCtx = Vec<((NodeId, usize), usize)>;
+
 /// Per (node, output), the cond branches it lies in (see `Builder::cond_ctx`).
-#[allow(clippy::type_complexity)]
-fn cond_contexts(nodes: &[crate::graph::Node]) -> HashMap<(NodeId, usize), Vec<((NodeId, usize), usize)>> {
-    let mut ctx: HashMap<(NodeId, usize), Vec<((NodeId, usize), usize)>> = HashMap::new();
+fn cond_contexts(nodes: &[crate::graph::Node]) -> HashMap<(NodeId, usize), CondCtx> {
+    let mut ctx: HashMap<(NodeId, usize), CondCtx> = HashMap::new();
     for (i, n) in nodes.iter().enumerate() {
         let first = n.inputs.iter().copied().find(|&(s, _)| s < i).or_else(|| n.control_inputs.iter().find(|&&s| s < i).map(|&s| (s, 0)));
         let inherited = first.and_then(|x| ctx.get(&x).cloned()).unwrap_or_default();

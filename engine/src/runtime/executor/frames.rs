@@ -349,8 +349,9 @@ impl<'p> State<'p> {
         let mut live_added = 0;
         let Some(iter) = self.frames[fi].as_mut().and_then(|f| f.iters.get_mut(&it)) else { return };
         let dead = matches!(v, Val::Dead);
-        let expecting = iter.pending[l] > 0 && (slot == CONTROL || merge || iter.inputs[base + slot].is_none());
-        if !expecting && !(merge && slot != CONTROL) {
+        // A Merge takes any number of data values (it keeps the first).
+        let expecting = (merge && slot != CONTROL) || (iter.pending[l] > 0 && (slot == CONTROL || merge || iter.inputs[base + slot].is_none()));
+        if !expecting {
             // A second value for one input in one iteration: an Exit or
             // NextIteration that fires where the graph's loop structure
             // does not allow it (a hand-made graph file).
