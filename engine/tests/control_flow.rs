@@ -448,3 +448,60 @@ fn a_cond_whose_branches_are_on_two_devices_runs_only_the_taken_one() {
         assert_eq!(tanh_on_1, taken_on_1 as usize, "x = {v:?}");
     }
 }
+
+#[test]
+fn a_nested_loop_split_over_devices_is_refused_naming_the_loop() {
+    use flowlab_engine::{DeviceSet, SessionOptions};
+    // An inner loop whose body puts one op on CPU:1 while the rest stays on CPU:0.
+    let build = |split: bool| {
+        let g = Graph::new();
+        let x0 = g.scalar(1.0, DType::F64).unwrap();
+        let i0 = g.scalar(0.0, DType::F64).unwrap();
+        let out = g
+            .while_loop(
+                |b, v| b.less(&v[1], b.scalar(3.0, DType::F64)?),
+                |b, v| {
+                    let j0 = b.scalar(0.0, DType::F64)?;
+                    let inner = b.while_loop(
+                        |c, w| c.less(&w[1], c.scalar(2.0, DType::F64)?),
+                        |c, w| {
+                            Ok(vec![
+                                (if split { c.device("/cpu:1") } else { c.clone() })
+                                    .add(&w[0], c.scalar(1.0, DType::F64)?)?,
+                                c.add(&w[1], c.scalar(1.0, DType::F64)?)?,
+                            ])
+                        },
+                        &[&v[0], &j0],
+                    )?;
+                    Ok(vec![
+                        inner[0].clone(),
+                        b.add(&v[1], b.scalar(1.0, DType::F64)?)?,
+                    ])
+                },
+                &[&x0, &i0],
+            )
+            .unwrap();
+        (g, out)
+    };
+    // On one device the nested loop runs: 1 + 3 x 2.
+    let (g, out) = build(false);
+    let one = Session::new(&g).unwrap();
+    assert_eq!(scalar(&one, &[], &out[0]), 7.0);
+    let (g, out) = build(true);
+    let e = match Session::with_options(
+        &g,
+        SessionOptions {
+            devices: DeviceSet::local_cpus(2),
+            ..Default::default()
+        },
+    ) {
+        Ok(s) => s.run(&[], &[&out[0]], &[]).map(|_| ()).unwrap_err(),
+        Err(e) => e,
+    }
+    .to_string();
+    assert!(
+        e.contains("is nested in another loop and split over devices"),
+        "{e}"
+    );
+    assert!(e.contains("only outermost loops may be split"), "{e}");
+}

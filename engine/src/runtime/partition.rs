@@ -292,7 +292,7 @@ fn cond_contexts(nodes: &[crate::graph::Node]) -> HashMap<(NodeId, usize), CondC
 /// Per node, the loop frame its outputs belong to (None: the root), the
 /// LoopCond of each frame, and which nodes their frame's LoopCond needs.
 #[allow(clippy::type_complexity)]
-fn frames_of(nodes: &[crate::graph::Node]) -> Result<(Vec<Option<String>>, HashMap<String, NodeId>, Vec<bool>)> {
+fn frames_of(nodes: &[crate::graph::Node], dev_of: &[usize], devices: &[DeviceName]) -> Result<(Vec<Option<String>>, HashMap<String, NodeId>, Vec<bool>)> {
     let mut frame: Vec<Option<String>> = vec![None; nodes.len()];
     let mut value: Vec<Option<String>> = vec![None; nodes.len()];
     let mut parent: HashMap<String, Option<String>> = HashMap::new();
@@ -329,6 +329,25 @@ fn frames_of(nodes: &[crate::graph::Node]) -> Result<(Vec<Option<String>>, HashM
         body[i] = loop_switch || n.inputs.iter().map(|&(s, _)| s).chain(n.control_inputs.iter().copied()).any(|s| s < i && body[s]);
     }
     let pred_side = body.iter().map(|b| !b).collect();
+    // A loop nested in a loop would need a control loop per level on each
+    // device: refuse to split one rather than recurse or wait for nothing.
+    for (f, p) in &parent {
+        if p.is_none() {
+            continue;
+        }
+        let mut inside = (0..nodes.len()).filter(|&i| frame[i].as_deref() == Some(f.as_str()) || value[i].as_deref() == Some(f.as_str()));
+        if let Some(first) = inside.next()
+            && let Some(other) = inside.find(|&i| dev_of[i] != dev_of[first])
+        {
+            return Err(EngineError::Placement {
+                node: nodes[other].name.clone(),
+                detail: format!(
+                    "loop '{f}' is nested in another loop and split over devices ('{}' on {}, '{}' on {}); only outermost loops may be split",
+                    nodes[first].name, devices[dev_of[first]], nodes[other].name, devices[dev_of[other]]
+                ),
+            });
+        }
+    }
     Ok((value, loop_cond, pred_side))
 }
 
@@ -354,7 +373,8 @@ pub fn partition_with(graph: &Graph, placement: &Placement, opts: &PartitionOpti
         };
         dev_of.push(p);
     }
-    let (value_frame, loop_cond, pred_side) = frames_of(&nodes)?;
+    let devices: Vec<DeviceName> = parts.iter().map(|p| p.device.clone()).collect();
+    let (value_frame, loop_cond, pred_side) = frames_of(&nodes, &dev_of, &devices)?;
     let mut b = Builder {
         nodes: &nodes,
         dev_of,
