@@ -10,6 +10,9 @@ pub enum EngineError {
     /// Shape inference (or a kernel) found incompatible shapes.
     #[error("node '{node}' ({op}): shape mismatch: {detail}")]
     Shape { node: String, op: String, detail: String },
+    /// A misuse of cond / while_loop, or a control-flow graph the executor cannot run.
+    #[error("control flow at node '{node}': {detail}")]
+    ControlFlow { node: String, detail: String },
     /// An input of the wrong element type.
     #[error("node '{node}' ({op}): dtype mismatch: {detail}")]
     DType { node: String, op: String, detail: String },

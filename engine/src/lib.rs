@@ -37,6 +37,7 @@ pub use framework::stats::{CommStats, NodeStats, StepStats, TransferStats};
 pub use framework::{DeviceName, DeviceSet, EmulatedLink, LinkMap};
 pub use graph::{AttrValue, Attrs, Graph, IntoOutput, Node, NodeId, OpBuilder, Output, TensorValue};
 pub use ops::sendrecv::{recv_tensor, send_tensor, wire_format};
+pub use ops::control_flow::{DEFAULT_PARALLEL_ITERATIONS, WhileOptions};
 pub use ops::queue::QueueHandle;
 pub use ops::{OpCost, op_cost, op_names};
 pub use runtime::{DefaultPlacer, Partition, PartitionOptions, Placement, Placer, Session, SessionOptions, Transfer};

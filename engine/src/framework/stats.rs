@@ -59,6 +59,9 @@ pub struct StepStats {
     pub total_us: f64,
     /// Every cross-device transfer of the step, in order of arrival.
     pub transfers: Vec<TransferStats>,
+    /// Graphs with control flow only: the most tensors the executor held
+    /// at once in its per-iteration input slots (0 on the plain path).
+    pub peak_live_tensors: usize,
 }
 
 /// One Trace Event Format event; fields a phase does not use are left out.

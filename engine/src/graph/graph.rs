@@ -43,6 +43,53 @@ pub(crate) struct GraphData {
     /// Variable nodes, in creation order.
     pub variables: Vec<NodeId>,
     name_counts: HashMap<String, usize>,
+    /// Control-flow contexts (a `cond` branch or a `while_loop` body) the
+    /// builder opened, by index.
+    pub ctxs: Vec<CtxData>,
+    /// The context whose values a node's outputs are (absent: the root).
+    pub ctx_of: HashMap<NodeId, usize>,
+    /// The while loops built so far, by frame name (for their gradient).
+    pub loops: HashMap<String, LoopInfo>,
+}
+
+/// What kind of control-flow context a builder handle adds nodes to.
+#[derive(Clone, Debug)]
+pub(crate) enum CtxKind {
+    /// One branch of a `cond`: outer values enter through `Switch(x, pred)[branch]`.
+    Cond { pred: (NodeId, usize), branch: usize },
+    /// A while loop's frame: outer values enter through a constant `Enter`.
+    Loop { frame: String, parallel: i64 },
+}
+
+/// One control-flow context of the builder (TensorFlow's CondContext /
+/// WhileContext).
+#[derive(Clone, Debug)]
+pub(crate) struct CtxData {
+    pub parent: Option<usize>,
+    pub kind: CtxKind,
+    /// Nodes without inputs built in the context get a control edge from
+    /// the pivot, so they run (or are dead) with the context.
+    pub pivot: Option<NodeId>,
+    /// Outer tensor -> the tensor standing for it inside the context.
+    pub captured: HashMap<(NodeId, usize), (NodeId, usize)>,
+    /// (outer tensor, Enter node) of each captured loop invariant, in order.
+    pub invariants: Vec<((NodeId, usize), NodeId)>,
+}
+
+/// The structure of one while loop, kept for its gradient.
+#[derive(Clone, Debug)]
+pub(crate) struct LoopInfo {
+    pub ctx: usize,
+    /// Per loop variable, the internal iteration counter first.
+    pub enters: Vec<NodeId>,
+    pub body_inputs: Vec<NodeId>,
+    pub body_outputs: Vec<(NodeId, usize)>,
+    pub exits: Vec<NodeId>,
+    /// Node ids built by the body function: `[start, end)`.
+    pub body_range: (NodeId, NodeId),
+    /// Every node of the loop lies in `[first, last]`.
+    pub first: NodeId,
+    pub last: NodeId,
 }
 
 impl GraphData {
@@ -68,6 +115,8 @@ struct BuildScope {
     prefix: String,
     device: String,
     control: Vec<NodeId>,
+    /// The control-flow context nodes are built in (None: the root).
+    ctx: Option<usize>,
 }
 
 /// A handle on a dataflow graph. Clones share the graph; [`Graph::scope`],
@@ -269,27 +318,77 @@ impl Graph {
         } else {
             d.unique_name(&base)
         };
-        if !self.ops.has_op(op) {
-            return Err(EngineError::UnknownOp { node: node_name, op: op.to_string() });
-        }
-        let mut in_types = Vec::with_capacity(inputs.len());
         let mut edges = Vec::with_capacity(inputs.len());
         for i in &inputs {
             if !i.graph.same_graph(self) {
                 return Err(EngineError::ForeignGraph { node: node_name, input: format!("#{}:{}", i.node, i.index) });
             }
-            let n = &d.nodes[i.node];
-            let t = n.outputs.get(i.index).cloned().ok_or_else(|| EngineError::BadOutputIndex {
+            edges.push((i.node, i.index));
+        }
+        let mut control_inputs = self.scope.control.clone();
+        for c in control {
+            if !control_inputs.contains(&c) {
+                control_inputs.push(c);
+            }
+        }
+        self.add_locked(&mut d, self.scope.ctx, true, op, node_name, edges, control_inputs, attrs)
+    }
+
+    /// Appends a node named `node_name` in context `ctx`; with `capture`,
+    /// inputs from enclosing contexts enter through a Switch or Enter and an
+    /// input-less node gets a control edge from the context's pivot.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn add_locked(
+        &self,
+        d: &mut GraphData,
+        ctx: Option<usize>,
+        capture: bool,
+        op: &str,
+        node_name: String,
+        mut edges: Vec<(NodeId, usize)>,
+        mut control_inputs: Vec<NodeId>,
+        attrs: Attrs,
+    ) -> Result<NodeId> {
+        if !self.ops.has_op(op) {
+            return Err(EngineError::UnknownOp { node: node_name, op: op.to_string() });
+        }
+        // An op on a value of an inner context (a loop body's value combined
+        // with an outer tensor through the outer handle) is built in the
+        // innermost context of its inputs.
+        let mut ctx = ctx;
+        if capture {
+            for &(n, _) in &edges {
+                if let Some(ic) = d.ctx_of.get(&n).copied()
+                    && Self::encloses(d, ctx, ic)
+                {
+                    ctx = Some(ic);
+                }
+            }
+        }
+        if let (Some(c), true) = (ctx, capture) {
+            for e in edges.iter_mut() {
+                *e = self.capture(d, c, *e)?;
+            }
+            if edges.is_empty()
+                && !control_inputs.iter().any(|n| d.ctx_of.get(n) == Some(&c))
+                && let Some(p) = d.ctxs[c].pivot
+            {
+                control_inputs.push(p);
+            }
+        }
+        let mut in_types = Vec::with_capacity(edges.len());
+        for &(node, index) in &edges {
+            let n = d.nodes.get(node).ok_or_else(|| EngineError::UnknownNode(format!("#{node}")))?;
+            let t = n.outputs.get(index).cloned().ok_or_else(|| EngineError::BadOutputIndex {
                 node: n.name.clone(),
                 op: n.op.clone(),
-                index: i.index,
+                index,
                 outputs: n.outputs.len(),
             })?;
             in_types.push(t);
-            edges.push((i.node, i.index));
         }
         let info = NodeInfo { name: &node_name, op, attrs: &attrs };
-        let outputs = self.ops.infer(op, &InferCtx { n: info, inputs: &in_types, graph: &d })?;
+        let outputs = self.ops.infer(op, &InferCtx { n: info, inputs: &in_types, graph: d })?;
         // Shapes come from attributes and files: refuse any output no
         // allocation could hold here, so no kernel ever sees a size that
         // overflows (and wraps) in its index arithmetic.
@@ -299,12 +398,6 @@ impl Graph {
                 op: op.to_string(),
                 detail: format!("output {i} of type {t} is larger than this machine can address"),
             });
-        }
-        let mut control_inputs = self.scope.control.clone();
-        for c in control {
-            if !control_inputs.contains(&c) {
-                control_inputs.push(c);
-            }
         }
         let id = d.nodes.len();
         d.by_name.insert(node_name.clone(), id);
@@ -317,7 +410,100 @@ impl Graph {
             device: self.scope.device.clone(),
             outputs,
         });
+        if let Some(c) = ctx {
+            d.ctx_of.insert(id, c);
+        }
         Ok(id)
+    }
+
+    /// Whether context `a` (None: the root) strictly encloses context `c`.
+    fn encloses(d: &GraphData, a: Option<usize>, c: usize) -> bool {
+        let mut p = d.ctxs[c].parent;
+        loop {
+            if p == a {
+                return true;
+            }
+            match p {
+                Some(q) => p = d.ctxs[q].parent,
+                None => return false,
+            }
+        }
+    }
+
+    /// The tensor standing for `x` inside context `c`: `x` itself when it
+    /// is already a value of `c` (or of a context inside it), else a Switch
+    /// (cond branch) or constant Enter (loop) made once per tensor.
+    pub(crate) fn capture(&self, d: &mut GraphData, c: usize, x: (NodeId, usize)) -> Result<(NodeId, usize)> {
+        let xc = d.ctx_of.get(&x.0).copied();
+        if xc == Some(c) || !Self::encloses(d, xc, c) {
+            return Ok(x);
+        }
+        if let Some(&v) = d.ctxs[c].captured.get(&x) {
+            return Ok(v);
+        }
+        let parent = d.ctxs[c].parent;
+        let xp = match parent {
+            Some(p) if xc != parent => self.capture(d, p, x)?,
+            _ => x,
+        };
+        let base = format!("{}/capture", d.nodes[x.0].name);
+        let v = match d.ctxs[c].kind.clone() {
+            CtxKind::Cond { pred, branch } => {
+                let name = d.unique_name(&format!("{base}_switch"));
+                (self.add_locked(d, parent, false, "Switch", name, vec![xp, pred], Vec::new(), Attrs::new())?, branch)
+            }
+            CtxKind::Loop { frame, parallel } => {
+                let name = d.unique_name(&format!("{base}_enter"));
+                let mut a = Attrs::new();
+                a.insert("frame_name".into(), AttrValue::Str(frame));
+                a.insert("is_constant".into(), AttrValue::Bool(true));
+                a.insert("parallel_iterations".into(), AttrValue::Int(parallel));
+                let id = self.add_locked(d, parent, false, "Enter", name, vec![xp], Vec::new(), a)?;
+                d.ctxs[c].invariants.push((x, id));
+                (id, 0)
+            }
+        };
+        d.ctx_of.insert(v.0, c);
+        d.ctxs[c].captured.insert(x, v);
+        Ok(v)
+    }
+
+    /// The context this handle builds in (None: the root).
+    pub(crate) fn ctx(&self) -> Option<usize> {
+        self.scope.ctx
+    }
+
+    /// A handle that builds in context `ctx`.
+    pub(crate) fn in_ctx(&self, ctx: Option<usize>) -> Graph {
+        let mut s = (*self.scope).clone();
+        s.ctx = ctx;
+        Graph { data: self.data.clone(), scope: Arc::new(s), ops: self.ops }
+    }
+
+    /// Appends a node in context `ctx` without capturing its inputs (the
+    /// builders of the control-flow structure itself use this).
+    pub(crate) fn add_raw(&self, ctx: Option<usize>, op: &str, base: &str, edges: Vec<(NodeId, usize)>, control: Vec<NodeId>, attrs: Attrs) -> Result<NodeId> {
+        let mut d = self.lock();
+        let name = d.unique_name(&format!("{}{}", self.scope.prefix, base));
+        self.add_locked(&mut d, ctx, false, op, name, edges, control, attrs)
+    }
+
+    /// Opens a new control-flow context inside `parent`.
+    pub(crate) fn new_ctx(&self, parent: Option<usize>, kind: CtxKind) -> usize {
+        let mut d = self.lock();
+        d.ctxs.push(CtxData { parent, kind, pivot: None, captured: HashMap::new(), invariants: Vec::new() });
+        d.ctxs.len() - 1
+    }
+
+    /// The scope's name prefix ("" or "a/b/").
+    pub(crate) fn prefix(&self) -> &str {
+        &self.scope.prefix
+    }
+
+    /// Adds the back edge NextIteration -> Merge of a while loop (the one
+    /// edge that points to an older node).
+    pub(crate) fn add_back_edge(&self, merge: NodeId, next: (NodeId, usize)) {
+        self.lock().nodes[merge].inputs.push(next);
     }
 
     /// Appends a node and returns its first output.

@@ -91,6 +91,7 @@ impl Graph {
             return Err(invalid("", format!("format '{}' version {} is not {FORMAT} version {VERSION}", def.format, def.version)));
         }
         let g = Graph::new();
+        let mut back_edges = Vec::new();
         for n in def.nodes {
             let mut inputs = Vec::with_capacity(n.inputs.len());
             for s in &n.inputs {
@@ -98,7 +99,12 @@ impl Graph {
                     .rsplit_once(':')
                     .and_then(|(a, b)| b.parse::<usize>().ok().map(|i| (a, i)))
                     .ok_or_else(|| invalid(&n.name, format!("node '{}': input '{s}' is not NAME:INDEX", n.name)))?;
-                inputs.push(g.output_by_name(name, idx).map_err(|e| invalid(&n.name, format!("node '{}': input '{s}': {e}", n.name)))?);
+                match g.output_by_name(name, idx) {
+                    Ok(o) => inputs.push(o),
+                    // A while loop's Merge names its NextIteration, defined later.
+                    Err(_) if n.op == "Merge" && !inputs.is_empty() => back_edges.push((n.name.clone(), name.to_string(), idx)),
+                    Err(e) => return Err(invalid(&n.name, format!("node '{}': input '{s}': {e}", n.name))),
+                }
             }
             let mut control = Vec::with_capacity(n.control_inputs.len());
             for c in &n.control_inputs {
@@ -114,6 +120,14 @@ impl Graph {
                 ));
             }
             node.device = n.device;
+        }
+        for (merge, src, idx) in back_edges {
+            let o = g.output_by_name(&src, idx).map_err(|e| invalid(&merge, format!("node '{merge}': input '{src}:{idx}': {e}")))?;
+            if o.op() != "NextIteration" {
+                return Err(invalid(&merge, format!("node '{merge}': input '{src}:{idx}' is defined after it and is not a NextIteration")));
+            }
+            let m = g.output_by_name(&merge, 0).map_err(|e| invalid(&merge, e.to_string()))?;
+            g.add_back_edge(m.node_id(), (o.node_id(), idx));
         }
         let ids = |names: &[String]| -> Result<Vec<NodeId>> {
             names.iter().map(|v| g.output_by_name(v, 0).map(|o| o.node).map_err(|e| invalid(v, e.to_string()))).collect()

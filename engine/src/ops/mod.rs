@@ -18,12 +18,15 @@ use std::sync::OnceLock;
 
 pub(crate) mod array;
 pub(crate) mod basic;
+pub(crate) mod control_flow;
 pub(crate) mod conv;
+pub(crate) mod embedding;
 pub(crate) mod math;
 pub(crate) mod matmul;
 pub(crate) mod nn;
 pub(crate) mod random;
 pub(crate) mod reduce;
+pub(crate) mod sampled_softmax;
 pub(crate) mod sendrecv;
 pub(crate) mod queue;
 pub(crate) mod state;
@@ -62,6 +65,8 @@ pub(crate) struct KernelCtx<'a> {
     pub comm: Option<&'a sendrecv::StepComm<'a>>,
     /// The transfer of a Send or Recv node.
     pub transfer: Option<&'a sendrecv::TransferSpec>,
+    /// The step's StackPush / StackPop tapes (steps of graphs with loops).
+    pub stacks: Option<&'a control_flow::Stacks>,
 }
 
 impl KernelCtx<'_> {
@@ -188,6 +193,9 @@ pub(crate) fn registry() -> &'static Registry {
         random::register(&mut r);
         sendrecv::register(&mut r);
         queue::register(&mut r);
+        control_flow::register(&mut r);
+        embedding::register(&mut r);
+        sampled_softmax::register(&mut r);
         r
     })
 }

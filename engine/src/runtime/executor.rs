@@ -35,6 +35,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+mod frames;
+
 /// Where a node input comes from in a step.
 #[derive(Clone, Copy, Debug)]
 enum Source {
@@ -78,6 +80,8 @@ pub(crate) struct Prepared {
     /// The step's static work is below [`INLINE_STEP_FLOPS`] and
     /// [`INLINE_STEP_BYTES`]: it runs on the calling thread whatever the pool.
     small: bool,
+    /// Frames and iterations, for graphs with control flow (None: the plain path).
+    frames: Option<frames::FramePlan>,
 }
 
 /// A step with less arithmetic than this (and less traffic than
@@ -163,6 +167,13 @@ pub(crate) fn needed_nodes(
             }
         }
         stack.extend(node.control_inputs.iter().copied());
+        // A loop gradient's StackPop reads what the forward loop's
+        // StackPush nodes saved: they run when it does.
+        if node.op == "StackPop"
+            && let Some(s) = node.attrs.get("stack")
+        {
+            stack.extend((0..nodes.len()).filter(|&m| nodes[m].op == "StackPush" && nodes[m].attrs.get("stack") == Some(s)));
+        }
     }
     Ok(needed)
 }
@@ -252,6 +263,8 @@ impl Prepared {
         let mut uses = vec![0usize; num_slots];
         let mut pending = vec![0usize; nodes.len()];
         let mut recvs = Vec::new();
+        let control_flow = nodes.iter().any(|n| ops::control_flow::ROUTING_OPS.contains(&n.op.as_str()) || n.op.starts_with("Stack"));
+        let mut cf_preds: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new(); if control_flow { nodes.len() } else { 0 }];
         for (e, &id) in ids.iter().enumerate() {
             let node = &d.nodes[id];
             let mut preds: Vec<usize> = Vec::new();
@@ -262,9 +275,15 @@ impl Prepared {
                 pending[e] = 1;
                 recvs.push(e);
                 nodes[e].inputs = inputs;
+                if control_flow {
+                    // Inside a loop frame, a Recv waits for its control loop.
+                    for &c in &node.control_inputs {
+                        cf_preds[e].push((exec_of[c], usize::MAX, usize::MAX));
+                    }
+                }
                 continue;
             }
-            for &(src, idx) in &node.inputs {
+            for (k, &(src, idx)) in node.inputs.iter().enumerate() {
                 if let Some(&f) = feed_index.get(&(src, idx)) {
                     inputs.push(Source::Feed(f));
                 } else {
@@ -273,10 +292,16 @@ impl Prepared {
                     uses[slot] += 1;
                     inputs.push(Source::Slot(slot));
                     preds.push(p);
+                    if control_flow {
+                        cf_preds[e].push((p, idx, k));
+                    }
                 }
             }
             for &c in &node.control_inputs {
                 preds.push(exec_of[c]);
+                if control_flow {
+                    cf_preds[e].push((exec_of[c], usize::MAX, usize::MAX));
+                }
             }
             preds.sort_unstable();
             preds.dedup();
@@ -308,7 +333,16 @@ impl Prepared {
             }
         }
         let small = work.is_some_and(|(f, b)| f < INLINE_STEP_FLOPS && b < INLINE_STEP_BYTES);
-        Ok(Prepared { nodes, pending, roots, num_slots, uses, fetches: fetch_src, recvs, writes, feed_types, small })
+        let frames = if control_flow {
+            let owner = |s: usize| {
+                let e = nodes.iter().rposition(|n| n.first_slot <= s).unwrap_or(0);
+                (e, s - nodes[e].first_slot)
+            };
+            Some(frames::FramePlan::new(&nodes, &cf_preds, &fetch_src, owner)?)
+        } else {
+            None
+        };
+        Ok(Prepared { nodes, pending, roots, num_slots, uses, fetches: fetch_src, recvs, writes, feed_types, small, frames })
     }
 
     /// (node name, transfer) of every Send node of the step.
@@ -343,6 +377,9 @@ impl Prepared {
         comm: Option<&StepComm>,
         device: &str,
     ) -> Result<(Vec<Tensor>, Option<StepStats>)> {
+        if let Some(f) = &self.frames {
+            return self.run_frames(f, feeds, threads, trace, comm, device);
+        }
         if let (Some(&e), None) = (self.recvs.first(), comm) {
             let n = &self.nodes[e];
             return Err(EngineError::Kernel {
@@ -414,6 +451,7 @@ impl Prepared {
             nodes: m.into_inner().unwrap_or_else(|e| e.into_inner()),
             total_us: step.start.elapsed().as_secs_f64() * 1e6,
             transfers: Vec::new(),
+            peak_live_tensors: 0,
         });
         Ok((out, stats))
     }
@@ -674,6 +712,7 @@ impl<'a> Step<'a> {
                 resources: &node.resources,
                 comm: self.comm,
                 transfer: node.transfer.as_ref(),
+                stacks: None,
             };
             let out = (node.kernel)(&mut ctx).map_err(|e| e.at_node(&node.name, &node.op))?;
             drop(ctx);

@@ -161,6 +161,7 @@ impl MultiPlan {
             let node = &nodes[n];
             if node.op == "Placeholder" && !copy[n] { node.name.clone() } else { format!("_feed/{}/{k}", node.name) }
         };
+        let mut back_edges = Vec::new();
         for id in (0..nodes.len()).filter(|&i| copy[i]) {
             let node = &nodes[id];
             let mut b = g2.op(&node.op).name(&node.name);
@@ -182,6 +183,9 @@ impl MultiPlan {
                         }
                     };
                     b = b.input(g2.output_by_name(&name, 0)?);
+                } else if src >= id {
+                    // A loop's NextIteration -> Merge edge: added once both exist.
+                    back_edges.push((id, src, k));
                 } else {
                     let s = *new_id.get(&src).ok_or_else(|| unknown(src))?;
                     b = b.input(g2.out(s, k));
@@ -196,6 +200,10 @@ impl MultiPlan {
             }
             new_id.insert(id, b.build()?.node_id());
             dev2.push(device_of(id)?);
+        }
+        for (m, src, k) in back_edges {
+            let (m2, s2) = (*new_id.get(&m).ok_or_else(|| unknown(m))?, *new_id.get(&src).ok_or_else(|| unknown(src))?);
+            g2.add_back_edge(m2, (s2, k));
         }
         let parts = partition_with(&g2, &Placement::from_devices(dev2), opts)?;
 

@@ -5,7 +5,7 @@
 
 use crate::graph::NodeInfo;
 use crate::error::{EngineError, Result};
-use crate::graph::{Graph, NodeId, Output};
+use crate::graph::{Graph, LoopInfo, NodeId, Output};
 use crate::ops::{self, GradCtx};
 use std::collections::HashMap;
 
@@ -26,6 +26,20 @@ impl Graph {
         let gs = self.scope("gradients");
         let nodes = self.nodes();
         let n = nodes.len();
+        // While loops are differentiated as units (see `loop_grad`): by
+        // the Exit that closes each, their enters, and their node range.
+        let loops: Vec<(String, LoopInfo, Vec<NodeId>)> = {
+            let d = self.lock();
+            let mut v: Vec<_> = d
+                .loops
+                .iter()
+                .filter(|(_, l)| l.last < n)
+                .map(|(f, l)| (f.clone(), l.clone(), l.enters.iter().copied().chain(d.ctxs[l.ctx].invariants.iter().map(|&(_, e)| e)).collect()))
+                .collect();
+            v.sort_by_key(|(_, l, _)| l.first);
+            v
+        };
+        let exit_loop: HashMap<NodeId, usize> = loops.iter().enumerate().flat_map(|(k, (_, l, _))| l.exits.iter().map(move |&e| (e, k))).collect();
 
         // Nodes between xs and ys: reachable forward from xs and backward from ys.
         let mut from_x = vec![false; n];
@@ -33,7 +47,12 @@ impl Graph {
             from_x[x.node] = true;
         }
         for (id, node) in nodes.iter().enumerate() {
-            if node.inputs.iter().any(|&(s, _)| from_x[s]) {
+            if node.inputs.iter().any(|&(s, _)| s < id && from_x[s]) {
+                from_x[id] = true;
+            }
+            if let Some(&k) = exit_loop.get(&id)
+                && loops[k].2.iter().any(|&e| from_x[e])
+            {
                 from_x[id] = true;
             }
         }
@@ -59,9 +78,41 @@ impl Graph {
         let x_set: Vec<(NodeId, usize)> = xs.iter().map(|x| (x.node, x.index)).collect();
         let mut results: HashMap<(NodeId, usize), Output> = HashMap::new();
 
-        // Node ids are topological: walk them backwards.
+        // Node ids are topological (but for loops' back edges): walk them backwards.
+        let mut skip_below = n;
+        let mut skip_to = n;
         for id in (0..n).rev() {
+            if id < skip_to && id >= skip_below {
+                continue;
+            }
             if !relevant[id] {
+                continue;
+            }
+            if let Some(&k) = exit_loop.get(&id) {
+                let (frame, info, _) = &loops[k];
+                let exit_grads: Vec<Option<Output>> = info.exits[1..]
+                    .iter()
+                    .map(|&e| pending.remove(&(e, 0)).map(|l| sum_all(&gs, l)).transpose())
+                    .collect::<Result<_>>()?;
+                skip_below = info.first;
+                skip_to = id;
+                if exit_grads.iter().all(|g| g.is_none()) {
+                    continue;
+                }
+                let (var_grads, inv_grads) = crate::train::loop_grad::loop_gradient(&gs, frame, info, &exit_grads)?;
+                for (i, gv) in var_grads.into_iter().enumerate() {
+                    let src = nodes[info.enters[i + 1]].inputs[0];
+                    if let Some(gv) = gv
+                        && relevant[src.0]
+                    {
+                        pending.entry(src).or_default().push(gv);
+                    }
+                }
+                for (u, gu) in inv_grads {
+                    if relevant[u.0] {
+                        pending.entry(u).or_default().push(gu);
+                    }
+                }
                 continue;
             }
             let node = &nodes[id];

@@ -6,6 +6,7 @@
 
 pub mod checkpoint;
 mod gradients;
+mod loop_grad;
 pub(crate) mod optimizers;
 pub mod replicate;
 
