@@ -11,5 +11,5 @@ pub mod systolic;
 
 pub use catalog::{Catalog, DeviceSpec, LinkSpec, PeakTflops, SystolicSpec};
 pub use error::HwError;
-pub use format::CommFormat;
+pub use format::{CommFormat, WireCensus};
 pub use roofline::{Dtype, OpClass, OpCost, OpMeasurement, Profile};
