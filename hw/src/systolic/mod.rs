@@ -24,7 +24,7 @@ mod bench;
 
 pub use bench::{bench_records, BenchRecord};
 pub use config::{ArrayConfig, Dataflow, MAX_ARRAY_DIM};
-pub use cycle::{simulate_layer_cycles, MAX_CYCLE_MODEL_PES};
+pub use cycle::{simulate_layer_cycles, MAX_CYCLE_MODEL_PES, MAX_CYCLE_MODEL_WORK};
 pub use fast::simulate_layer;
 pub use layer::{read_topology_csv, Layer, MAX_LAYER_DIM};
 pub use report::LayerReport;
@@ -214,6 +214,16 @@ mod tests {
         assert!(simulate_layer(&big, &Layer::gemm("g", 4, 4, 4).unwrap()).is_ok());
         c.rows = 0;
         assert!(simulate_layer(&c, &Layer::gemm("g", 4, 4, 4).unwrap()).is_err());
+        // The cycle model refuses work beyond its cap, naming the estimate:
+        // 512 x 512 folds of 4096 + 14 cycles (+4 of flush) on 64 PEs.
+        let e = simulate_layer_cycles(&cfg(8, 8, Dataflow::Os), &Layer::gemm("g", 4096, 4096, 4096).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "refusing the cycle-by-cycle model: 262144 folds x 4114 cycles x 64 PEs = 69021466624 PE-steps (layer `g`), \
+             beyond the limit of 1073741824 PE-steps (a few seconds); use the fast path, which agrees with it"
+        );
     }
 
     #[test]
