@@ -9,9 +9,18 @@
 //! half and the rest streams in during the fold, which lasts as long as the
 //! slower of compute and streaming (the excess is stall too).
 //!
-//! Reuse: a tile identical to the previous fold's stays put; a tile indexed by
-//! the row fold alone is fetched once per layer when the whole operand fits in
-//! a half, and once per column fold otherwise.
+//! Reuse: a tile identical to the previous fold's stays put if it fits in a
+//! half (a larger one streams through and is fetched again); a tile indexed
+//! by the row fold alone is fetched once per layer when the whole operand
+//! fits in a half, and once per column fold otherwise.
+//!
+//! DRAM traffic is counted on the GEMM operands: for a convolution the ifmap
+//! operand is the im2col matrix (M x K, each input pixel repeated in every
+//! window that covers it), as on an accelerator whose DRAM holds the lowered
+//! matrix, or one that re-reads overlapping windows. SCALE-Sim counts the
+//! ifmap itself (AlexNet Conv1: 150,528 words, against 1,098,075 im2col
+//! words here); a design with an on-chip im2col unit moves the smaller
+//! figure, so read flowlab's ifmap DRAM bytes as the upper bound.
 //!
 //! Outputs: under os each fold completes its outputs, which drain to DRAM
 //! during the following folds. Under ws/is the row folds of one column fold
@@ -69,12 +78,15 @@ impl Operand {
         }
     }
 
+    /// Whether fold `f` fetches its tile from DRAM. A tile stays in SRAM for
+    /// the next fold that uses it only if it fits in a half: a larger one
+    /// streams through and is gone when the fold ends.
     fn fetched(&self, map: &Mapping, f: &Fold) -> bool {
         match self.key {
             TileKey::EveryFold => true,
-            TileKey::ColFold => f.fr == 0,
-            TileKey::RowFold if map.row_folds == 1 => f.fc == 0,
-            TileKey::RowFold => self.whole_words > self.half_words || f.fc == 0,
+            TileKey::ColFold => f.fr == 0 || self.tile_words(map, f) > self.half_words,
+            // With one row fold the tile is the whole operand.
+            TileKey::RowFold => f.fc == 0 || self.whole_words > self.half_words,
         }
     }
 }
@@ -362,6 +374,44 @@ mod tests {
             }
         }
         assert!(skipped > 100, "only {skipped} cases had runs to skip");
+    }
+
+    /// The undercount: os 32x32, 64 KiB SRAMs, K = 8192, N = 256 (8
+    /// column folds). The ifmap (M x 8192 words) is far larger than a 32,768-
+    /// word half, so it streams once per column fold whether M takes one row
+    /// fold or two: 8 M 8192 words, linear in M. The filter's column tiles
+    /// (8192 x 32 words) do not fit either: fetched once per row fold.
+    #[test]
+    fn tiles_larger_than_a_half_are_fetched_again() {
+        let mut c = ArrayConfig::new(32, 32, Dataflow::Os).unwrap();
+        (c.ifmap_sram_kib, c.filter_sram_kib, c.ofmap_sram_kib, c.dram_words_per_cycle) = (64, 64, 64, Some(10));
+        for (m, row_folds) in [(31u64, 1u64), (32, 1), (33, 2), (64, 2)] {
+            let map = Mapping::new(&c, &Layer::gemm("g", m, 256, 8192).unwrap());
+            let r = schedule(&c, &map, |_| map.fold_cycles(), true).unwrap();
+            assert_eq!(r.ifmap_dram_words, 8 * m * 8192, "M={m}");
+            assert_eq!(r.filter_dram_words, row_folds * 256 * 8192, "M={m}");
+        }
+        // A whole operand that fits in a half is fetched once.
+        let map = Mapping::new(&c, &Layer::gemm("g", 32, 256, 512).unwrap());
+        let r = schedule(&c, &map, |_| map.fold_cycles(), true).unwrap();
+        assert_eq!((r.ifmap_dram_words, r.filter_dram_words), (32 * 512, 256 * 512));
+    }
+
+    /// ws, partial sums that do not fit the ofmap SRAM: each of the K/R row
+    /// folds writes the column fold's M x C partial sums and all but the first
+    /// read them back.
+    #[test]
+    fn ws_partial_sums_spill_when_the_ofmap_sram_is_too_small() {
+        let mut c = ArrayConfig::new(32, 32, Dataflow::Ws).unwrap();
+        (c.ifmap_sram_kib, c.filter_sram_kib, c.ofmap_sram_kib, c.dram_words_per_cycle) = (64, 64, 64, Some(10));
+        let map = Mapping::new(&c, &Layer::gemm("g", 4096, 64, 256).unwrap());
+        let r = schedule(&c, &map, |_| map.fold_cycles(), true).unwrap();
+        // 2 column folds x 8 row folds x 4096 x 32 words written, 7 of 8 read back.
+        assert_eq!(r.ofmap_dram_words_written, 2 * 8 * 4096 * 32);
+        assert_eq!(r.ofmap_dram_words_read, 2 * 7 * 4096 * 32);
+        c.ofmap_sram_kib = 2048;
+        let r = schedule(&c, &map, |_| map.fold_cycles(), true).unwrap();
+        assert_eq!((r.ofmap_dram_words_written, r.ofmap_dram_words_read), (4096 * 64, 0));
     }
 
     /// The hang: 2^48 folds of one cycle on a 1x1 array. Closed form
