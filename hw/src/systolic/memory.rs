@@ -219,7 +219,8 @@ pub(crate) fn schedule(
     let spill = map.dataflow != Dataflow::Os && max_out_tile > out_half;
     too_small("ofmap", if map.dataflow == Dataflow::Os { max_out_tile } else { cols_max }, out_half, cfg.ofmap_sram_kib)?;
 
-    let xfer = |words: u64| cfg.dram_words_per_cycle.map_or(0, |bw| words.div_ceil(bw));
+    let bws = cfg.dram_bandwidths();
+    let xfer_on = |port: usize, words: u64| bws[port].map_or(0, |bw| words.div_ceil(bw));
     let mut out = MemoryOutcome::default();
     let mut st = State::default();
     // One fold of the replay; returns the fold's class (what it fetches and
@@ -237,7 +238,7 @@ pub(crate) fn schedule(
             let pre = need.min(op.half_words);
             stream[j] = need - pre;
             if pre > 0 {
-                st.port[j] = st.port[j].max(if i == 0 { 0 } else { st.prev_start }) + xfer(pre);
+                st.port[j] = st.port[j].max(if i == 0 { 0 } else { st.prev_start }) + xfer_on(j, pre);
                 ready = ready.max(st.port[j]);
             }
         }
@@ -255,7 +256,7 @@ pub(crate) fn schedule(
         let mut end = start + c;
         for j in 0..2 {
             if stream[j] > 0 {
-                st.port[j] = st.port[j].max(start) + xfer(stream[j]);
+                st.port[j] = st.port[j].max(start) + xfer_on(j, stream[j]);
                 end = end.max(st.port[j]);
             }
         }
@@ -264,12 +265,12 @@ pub(crate) fn schedule(
             let back = if f.fr > 0 { tile } else { 0 };
             out.ofmap_dram_words_written += tile;
             out.ofmap_dram_words_read += back;
-            st.out_port = st.out_port.max(start) + xfer(tile + back);
+            st.out_port = st.out_port.max(start) + xfer_on(2, tile + back);
             end = end.max(st.out_port);
         }
         out.stall_cycles += end - start - c;
         if !spill && out_last {
-            st.out_port = st.out_port.max(end) + xfer(tile);
+            st.out_port = st.out_port.max(end) + xfer_on(2, tile);
             st.drained[(st.out_tiles % 2) as usize] = st.out_port;
             out.ofmap_dram_words_written += tile;
             st.out_tiles += 1;

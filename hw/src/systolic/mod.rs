@@ -186,7 +186,13 @@ mod tests {
         assert_eq!((r.ifmap_sram_reads, r.filter_sram_reads, r.ofmap_sram_writes, r.ofmap_sram_reads), (32, 64, 32, 24));
         assert!((r.utilization - 128.0 / (16.0 * 60.0)).abs() < 1e-12);
         assert!((r.time_seconds - 84e-9).abs() < 1e-18);
-        c.dram_words_per_cycle = None;
+        // A 2-word/cycle filter port (SCALE-Sim's FilterSRAMBankBandwidth):
+        // 16 filter words and 8 ifmap words now take 8 cycles each, under the
+        // 12-cycle folds: only the 8-cycle prefetch and the 8-word drain remain.
+        c.filter_dram_words_per_cycle = Some(2);
+        let r = simulate_layer(&c, &Layer::gemm("g", 2, 4, 16).unwrap()).unwrap();
+        assert_eq!((r.compute_cycles, r.stall_cycles, r.prefetch_cycles, r.drain_cycles), (48, 0, 8, 8));
+        c.set_dram_bandwidth(None);
         let r = simulate_layer(&c, &Layer::gemm("g", 2, 4, 16).unwrap()).unwrap();
         assert_eq!((r.stall_cycles, r.prefetch_cycles, r.drain_cycles), (0, 0, 0));
     }
