@@ -78,7 +78,10 @@ impl LinkSpec {
 
 impl DeviceSpec {
     /// Peak operations per second for `dtype`. A dtype without dedicated units
-    /// runs at the f32 rate, or at the slowest listed rate if f32 is absent.
+    /// runs at the f32 rate, or at the slowest listed rate of its kind if f32
+    /// is absent: float work never borrows integer units, so a device that
+    /// lists only int8 (TPU v1) has 0 for every float dtype (see
+    /// [`DeviceSpec::has_units_for`]).
     pub fn peak_flops(&self, dtype: Dtype) -> f64 {
         let p = &self.peak_tflops;
         let own = match dtype {
@@ -88,8 +91,16 @@ impl DeviceSpec {
             Dtype::Bf16 => p.bf16,
             Dtype::Int8 => p.int8,
         };
-        let slowest = [p.f32, p.tf32, p.f16, p.bf16, p.int8].into_iter().flatten().fold(f64::INFINITY, f64::min);
-        own.or(p.f32).unwrap_or(slowest) * 1e12
+        let floats = [p.f32, p.tf32, p.f16, p.bf16].into_iter().flatten();
+        let slowest_float = floats.clone().fold(f64::INFINITY, f64::min);
+        // Int8 work may run on float units too (GPUs without int8 rates).
+        let fallback = p.f32.or(slowest_float.is_finite().then_some(slowest_float));
+        own.or(fallback).unwrap_or(0.0) * 1e12
+    }
+
+    /// Whether the device can run `dtype` work at all (TPU v1 runs no float).
+    pub fn has_units_for(&self, dtype: Dtype) -> bool {
+        self.peak_flops(dtype) > 0.0
     }
     pub fn memory_bytes_per_second(&self) -> f64 {
         self.memory_bandwidth_gb_s * 1e9
@@ -232,6 +243,13 @@ mod tests {
         assert_eq!(k40.peak_flops(Dtype::Bf16), k40.peak_flops(Dtype::F32));
         let v2 = c.device("tpu-v2").unwrap();
         assert_eq!(v2.peak_flops(Dtype::F32), 45.9e12);
+        // TPU v1 has 8-bit integer MACs only (Jouppi et al., ISCA 2017): no
+        // float rate at all, rather than its int8 rate.
+        let v1 = c.device("tpu-v1").unwrap();
+        assert_eq!(v1.peak_flops(Dtype::F32), 0.0);
+        assert!(!v1.has_units_for(Dtype::Bf16) && v1.has_units_for(Dtype::Int8));
+        // The HBM figure cited in the catalog (Google Cloud's TPU v2 page).
+        assert_eq!(v2.memory_bytes_per_second(), 600e9);
     }
 
     #[test]

@@ -45,6 +45,9 @@ pub enum HwError {
     )]
     SramTooSmall { buffer: &'static str, need_words: u64, have_words: u64, size_kib: u64 },
 
+    #[error("refusing the {what}: {estimate}, beyond the limit of {limit}")]
+    TooMuchWork { what: String, estimate: String, limit: String },
+
     #[error("systolic model internal inconsistency: {0}")]
     Internal(String),
 }

@@ -11,7 +11,11 @@ use std::str::FromStr;
 ///
 /// `Int8 { block }` is linear symmetric quantization with one f32 scale per
 /// `block` consecutive elements (`None`: one scale for the whole tensor). The
-/// encoding is `[scale: f32 LE][block values: i8]` repeated per block.
+/// encoding is `[scale: f32 LE][block values: i8]` repeated per block. Finite
+/// values use the codes -126..=126 (step = scale = max|x| / 126, rounded up
+/// so that no finite value clamps); the three remaining codes carry the
+/// non-finite values through the wire: 127 is +inf, -127 is -inf and -128 is
+/// NaN. The scale is computed from the finite values only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CommFormat {
     F32,
@@ -22,6 +26,49 @@ pub enum CommFormat {
 }
 
 const VALID: &str = "f32, f16, bf16, int8, int8:<block>";
+
+/// Largest int8 code used for finite values.
+const INT8_LEVELS: f64 = 126.0;
+const INT8_POS_INF: i8 = 127;
+const INT8_NEG_INF: i8 = -127;
+const INT8_NAN: i8 = -128;
+/// f16 rounds every |x| >= 65520 (half-way between 65504 and 2^16) to infinity.
+const F16_OVERFLOW: f32 = 65520.0;
+/// f16 rounds every |x| <= 2^-25 (half the smallest subnormal) to zero.
+const F16_UNDERFLOW: f32 = f32::from_bits(0x3300_0000);
+
+/// What a wire format does to the values of one tensor beyond rounding: the
+/// non-finite values it carries (NaN and infinities survive every format, so
+/// a NaN gradient arrives as NaN) and the finite values it cannot represent.
+/// Loss-scaling users check `overflow` to lower the loss scale and
+/// `underflow` to raise it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WireCensus {
+    /// NaN inputs (decoded as NaN).
+    pub nan: u64,
+    /// ±infinity inputs (decoded as the same infinity).
+    pub inf: u64,
+    /// Finite inputs decoded as ±infinity (f16: |x| >= 65520).
+    pub overflow: u64,
+    /// Non-zero finite inputs decoded as zero (f16: |x| <= 2^-25; bf16:
+    /// |x| < 2^-133; int8: |x| below half a step of the block's scale).
+    pub underflow: u64,
+}
+
+impl WireCensus {
+    /// Adds the counts of `other` (e.g. the next tensor of a step).
+    pub fn add(&mut self, other: WireCensus) {
+        self.nan += other.nan;
+        self.inf += other.inf;
+        self.overflow += other.overflow;
+        self.underflow += other.underflow;
+    }
+
+    /// NaN and infinite inputs together.
+    pub fn non_finite(&self) -> u64 {
+        self.nan + self.inf
+    }
+}
 
 impl CommFormat {
     /// Bits per element, not counting int8 scales.
@@ -50,37 +97,81 @@ impl CommFormat {
         elements * u64::from(self.bits() / 8) + 4 * self.scale_count(elements)
     }
 
-    /// Bound on the round-trip error `|decode(encode(x)) - x|`, as a fraction:
-    ///
-    /// * f32: 0 (exact).
-    /// * f16: 2^-11 of |x| (round to nearest, 10 fraction bits) for |x| in
-    ///   f16's normal range [2^-14, 65504]; larger values overflow to infinity,
-    ///   smaller ones lose relative precision (subnormals).
-    /// * bf16: 2^-7 of |x| (truncation keeps 7 fraction bits) for all finite
-    ///   normal f32.
-    /// * int8: 1/254 of the largest |x| in the value's block (the quantization
-    ///   step is max|x|/127 and rounding errs by at most half a step).
+    /// The relative part of [`CommFormat::round_trip_bound`]: a fraction of
+    /// |x| for the float formats, of the block's largest finite |x| for int8.
     pub fn relative_error_bound(self) -> f64 {
         match self {
             CommFormat::F32 => 0.0,
             CommFormat::F16 => 2f64.powi(-11),
             CommFormat::Bf16 => 2f64.powi(-7),
-            CommFormat::Int8 { .. } => 1.0 / 254.0,
+            CommFormat::Int8 { .. } => 1.0 / (2.0 * INT8_LEVELS) + 2f64.powi(-22),
         }
     }
 
-    /// Absolute round-trip error bound for one value `x` whose block's largest
-    /// magnitude is `block_max_abs` (ignored for the float formats).
+    /// Bound on the round-trip error `|decode(encode(x)) - x|` for one value
+    /// `x` whose block's largest finite magnitude is `block_max_abs` (used by
+    /// int8 only). Holds for every f32, subnormals and f32::MAX included:
+    ///
+    /// * non-finite `x`: 0 (NaN decodes as NaN, ±inf as the same infinity).
+    /// * f32: 0 (exact).
+    /// * f16: max(2^-11 |x|, 2^-25) (round to nearest, 10 fraction bits; the
+    ///   absolute term covers f16 subnormals); |x| >= 65520 overflows to
+    ///   infinity: the bound is infinite and [`CommFormat::census`] counts it.
+    /// * bf16: max(2^-7 |x|, 2^-133) (truncation keeps 7 fraction bits; the
+    ///   absolute term covers f32 subnormals, whose low 16 bits are dropped).
+    /// * int8: (1/252 + 2^-22) max|x| + 2^-149: half a quantization step
+    ///   (max|x|/126), plus the f32 rounding of the scale and of the decoded
+    ///   value, plus one subnormal step when the scale itself is subnormal.
     pub fn round_trip_bound(self, x: f32, block_max_abs: f32) -> f64 {
-        match self {
-            CommFormat::Int8 { .. } => f64::from(block_max_abs) * self.relative_error_bound(),
-            _ => f64::from(x.abs()) * self.relative_error_bound(),
+        if !x.is_finite() {
+            return 0.0;
         }
+        let ax = f64::from(x.abs());
+        match self {
+            CommFormat::F32 => 0.0,
+            CommFormat::F16 if x.abs() >= F16_OVERFLOW => f64::INFINITY,
+            CommFormat::F16 => (ax * self.relative_error_bound()).max(2f64.powi(-25)),
+            CommFormat::Bf16 => (ax * self.relative_error_bound()).max(2f64.powi(-133)),
+            CommFormat::Int8 { .. } => {
+                f64::from(block_max_abs.abs()) * self.relative_error_bound() + 2f64.powi(-149)
+            }
+        }
+    }
+
+    /// Counts the non-finite values of `values` and the finite ones this
+    /// format turns into infinity or zero (see [`WireCensus`]). Equal to
+    /// comparing `values` with `decode(encode(values))`, without encoding.
+    pub fn census(self, values: &[f32]) -> WireCensus {
+        let mut c = WireCensus::default();
+        let mut count = |v: f32, zero: &dyn Fn(f32) -> bool| {
+            if v.is_nan() {
+                c.nan += 1;
+            } else if v.is_infinite() {
+                c.inf += 1;
+            } else if self == CommFormat::F16 && v.abs() >= F16_OVERFLOW {
+                c.overflow += 1;
+            } else if v != 0.0 && zero(v) {
+                c.underflow += 1;
+            }
+        };
+        match self {
+            CommFormat::F32 => values.iter().for_each(|v| count(*v, &|_| false)),
+            CommFormat::F16 => values.iter().for_each(|v| count(*v, &|v| v.abs() <= F16_UNDERFLOW)),
+            CommFormat::Bf16 => values.iter().for_each(|v| count(*v, &|v| bf16_truncate(v) & 0x7fff == 0)),
+            CommFormat::Int8 { block } => {
+                let b = block.map_or(values.len().max(1), |b| b.max(1) as usize);
+                for chunk in values.chunks(b) {
+                    let scale = int8_scale(chunk);
+                    chunk.iter().for_each(|v| count(*v, &|v| int8_quantize(v, scale) == 0));
+                }
+            }
+        }
+        c
     }
 
     /// Encodes `values` into `bytes_for(values.len())` bytes (little endian).
-    /// Int8 maps NaN to 0 and clamps infinities to ±127 steps; its scale is
-    /// computed from the finite values only.
+    /// NaN and infinities survive every format (see [`CommFormat::Int8`] for
+    /// their int8 codes).
     pub fn encode(self, values: &[f32]) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.bytes_for(values.len() as u64) as usize);
         match self {
@@ -92,20 +183,18 @@ impl CommFormat {
             CommFormat::Int8 { block } => {
                 let b = block.map_or(values.len().max(1), |b| b.max(1) as usize);
                 for chunk in values.chunks(b) {
-                    let max_abs = chunk.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
-                    let scale = if max_abs > 0.0 { max_abs / 127.0 } else { 1.0 };
+                    let scale = int8_scale(chunk);
                     out.extend_from_slice(&scale.to_le_bytes());
-                    for v in chunk {
-                        let q = if v.is_nan() { 0.0 } else { (v / scale).round().clamp(-127.0, 127.0) };
-                        out.push((q as i8) as u8);
-                    }
+                    out.extend(chunk.iter().map(|v| int8_quantize(*v, scale) as u8));
                 }
             }
         }
         out
     }
 
-    /// Decodes bytes produced by [`CommFormat::encode`].
+    /// Decodes bytes produced by [`CommFormat::encode`]. An int8 scale that is
+    /// NaN, infinite or negative (which `encode` never writes) is an error
+    /// naming the block.
     pub fn decode(self, bytes: &[u8]) -> Result<Vec<f32>, HwError> {
         let bad = |reason: String| HwError::Decode { format: self.to_string(), reason };
         match self {
@@ -126,18 +215,64 @@ impl CommFormat {
             CommFormat::Int8 { block } => {
                 let mut out = Vec::with_capacity(bytes.len());
                 let mut rest = bytes;
+                let mut index = 0usize;
                 while !rest.is_empty() {
                     if rest.len() < 5 {
                         return Err(bad(format!("truncated block: {} trailing bytes", rest.len())));
                     }
                     let scale = f32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+                    if !scale.is_finite() || scale < 0.0 {
+                        return Err(bad(format!(
+                            "block {index} (byte {}) has scale {scale}; a scale must be finite and non-negative",
+                            bytes.len() - rest.len()
+                        )));
+                    }
                     let n = block.map_or(rest.len() - 4, |b| (b.max(1) as usize).min(rest.len() - 4));
-                    out.extend(rest[4..4 + n].iter().map(|q| f32::from(*q as i8) * scale));
+                    out.extend(rest[4..4 + n].iter().map(|q| int8_dequantize(*q as i8, scale)));
                     rest = &rest[4 + n..];
+                    index += 1;
                 }
                 Ok(out)
             }
         }
+    }
+}
+
+/// The int8 scale of one block: its largest finite |x| over 126, rounded up
+/// to the next f32 so that no finite value of the block exceeds 126 steps
+/// (never zero: a subnormal block gets at least the smallest subnormal).
+fn int8_scale(chunk: &[f32]) -> f32 {
+    let max_abs = chunk.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
+    if max_abs == 0.0 {
+        return 1.0;
+    }
+    let exact = f64::from(max_abs) / INT8_LEVELS;
+    let s = exact as f32;
+    if f64::from(s) < exact { s.next_up() } else { s }
+}
+
+fn int8_quantize(v: f32, scale: f32) -> i8 {
+    if v.is_nan() {
+        INT8_NAN
+    } else if v == f32::INFINITY {
+        INT8_POS_INF
+    } else if v == f32::NEG_INFINITY {
+        INT8_NEG_INF
+    } else {
+        // In f64: the quotient of two f32 is exact enough that ties round as
+        // the real quotient does, and nothing overflows for f32::MAX.
+        (f64::from(v) / f64::from(scale)).round().clamp(-INT8_LEVELS, INT8_LEVELS) as i8
+    }
+}
+
+fn int8_dequantize(q: i8, scale: f32) -> f32 {
+    match q {
+        INT8_NAN => f32::NAN,
+        INT8_POS_INF => f32::INFINITY,
+        INT8_NEG_INF => f32::NEG_INFINITY,
+        // The product of a rounded-up scale and 126 can pass f32::MAX by a
+        // rounding error; no finite input was larger, so clamp.
+        _ => (f64::from(q) * f64::from(scale)).clamp(-f64::from(f32::MAX), f64::from(f32::MAX)) as f32,
     }
 }
 
@@ -199,6 +334,7 @@ impl<'de> serde::Deserialize<'de> for CommFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
@@ -279,5 +415,149 @@ mod tests {
         let e = f.decode(&[0, 0, 128, 63]).unwrap_err().to_string();
         assert_eq!(e, "cannot decode int8:4: truncated block: 4 trailing bytes");
         assert!(CommFormat::F16.decode(&[1, 2, 3]).is_err());
+    }
+    #[test]
+    fn int8_regression_block_from_the_issue_is_within_bound() {
+        // Rounding 53.937004 with the f32 scale 100/127 erred beyond the
+        // bound before scales were rounded up and quotients taken in f64.
+        let f = CommFormat::Int8 { block: None };
+        let v = [100.0f32, 53.937004];
+        let back = f.decode(&f.encode(&v)).unwrap();
+        for (x, y) in v.iter().zip(&back) {
+            assert!(f64::from((x - y).abs()) <= f.round_trip_bound(*x, 100.0), "{x} -> {y}");
+        }
+    }
+
+    #[test]
+    fn non_finite_values_survive_every_format() {
+        let v = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1.5, -3.0, f32::MAX, -f32::MAX];
+        for f in ["f32", "f16", "bf16", "int8", "int8:2", "int8:1"] {
+            let f: CommFormat = f.parse().unwrap();
+            let back = f.decode(&f.encode(&v)).unwrap();
+            assert!(back[0].is_nan(), "{f}: NaN -> {}", back[0]);
+            assert_eq!(back[1], f32::INFINITY, "{f}");
+            assert_eq!(back[2], f32::NEG_INFINITY, "{f}");
+            let c = f.census(&v);
+            assert_eq!((c.nan, c.inf, c.non_finite()), (1, 2, 3), "{f}");
+            if f == CommFormat::F16 {
+                // f16 has no f32::MAX: it overflows, and the census says so.
+                assert_eq!(back[5], f32::INFINITY);
+                assert_eq!(c.overflow, 2);
+            } else {
+                // bf16 truncates f32::MAX to its own largest finite value; int8
+                // decodes it as itself (within the bound), never infinity.
+                assert!(back[5].is_finite() && back[6].is_finite(), "{f}: {} {}", back[5], back[6]);
+                assert!(back[5] >= f32::MAX * (1.0 - 1.0 / 100.0), "{f}: {}", back[5]);
+                assert_eq!(c.overflow, 0, "{f}");
+            }
+        }
+    }
+
+    #[test]
+    fn int8_decode_rejects_a_bad_scale() {
+        let f = CommFormat::Int8 { block: Some(2) };
+        let mut bytes = f.encode(&[1.0, 2.0, 3.0, 4.0]);
+        bytes[6..10].copy_from_slice(&f32::NAN.to_le_bytes());
+        let e = f.decode(&bytes).unwrap_err().to_string();
+        assert_eq!(e, "cannot decode int8:2: block 1 (byte 6) has scale NaN; a scale must be finite and non-negative");
+        bytes[6..10].copy_from_slice(&(-1.0f32).to_le_bytes());
+        assert!(f.decode(&bytes).unwrap_err().to_string().contains("scale -1"));
+        bytes[6..10].copy_from_slice(&f32::INFINITY.to_le_bytes());
+        assert!(f.decode(&bytes).unwrap_err().to_string().contains("scale inf"));
+    }
+
+    #[test]
+    fn f16_and_bf16_edges_match_ieee_rounding() {
+        // Independent reference: IEEE half round-to-nearest-even ties.
+        let f = CommFormat::F16;
+        let back = f.decode(&f.encode(&[65519.0, 65520.0, 2f32.powi(-25), 2f32.powi(-25) * 1.01])).unwrap();
+        assert_eq!(back, vec![65504.0, f32::INFINITY, 0.0, 2f32.powi(-24)]);
+        // bf16 truncates the smallest f32 subnormal to zero; 2^-133 survives.
+        let b = CommFormat::Bf16;
+        let back = b.decode(&b.encode(&[f32::from_bits(1), 2f32.powi(-133)])).unwrap();
+        assert_eq!(back, vec![0.0, 2f32.powi(-133)]);
+        assert_eq!(b.census(&[f32::from_bits(1), 2f32.powi(-133)]).underflow, 1);
+    }
+
+    /// Values that break naive quantizers: specials, extremes, subnormals,
+    /// rounding ties of f16, plus any f32 at all.
+    fn adversarial() -> impl Strategy<Value = f32> {
+        prop_oneof![
+            3 => proptest::num::f32::ANY,
+            1 => proptest::sample::select(vec![
+                f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -f32::MAX, f32::MIN_POSITIVE,
+                -f32::MIN_POSITIVE, f32::from_bits(1), -f32::from_bits(1), f32::from_bits(0x007f_ffff),
+                0.0, -0.0, 65504.0, 65519.99, 65520.0, 2f32.powi(-24), 2f32.powi(-25), 2f32.powi(-14),
+                1.0 + 2f32.powi(-11), 100.0, 53.937004,
+            ]),
+            1 => -1e6f32..1e6f32,
+            1 => (1u32..0x0080_0000).prop_map(f32::from_bits),
+        ]
+    }
+
+    /// Blocks whose second value sits on (or next to) a tie of the int8
+    /// quantization grid of the first.
+    fn int8_ties() -> impl Strategy<Value = Vec<f32>> {
+        (proptest::num::f32::NORMAL | proptest::num::f32::SUBNORMAL, 0i32..126, -1i32..=1).prop_map(|(max, k, nudge)| {
+            let tie = (f64::from(max) / 126.0 * (f64::from(k) + 0.5)) as f32;
+            let tie = f32::from_bits((tie.to_bits() as i64 + i64::from(nudge)).max(0) as u32);
+            vec![max, tie]
+        })
+    }
+
+    fn check_bound(f: CommFormat, v: &[f32]) -> Result<(), TestCaseError> {
+        let back = f.decode(&f.encode(v)).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(back.len(), v.len());
+        let block = match f {
+            CommFormat::Int8 { block: Some(b) } => b as usize,
+            _ => v.len().max(1),
+        };
+        for (chunk, out) in v.chunks(block).zip(back.chunks(block)) {
+            let max_abs = chunk.iter().filter(|x| x.is_finite()).fold(0f32, |m, x| m.max(x.abs()));
+            for (x, y) in chunk.iter().zip(out) {
+                if x.is_nan() {
+                    prop_assert!(y.is_nan(), "{}: NaN -> {}", f, y);
+                } else if x.is_infinite() {
+                    prop_assert_eq!(x, y, "{}", f);
+                } else {
+                    // Exact in f64: both are f32.
+                    let err = (f64::from(*x) - f64::from(*y)).abs();
+                    let bound = f.round_trip_bound(*x, max_abs);
+                    prop_assert!(err <= bound, "{}: {:e} -> {:e}, err {:e} > bound {:e}", f, x, y, err, bound);
+                    if bound.is_finite() {
+                        prop_assert!(y.is_finite(), "{}: finite {:e} decoded as {}", f, x, y);
+                    }
+                }
+            }
+        }
+        // The census equals what the round trip did.
+        let mut seen = WireCensus::default();
+        for (x, y) in v.iter().zip(&back) {
+            match (x.is_nan(), x.is_infinite()) {
+                (true, _) => seen.nan += 1,
+                (_, true) => seen.inf += 1,
+                _ if y.is_infinite() => seen.overflow += 1,
+                _ if *x != 0.0 && *y == 0.0 => seen.underflow += 1,
+                _ => {}
+            }
+        }
+        prop_assert_eq!(f.census(v), seen, "{}", f);
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn round_trip_bound_holds_on_adversarial_blocks(v in proptest::collection::vec(adversarial(), 0..40)) {
+            for f in ["f32", "f16", "bf16", "int8", "int8:1", "int8:3", "int8:16"] {
+                check_bound(f.parse().unwrap(), &v)?;
+            }
+        }
+
+        #[test]
+        fn int8_bound_holds_on_quantization_ties(v in int8_ties()) {
+            check_bound(CommFormat::Int8 { block: None }, &v)?;
+        }
     }
 }

@@ -12,6 +12,6 @@ pub mod systolic;
 
 pub use catalog::{Catalog, DeviceSpec, LinkSpec, PeakTflops, SystolicSpec};
 pub use error::HwError;
-pub use format::CommFormat;
+pub use format::{CommFormat, WireCensus};
 pub use profile::{HOST_DEVICE, HOST_LINK, HostMeasurement, ShapeMeasurement, TransferCompute};
 pub use roofline::{Dtype, OpClass, OpCost, OpMeasurement, Profile};

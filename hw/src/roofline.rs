@@ -199,8 +199,17 @@ impl DeviceSpec {
             .unwrap_or_else(|| class.default_efficiency())
     }
 
-    /// Roofline time of one op, in seconds (see the module docs).
+    /// Roofline time of one op, in seconds (see the module docs). An op the
+    /// device cannot run (float work on TPU v1) or a cost that is not a
+    /// finite non-negative number takes forever: `f64::INFINITY`, never a
+    /// plausible time. [`DeviceSpec::try_op_time_seconds`] says why.
     pub fn op_time_seconds(&self, cost: &OpCost, profile: Option<&Profile>) -> f64 {
+        self.try_op_time_seconds(cost, profile).unwrap_or(f64::INFINITY)
+    }
+
+    /// Like [`DeviceSpec::op_time_seconds`], with an error naming the device,
+    /// the dtype or the bad field instead of infinity.
+    pub fn try_op_time_seconds(&self, cost: &OpCost, profile: Option<&Profile>) -> Result<f64, HwError> {
         let eff = self.efficiency(cost.class, profile);
         self.roofline(cost, eff)
     }
@@ -208,17 +217,42 @@ impl DeviceSpec {
     /// Like [`DeviceSpec::op_time_seconds`], but a profile entry for `op_name`
     /// (measured seconds or efficiency) takes precedence over the class.
     pub fn op_time_seconds_named(&self, op_name: &str, cost: &OpCost, profile: Option<&Profile>) -> f64 {
+        self.try_op_time_seconds_named(op_name, cost, profile).unwrap_or(f64::INFINITY)
+    }
+
+    /// [`DeviceSpec::op_time_seconds_named`] with the reason as an error.
+    pub fn try_op_time_seconds_named(
+        &self,
+        op_name: &str,
+        cost: &OpCost,
+        profile: Option<&Profile>,
+    ) -> Result<f64, HwError> {
         match profile.and_then(|p| p.ops.get(op_name)) {
-            Some(OpMeasurement::Seconds(s)) => *s,
+            Some(OpMeasurement::Seconds(s)) => Ok(*s),
             Some(OpMeasurement::Efficiency(e)) => self.roofline(cost, *e),
-            None => self.op_time_seconds(cost, profile),
+            None => self.try_op_time_seconds(cost, profile),
         }
     }
 
-    fn roofline(&self, cost: &OpCost, efficiency: f64) -> f64 {
-        let compute = cost.flops / (self.peak_flops(cost.dtype) * efficiency);
+    fn roofline(&self, cost: &OpCost, efficiency: f64) -> Result<f64, HwError> {
+        for (field, v) in [("flops", cost.flops), ("bytes", cost.bytes)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(HwError::InvalidParameter {
+                    parameter: format!("op cost {field}"),
+                    message: format!("must be a finite non-negative number, got {v}"),
+                });
+            }
+        }
+        let peak = self.peak_flops(cost.dtype);
+        if peak <= 0.0 && cost.flops > 0.0 {
+            return Err(HwError::InvalidParameter {
+                parameter: format!("dtype {:?}", cost.dtype).to_lowercase(),
+                message: format!("device `{}` has no units for it (its peak_tflops lists no such rate)", self.name),
+            });
+        }
+        let compute = if cost.flops == 0.0 { 0.0 } else { cost.flops / (peak * efficiency) };
         let memory = cost.bytes / self.memory_bytes_per_second();
-        self.launch_overhead_seconds() + compute.max(memory)
+        Ok(self.launch_overhead_seconds() + compute.max(memory))
     }
 }
 
@@ -229,6 +263,24 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-12 * b.abs().max(1e-12)
+    }
+
+    #[test]
+    fn impossible_work_is_an_error_not_a_launch_overhead() {
+        let v100 = Catalog::builtin().device("v100").unwrap();
+        let ok = OpCost { flops: 1e9, bytes: 1e6, dtype: Dtype::F32, class: OpClass::Matmul };
+        for (flops, bytes, field) in [(f64::NAN, 1.0, "flops"), (-1e9, 1.0, "flops"), (1e9, f64::INFINITY, "bytes")] {
+            let c = OpCost { flops, bytes, ..ok };
+            let e = v100.try_op_time_seconds(&c, None).unwrap_err().to_string();
+            assert!(e.contains(&format!("op cost {field}")) && e.contains("finite non-negative"), "{e}");
+            assert_eq!(v100.op_time_seconds(&c, None), f64::INFINITY);
+        }
+        let v1 = Catalog::builtin().device("tpu-v1").unwrap();
+        let e = v1.try_op_time_seconds(&ok, None).unwrap_err().to_string();
+        assert_eq!(e, "invalid parameter `dtype f32`: device `tpu-v1` has no units for it (its peak_tflops lists no such rate)");
+        // Its int8 work is priced; pure data movement needs no units.
+        assert!(v1.try_op_time_seconds(&OpCost { dtype: Dtype::Int8, ..ok }, None).unwrap().is_finite());
+        assert!(v1.try_op_time_seconds(&OpCost { flops: 0.0, ..ok }, None).unwrap().is_finite());
     }
 
     #[test]

@@ -26,7 +26,8 @@ pub struct SystolicArgs {
     /// SCALE-Sim topology CSV (convolution or GEMM form).
     #[arg(long)]
     topology: Option<PathBuf>,
-    /// DRAM bandwidth in words per cycle per operand (default: the config's, else unlimited).
+    /// DRAM bandwidth in words per cycle, the same on all three interfaces
+    /// (default: the config's, else unlimited).
     #[arg(long)]
     bandwidth: Option<u64>,
     /// Count as SCALE-Sim does (last-cycle index; strided outputs
@@ -77,7 +78,7 @@ pub fn run(args: SystolicArgs) -> anyhow::Result<ExitCode> {
         cfg.dataflow = d.parse()?;
     }
     if let Some(b) = args.bandwidth {
-        cfg.dram_words_per_cycle = Some(b);
+        cfg.set_dram_bandwidth(Some(b));
     }
     if args.scalesim_compat {
         cfg.scalesim_compat = true;

@@ -66,6 +66,8 @@ impl fmt::Display for Dataflow {
 /// `WordBytes` (default 1, as in SCALE-Sim) and `ClockMHz` (default 1000).
 /// `Bandwidth` is words per cycle on each operand's DRAM interface; leaving it
 /// out means unlimited bandwidth (SCALE-Sim's `InterfaceBandwidth: CALC`).
+/// `IfmapBandwidth` / `FilterBandwidth` override it for one input operand
+/// (the ofmap always uses `Bandwidth`).
 ///
 /// `ScaleSimCompat` (default false; true for a config read from a SCALE-Sim
 /// `.cfg` file) reproduces SCALE-Sim's two counting conventions, so that
@@ -92,6 +94,14 @@ pub struct ArrayConfig {
     pub ofmap_sram_kib: u64,
     #[serde(rename = "Bandwidth", default)]
     pub dram_words_per_cycle: Option<u64>,
+    /// The ifmap operand's DRAM bandwidth when it differs from `Bandwidth`
+    /// (SCALE-Sim 3.0.0 takes it from `[layout] IfmapSRAMBankBandwidth`).
+    #[serde(rename = "IfmapBandwidth", default, skip_serializing_if = "Option::is_none")]
+    pub ifmap_dram_words_per_cycle: Option<u64>,
+    /// The filter operand's DRAM bandwidth when it differs from `Bandwidth`
+    /// (SCALE-Sim 3.0.0: `[layout] FilterSRAMBankBandwidth`).
+    #[serde(rename = "FilterBandwidth", default, skip_serializing_if = "Option::is_none")]
+    pub filter_dram_words_per_cycle: Option<u64>,
     #[serde(rename = "WordBytes", default = "default_word_bytes")]
     pub word_bytes: u32,
     #[serde(rename = "ClockMHz", default = "default_clock_mhz")]
@@ -119,6 +129,8 @@ impl ArrayConfig {
             filter_sram_kib: 6144,
             ofmap_sram_kib: 2048,
             dram_words_per_cycle: None,
+            ifmap_dram_words_per_cycle: None,
+            filter_dram_words_per_cycle: None,
             word_bytes: 1,
             clock_mhz: 1000.0,
             scalesim_compat: false,
@@ -142,8 +154,14 @@ impl ArrayConfig {
                 return Err(bad(p, format!("must be between 1 and 2^30 KiB, got {v}")));
             }
         }
-        if self.dram_words_per_cycle == Some(0) {
-            return Err(bad("Bandwidth", "must be at least 1 word per cycle".into()));
+        for (p, v) in [
+            ("Bandwidth", self.dram_words_per_cycle),
+            ("IfmapBandwidth", self.ifmap_dram_words_per_cycle),
+            ("FilterBandwidth", self.filter_dram_words_per_cycle),
+        ] {
+            if v == Some(0) {
+                return Err(bad(p, "must be at least 1 word per cycle".into()));
+            }
         }
         if !(1..=8).contains(&self.word_bytes) {
             return Err(bad("WordBytes", format!("must be between 1 and 8, got {}", self.word_bytes)));
@@ -152,6 +170,20 @@ impl ArrayConfig {
             return Err(bad("ClockMHz", format!("must be positive, got {}", self.clock_mhz)));
         }
         Ok(())
+    }
+
+    /// DRAM words per cycle of the ifmap, filter and ofmap interfaces (`None`:
+    /// unlimited).
+    pub fn dram_bandwidths(&self) -> [Option<u64>; 3] {
+        let bw = self.dram_words_per_cycle;
+        [self.ifmap_dram_words_per_cycle.or(bw), self.filter_dram_words_per_cycle.or(bw), bw]
+    }
+
+    /// Sets one DRAM bandwidth for all three interfaces.
+    pub fn set_dram_bandwidth(&mut self, words_per_cycle: Option<u64>) {
+        self.dram_words_per_cycle = words_per_cycle;
+        self.ifmap_dram_words_per_cycle = None;
+        self.filter_dram_words_per_cycle = None;
     }
 
     /// Words one half of a double-buffered SRAM of `kib` KiB holds.
@@ -171,6 +203,9 @@ impl ArrayConfig {
 
     /// Reads a SCALE-Sim `.cfg` (INI) file: `[architecture_presets]` keys, and
     /// `[run_presets] InterfaceBandwidth` (`CALC` means unlimited bandwidth).
+    /// Under `USER`, as in SCALE-Sim 3.0.0, the ifmap and filter DRAM
+    /// bandwidths are `[layout] IfmapSRAMBankBandwidth` and
+    /// `FilterSRAMBankBandwidth` when present, the ofmap's `Bandwidth`.
     /// Keys are case-insensitive and other SCALE-Sim keys are ignored, so
     /// SCALE-Sim's own files load unchanged. Errors name the file and line.
     /// The result has `scalesim_compat` set: a SCALE-Sim file asks for
@@ -227,6 +262,20 @@ impl ArrayConfig {
             let first = v.split(',').next().unwrap_or("").trim();
             Some(first.parse::<u64>().map_err(|_| err(line, format!("Bandwidth: expected words per cycle, found `{v}`")))?)
         };
+        let layout_bw = |key: &str| -> Result<Option<u64>, HwError> {
+            if calc {
+                return Ok(None);
+            }
+            match values.get(&("layout".to_string(), key.to_ascii_lowercase())) {
+                None => Ok(None),
+                Some((v, line)) => v
+                    .parse::<u64>()
+                    .map(Some)
+                    .map_err(|_| err(*line, format!("{key}: expected words per cycle, found `{v}`"))),
+            }
+        };
+        let ifmap_dram_words_per_cycle = layout_bw("IfmapSRAMBankBandwidth")?;
+        let filter_dram_words_per_cycle = layout_bw("FilterSRAMBankBandwidth")?;
         let (df, df_line) = get("Dataflow")?;
         let dataflow = df.parse::<Dataflow>().map_err(|e| err(df_line, e.to_string()))?;
         let c = ArrayConfig {
@@ -237,6 +286,8 @@ impl ArrayConfig {
             filter_sram_kib: int("FilterSramSzkB")?,
             ofmap_sram_kib: int("OfmapSramSzkB")?,
             dram_words_per_cycle,
+            ifmap_dram_words_per_cycle,
+            filter_dram_words_per_cycle,
             word_bytes: 1,
             clock_mhz: 1000.0,
             scalesim_compat: true,
@@ -262,6 +313,13 @@ mod tests {
         let c = ArrayConfig::from_scalesim_str(text, Path::new("a.cfg")).unwrap();
         assert_eq!((c.rows, c.cols, c.dataflow, c.ofmap_sram_kib, c.dram_words_per_cycle), (32, 16, Dataflow::Ws, 32, Some(10)));
         assert!(c.scalesim_compat, "a SCALE-Sim file asks for SCALE-Sim's conventions");
+        // SCALE-Sim 3.0.0 feeds the ifmap and filter from the [layout] bank bandwidths.
+        let layout = format!("{text}[layout]\nIfmapSRAMBankBandwidth: 3\nFilterSRAMBankBandwidth: 1\n");
+        let l = ArrayConfig::from_scalesim_str(&layout, Path::new("a.cfg")).unwrap();
+        assert_eq!(l.dram_bandwidths(), [Some(3), Some(1), Some(10)]);
+        assert_eq!(c.dram_bandwidths(), [Some(10), Some(10), Some(10)]);
+        let e = ArrayConfig::from_scalesim_str(&layout.replace(": 3", ": x"), Path::new("a.cfg")).unwrap_err().to_string();
+        assert_eq!(e, "a.cfg:17: IfmapSRAMBankBandwidth: expected words per cycle, found `x`");
         let calc = text.replace("USER", "CALC").replace("Bandwidth : 10\n", "");
         assert_eq!(ArrayConfig::from_scalesim_str(&calc, Path::new("a.cfg")).unwrap().dram_words_per_cycle, None);
         let e = ArrayConfig::from_scalesim_str(&text.replace("ws", "xx"), Path::new("a.cfg")).unwrap_err().to_string();

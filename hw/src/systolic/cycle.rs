@@ -304,6 +304,11 @@ pub(crate) fn default_b(k: u64, j: u64) -> i32 {
 /// Largest array (in PEs) the cycle-by-cycle model accepts: 512 x 512.
 pub const MAX_CYCLE_MODEL_PES: u64 = 512 * 512;
 
+/// Most PE-steps (PEs x cycles) the cycle-by-cycle model takes for one
+/// layer: 2^30, about 5 s at the 4-6 ns per PE-step it runs at (measured:
+/// 16x16 ws GEMM 512,512,1024, 2.9e8 PE-steps, 1.6 s).
+pub const MAX_CYCLE_MODEL_WORK: u64 = 1 << 30;
+
 /// Simulates one layer cycle by cycle (every PE stepped every cycle). Meant
 /// for small arrays and layers: the work is R * C per simulated cycle, and
 /// arrays beyond [`MAX_CYCLE_MODEL_PES`] are refused (use `simulate_layer`).
@@ -321,10 +326,24 @@ pub fn simulate_layer_cycles(cfg: &ArrayConfig, layer: &Layer) -> Result<LayerRe
     }
     layer.validate()?;
     let map = Mapping::new(cfg, layer);
+    // Every fold steps every PE for its cycles plus a few of flush.
+    let work = u128::from(map.num_folds()) * u128::from(map.fold_cycles() + 4) * u128::from(pes);
+    if work > u128::from(MAX_CYCLE_MODEL_WORK) {
+        return Err(HwError::TooMuchWork {
+            what: "cycle-by-cycle model".into(),
+            estimate: format!(
+                "{} folds x {} cycles x {pes} PEs = {work} PE-steps (layer `{}`)",
+                map.num_folds(),
+                map.fold_cycles() + 4,
+                layer.name
+            ),
+            limit: format!("{MAX_CYCLE_MODEL_WORK} PE-steps (a few seconds); use the fast path, which agrees with it"),
+        });
+    }
     // Check SRAM sizes before spending time on the array.
-    memory::schedule(cfg, &map, |_| 0)?;
+    memory::schedule(cfg, &map, |_| 0, true)?;
     let run = run(&map, &default_a, &default_b, None)?;
-    let mem = memory::schedule(cfg, &map, |i| run.fold_cycles[i as usize])?;
+    let mem = memory::schedule(cfg, &map, |i| run.fold_cycles[i as usize], false)?;
     let compute = run.fold_cycles.iter().sum();
     Ok(LayerReport::assemble(cfg, layer, &map, compute, run.sram, &mem))
 }

@@ -12,7 +12,7 @@ pub fn simulate_layer(cfg: &ArrayConfig, layer: &Layer) -> Result<LayerReport, H
     layer.validate()?;
     let map = Mapping::new(cfg, layer);
     let per_fold = map.fold_cycles();
-    let mem = memory::schedule(cfg, &map, |_| per_fold)?;
+    let mem = memory::schedule(cfg, &map, |_| per_fold, true)?;
     let (m, n, k) = (map.m, map.n, map.k);
     let sram = match map.dataflow {
         Dataflow::Os => SramCounts {
