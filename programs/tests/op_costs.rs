@@ -15,6 +15,8 @@ const NO_ARITHMETIC: &[&str] = &[
     // Queues move whole elements between steps: no arithmetic.
     "FIFOQueue", "RandomShuffleQueue", "QueueEnqueue", "QueueEnqueueMany", "QueueDequeue", "QueueDequeueMany",
     "QueueClose", "QueueSize",
+    // Control flow forwards tensors (or dead markers) between frames; stacks save them.
+    "Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond", "StackPush", "StackPop",
 ];
 
 /// A CNN trained with Adam: Conv2D, MaxPool, BiasAdd, Relu, MatMul and their
@@ -132,6 +134,9 @@ fn hand_costed() -> Vec<(&'static str, Io, Io)> {
         ("ArgMax", vec![f(&[4, 10])], vec![i(&[4])]),
         ("Equal", vec![f(&[4]), f(&[4])], vec![(DType::Bool, Shape::new(vec![4]))]),
         ("TruncatedNormal", vec![], vec![f(&[16, 16])]),
+        ("ModPartition", vec![i(&[6])], vec![i(&[3]), i(&[3]), i(&[3]), i(&[3])]),
+        ("DynamicStitch", vec![i(&[3]), i(&[3]), f(&[3, 8]), f(&[3, 8])], vec![f(&[6, 8])]),
+        ("LogUniformCandidateSampler", vec![i(&[4])], vec![i(&[16]), f(&[4]), f(&[16])]),
     ]
 }
 

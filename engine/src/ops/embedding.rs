@@ -35,7 +35,9 @@ pub(crate) fn register(r: &mut Registry) {
         }
         Ok(vec![TensorType::new(DType::I64, PartialShape::new(vec![None])); 2 * p as usize])
     })
-    .cheap();
+    .cheap()
+    // One division and remainder per id.
+    .flops(super::flops_per_input);
     r.cpu("ModPartition", &[], |c| {
         let p = c.n.int("num_shards")? as usize;
         let ids = ids_of(c, &c.inputs[0])?;
@@ -75,6 +77,8 @@ pub(crate) fn register(r: &mut Registry) {
         Ok(vec![TensorType { dtype: first.dtype, shape: PartialShape::new(d) }])
     })
     .cheap()
+    // A copy per output element, as Gather.
+    .flops(super::flops_per_output)
     .grad(|c| {
         let p = c.inputs.len() / 2;
         let mut out = vec![None; p];

@@ -74,7 +74,9 @@ pub(crate) fn register(r: &mut Registry) {
         ])
     })
     .stateful()
-    .cheap();
+    .cheap()
+    // A draw (exp of a uniform) or an expected count (logs) per output element.
+    .flops(super::flops_per_output);
     r.cpu("LogUniformCandidateSampler", &[], k_sampler);
 }
 
