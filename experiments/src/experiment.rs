@@ -249,32 +249,53 @@ fn check_sweep_shape(origin: &str, sweep: &Sweep) -> Result<(), ExperimentError>
     Ok(())
 }
 
-/// Each sweep value on its own over the base: blames a bad key or value at
-/// its place in the file, before combinations are tried.
+/// Each sweep value on its own over the base (a zip group's values together
+/// with their partners at the same index): blames a bad key or value at its
+/// place in the file, before combinations are tried.
 fn check_sweep_values(origin: &str, kind: &dyn Kind, base: &Value, sweep: &Sweep) -> Result<(), ExperimentError> {
-    for kv in sweep.keys() {
-        for value in &kv.values {
-            let mut tree = base.clone();
-            set_dotted(&mut tree, &kv.key.key, value.value.clone());
-            match kind.prepare(&tree) {
-                Ok(_) => {}
-                // The dotted key names a field the schema lacks (rather than
-                // the value, a map, holding one).
-                Err(PointError::UnknownKey { key, message })
-                    if kv.key.key.split('.').any(|part| part == key) =>
-                {
-                    return Err(at(
-                        origin,
-                        kv.key.location,
-                        format!("sweep key `{}` is not a parameter of kind {}: {message}", kv.key.key, kind.name()),
-                    ));
+    for axis in &sweep.axes {
+        let members = axis.members();
+        for i in 0..axis.len() {
+            for kv in members {
+                let value = &kv.values[i];
+                let mut tree = base.clone();
+                // Partners first, so that this member's value is the one tried.
+                for partner in members.iter().filter(|m| m.key.key != kv.key.key) {
+                    set_dotted(&mut tree, &partner.key.key, partner.values[i].value.clone());
                 }
-                Err(e) => {
-                    return Err(at(
-                        origin,
-                        value_location(value),
-                        format!("sweep `{}` = {}: {}", kv.key.key, display_value(&value.value), e.message()),
-                    ));
+                set_dotted(&mut tree, &kv.key.key, value.value.clone());
+                match kind.prepare(&tree) {
+                    Ok(_) => {}
+                    // The dotted key names a field the schema lacks (rather than
+                    // the value, a map, holding one).
+                    Err(PointError::UnknownKey { key, message })
+                        if kv.key.key.split('.').any(|part| part == key) =>
+                    {
+                        return Err(at(
+                            origin,
+                            kv.key.location,
+                            format!("sweep key `{}` is not a parameter of kind {}: {message}", kv.key.key, kind.name()),
+                        ));
+                    }
+                    // In a zip, blame the member the message names.
+                    Err(e) if members.len() > 1 && !e.message().contains(&format!("`{}`", kv.key.key)) => {
+                        let named = members.iter().any(|m| e.message().contains(&format!("`{}`", m.key.key)));
+                        if named {
+                            continue;
+                        }
+                        return Err(at(
+                            origin,
+                            value_location(value),
+                            format!("sweep `{}` = {}: {}", kv.key.key, display_value(&value.value), e.message()),
+                        ));
+                    }
+                    Err(e) => {
+                        return Err(at(
+                            origin,
+                            value_location(value),
+                            format!("sweep `{}` = {}: {}", kv.key.key, display_value(&value.value), e.message()),
+                        ));
+                    }
                 }
             }
         }

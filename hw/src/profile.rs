@@ -80,6 +80,30 @@ pub struct TransferCompute {
 }
 
 impl HostMeasurement {
+    /// Speed of one device's kernels while `k` devices of `threads` worker
+    /// threads each compute at once, for k = 1..=devices, as a fraction of
+    /// its speed alone: the measured GEMM rate at k x threads threads over
+    /// k times the rate at `threads` (at most 1). Beyond the thread counts
+    /// measured, the host's cores are shared: the largest measured rate is
+    /// split over the k devices. Empty when the rate at `threads` was not
+    /// measured.
+    pub fn host_contention(&self, devices: usize) -> Vec<f64> {
+        let t = self.threads.max(1);
+        let Some(&alone) = self.gemm_gflops.get(&t).filter(|r| r.is_finite() && **r > 0.0) else {
+            return Vec::new();
+        };
+        (1..=devices.max(1))
+            .map(|k| {
+                let rate = self
+                    .gemm_gflops
+                    .range(..=k * t)
+                    .next_back()
+                    .map_or(alone, |(_, r)| *r);
+                (rate / (k as f64 * alone)).clamp(f64::MIN_POSITIVE, 1.0)
+            })
+            .collect()
+    }
+
     /// The `cpu-host` device: the measured GEMM rate at the profiled thread
     /// count as f32 peak (so GEMMs and convolutions, which the engine runs
     /// as GEMMs, have efficiency 1), the measured bandwidth, the measured
@@ -170,6 +194,25 @@ mod tests {
         assert_eq!((d.memory_bandwidth_gb_s, d.launch_overhead_us, d.memory_gb), (12.5, 0.4, 24.0));
         let l = host().link_spec();
         assert_eq!((l.name.as_str(), l.bandwidth_gb_s, l.latency_us), (HOST_LINK, 400.0, 25.0));
+    }
+
+    #[test]
+    fn devices_sharing_the_host_get_the_measured_share_of_its_gemm_rate() {
+        // One thread per device, 150 GFLOP/s alone, 240 with two threads:
+        // two devices at once each run at 240 / (2 x 150) = 0.8; three and
+        // four share the two measured threads' 240 (0.533, 0.4).
+        let one = HostMeasurement { threads: 1, gemm_gflops: BTreeMap::from([(1, 150.0), (2, 240.0)]), ..host() };
+        let c = one.host_contention(4);
+        let want = [1.0, 0.8, 240.0 / 450.0, 0.4];
+        assert_eq!(c.len(), 4);
+        for (got, want) in c.iter().zip(want) {
+            assert!((got - want).abs() < 1e-12, "{c:?}");
+        }
+        // Two threads per device (280 measured): a second device halves it.
+        assert_eq!(host().host_contention(2), vec![1.0, 0.5]);
+        // No rate at the profiled thread count: no contention model.
+        let none = HostMeasurement { threads: 4, ..host() };
+        assert!(none.host_contention(2).is_empty());
     }
 
     #[test]

@@ -88,6 +88,7 @@ pub fn run(a: PlaceArgs) -> anyhow::Result<ExitCode> {
     opts.sim.step = step;
     if let Some(h) = &host {
         opts.sim.transfer_compute = h.transfer_compute.clone();
+        opts.sim.host_contention = h.host_contention(cluster.len());
     }
     opts.sim.profile = profile;
     opts.budget = Duration::from_millis(a.budget_ms);

@@ -357,6 +357,7 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
         profile: profile.as_deref().cloned(),
         step: Some(model.step()),
         transfer_compute: host.transfer_compute.clone(),
+        host_contention: host.host_contention(n),
     };
     opts.seed = seed;
     opts.budget = std::time::Duration::ZERO;

@@ -43,6 +43,13 @@ pub struct SimOptions {
     /// decodes before the consumers can start). Empty: transfers cost the
     /// devices nothing.
     pub transfer_compute: BTreeMap<String, TransferCompute>,
+    /// Speed of each kernel on devices that run their own transfers (the
+    /// engine's CPUs, which share one host's cores) while `k` of them
+    /// compute at once, as a fraction of its speed alone: entry `k - 1`.
+    /// Kernels share the host as processes share a processor: a change in
+    /// the number computing stretches or shortens every running kernel.
+    /// Empty: devices never slow each other.
+    pub host_contention: Vec<f64>,
 }
 
 /// A graph prepared for simulation on one cluster.
@@ -70,6 +77,8 @@ pub struct GraphSimulator {
     control_send_ps: u64,
     control_recv_ps: u64,
     self_driven: Vec<bool>,
+    /// `SimOptions::host_contention`, checked: finite, in (0, 1].
+    contention: Vec<f64>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -80,6 +89,10 @@ enum Event {
     TransferDone(u32),
     /// A device finished the Send kernels that followed its last op.
     DeviceFree(u16),
+    /// The kernel running on a device under host contention finished, if
+    /// `generation` is still the device's (a change in the number of
+    /// computing devices reschedules every running kernel).
+    Kernel { device: u16, generation: u32 },
 }
 
 /// One transfer of a simulated step.
@@ -248,6 +261,12 @@ impl GraphSimulator {
             }
         }
         let copy_engines = cluster.devices().iter().map(|d| (d.spec.copy_engines as usize).max(1)).collect();
+        if let Some((k, e)) = opts.host_contention.iter().enumerate().find(|(_, e)| !(e.is_finite() && **e > 0.0 && **e <= 1.0)) {
+            return Err(SimError::param(
+                "host_contention",
+                format!("the speed with {} devices computing must be in (0, 1], got {e}", k + 1),
+            ));
+        }
         Ok(GraphSimulator {
             graph,
             cluster: cluster.clone(),
@@ -265,6 +284,7 @@ impl GraphSimulator {
             control_send_ps,
             control_recv_ps,
             self_driven,
+            contention: opts.host_contention.clone(),
         })
     }
 
@@ -430,6 +450,67 @@ impl GraphSimulator {
         let mut xfer_ref: Vec<u32> = Vec::new();
         let mut transfers: Vec<Transfer> = Vec::new();
         let mut q: EventQueue<Event> = EventQueue::new();
+        // Host contention (processor sharing among self-driven devices):
+        // the kernel each device runs (event id as in OpDone), its work
+        // left in solo picoseconds, since when, and its generation.
+        let contended = !self.contention.is_empty();
+        let mut kernel = vec![NONE; nd];
+        let mut work_left = vec![0f64; nd];
+        let mut kernel_start = vec![0u64; nd];
+        let mut generation = vec![0u32; nd];
+        let mut computing = 0usize;
+        let mut settled_at = 0u64;
+        let rate = |k: usize| -> f64 {
+            if k == 0 {
+                1.0
+            } else {
+                self.contention[(k - 1).min(self.contention.len() - 1)]
+            }
+        };
+        // Work done by every running kernel up to `now` at the old rate.
+        macro_rules! settle {
+            ($now:expr) => {{
+                let now: u64 = $now;
+                let r = rate(computing);
+                for d in 0..nd {
+                    if kernel[d] != NONE {
+                        work_left[d] = (work_left[d] - (now - settled_at) as f64 * r).max(0.0);
+                    }
+                }
+                settled_at = now;
+            }};
+        }
+        // Every running kernel's end at the current rate.
+        macro_rules! reschedule {
+            ($now:expr) => {{
+                let now: u64 = $now;
+                let r = rate(computing);
+                for d in 0..nd {
+                    if kernel[d] != NONE {
+                        generation[d] += 1;
+                        let end = now + (work_left[d] / r).ceil() as u64;
+                        q.schedule_at(SimTime(end), Event::Kernel { device: d as u16, generation: generation[d] });
+                    }
+                }
+            }};
+        }
+        // Starts kernel `id` of `dt` solo picoseconds on device `d`.
+        macro_rules! launch {
+            ($d:expr, $id:expr, $now:expr, $dt:expr) => {{
+                let (d, id, now, dt): (usize, u32, u64, u64) = ($d, $id, $now, $dt);
+                if contended && self.self_driven[d] {
+                    settle!(now);
+                    kernel[d] = id;
+                    work_left[d] = dt as f64;
+                    kernel_start[d] = now;
+                    computing += 1;
+                    reschedule!(now);
+                } else {
+                    busy_ps[d] += dt;
+                    q.schedule_at(SimTime(now + dt), Event::OpDone(id));
+                }
+            }};
+        }
 
         for i in 0..n {
             if g.is_variable[i] {
@@ -460,20 +541,18 @@ impl GraphSimulator {
                         // The Recv kernel of transfer i - n.
                         let tr = transfers[i - n];
                         let dt = if tr.control { self.control_recv_ps } else { self.recv_ps[tr.what as usize] };
-                        busy_ps[d] += dt;
-                        q.schedule_at(SimTime(now + dt), Event::OpDone(i as u32));
+                        launch!(d, i as u32, now, dt);
                     } else {
                         if now > ready_at[i] {
                             dev_pred[i] = last_op[d];
                         }
                         let dt = self.op_ps(i, d);
-                        busy_ps[d] += dt;
                         ops_per_device[d] += 1;
                         if !g.is_variable[i] {
                             mem[d] += g.footprint(i);
                             peak_mem[d] = peak_mem[d].max(mem[d]);
                         }
-                        q.schedule_at(SimTime(now + dt), Event::OpDone(i as u32));
+                        launch!(d, i as u32, now, dt);
                     }
                 }
             }};
@@ -533,8 +612,28 @@ impl GraphSimulator {
         for d in 0..nd {
             try_start!(d, 0);
         }
+        // The time of the last event that did something (stale kernel
+        // events are skipped).
+        let mut clock = 0u64;
         while let Some((t, ev)) = q.pop() {
             let now = t.0;
+            let ev = match ev {
+                Event::Kernel { device, generation: gen_ } => {
+                    let d = device as usize;
+                    if gen_ != generation[d] {
+                        continue;
+                    }
+                    settle!(now);
+                    let id = kernel[d];
+                    kernel[d] = NONE;
+                    busy_ps[d] += now - kernel_start[d];
+                    computing -= 1;
+                    reschedule!(now);
+                    Event::OpDone(id)
+                }
+                e => e,
+            };
+            clock = now;
             match ev {
                 Event::OpDone(i) if i as usize >= n => {
                     // A Recv kernel finished: its device is free, the
@@ -650,6 +749,8 @@ impl GraphSimulator {
                     busy[d as usize] = false;
                     try_start!(d as usize, now);
                 }
+                // Turned into OpDone above.
+                Event::Kernel { .. } => {}
                 Event::TransferDone(x) => {
                     let dst = transfers[x as usize].dst as usize;
                     if self.self_driven[dst] {
@@ -672,7 +773,7 @@ impl GraphSimulator {
                 detail: "it never became ready (its inputs form a cycle)".into(),
             });
         }
-        Ok(Trace { step: q.now(), finish, busy_ps, peak_mem, ops_per_device, transfers, pred, dev_pred })
+        Ok(Trace { step: SimTime(clock), finish, busy_ps, peak_mem, ops_per_device, transfers, pred, dev_pred })
     }
 
     /// Builds the report of a finished run.

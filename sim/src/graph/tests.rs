@@ -368,3 +368,33 @@ fn on_cpus_that_run_their_transfers_the_node_readied_last_runs_first() {
     let r = GraphSimulator::new(&g, &cl, &opts()).unwrap().simulate(&p).unwrap();
     assert_eq!(*r.critical_path.last().unwrap(), c.name());
 }
+
+#[test]
+fn cpus_of_one_host_slow_each_other_while_both_compute() {
+    // Neg (1 ms alone) on CPU 0 and Add (2 ms alone) on CPU 1 start together
+    // (each reads its own placeholder). Sharing the host at half speed each,
+    // Neg has done its work at 2 ms; by then Add has done 1 ms of its 2 and
+    // finishes the rest alone at full speed: 3 ms. Alone: max(1, 2) = 2 ms.
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![10])).unwrap();
+    let y = g.placeholder("y", DType::F32, Shape::new(vec![10])).unwrap();
+    let _a = neg(&x);
+    let c = g.op("Add").input(&y).input(&y).build().unwrap();
+    let cl = VirtualCluster::parse("2xcpu").unwrap();
+    let p = place(&g, &cl, 0, &[(&y, 1), (&c, 1)]);
+    let mut o = opts();
+    o.transfer_compute.insert("f32".into(), flowlab_hw::TransferCompute::default());
+    let alone = GraphSimulator::new(&g, &cl, &o).unwrap().simulate(&p).unwrap();
+    assert_eq!((alone.devices[0].busy_seconds, alone.devices[1].busy_seconds, alone.step_ps), (1e-3, 2e-3, 2 * MS));
+    o.host_contention = vec![1.0, 0.5];
+    let r = GraphSimulator::new(&g, &cl, &o).unwrap().simulate(&p).unwrap();
+    assert_eq!(r.step_ps, 3 * MS);
+    assert_eq!((r.devices[0].busy_seconds, r.devices[1].busy_seconds), (2e-3, 3e-3), "wall time each kernel ran");
+    // Both on one device never overlap: contention changes nothing.
+    let one = place(&g, &cl, 0, &[]);
+    assert_eq!(GraphSimulator::new(&g, &cl, &o).unwrap().simulate(&one).unwrap().step_ps, 3 * MS);
+    // A speed outside (0, 1] is refused naming the option.
+    o.host_contention = vec![1.0, 1.5];
+    let e = GraphSimulator::new(&g, &cl, &o).err().unwrap().to_string();
+    assert!(e.contains("host_contention") && e.contains("with 2 devices computing must be in (0, 1], got 1.5"), "{e}");
+}
