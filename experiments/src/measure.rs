@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 use flowlab_engine::{DType, DeviceSet, EmulatedLink, Graph, LinkMap, Placement, Session, SessionOptions, StepStats, Tensor};
-use flowlab_hw::{CommFormat, HostMeasurement, Profile, ShapeMeasurement, TransferCompute};
+use flowlab_hw::{CommFormat, GemmRate, HostMeasurement, Profile, ShapeMeasurement, TransferCompute};
 use flowlab_sim::graph::profile_key;
 use flowlab_sim::zoo::{self, ModelGraph};
 
@@ -269,6 +269,14 @@ pub fn measure_host(threads: usize) -> Result<HostMeasurement, String> {
     let emulated_overhead_us = transfer_span(1, Some(fast))?.0 * 1e6;
     let dispatch_us = dispatch_us()?;
     let transfer_compute = transfer_compute()?;
+    let mut gemm_shapes = Vec::new();
+    for m in [32, 256, 2048] {
+        for n in [32, 256, 2048] {
+            for k in [32, 256, 2048] {
+                gemm_shapes.push(GemmRate { m: m as u64, n: n as u64, k: k as u64, gflops: gemm_gflops_of(m, n, k, threads.max(1)) });
+            }
+        }
+    }
     Ok(HostMeasurement {
         threads,
         gemm_gflops,
@@ -279,23 +287,33 @@ pub fn measure_host(threads: usize) -> Result<HostMeasurement, String> {
         transfer_compute,
         dispatch_us,
         memory_gb: host_memory_gb(),
+        gemm_shapes,
     })
 }
 
 fn gemm_gflops_at(threads: usize) -> f64 {
-    const N: usize = 512;
-    let a: Vec<f32> = (0..N * N).map(|i| (i % 7) as f32 * 0.25).collect();
-    let b: Vec<f32> = (0..N * N).map(|i| (i % 5) as f32 * 0.5).collect();
-    let mut c = vec![0f32; N * N];
+    gemm_gflops_of(512, 512, 512, threads)
+}
+
+/// The engine's f32 GEMM rate for C[m, n] = A[m, k] B[k, n] (median of
+/// repeats after a warm-up; at least 8 repeats or 20 ms of them).
+fn gemm_gflops_of(m: usize, n: usize, k: usize, threads: usize) -> f64 {
+    let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 * 0.25).collect();
+    let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.5).collect();
+    let mut c = vec![0f32; m * n];
     let mut times = Vec::new();
-    for rep in 0..8 {
+    let started = Instant::now();
+    for rep in 0..1000 {
         let t = Instant::now();
-        flowlab_engine::kernels::cpu::matmul(&a, &b, &mut c, N, N, N, false, false, threads);
+        flowlab_engine::kernels::cpu::matmul(&a, &b, &mut c, m, n, k, false, false, threads);
         if rep > 0 {
             times.push(t.elapsed().as_secs_f64());
         }
+        if times.len() >= 8 && started.elapsed().as_secs_f64() > 0.02 {
+            break;
+        }
     }
-    2.0 * (N * N * N) as f64 / median(&times) / 1e9
+    2.0 * (m * n * k) as f64 / median(&times) / 1e9
 }
 
 fn copy_bandwidth_gb_s() -> f64 {

@@ -52,6 +52,42 @@ pub struct DeviceSpec {
     /// Per-op-class efficiency overrides (fraction of peak).
     #[serde(default)]
     pub efficiency: BTreeMap<OpClass, f64>,
+    /// Measured GEMM rates by shape, for a device whose GEMM speed depends
+    /// on shape (the measured host: a product with a dimension of 32 runs
+    /// at a fraction of a 512-cube's rate). A GEMM-shaped op (MatMul,
+    /// convolutions and their gradients) takes the rate of the nearest
+    /// measured shape instead of peak x efficiency.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gemm_rates: Vec<GemmRate>,
+}
+
+/// A measured GEMM rate: C[m, n] = A[m, k] B[k, n] at `gflops` (10^9 flop/s).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GemmRate {
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub gflops: f64,
+}
+
+impl DeviceSpec {
+    /// Seconds of a GEMM-shaped op from the measured rates: the rate of the
+    /// shape nearest on a log scale (sum of squared log2 ratios of m, n and
+    /// k), the roofline's memory bound on `bytes` if slower, plus the launch
+    /// overhead. `None` without measured rates.
+    pub fn gemm_seconds(&self, m: u64, n: u64, k: u64, bytes: f64) -> Option<f64> {
+        let l = |x: u64| (x.max(1) as f64).log2();
+        let d2 = |r: &GemmRate| (l(r.m) - l(m)).powi(2) + (l(r.n) - l(n)).powi(2) + (l(r.k) - l(k)).powi(2);
+        let best = self
+            .gemm_rates
+            .iter()
+            .filter(|r| r.gflops.is_finite() && r.gflops > 0.0)
+            .min_by(|a, b| d2(a).total_cmp(&d2(b)))?;
+        let compute = 2.0 * m as f64 * n as f64 * k as f64 / (best.gflops * 1e9);
+        let memory = if self.memory_bandwidth_gb_s > 0.0 { bytes / (self.memory_bandwidth_gb_s * 1e9) } else { 0.0 };
+        Some(self.launch_overhead_us * 1e-6 + compute.max(memory))
+    }
 }
 
 /// One link: bandwidth per direction and a fixed per-message latency.
@@ -213,6 +249,28 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gemm_takes_the_rate_of_the_nearest_measured_shape() {
+        let mut d = Catalog::builtin().device("cpu-x86-core").unwrap().clone();
+        assert_eq!(d.gemm_seconds(32, 32, 32, 0.0), None, "no measured rates: the roofline decides");
+        d.launch_overhead_us = 1.0;
+        d.memory_bandwidth_gb_s = 10.0;
+        d.gemm_rates = vec![
+            GemmRate { m: 32, n: 32, k: 32, gflops: 10.0 },
+            GemmRate { m: 32, n: 2048, k: 2048, gflops: 50.0 },
+            GemmRate { m: 2048, n: 2048, k: 2048, gflops: 200.0 },
+        ];
+        // 30 x 40 x 30 is nearest the 32-cube: 72,000 flop at 10 GFLOP/s = 7.2 us, + 1 us launch.
+        let s = d.gemm_seconds(30, 40, 30, 0.0).unwrap();
+        assert!((s - 8.2e-6).abs() < 1e-12, "{s}");
+        // A skinny product (m = 32) takes the skinny rate, not the cube's.
+        let s = d.gemm_seconds(32, 3136, 1024, 0.0).unwrap();
+        assert!((s - (1e-6 + 2.0 * 32.0 * 3136.0 * 1024.0 / 50e9)).abs() < 1e-12, "{s}");
+        // Memory-bound: 1 MB at 10 GB/s = 100 us beats 7.2 us of compute.
+        let s = d.gemm_seconds(30, 40, 30, 1e6).unwrap();
+        assert!((s - 101e-6).abs() < 1e-12, "{s}");
+    }
 
     #[test]
     fn builtin_has_every_required_entry() {

@@ -8,7 +8,7 @@
 //! string the caller computes the same way when writing and reading (the
 //! simulator's `profile_key`: op, device kind, input and output types).
 
-use crate::catalog::{DeviceSpec, LinkSpec, PeakTflops};
+use crate::catalog::{DeviceSpec, GemmRate, LinkSpec, PeakTflops};
 use crate::roofline::OpClass;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -66,6 +66,11 @@ pub struct HostMeasurement {
     pub dispatch_us: f64,
     /// Physical memory of the host (10^9 bytes).
     pub memory_gb: f64,
+    /// The engine's GEMM rate at `threads` threads over a grid of shapes
+    /// (m, n, k each 32, 256 and 2048): GEMM speed depends on shape, and
+    /// the roofline takes the nearest measured one (`DeviceSpec::gemm_rates`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gemm_shapes: Vec<GemmRate>,
 }
 
 /// The device time of one Send and one Recv of `n` f32 elements:
@@ -125,6 +130,7 @@ impl HostMeasurement {
             on_chip_mib: None,
             systolic: None,
             efficiency,
+            gemm_rates: self.gemm_shapes.clone(),
         }
     }
 
@@ -176,6 +182,7 @@ mod tests {
             transfer_compute: BTreeMap::new(),
             dispatch_us: 0.4,
             memory_gb: 24.0,
+            gemm_shapes: Vec::new(),
         }
     }
 

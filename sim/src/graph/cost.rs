@@ -1,7 +1,9 @@
 //! Time of one op on one device, first that applies: the profile's time for
 //! the node's shape key on this kind of device (plus the device's dispatch
 //! overhead), the profile's entry for the op name, the systolic array for
-//! MatMul/Conv2D on devices that have one (TPUs), the roofline.
+//! GEMM-shaped ops on devices that have one (TPUs), the measured GEMM rate
+//! of the nearest shape on devices that have them (the measured host), the
+//! roofline.
 
 use super::sim_graph::{Gemm, NodeCost};
 use flowlab_hw::systolic::{ArrayConfig, Dataflow, Layer, simulate_layer};
@@ -58,6 +60,11 @@ impl<'a> DeviceCoster<'a> {
             if let Some(s) = cached {
                 return self.spec.launch_overhead_seconds() + s;
             }
+        }
+        if let Some((m, n, k)) = c.gemm
+            && let Some(s) = self.spec.gemm_seconds(m, n, k, c.bytes)
+        {
+            return s;
         }
         self.spec.op_time_seconds(&cost, self.profile)
     }

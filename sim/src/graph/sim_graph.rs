@@ -216,6 +216,23 @@ fn gemm_of(n: &Node, ins: &[(DType, Shape)], outs: &[(DType, Shape)]) -> Option<
             }
             Some(((out[0] * out[1] * out[2]) as u64, out[3] as u64, (f[0] * f[1] * f[2]) as u64))
         }
+        // dX columns [N*OH*OW, KH*KW*C] = dY [N*OH*OW, F] x W^T [F, KH*KW*C].
+        "Conv2DBackpropInput" => {
+            let f = ins.get(1)?.1.dims();
+            let dy = ins.get(2)?.1.dims();
+            if f.len() != 4 || dy.len() != 4 {
+                return None;
+            }
+            Some(((dy[0] * dy[1] * dy[2]) as u64, (f[0] * f[1] * f[2]) as u64, dy[3] as u64))
+        }
+        // dW [KH*KW*C, F] = X columns^T [KH*KW*C, N*OH*OW] x dY [N*OH*OW, F].
+        "Conv2DBackpropFilter" => {
+            let dy = ins.get(2)?.1.dims();
+            if out.len() != 4 || dy.len() != 4 {
+                return None;
+            }
+            Some(((out[0] * out[1] * out[2]) as u64, out[3] as u64, (dy[0] * dy[1] * dy[2]) as u64))
+        }
         _ => None,
     }
 }
