@@ -104,6 +104,9 @@ fn unavailable(name: &str) -> String {
     )
 }
 
+/// Summary tables and the text printed after a sweep, from its rows.
+pub(crate) type Summarize = fn(&[flowlab_reports::ResultRow]) -> (Vec<flowlab_reports::SummaryTable>, String);
+
 /// A kind defined by its typed configuration `C` and three functions.
 pub(crate) struct TypedKind<C> {
     pub(crate) name: &'static str,
@@ -113,7 +116,7 @@ pub(crate) struct TypedKind<C> {
     pub(crate) series_names: &'static [&'static str],
     pub(crate) tag_paths: &'static [&'static str],
     pub(crate) exclusive: bool,
-    pub(crate) summarize: Option<fn(&[flowlab_reports::ResultRow]) -> (Vec<flowlab_reports::SummaryTable>, String)>,
+    pub(crate) summarize: Option<Summarize>,
 }
 
 /// The file with only `base:` typed (other keys are skipped), to get the

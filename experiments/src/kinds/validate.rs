@@ -166,7 +166,7 @@ impl ValidatePoint {
                 PLACERS.join(", ")
             ));
         }
-        if self.placer == "local_search" && !self.iterations.is_some_and(|i| i > 0) {
+        if self.placer == "local_search" && self.iterations.is_none_or(|i| i == 0) {
             return Err("invalid parameter `iterations`: local_search needs a positive number of moves".into());
         }
         self.comm_format()?;
@@ -283,7 +283,8 @@ fn point_profile(p: &ValidatePoint) -> Result<Arc<Profile>, String> {
         check_profile_matches(path, &prof, &p.sizes.model_id(&p.model), p.batch, p.threads, p.device_count()?)?;
         return Ok(prof);
     }
-    static MEASURED: OnceLock<Mutex<HashMap<(String, usize, usize, usize), Arc<Profile>>>> = OnceLock::new();
+    type Measured = Mutex<HashMap<(String, usize, usize, usize), Arc<Profile>>>;
+    static MEASURED: OnceLock<Measured> = OnceLock::new();
     let measured = MEASURED.get_or_init(Default::default);
     let devices = p.device_count()?;
     let key = (p.sizes.model_id(&p.model), p.batch, p.threads, devices);
