@@ -23,9 +23,10 @@ enum Dist {
     Truncated,
 }
 
-fn k_random(c: &mut KernelCtx, dist: Dist) -> Result<Vec<Tensor>> {
-    let shape = c.n.shape("shape")?.to_shape().ok_or_else(|| c.n.attr_err("shape", "must be fully known"))?;
-    let seed = c.n.int("seed")? as u64;
+/// The generator of a stateful random op's run: the node's `seed`, on the
+/// stream of this run (the op's counter resource counts its runs, so every
+/// run draws new numbers and a seed replays the same sequence of runs).
+pub(crate) fn run_rng(c: &KernelCtx, seed: u64) -> ChaCha8Rng {
     let run = match c.resources.first() {
         Some(Resource::Rng(r)) => {
             let mut g = r.lock().unwrap_or_else(|e| e.into_inner());
@@ -37,6 +38,13 @@ fn k_random(c: &mut KernelCtx, dist: Dist) -> Result<Vec<Tensor>> {
     };
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     rng.set_stream(run);
+    rng
+}
+
+fn k_random(c: &mut KernelCtx, dist: Dist) -> Result<Vec<Tensor>> {
+    let shape = c.n.shape("shape")?.to_shape().ok_or_else(|| c.n.attr_err("shape", "must be fully known"))?;
+    let seed = c.n.int("seed")? as u64;
+    let mut rng = run_rng(c, seed);
     let n = shape.num_elements();
     let v: Vec<f64> = match dist {
         Dist::Normal => {

@@ -12,12 +12,11 @@
 //! Accidental hits (a sampled class equal to the true one) are kept, as in
 //! TensorFlow with `remove_accidental_hits=False`.
 
-use super::{KernelCtx, Registry, Resource};
+use super::{KernelCtx, Registry};
 use crate::error::{EngineError, Result};
 use crate::graph::{AttrValue, Graph, IntoOutput, Output};
 use crate::tensor::{DType, PartialShape, Tensor, TensorType};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::Rng;
 
 fn prob(c: i64, range: i64) -> f64 {
     (((c + 2) as f64).ln() - ((c + 1) as f64).ln()) / ((range + 1) as f64).ln()
@@ -28,17 +27,7 @@ fn k_sampler(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let range = c.n.int("range_max")?;
     let dtype = c.n.dtype("dtype")?;
     let seed = c.n.int("seed")? as u64;
-    let run = match c.resources.first() {
-        Some(Resource::Rng(r)) => {
-            let mut g = r.lock().unwrap_or_else(|e| e.into_inner());
-            let n = *g;
-            *g += 1;
-            n
-        }
-        _ => 0,
-    };
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    rng.set_stream(run);
+    let mut rng = super::random::run_rng(c, seed);
     let log_range = ((range + 1) as f64).ln();
     let sampled: Vec<i64> = (0..s).map(|_| (((rng.random::<f64>() * log_range).exp() as i64) - 1).clamp(0, range - 1)).collect();
     let truth: Vec<i64> = match c.inputs[0].dtype() {

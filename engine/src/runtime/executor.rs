@@ -726,23 +726,9 @@ impl<'a> Step<'a> {
             }
             out
         };
-        if outputs.len() != node.outputs.len() {
-            return Err(EngineError::Kernel {
-                node: node.name.clone(),
-                op: node.op.clone(),
-                detail: format!("kernel produced {} outputs, the op declares {}", outputs.len(), node.outputs.len()),
-            });
-        }
+        check_outputs(node, &outputs)?;
         let mut bytes = 0;
         for (i, t) in outputs.into_iter().enumerate() {
-            let decl = &node.outputs[i];
-            if t.dtype() != decl.dtype || !decl.shape.accepts(t.shape()) {
-                return Err(EngineError::Kernel {
-                    node: node.name.clone(),
-                    op: node.op.clone(),
-                    detail: format!("output {i} is {}{} but was inferred as {decl}", t.dtype(), t.shape()),
-                });
-            }
             bytes += t.size_in_bytes();
             let s = node.first_slot + i;
             if self.uses[s].load(Ordering::Acquire) > 0 {
@@ -763,6 +749,30 @@ impl<'a> Step<'a> {
         }
         Ok(())
     }
+}
+
+
+/// A kernel's outputs against what shape inference declared for its node:
+/// as many as declared, each of the declared dtype and a shape the declared
+/// (possibly partial) one accepts.
+fn check_outputs(node: &ExecNode, outputs: &[Tensor]) -> Result<()> {
+    if outputs.len() != node.outputs.len() {
+        return Err(EngineError::Kernel {
+            node: node.name.clone(),
+            op: node.op.clone(),
+            detail: format!("kernel produced {} outputs, the op declares {}", outputs.len(), node.outputs.len()),
+        });
+    }
+    for (i, (t, decl)) in outputs.iter().zip(&node.outputs).enumerate() {
+        if t.dtype() != decl.dtype || !decl.shape.accepts(t.shape()) {
+            return Err(EngineError::Kernel {
+                node: node.name.clone(),
+                op: node.op.clone(),
+                detail: format!("output {i} is {}{} but was inferred as {decl}", t.dtype(), t.shape()),
+            });
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -617,19 +617,7 @@ impl super::Prepared {
                         };
                         (node.kernel)(&mut ctx).map_err(|err| err.at_node(&node.name, &node.op))?
                     };
-                    if out.len() != nout {
-                        return Err(EngineError::Kernel { node: node.name.clone(), op: node.op.clone(), detail: format!("kernel produced {} outputs, the op declares {nout}", out.len()) });
-                    }
-                    for (i, t) in out.iter().enumerate() {
-                        let decl = &node.outputs[i];
-                        if t.dtype() != decl.dtype || !decl.shape.accepts(t.shape()) {
-                            return Err(EngineError::Kernel {
-                                node: node.name.clone(),
-                                op: node.op.clone(),
-                                detail: format!("output {i} is {}{} but was inferred as {decl}", t.dtype(), t.shape()),
-                            });
-                        }
-                    }
+                    super::check_outputs(node, &out)?;
                     out.into_iter().map(Some).collect()
                 }
             };
