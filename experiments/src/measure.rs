@@ -288,7 +288,50 @@ pub fn measure_host(threads: usize) -> Result<HostMeasurement, String> {
         dispatch_us,
         memory_gb: host_memory_gb(),
         gemm_shapes,
+        concurrent_share: concurrent_share(cores),
     })
+}
+
+/// For k = 1..=cores, the rate of a one-thread GEMM (512 cubed) while k of
+/// them run at once on their own threads, over its rate alone. Alone and
+/// together are measured in turn five times and each takes its median, so
+/// a drift of the machine's speed hits both alike.
+fn concurrent_share(cores: usize) -> BTreeMap<usize, f64> {
+    const N: usize = 512;
+    const REPS: usize = 24;
+    let a: Vec<f32> = (0..N * N).map(|i| (i % 7) as f32 * 0.25).collect();
+    let b: Vec<f32> = (0..N * N).map(|i| (i % 5) as f32 * 0.5).collect();
+    // Seconds per GEMM on each of k threads started together.
+    let run = |k: usize| -> Vec<f64> {
+        let barrier = std::sync::Barrier::new(k);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..k)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut c = vec![0f32; N * N];
+                        flowlab_engine::kernels::cpu::matmul(&a, &b, &mut c, N, N, N, false, false, 1);
+                        barrier.wait();
+                        let t = Instant::now();
+                        for _ in 0..REPS {
+                            flowlab_engine::kernels::cpu::matmul(&a, &b, &mut c, N, N, N, false, false, 1);
+                        }
+                        t.elapsed().as_secs_f64() / REPS as f64
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or(f64::NAN)).collect()
+        })
+    };
+    let mut share = BTreeMap::from([(1, 1.0)]);
+    for k in 2..=cores.max(1) {
+        let (mut alone, mut together) = (Vec::new(), Vec::new());
+        for _ in 0..5 {
+            alone.push(run(1)[0]);
+            together.push(median(&run(k)));
+        }
+        share.insert(k, (median(&alone) / median(&together)).min(1.0));
+    }
+    share
 }
 
 fn gemm_gflops_at(threads: usize) -> f64 {

@@ -71,6 +71,12 @@ pub struct HostMeasurement {
     /// the roofline takes the nearest measured one (`DeviceSpec::gemm_rates`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gemm_shapes: Vec<GemmRate>,
+    /// Speed of a one-thread GEMM while `k` of them run at once on their
+    /// own threads (as k one-thread devices do), as a fraction of its
+    /// speed alone, for k = 1..=cores: the cores' shared caches, memory
+    /// and power budget make this less than 1.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub concurrent_share: BTreeMap<usize, f64>,
 }
 
 /// The device time of one Send and one Recv of `n` f32 elements:
@@ -85,26 +91,23 @@ pub struct TransferCompute {
 }
 
 impl HostMeasurement {
-    /// Speed of one device's kernels while `k` devices of `threads` worker
-    /// threads each compute at once, for k = 1..=devices, as a fraction of
-    /// its speed alone: the measured GEMM rate at k x threads threads over
-    /// k times the rate at `threads` (at most 1). Beyond the thread counts
-    /// measured, the host's cores are shared: the largest measured rate is
-    /// split over the k devices. Empty when the rate at `threads` was not
-    /// measured.
+    /// Speed of one device's kernels while `k` devices compute at once, for
+    /// k = 1..=devices, as a fraction of its speed alone: the measured
+    /// concurrent share of one-thread GEMMs (beyond the k measured, the
+    /// cores are split over the devices). Empty (no slowdown modelled) for
+    /// devices of several threads, or without the measurement.
     pub fn host_contention(&self, devices: usize) -> Vec<f64> {
-        let t = self.threads.max(1);
-        let Some(&alone) = self.gemm_gflops.get(&t).filter(|r| r.is_finite() && **r > 0.0) else {
+        if self.threads != 1 || !self.concurrent_share.values().all(|s| s.is_finite() && *s > 0.0) {
+            return Vec::new();
+        }
+        let Some((&most, &share_most)) = self.concurrent_share.iter().next_back() else {
             return Vec::new();
         };
         (1..=devices.max(1))
-            .map(|k| {
-                let rate = self
-                    .gemm_gflops
-                    .range(..=k * t)
-                    .next_back()
-                    .map_or(alone, |(_, r)| *r);
-                (rate / (k as f64 * alone)).clamp(f64::MIN_POSITIVE, 1.0)
+            .map(|k| match self.concurrent_share.get(&k) {
+                Some(s) => s.min(1.0),
+                None if k > most => (share_most * most as f64 / k as f64).min(1.0),
+                None => 1.0,
             })
             .collect()
     }
@@ -183,6 +186,7 @@ mod tests {
             dispatch_us: 0.4,
             memory_gb: 24.0,
             gemm_shapes: Vec::new(),
+            concurrent_share: BTreeMap::new(),
         }
     }
 
@@ -204,22 +208,19 @@ mod tests {
     }
 
     #[test]
-    fn devices_sharing_the_host_get_the_measured_share_of_its_gemm_rate() {
-        // One thread per device, 150 GFLOP/s alone, 240 with two threads:
-        // two devices at once each run at 240 / (2 x 150) = 0.8; three and
-        // four share the two measured threads' 240 (0.533, 0.4).
-        let one = HostMeasurement { threads: 1, gemm_gflops: BTreeMap::from([(1, 150.0), (2, 240.0)]), ..host() };
-        let c = one.host_contention(4);
-        let want = [1.0, 0.8, 240.0 / 450.0, 0.4];
+    fn devices_sharing_the_host_get_the_measured_concurrent_share() {
+        // Two one-thread GEMMs at once each run at 0.9 of alone; beyond the
+        // two cores measured, their 2 x 0.9 is split: 0.6 each at 3, 0.45 at 4.
+        let shared = HostMeasurement { threads: 1, concurrent_share: BTreeMap::from([(1, 1.0), (2, 0.9)]), ..host() };
+        let c = shared.host_contention(4);
+        let want = [1.0, 0.9, 0.6, 0.45];
         assert_eq!(c.len(), 4);
         for (got, want) in c.iter().zip(want) {
             assert!((got - want).abs() < 1e-12, "{c:?}");
         }
-        // Two threads per device (280 measured): a second device halves it.
-        assert_eq!(host().host_contention(2), vec![1.0, 0.5]);
-        // No rate at the profiled thread count: no contention model.
-        let none = HostMeasurement { threads: 4, ..host() };
-        assert!(none.host_contention(2).is_empty());
+        // Devices of two threads, or no measurement: no slowdown modelled.
+        assert!(HostMeasurement { threads: 2, ..shared.clone() }.host_contention(2).is_empty());
+        assert!(host().host_contention(2).is_empty());
     }
 
     #[test]

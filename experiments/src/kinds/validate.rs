@@ -582,6 +582,93 @@ fn round(x: f64) -> f64 {
 mod tests {
     use super::*;
 
+    /// Diagnosis, not a check: where a two-device step's time goes.
+    #[test]
+    #[ignore]
+    fn diagnose_two_device_steps() {
+        let model_name = std::env::var("DIAG_MODEL").unwrap_or("cnn".into());
+        let batch: usize = std::env::var("DIAG_BATCH").ok().and_then(|b| b.parse().ok()).unwrap_or(32);
+        let placer = std::env::var("DIAG_PLACER").unwrap_or("m_etf".into());
+        let (model, init) = measure::with_initializer(&model_name, &ZooSizes::default(), batch).unwrap();
+        let host = host(1).unwrap();
+        let cluster = VirtualCluster::parse_for_host("2xcpu", &host).unwrap().with_link(LinkSpec { name: "e".into(), bandwidth_gb_s: 10.0 / 8.0, latency_us: 20.0 + host.emulated_overhead_us });
+        let mut opts = PlacerOptions::new(cluster.clone());
+        opts.sim.step = Some(model.step());
+        opts.sim.transfer_compute = host.transfer_compute.clone();
+        opts.budget = std::time::Duration::ZERO;
+        opts.iterations = Some(300);
+        let placement = place_timed(&placer, &model.graph, &opts).unwrap().placement;
+        let run = |placement: Option<flowlab_engine::Placement>, n: usize| {
+            let mut links = LinkMap::default();
+            links.all = Some(EmulatedLink::new(10.0, 20.0).unwrap());
+            let o = measure::cpu_options(n, 1, placement, links);
+            let r = StepRunner::new(model.clone(), &init, o).unwrap();
+            for _ in 0..3 {
+                r.step(false).unwrap();
+            }
+            let mut per_node: HashMap<String, Vec<f64>> = HashMap::new();
+            let mut walls = Vec::new();
+            let mut busy: HashMap<String, Vec<f64>> = HashMap::new();
+            for _ in 0..10 {
+                let st = r.step(true).unwrap().unwrap();
+                let wall = st.nodes.iter().map(|n| n.end_us).fold(0.0, f64::max);
+                walls.push(wall);
+                let mut b: HashMap<String, f64> = HashMap::new();
+                for n in &st.nodes {
+                    per_node.entry(n.node.clone()).or_default().push(n.end_us - n.start_us);
+                    *b.entry(n.device.clone()).or_default() += n.end_us - n.start_us;
+                }
+                for (d, v) in b {
+                    busy.entry(d).or_default().push(v);
+                }
+            }
+            let med = |v: &[f64]| measure::spread(v).0;
+            let per_node: HashMap<String, f64> = per_node.into_iter().map(|(k, v)| (k, med(&v))).collect();
+            let busy: Vec<(String, f64)> = busy.into_iter().map(|(k, v)| (k, med(&v))).collect();
+            (med(&walls), per_node, busy)
+        };
+        let (w1, n1, b1) = run(None, 2);
+        let (w2, n2, b2) = run(Some(placement.clone()), 2);
+        eprintln!("one device: step {w1:.0} us, busy {b1:?}");
+        eprintln!("two devices ({placer}): step {w2:.0} us, busy {b2:?}");
+        let sim = GraphSimulator::new(&model.graph, &cluster, &opts.sim).unwrap();
+        let rep = sim.simulate(&placement).unwrap();
+        eprintln!("simulated (roofline): {:.0} us", rep.step_seconds * 1e6);
+        let prof = measure::profile_model(&measure::ProfileRequest { model: model_name.clone(), sizes: ZooSizes::default(), batch, threads: 1, devices: 2, warmup: 3, steps: 10 }, |_| {}).unwrap();
+        let mut so = opts.sim.clone();
+        so.profile = Some(prof);
+        for contention in [vec![], host.host_contention(2)] {
+            so.host_contention = contention.clone();
+            let sim = GraphSimulator::new(&model.graph, &cluster, &so).unwrap();
+            let rep = sim.simulate(&placement).unwrap();
+            let one = sim.simulate_indices(&vec![0u16; sim.graph().len()]).unwrap();
+            eprintln!(
+                "simulated (profile, contention {contention:?}): step {:.0} us, busy {:?}; all on one: {:.0} us",
+                rep.step_seconds * 1e6,
+                rep.devices.iter().map(|d| (d.busy_seconds * 1e6).round()).collect::<Vec<_>>(),
+                one.step_seconds * 1e6
+            );
+        }
+        // Same nodes, kernel time alone vs in the two-device step.
+        let mut by_op: HashMap<String, (f64, f64)> = HashMap::new();
+        for (node, t2) in &n2 {
+            if let Some(t1) = n1.get(node) {
+                let op = model.graph.nodes().iter().find(|n| &n.name == node).map(|n| n.op.clone()).unwrap_or_default();
+                let e = by_op.entry(op).or_default();
+                e.0 += t1;
+                e.1 += t2;
+            }
+        }
+        let mut v: Vec<_> = by_op.into_iter().collect();
+        v.sort_by(|a, b| (b.1 .1 - b.1 .0).total_cmp(&(a.1 .1 - a.1 .0)));
+        for (op, (a, b)) in v.iter().take(12) {
+            eprintln!("{op:>28}: alone {a:8.0} us, in two-device step {b:8.0} us ({:+.0}%)", (b / a - 1.0) * 100.0);
+        }
+        let only2: Vec<_> = n2.keys().filter(|k| !n1.contains_key(*k)).collect();
+        let t_only2: f64 = only2.iter().map(|k| n2[*k]).sum();
+        eprintln!("{} nodes only in the two-device step (Send/Recv...), {t_only2:.0} us", only2.len());
+    }
+
     #[test]
     fn kendall_tau_matches_hand_counted_pairs() {
         // Reference by hand: x = 1..4, y = [1, 3, 2, 4]: 5 concordant and 1
