@@ -233,11 +233,47 @@ pub fn profile_model(req: &ProfileRequest, mut progress: impl FnMut(&str)) -> Re
         }
     }
     host.dispatch_us = median(&overhead_per_node) * 1e6;
+    // The same steps again while a second session of the model steps on
+    // another thread, as a second device of the host would: each kernel's
+    // time with a neighbour computing.
+    let mut contended: HashMap<String, Vec<f64>> = HashMap::new();
+    if devices > 1 && std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
+        let (neighbour_model, neighbour_init) = with_initializer(&req.model, &req.sizes, req.batch)?;
+        let neighbour = StepRunner::new(neighbour_model, &neighbour_init, cpu_options(1, req.threads, None, LinkMap::default()))?;
+        neighbour.step(false)?;
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let result: Result<(), String> = std::thread::scope(|s| {
+            let busy = s.spawn(|| -> Result<(), String> {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    neighbour.step(false)?;
+                }
+                Ok(())
+            });
+            let mut run = || -> Result<(), String> {
+                runner.step(false)?;
+                for s in 0..req.steps {
+                    progress(&format!("{} batch {}: timed step {} of {} beside a second device", req.model, req.batch, s + 1, req.steps));
+                    let stats = runner.step(true)?.unwrap_or_default();
+                    for n in &stats.nodes {
+                        let Some(&i) = index.get(n.node.as_str()) else { continue };
+                        contended.entry(profile_key(&nodes, i, "cpu")).or_default().push(((n.end_us - n.start_us) * 1e-6).max(0.0));
+                    }
+                }
+                Ok(())
+            };
+            let mine = run();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let theirs = busy.join().unwrap_or_else(|_| Err("the neighbour session panicked".into()));
+            mine.and(theirs)
+        });
+        result?;
+    }
     let shapes = samples
         .into_iter()
         .map(|(k, (op, v))| {
             let (seconds, p10, p90) = spread(&v);
-            (k, ShapeMeasurement { op, seconds, p10, p90, samples: v.len() })
+            let contended_seconds = contended.get(&k).map(|c| median(c));
+            (k, ShapeMeasurement { op, seconds, p10, p90, samples: v.len(), contended_seconds })
         })
         .collect();
     Ok(Profile {

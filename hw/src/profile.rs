@@ -31,6 +31,10 @@ pub struct ShapeMeasurement {
     pub p90: f64,
     /// Samples behind the median (nodes with this key x timed steps).
     pub samples: usize,
+    /// Median kernel time while a second device of the host runs the same
+    /// step at once (its share of the host's caches and memory bandwidth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contended_seconds: Option<f64>,
 }
 
 /// Figures of the host the profile was measured on.
@@ -152,6 +156,12 @@ impl HostMeasurement {
         for (t, g) in &self.gemm_gflops {
             fields.push((format!("gemm_gflops.{t}"), *g));
         }
+        for (k, s) in &self.concurrent_share {
+            fields.push((format!("concurrent_share.{k}"), *s));
+        }
+        for (i, r) in self.gemm_shapes.iter().enumerate() {
+            fields.push((format!("gemm_shapes[{i}].gflops"), r.gflops));
+        }
         for (f, c) in &self.transfer_compute {
             for (k, v) in [("send_us", c.send_us), ("send_ns_per_element", c.send_ns_per_element), ("recv_us", c.recv_us), ("recv_ns_per_element", c.recv_ns_per_element)] {
                 if !(v.is_finite() && v >= 0.0) {
@@ -195,7 +205,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.json");
         let mut p = Profile { model: Some("mlp".into()), batch: Some(8), session_devices: Some(2), host: Some(host()), ..Default::default() };
-        p.shapes.insert("cpu Neg f32[4] -> f32[4]".into(), ShapeMeasurement { op: "Neg".into(), seconds: 1e-6, p10: 9e-7, p90: 2e-6, samples: 20 });
+        p.shapes.insert("cpu Neg f32[4] -> f32[4]".into(), ShapeMeasurement { op: "Neg".into(), seconds: 1e-6, p10: 9e-7, p90: 2e-6, samples: 20, contended_seconds: Some(1.5e-6) });
         p.write_json(&path).unwrap();
         assert_eq!(Profile::from_file(&path).unwrap(), p);
         let d = host().device_spec();
@@ -232,7 +242,7 @@ mod tests {
         let e = Profile::from_file(&path).unwrap_err().to_string();
         assert!(e.ends_with("p.json: host.transfer_bandwidth_gb_s: must be a finite positive number, got 0"), "{e}");
         p.host = Some(host());
-        p.shapes.insert("cpu Neg".into(), ShapeMeasurement { op: "Neg".into(), seconds: -1.0, p10: 0.0, p90: 0.0, samples: 1 });
+        p.shapes.insert("cpu Neg".into(), ShapeMeasurement { op: "Neg".into(), seconds: -1.0, p10: 0.0, p90: 0.0, samples: 1, contended_seconds: None });
         p.write_json(&path).unwrap();
         let e = Profile::from_file(&path).unwrap_err().to_string();
         assert!(e.ends_with("p.json: shapes.\"cpu Neg\".seconds: must be zero or positive, got -1"), "{e}");

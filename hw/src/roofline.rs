@@ -150,7 +150,7 @@ impl Profile {
             }
         }
         for (key, m) in &profile.shapes {
-            for (field, v) in [("seconds", m.seconds), ("p10", m.p10), ("p90", m.p90)] {
+            for (field, v) in [("seconds", m.seconds), ("p10", m.p10), ("p90", m.p90), ("contended_seconds", m.contended_seconds.unwrap_or(0.0))] {
                 if !(v.is_finite() && v >= 0.0) {
                     return Err(bad(format!("shapes.\"{key}\".{field}"), format!("must be zero or positive, got {v}")));
                 }

@@ -582,6 +582,57 @@ fn round(x: f64) -> f64 {
 mod tests {
     use super::*;
 
+    /// Diagnosis, not a check: do two single-device sessions of one process,
+    /// stepping at once on two threads, slow each other's kernels?
+    #[test]
+    #[ignore]
+    fn diagnose_two_sessions_in_one_process() {
+        let model_name = std::env::var("DIAG_MODEL").unwrap_or("cnn".into());
+        let batch: usize = std::env::var("DIAG_BATCH").ok().and_then(|b| b.parse().ok()).unwrap_or(32);
+        let (model, init) = measure::with_initializer(&model_name, &ZooSizes::default(), batch).unwrap();
+        let kernels = |r: &StepRunner, steps: usize| -> HashMap<String, f64> {
+            let mut per_op: HashMap<String, Vec<f64>> = HashMap::new();
+            for _ in 0..steps {
+                let st = r.step(true).unwrap().unwrap();
+                let mut sum: HashMap<String, f64> = HashMap::new();
+                for n in &st.nodes {
+                    *sum.entry(n.op.clone()).or_default() += n.end_us - n.start_us;
+                }
+                for (k, v) in sum {
+                    per_op.entry(k).or_default().push(v);
+                }
+            }
+            per_op.into_iter().map(|(k, v)| (k, measure::spread(&v).0)).collect()
+        };
+        let new_runner = || {
+            let r = StepRunner::new(model.clone(), &init, measure::cpu_options(1, 1, None, LinkMap::default())).unwrap();
+            for _ in 0..3 {
+                r.step(false).unwrap();
+            }
+            r
+        };
+        let (a, b) = (new_runner(), new_runner());
+        let alone = kernels(&a, 10);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let together = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    b.step(false).unwrap();
+                }
+            });
+            let k = kernels(&a, 10);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            k
+        });
+        let mut v: Vec<_> = alone.iter().map(|(op, t)| (op.clone(), *t, together.get(op).copied().unwrap_or(0.0))).collect();
+        v.sort_by(|x, y| y.1.total_cmp(&x.1));
+        let (ta, tt): (f64, f64) = v.iter().fold((0.0, 0.0), |(p, q), x| (p + x.1, q + x.2));
+        eprintln!("kernels per step: alone {ta:.0} us, with a second session stepping on another thread {tt:.0} us ({:+.0}%)", (tt / ta - 1.0) * 100.0);
+        for (op, a, t) in v.iter().take(10) {
+            eprintln!("{op:>28}: alone {a:8.0} us, together {t:8.0} us ({:+.0}%)", (t / a - 1.0) * 100.0);
+        }
+    }
+
     /// Diagnosis, not a check: where a two-device step's time goes.
     #[test]
     #[ignore]

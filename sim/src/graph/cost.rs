@@ -30,17 +30,24 @@ impl<'a> DeviceCoster<'a> {
         DeviceCoster { spec, profile, array, gemm_cache: HashMap::new() }
     }
 
-    /// Seconds for one execution of an op, and whether a shape key of the
-    /// profile priced it. `key` is the node's [`super::profile_key`]
-    /// without the device kind.
-    pub fn seconds(&mut self, op: &str, key: &str, c: &NodeCost) -> (f64, bool) {
+    /// Seconds for one execution of an op, whether a shape key of the
+    /// profile priced it, and its speed while a second device of the host
+    /// computes, as a fraction of its speed alone, where the profile
+    /// measured it. `key` is the node's [`super::profile_key`] without the
+    /// device kind.
+    pub fn seconds(&mut self, op: &str, key: &str, c: &NodeCost) -> (f64, bool, Option<f64>) {
         if let Some(p) = self.profile
             && !p.shapes.is_empty()
             && let Some(m) = p.shapes.get(&format!("{} {key}", self.spec.kind.to_ascii_lowercase()))
         {
-            return (self.spec.launch_overhead_seconds() + m.seconds, true);
+            let alone = self.spec.launch_overhead_seconds() + m.seconds;
+            let share = m.contended_seconds.map(|c| {
+                let together = self.spec.launch_overhead_seconds() + c;
+                if together > 0.0 { (alone / together).clamp(0.01, 1.0) } else { 1.0 }
+            });
+            return (alone, true, share);
         }
-        (self.unkeyed(op, c), false)
+        (self.unkeyed(op, c), false, None)
     }
 
     fn unkeyed(&mut self, op: &str, c: &NodeCost) -> f64 {

@@ -79,6 +79,12 @@ pub struct GraphSimulator {
     self_driven: Vec<bool>,
     /// `SimOptions::host_contention`, checked: finite, in (0, 1].
     contention: Vec<f64>,
+    /// Per node and device, its kernel's speed while one other device of
+    /// the host computes (the profile's contended time where measured,
+    /// else `contention[1]`, else 1), `[node * ndev + device]`.
+    shares: Vec<f64>,
+    /// Whether any kernel slows down beside another (processor sharing on).
+    contended: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -151,6 +157,8 @@ impl GraphSimulator {
         }
         let profile = opts.profile.as_ref();
         let mut per_spec = vec![vec![0u64; n]; distinct.len()];
+        let pair_share = opts.host_contention.get(1).copied().unwrap_or(1.0);
+        let mut share_spec = vec![vec![pair_share; n]; distinct.len()];
         let mut fallback = vec![false; n];
         for (k, spec) in distinct.iter().enumerate() {
             let mut coster = DeviceCoster::new(spec, profile);
@@ -158,9 +166,12 @@ impl GraphSimulator {
                 if !graph.runs[i] {
                     continue;
                 }
-                let (s, keyed) = coster.seconds(&graph.ops[i], &graph.keys[i], &graph.costs[i]);
+                let (s, keyed, share) = coster.seconds(&graph.ops[i], &graph.keys[i], &graph.costs[i]);
                 fallback[i] |= !keyed;
                 per_spec[k][i] = SimTime::from_secs_f64(s).0;
+                if let Some(sh) = share {
+                    share_spec[k][i] = sh;
+                }
             }
         }
         let keyed_profile = profile.is_some_and(|p| !p.shapes.is_empty());
@@ -198,9 +209,11 @@ impl GraphSimulator {
             }
         }
         let mut times = vec![0u64; n * ndev];
+        let mut shares = vec![1.0; n * ndev];
         for i in 0..n {
             for d in 0..ndev {
                 times[i * ndev + d] = per_spec[spec_index[d]][i];
+                shares[i * ndev + d] = share_spec[spec_index[d]][i];
             }
         }
         let po = &opts.partition;
@@ -284,7 +297,9 @@ impl GraphSimulator {
             control_send_ps,
             control_recv_ps,
             self_driven,
+            contended: !opts.host_contention.is_empty() || shares.iter().any(|&s| s < 1.0),
             contention: opts.host_contention.clone(),
+            shares,
         })
     }
 
@@ -453,40 +468,49 @@ impl GraphSimulator {
         // Host contention (processor sharing among self-driven devices):
         // the kernel each device runs (event id as in OpDone), its work
         // left in solo picoseconds, since when, and its generation.
-        let contended = !self.contention.is_empty();
+        let contended = self.contended;
         let mut kernel = vec![NONE; nd];
+        // The running kernel's speed beside one other computing device.
+        let mut kshare = vec![1f64; nd];
+        let pair_share = self.contention.get(1).copied().unwrap_or(1.0);
         let mut work_left = vec![0f64; nd];
         let mut kernel_start = vec![0u64; nd];
         let mut generation = vec![0u32; nd];
         let mut computing = 0usize;
         let mut settled_at = 0u64;
-        let rate = |k: usize| -> f64 {
-            if k == 0 {
-                1.0
-            } else {
-                self.contention[(k - 1).min(self.contention.len() - 1)]
+        // A kernel's speed while k devices compute: alone 1; beside one
+        // other its own share; beyond, that share scaled as the host's
+        // measured speeds at k and 2 devices.
+        let rate = |share: f64, k: usize| -> f64 {
+            match k {
+                0 | 1 => 1.0,
+                2 => share,
+                _ => match (self.contention.get(1), self.contention.get(k - 1).or(self.contention.last())) {
+                    (Some(&e2), Some(&ek)) if e2 > 0.0 => (share * ek / e2).clamp(1e-6, 1.0),
+                    _ => share,
+                },
             }
         };
-        // Work done by every running kernel up to `now` at the old rate.
+        // Work done by every running kernel up to `now` at the old rates.
         macro_rules! settle {
             ($now:expr) => {{
                 let now: u64 = $now;
-                let r = rate(computing);
                 for d in 0..nd {
                     if kernel[d] != NONE {
+                        let r = rate(kshare[d], computing);
                         work_left[d] = (work_left[d] - (now - settled_at) as f64 * r).max(0.0);
                     }
                 }
                 settled_at = now;
             }};
         }
-        // Every running kernel's end at the current rate.
+        // Every running kernel's end at the current rates.
         macro_rules! reschedule {
             ($now:expr) => {{
                 let now: u64 = $now;
-                let r = rate(computing);
                 for d in 0..nd {
                     if kernel[d] != NONE {
+                        let r = rate(kshare[d], computing);
                         generation[d] += 1;
                         let end = now + (work_left[d] / r).ceil() as u64;
                         q.schedule_at(SimTime(end), Event::Kernel { device: d as u16, generation: generation[d] });
@@ -501,6 +525,7 @@ impl GraphSimulator {
                 if contended && self.self_driven[d] {
                     settle!(now);
                     kernel[d] = id;
+                    kshare[d] = if (id as usize) < n { self.shares[id as usize * nd + d] } else { pair_share };
                     work_left[d] = dt as f64;
                     kernel_start[d] = now;
                     computing += 1;

@@ -302,7 +302,7 @@ fn a_shape_keyed_profile_prices_its_shapes_and_names_the_nodes_it_lacks() {
     let mut p = profile();
     let key = super::profile_key(&g.nodes(), y.node_id(), "gpu");
     assert_eq!(key, "gpu Neg f32[1000] -> f32[1000]", "the key spells device kind, op and types");
-    p.shapes.insert(key, flowlab_hw::ShapeMeasurement { op: "Neg".into(), seconds: 3e-3, p10: 3e-3, p90: 3e-3, samples: 4 });
+    p.shapes.insert(key, flowlab_hw::ShapeMeasurement { op: "Neg".into(), seconds: 3e-3, p10: 3e-3, p90: 3e-3, samples: 4, contended_seconds: None });
     let cl = cluster(1);
     let o = SimOptions { profile: Some(p), ..opts() };
     let sim = GraphSimulator::new(&g, &cl, &o).unwrap();
@@ -313,7 +313,7 @@ fn a_shape_keyed_profile_prices_its_shapes_and_names_the_nodes_it_lacks() {
     assert!(r.warnings.iter().any(|w| w.contains("2 of 4 nodes have no measured shape") && w.contains("Add x1")), "{:?}", r.warnings);
     // A key for another device kind does not apply.
     let mut cpu_only = profile();
-    cpu_only.shapes.insert("cpu Neg f32[1000] -> f32[1000]".into(), flowlab_hw::ShapeMeasurement { op: "Neg".into(), seconds: 3e-3, p10: 3e-3, p90: 3e-3, samples: 4 });
+    cpu_only.shapes.insert("cpu Neg f32[1000] -> f32[1000]".into(), flowlab_hw::ShapeMeasurement { op: "Neg".into(), seconds: 3e-3, p10: 3e-3, p90: 3e-3, samples: 4, contended_seconds: None });
     let sim = GraphSimulator::new(&g, &cl, &SimOptions { profile: Some(cpu_only), ..opts() }).unwrap();
     assert_eq!(sim.simulate(&place(&g, &cl, 0, &[])).unwrap().step_ps, 2 * MS + 2 * MS, "the op-name seconds (1 ms per Neg)");
 }
@@ -397,4 +397,38 @@ fn cpus_of_one_host_slow_each_other_while_both_compute() {
     o.host_contention = vec![1.0, 1.5];
     let e = GraphSimulator::new(&g, &cl, &o).err().unwrap().to_string();
     assert!(e.contains("host_contention") && e.contains("with 2 devices computing must be in (0, 1], got 1.5"), "{e}");
+}
+
+#[test]
+fn a_profiled_kernel_runs_at_its_own_contended_speed_beside_another_device() {
+    // Neg (a alone, no contended time: full speed beside others) on CPU 0,
+    // Add (c alone, 2 ms + o measured as 4 ms + o beside a second device:
+    // share s = c / (4 ms + o)) on CPU 1. While Neg runs, Add advances s·a;
+    // then it finishes alone: step a + c - s·a.
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![10])).unwrap();
+    let y = g.placeholder("y", DType::F32, Shape::new(vec![10])).unwrap();
+    let n = neg(&x);
+    let c = g.op("Add").input(&y).input(&y).build().unwrap();
+    let cl = VirtualCluster::parse("2xcpu").unwrap();
+    let o_s = cl.devices()[0].spec.launch_overhead_seconds();
+    let mut p = profile();
+    let m = |seconds: f64, contended: Option<f64>| flowlab_hw::ShapeMeasurement { op: String::new(), seconds, p10: seconds, p90: seconds, samples: 1, contended_seconds: contended };
+    p.shapes.insert(super::profile_key(&g.nodes(), n.node_id(), "cpu"), m(1e-3, None));
+    p.shapes.insert(super::profile_key(&g.nodes(), c.node_id(), "cpu"), m(2e-3, Some(4e-3)));
+    let mut o = SimOptions { profile: Some(p), ..opts() };
+    o.transfer_compute.insert("f32".into(), flowlab_hw::TransferCompute::default());
+    let placement = place(&g, &cl, 0, &[(&y, 1), (&c, 1)]);
+    let r = GraphSimulator::new(&g, &cl, &o).unwrap().simulate(&placement).unwrap();
+    let (a, cc) = (1e-3 + o_s, 2e-3 + o_s);
+    let s = cc / (4e-3 + o_s);
+    let want = a + cc - s * a;
+    assert!((r.step_seconds - want).abs() < 1e-11, "{} vs {want}", r.step_seconds);
+    // Without the contended time both run at full speed: max(a, c).
+    let mut plain = profile();
+    plain.shapes.insert(super::profile_key(&g.nodes(), n.node_id(), "cpu"), m(1e-3, None));
+    plain.shapes.insert(super::profile_key(&g.nodes(), c.node_id(), "cpu"), m(2e-3, None));
+    let o2 = SimOptions { profile: Some(plain), transfer_compute: o.transfer_compute.clone(), ..opts() };
+    let r = GraphSimulator::new(&g, &cl, &o2).unwrap().simulate(&placement).unwrap();
+    assert!((r.step_seconds - cc).abs() < 1e-11, "{}", r.step_seconds);
 }
