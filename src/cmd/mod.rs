@@ -9,6 +9,7 @@ pub mod report;
 pub mod run;
 pub mod systolic;
 pub mod train;
+mod train_lm;
 
 /// Prints records as one JSON object per line, or as an aligned text table
 /// whose columns are the union of the records' keys in first-seen order.

@@ -19,6 +19,9 @@ enum Model {
     Mlp,
     /// Two 3x3 conv + max-pool layers, then a dense layer.
     Cnn,
+    /// The model zoo's LSTM language model on a text corpus (--corpus);
+    /// prints validation perplexity per epoch.
+    LstmLm,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -82,6 +85,22 @@ pub struct TrainArgs {
     /// Print the result as one JSON object on the last line.
     #[arg(long)]
     json: bool,
+    /// lstm-lm: a text file of words separated by white space (default: a
+    /// generated corpus of 60,000 words whose best perplexity is known).
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// lstm-lm: vocabulary (the most frequent words; the rest are <unk>).
+    #[arg(long, default_value_t = 1000)]
+    vocab: usize,
+    /// lstm-lm: LSTM units per layer.
+    #[arg(long, default_value_t = 128)]
+    hidden: usize,
+    /// lstm-lm: stacked LSTM layers.
+    #[arg(long, default_value_t = 2)]
+    layers: usize,
+    /// lstm-lm: words per unrolled sequence.
+    #[arg(long, default_value_t = 20)]
+    seq_len: usize,
 }
 
 /// The flag behind each `TrainConfig` field, for error messages.
@@ -140,6 +159,7 @@ fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
     let model = match args.model {
         Model::Mlp => ModelKind::Mlp,
         Model::Cnn => ModelKind::Cnn,
+        Model::LstmLm => bail!("lstm-lm trains through its own path"),
     };
     let cfg = TrainConfig {
         model,
@@ -165,6 +185,36 @@ fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
 }
 
 pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
+    if let Model::LstmLm = args.model {
+        let lm = super::train_lm::LmArgs {
+            corpus: args.corpus.as_deref(),
+            vocab: args.vocab,
+            hidden: args.hidden,
+            layers: args.layers,
+            seq_len: args.seq_len,
+            batch: args.batch,
+            epochs: args.epochs,
+            lr: args.lr,
+            seed: args.seed,
+            threads: args.threads,
+            json: args.json,
+        };
+        let r = super::train_lm::run(&lm)?;
+        if args.json {
+            println!("{r}");
+        } else {
+            println!(
+                "lstm_lm on {}: validation perplexity {:.2} (from {:.2}), {} steps in {:.2} s ({:.0} words/s)",
+                r["corpus"].as_str().unwrap_or(""),
+                r["perplexity"].as_f64().unwrap_or(f64::NAN),
+                r["perplexity_start"].as_f64().unwrap_or(f64::NAN),
+                r["steps"],
+                r["seconds"].as_f64().unwrap_or(0.0),
+                r["words_per_second"].as_f64().unwrap_or(0.0)
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let cfg = config(&args)?;
     let (data, source) = load_data(&args.data)?;
     let r = train(&data, &cfg).map_err(|e| match e {

@@ -1,0 +1,247 @@
+//! `flowlab train lstm-lm`: trains the model zoo's LSTM language model (the
+//! same graph `flowlab place --model lstm_lm` and the simulators use, at the
+//! sizes given) on a text corpus with the real engine, and prints the
+//! validation perplexity per epoch.
+//!
+//! The default corpus is generated, not downloaded: a seeded first-order
+//! Markov source over 500 made-up words, each followed by one of 8 words
+//! with Zipf weights. Its entropy rate is known in closed form, so the best
+//! perplexity any model can reach on it is known too (`perplexity_floor`).
+
+use anyhow::{Context, bail};
+use flowlab_engine::{Optimizer, Session, SessionOptions, Tensor};
+use flowlab_sim::zoo::{self, ZooOptions};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+/// What `flowlab train lstm-lm` was asked for.
+pub(crate) struct LmArgs<'a> {
+    pub corpus: Option<&'a Path>,
+    pub vocab: usize,
+    pub hidden: usize,
+    pub layers: usize,
+    pub seq_len: usize,
+    pub batch: usize,
+    pub epochs: usize,
+    pub lr: f64,
+    pub seed: u64,
+    pub threads: usize,
+    pub json: bool,
+}
+
+const SOURCE_WORDS: usize = 500;
+const SUCCESSORS: usize = 8;
+const SOURCE_LENGTH: usize = 60_000;
+
+/// The generated corpus and its entropy rate in nats per word.
+fn builtin_corpus(seed: u64) -> (String, f64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6c73_746d);
+    const SYL: [&str; 16] = ["ka", "lo", "mi", "ne", "tu", "ra", "si", "po", "ve", "da", "gu", "fe", "zo", "bi", "hu", "ja"];
+    let words: Vec<String> = (0..SOURCE_WORDS).map(|i| format!("{}{}{}", SYL[i % 16], SYL[(i / 16) % 16], SYL[(i / 256) % 16])).collect();
+    let zipf: Vec<f64> = (1..=SUCCESSORS).map(|k| 1.0 / k as f64).collect();
+    let norm: f64 = zipf.iter().sum();
+    let probs: Vec<f64> = zipf.iter().map(|z| z / norm).collect();
+    let succ: Vec<Vec<usize>> = (0..SOURCE_WORDS).map(|_| (0..SUCCESSORS).map(|_| rng.random_range(0..SOURCE_WORDS)).collect()).collect();
+    // Every row has the same distribution over its successor slots; a word
+    // repeated among them merges slots, which lowers that row's entropy.
+    let row_entropy: Vec<f64> = succ
+        .iter()
+        .map(|s| {
+            let mut p: HashMap<usize, f64> = HashMap::new();
+            for (w, q) in s.iter().zip(&probs) {
+                *p.entry(*w).or_default() += q;
+            }
+            -p.values().map(|q| q * q.ln()).sum::<f64>()
+        })
+        .collect();
+    let mut text = String::with_capacity(SOURCE_LENGTH * 7);
+    let mut counts = vec![0usize; SOURCE_WORDS];
+    let mut w = 0usize;
+    for _ in 0..SOURCE_LENGTH {
+        text.push_str(&words[w]);
+        text.push(' ');
+        counts[w] += 1;
+        let u: f64 = rng.random();
+        let mut acc = 0.0;
+        let mut next = succ[w][SUCCESSORS - 1];
+        for (k, q) in probs.iter().enumerate() {
+            acc += q;
+            if u < acc {
+                next = succ[w][k];
+                break;
+            }
+        }
+        w = next;
+    }
+    // Entropy rate under the empirical state frequencies.
+    let total: f64 = counts.iter().sum::<usize>() as f64;
+    let h = counts.iter().zip(&row_entropy).map(|(&c, h)| c as f64 / total * h).sum();
+    (text, h)
+}
+
+/// Word ids: the `vocab - 1` most frequent words (ties by first
+/// appearance), every other word `<unk>` (id 0).
+fn encode(text: &str, vocab: usize) -> (Vec<i64>, usize) {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut count: HashMap<&str, (usize, usize)> = HashMap::new();
+    for (i, w) in words.iter().enumerate() {
+        count.entry(w).or_insert((0, i)).0 += 1;
+    }
+    let mut ranked: Vec<(&str, usize, usize)> = count.into_iter().map(|(w, (c, first))| (w, c, first)).collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.2.cmp(&b.2)));
+    let ids: HashMap<&str, i64> = ranked.iter().take(vocab.saturating_sub(1)).enumerate().map(|(i, (w, _, _))| (*w, i as i64 + 1)).collect();
+    let distinct = ranked.len();
+    (words.iter().map(|w| ids.get(w).copied().unwrap_or(0)).collect(), distinct)
+}
+
+/// (inputs, targets) windows of `[batch, t]`: the ids cut into `batch`
+/// contiguous streams, each read `t` words at a time (as the PTB recipe).
+fn windows(ids: &[i64], batch: usize, t: usize) -> Vec<(Vec<i64>, Vec<i64>)> {
+    let per = ids.len() / batch;
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start + t < per {
+        let mut x = Vec::with_capacity(batch * t);
+        let mut y = Vec::with_capacity(batch * t);
+        for b in 0..batch {
+            let s = &ids[b * per + start..b * per + start + t + 1];
+            x.extend_from_slice(&s[..t]);
+            y.extend_from_slice(&s[1..]);
+        }
+        out.push((x, y));
+        start += t;
+    }
+    out
+}
+
+pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
+    for (flag, v) in [("--vocab", a.vocab), ("--hidden", a.hidden), ("--layers", a.layers), ("--seq-len", a.seq_len), ("--batch", a.batch), ("--epochs", a.epochs), ("--threads", a.threads)] {
+        if v == 0 {
+            bail!("{flag}: must be at least 1");
+        }
+    }
+    if a.vocab < 2 {
+        bail!("--vocab: must be at least 2 (one word and <unk>)");
+    }
+    if !(a.lr.is_finite() && a.lr > 0.0) {
+        bail!("--lr: must be a finite positive number");
+    }
+    let (text, floor, source) = match a.corpus {
+        Some(p) => {
+            let t = std::fs::read_to_string(p).with_context(|| format!("--corpus {}", p.display()))?;
+            (t, None, p.display().to_string())
+        }
+        None => {
+            let (t, h) = builtin_corpus(a.seed);
+            (t, Some(h.exp()), "builtin (seeded Markov source)".to_string())
+        }
+    };
+    let (ids, distinct) = encode(&text, a.vocab);
+    // Last 10% held out, whole windows on both sides.
+    let split = ids.len() * 9 / 10;
+    let (train_ids, valid_ids) = ids.split_at(split);
+    let train = windows(train_ids, a.batch, a.seq_len);
+    let valid = windows(valid_ids, a.batch, a.seq_len);
+    if train.is_empty() || valid.is_empty() {
+        bail!(
+            "--corpus {source}: {} words give {} training and {} validation windows of {} x {} words: at least one of each is needed",
+            ids.len(),
+            train.len(),
+            valid.len(),
+            a.batch,
+            a.seq_len
+        );
+    }
+    let mut o = ZooOptions::new(a.batch);
+    o.vocab = Some(a.vocab);
+    o.hidden = Some(a.hidden);
+    o.layers = Some(a.layers);
+    o.seq_len = Some(a.seq_len);
+    o.seed = a.seed;
+    o.optimizer = Some(Optimizer::Adam { lr: a.lr, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 });
+    let m = zoo::build_with("lstm_lm", &o).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let init = m.graph.global_variables_initializer()?;
+    let sess = Session::with_options(&m.graph, SessionOptions { threads: a.threads, ..Default::default() })?;
+    sess.run(&[], &[], &[&init])?;
+    let shape = vec![a.batch, a.seq_len];
+    let feed = |x: &[i64]| Tensor::from_vec(x.to_vec(), shape.clone());
+    let mean_loss = |batches: &[(Vec<i64>, Vec<i64>)], train_step: bool| -> anyhow::Result<f64> {
+        let mut sum = 0.0;
+        for (x, y) in batches {
+            let (xt, yt) = (feed(x)?, feed(y)?);
+            let feeds = [(&m.inputs[0], &xt), (&m.inputs[1], &yt)];
+            let out = if train_step { sess.run(&feeds, &[&m.loss], &[&m.train_op])? } else { sess.run(&feeds, &[&m.loss], &[])? };
+            sum += out[0].to_vec::<f32>()?[0] as f64;
+        }
+        Ok(sum / batches.len() as f64)
+    };
+    let start = mean_loss(&valid, false)?.exp();
+    let mut per_epoch = Vec::with_capacity(a.epochs);
+    let mut train_ppl = f64::NAN;
+    let t0 = Instant::now();
+    for epoch in 1..=a.epochs {
+        train_ppl = mean_loss(&train, true)?.exp();
+        let v = mean_loss(&valid, false)?.exp();
+        per_epoch.push(v);
+        if !a.json {
+            println!("epoch {epoch:>3}: train perplexity {train_ppl:.2}, validation perplexity {v:.2}");
+        }
+    }
+    let seconds = t0.elapsed().as_secs_f64();
+    let steps = train.len() * a.epochs;
+    let words = (steps * a.batch * a.seq_len) as f64;
+    Ok(serde_json::json!({
+        "model": "lstm_lm",
+        "corpus": source,
+        "words": ids.len(),
+        "distinct_words": distinct,
+        "vocab": a.vocab,
+        "params": m.params,
+        "perplexity_start": start,
+        "perplexity": per_epoch.last().copied().unwrap_or(start),
+        "perplexity_per_epoch": per_epoch,
+        "train_perplexity": train_ppl,
+        "perplexity_floor": floor,
+        "steps": steps,
+        "seconds": seconds,
+        "words_per_second": words / seconds.max(1e-9),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_cut_streams_and_shift_targets_by_one() {
+        let ids: Vec<i64> = (0..21).collect();
+        // 2 streams of 10 (0..10, 10..20), windows of 3: [0,1,2]->[1,2,3], [3,4,5]->[4,5,6], [6,7,8]->[7,8,9].
+        let w = windows(&ids, 2, 3);
+        assert_eq!(w.len(), 3);
+        assert_eq!(w[0], (vec![0, 1, 2, 10, 11, 12], vec![1, 2, 3, 11, 12, 13]));
+        assert_eq!(w[2], (vec![6, 7, 8, 16, 17, 18], vec![7, 8, 9, 17, 18, 19]));
+    }
+
+    #[test]
+    fn rare_words_become_unknown() {
+        let (ids, distinct) = encode("a b a c a b d", 3);
+        // a (3) -> 1, b (2) -> 2, c and d -> <unk> 0.
+        assert_eq!(ids, vec![1, 2, 1, 0, 1, 2, 0]);
+        assert_eq!(distinct, 4);
+    }
+
+    #[test]
+    fn the_builtin_source_has_the_entropy_of_its_rows() {
+        // Zipf weights over 8 distinct successors: H = ln(H8) + sum(ln k / k) / H8,
+        // H8 = sum 1/k. Merged duplicate successors only lower it.
+        let h8: f64 = (1..=8).map(|k| 1.0 / k as f64).sum();
+        let distinct_rows = h8.ln() + (1..=8).map(|k| (k as f64).ln() / k as f64).sum::<f64>() / h8;
+        let (text, h) = builtin_corpus(1);
+        assert!(h <= distinct_rows + 1e-12 && h > distinct_rows - 0.1, "{h} vs {distinct_rows}");
+        assert_eq!(text.split_whitespace().count(), SOURCE_LENGTH);
+        assert_eq!(builtin_corpus(1).0, text, "seeded");
+    }
+}

@@ -1,0 +1,53 @@
+//! `flowlab train lstm-lm` trains the zoo's LSTM language model on the
+//! generated Markov corpus: perplexity starts at the vocabulary size (a
+//! uniform guess), falls every epoch towards the source's entropy bound,
+//! and is the same for the same seed. Bad corpora are refused by flag.
+
+mod common;
+
+use common::{describe, run_flowlab};
+
+fn train(extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["train", "lstm-lm", "--epochs", "3", "--vocab", "600", "--hidden", "64", "--layers", "1", "--batch", "20", "--lr", "0.01", "--json"];
+    args.extend_from_slice(extra);
+    let out = run_flowlab(&args);
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {}", describe(&out)))
+}
+
+#[test]
+fn perplexity_falls_from_uniform_towards_the_sources_bound() {
+    let r = train(&[]);
+    let start = r["perplexity_start"].as_f64().unwrap();
+    // Small random weights: every word about equally likely, 600 of them.
+    assert!((start - 600.0).abs() < 30.0, "{r}");
+    let per: Vec<f64> = r["perplexity_per_epoch"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(per.len(), 3);
+    assert!(per.windows(2).all(|w| w[1] < w[0]), "falls every epoch: {per:?}");
+    // The source's entropy rate bounds what any model can reach; three
+    // epochs get within 2.5x of it (from 100x above).
+    let floor = r["perplexity_floor"].as_f64().unwrap();
+    assert!(floor > 4.0 && floor < 8.0, "{r}");
+    assert!(per[2] > floor && per[2] < 2.5 * floor, "{per:?} vs floor {floor}");
+    assert_eq!(r["steps"], 3 * 134, "{r}");
+    // Same seed, same numbers.
+    assert_eq!(train(&[])["perplexity_per_epoch"], r["perplexity_per_epoch"]);
+}
+
+#[test]
+fn a_missing_or_tiny_corpus_is_refused_naming_the_flag() {
+    let out = run_flowlab(&["train", "lstm-lm", "--corpus", "/nonexistent/words.txt"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--corpus /nonexistent/words.txt"), "{}", describe(&out));
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = dir.path().join("tiny.txt");
+    std::fs::write(&tiny, "one two three four five six").unwrap();
+    let out = run_flowlab(&["train", "lstm-lm", "--corpus", tiny.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("6 words give 0 training and 0 validation windows of 32 x 20 words"), "{}", describe(&out));
+    let out = run_flowlab(&["train", "lstm-lm", "--vocab", "1"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--vocab: must be at least 2"), "{}", describe(&out));
+}
