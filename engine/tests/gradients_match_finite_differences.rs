@@ -189,3 +189,18 @@ fn stop_gradient_treats_its_input_as_a_constant() {
     let v = Tensor::from_vec(vec![1.0f64, -2.0, 3.0], [3]).unwrap();
     assert_eq!(s.run(&[(&x, &v)], &[&gx], &[]).unwrap()[0].to_vec::<f64>().unwrap(), vec![1.0, -2.0, 3.0]);
 }
+
+#[test]
+fn sparse_softmax_cross_entropy_has_the_closed_form_loss() {
+    // Logits [0, ln 3, very negative]: softmax (1/4, 3/4, ~0). Label 1 loses
+    // ln(4/3); label 2's probability underflows to 0 in f32, its loss is
+    // still finite: 1000 + ln 4 (from the logits, not from the probability).
+    let g = Graph::new();
+    let x = g.constant(Tensor::from_vec(vec![0.0f32, 3f32.ln(), -1000.0, 0.0, 3f32.ln(), -1000.0], [2, 3]).unwrap()).unwrap();
+    let y = g.constant(Tensor::from_vec(vec![1i64, 2], [2]).unwrap()).unwrap();
+    let l = g.sparse_softmax_cross_entropy_with_logits(&x, &y).unwrap();
+    let s = Session::new(&g).unwrap();
+    let v = s.run(&[], &[&l], &[]).unwrap()[0].to_vec::<f32>().unwrap();
+    assert!((v[0] - (4.0f32 / 3.0).ln()).abs() < 1e-6, "{v:?}");
+    assert!((v[1] - (1000.0 + 4f32.ln())).abs() < 1e-3, "{v:?}");
+}

@@ -125,8 +125,35 @@ fn k_sparse_xent(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
         return Err(c.n.kernel_err(format!("label {bad} in row {i} is outside [0, {k})")));
     }
     with_float!(c, x.dtype(), T => {
-        let (l, b) = xent(x.as_slice::<T>()?, n, k, |i, j| if labels[i] as usize == j { T::ONE } else { T::ZERO });
-        Ok(vec![Tensor::from_vec(l, [n])?, Tensor::from_vec(b, [n, k])?])
+        // One exp per logit: softmax into the gradient, then the label's
+        // entry less one; loss = log(sum) - (x_label - max).
+        let xs = x.as_slice::<T>()?;
+        let back = rows(xs, k, c.threads, |r, o| {
+            let m = r.iter().copied().fold(T::NEG_INFINITY, T::max);
+            let mut s = T::ZERO;
+            for (o, &v) in o.iter_mut().zip(r) {
+                *o = (v - m).exp();
+                s += *o;
+            }
+            let inv = T::ONE / s;
+            for o in o.iter_mut() {
+                *o *= inv;
+            }
+        });
+        let mut back = back;
+        let mut loss = vec![T::ZERO; n];
+        for (i, l) in loss.iter_mut().enumerate() {
+            let j = labels[i] as usize;
+            let p = back[i * k + j];
+            // -ln(softmax) from the probability would lose precision for
+            // tiny ones: recompute from the logits (one row pass, no exp).
+            let r = &xs[i * k..(i + 1) * k];
+            let m = r.iter().copied().fold(T::NEG_INFINITY, T::max);
+            let s: T = if p > T::ZERO { (r[j] - m).exp() / p } else { r.iter().fold(T::ZERO, |a, &v| a + (v - m).exp()) };
+            *l = s.ln() - (r[j] - m);
+            back[i * k + j] = p - T::ONE;
+        }
+        Ok(vec![Tensor::from_vec(loss, [n])?, Tensor::from_vec(back, [n, k])?])
     })
 }
 
