@@ -77,6 +77,15 @@ fn dense_fetch_grows_with_workers_sparse_stays_flat() {
     assert!(d32 > 1.8 * d1, "dense: {d1} -> {d32}");
     let (s1, s32) = (p50(&cfg("sparse_1gb", 1)), p50(&cfg("sparse_1gb", 32)));
     assert!(s32 < 0.02 && s32 < 4.0 * s1, "sparse: {s1} -> {s32}");
+    // One worker, closed form: 1.5 ms overhead; the requests reach the PS
+    // tasks after the 2-link path latency L (4 us); the 32 rows of 512 B
+    // (16 KiB in all) stream back over the worker's one NIC (last byte at
+    // L + 16384/B) while each PS CPU takes 35 us; the pushes stream the same
+    // bytes up, and the PS CPU applies them (35 us).
+    let one = p50("model: sparse_1gb\nworkers: 1\nps: 16\nsteps: 3\nnetwork: { link_gbps: 10, latency_us: 2 }\n");
+    let (l, wire, cpu): (f64, f64, f64) = (4e-6, 16384.0 / 1.25e9, 35e-6);
+    let expect = 1.5e-3 + l + cpu.max(l + wire) + l + wire + cpu;
+    assert!((one - expect).abs() / expect < 0.01, "sparse, 1 worker: {one} vs {expect}");
     let big = p50(&cfg("sparse_16gb", 32));
     assert!((big - s32).abs() < 0.2 * s32, "table size matters: {s32} vs {big}");
     let (n1, n32) = (p50(&cfg("null", 1)), p50(&cfg("null", 32)));
