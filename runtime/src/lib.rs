@@ -1,0 +1,21 @@
+//! The distributed runtime (issue 16): several engine processes that run one
+//! training job together, as in sections 3.3 and 4.4 of the TensorFlow paper.
+//!
+//! A crate of its own on top of `flowlab-engine` rather than a layer inside
+//! it: the network transport (and later its async runtime) is a heavy
+//! dependency that the single-process engine, the simulators and their users
+//! should not have to build.
+//!
+//! | module | holds |
+//! |---|---|
+//! | `error` | the crate's error type |
+//! | `cluster` | the cluster spec: jobs `chief`, `ps`, `worker` and their task addresses |
+//! | `net` | binding a task's address and reaching another task, with a deadline |
+
+mod cluster;
+mod error;
+mod net;
+
+pub use cluster::{ClusterSpec, Job, TaskId};
+pub use error::{Result, RuntimeError};
+pub use net::{bind_task, connect_task};
