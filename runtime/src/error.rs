@@ -24,6 +24,15 @@ pub enum RuntimeError {
     Resolve { task: String, address: String, source: std::io::Error },
     #[error("task {task} at {address} not reachable after {waited:?} ({attempts} attempts); last error: {source}")]
     Unreachable { task: String, address: String, waited: Duration, attempts: u32, source: std::io::Error },
+    /// A message from another task that cannot be understood.
+    #[error("bad message: {message}")]
+    Message { message: String },
+    /// The engine refused a tensor or a rendezvous operation.
+    #[error("{message}")]
+    Engine { message: String },
+    /// A gRPC call to another task failed.
+    #[error("task {task} at {address}: {message}")]
+    Rpc { task: String, address: String, message: String },
 }
 
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;

@@ -11,11 +11,21 @@
 //! | `error` | the crate's error type |
 //! | `cluster` | the cluster spec: jobs `chief`, `ps`, `worker` and their task addresses |
 //! | `net` | binding a task's address and reaching another task, with a deadline |
+//! | `wire` | tensors in messages |
+//! | `worker` | a task's gRPC server and the remote rendezvous (`RecvTensor`) |
 
 mod cluster;
 mod error;
 mod net;
+mod wire;
+mod worker;
+
+/// Messages and services generated from `proto/flowlab.proto`.
+pub mod pb {
+    tonic::include_proto!("flowlab");
+}
 
 pub use cluster::{ClusterSpec, Job, TaskId};
 pub use error::{Result, RuntimeError};
 pub use net::{bind_task, connect_task};
+pub use worker::{RemoteRendezvous, TaskServer, WorkerService};
