@@ -1,0 +1,31 @@
+//! The distributed runtime (issue 16): several engine processes that run one
+//! training job together, as in sections 3.3 and 4.4 of the TensorFlow paper.
+//!
+//! A crate of its own on top of `flowlab-engine` rather than a layer inside
+//! it: the network transport (and later its async runtime) is a heavy
+//! dependency that the single-process engine, the simulators and their users
+//! should not have to build.
+//!
+//! | module | holds |
+//! |---|---|
+//! | `error` | the crate's error type |
+//! | `cluster` | the cluster spec: jobs `chief`, `ps`, `worker` and their task addresses |
+//! | `net` | binding a task's address and reaching another task, with a deadline |
+//! | `wire` | tensors in messages |
+//! | `worker` | a task's gRPC server and the remote rendezvous (`RecvTensor`) |
+
+mod cluster;
+mod error;
+mod net;
+mod wire;
+mod worker;
+
+/// Messages and services generated from `proto/flowlab.proto`.
+pub mod pb {
+    tonic::include_proto!("flowlab");
+}
+
+pub use cluster::{ClusterSpec, Job, TaskId};
+pub use error::{Result, RuntimeError};
+pub use net::{bind_task, connect_task};
+pub use worker::{RemoteRendezvous, TaskServer, WorkerService};
