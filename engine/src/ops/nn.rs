@@ -128,19 +128,7 @@ fn k_sparse_xent(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
         // One exp per logit: softmax into the gradient, then the label's
         // entry less one; loss = log(sum) - (x_label - max).
         let xs = x.as_slice::<T>()?;
-        let back = rows(xs, k, c.threads, |r, o| {
-            let m = r.iter().copied().fold(T::NEG_INFINITY, T::max);
-            let mut s = T::ZERO;
-            for (o, &v) in o.iter_mut().zip(r) {
-                *o = (v - m).exp();
-                s += *o;
-            }
-            let inv = T::ONE / s;
-            for o in o.iter_mut() {
-                *o *= inv;
-            }
-        });
-        let mut back = back;
+        let mut back = rows(xs, k, c.threads, softmax_row);
         let mut loss = vec![T::ZERO; n];
         for (i, l) in loss.iter_mut().enumerate() {
             let j = labels[i] as usize;
