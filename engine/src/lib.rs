@@ -39,6 +39,7 @@ pub use graph::{AttrValue, Attrs, Graph, IntoOutput, Node, NodeId, OpBuilder, Ou
 pub use ops::sendrecv::{recv_tensor, send_tensor, wire_format};
 pub use ops::control_flow::{DEFAULT_PARALLEL_ITERATIONS, WhileOptions};
 pub use ops::queue::QueueHandle;
+pub use ops::rnn::LstmCellOutputs;
 pub use ops::{OpCost, op_cost, op_names};
 pub use runtime::{DefaultPlacer, Partition, PartitionOptions, Placement, Placer, Session, SessionOptions, Transfer};
 pub use runtime::{partition, partition_with, step_nodes};

@@ -204,3 +204,22 @@ fn sparse_softmax_cross_entropy_has_the_closed_form_loss() {
     assert!((v[0] - (4.0f32 / 3.0).ln()).abs() < 1e-6, "{v:?}");
     assert!((v[1] - (1000.0 + 4f32.ln())).abs() < 1e-3, "{v:?}");
 }
+
+/// The fused LSTM cell: x [2,3], cs [2,4], h [2,4], w [7,16], b [16].
+#[test]
+fn lstm_block_cell_through_its_state_its_gates_and_two_steps() {
+    let shapes: &[&[usize]] = &[&[2, 3], &[2, 4], &[2, 4], &[7, 16], &[16]];
+    check("LSTMBlockCell h", shapes, |g, x| Ok(g.lstm_block_cell(&x[0], &x[1], &x[2], &x[3], &x[4], 0.0)?.h));
+    check("LSTMBlockCell cs, forget bias 1", shapes, |g, x| Ok(g.lstm_block_cell(&x[0], &x[1], &x[2], &x[3], &x[4], 1.0)?.cs));
+    // Every output used: the gate gradients enter the backward kernel.
+    check("LSTMBlockCell all outputs", shapes, |g, x| {
+        let c = g.lstm_block_cell(&x[0], &x[1], &x[2], &x[3], &x[4], 0.5)?;
+        g.concat(&[&c.i, &c.cs, &c.f, &c.o, &c.ci, &c.co, &c.h], 1)
+    });
+    // Two steps sharing the weights: gradients flow back through cs and h.
+    check("LSTMBlockCell two steps", shapes, |g, x| {
+        let c1 = g.lstm_block_cell(&x[0], &x[1], &x[2], &x[3], &x[4], 0.0)?;
+        let c2 = g.lstm_block_cell(&x[0], &c1.cs, &c1.h, &x[3], &x[4], 0.0)?;
+        g.concat(&[&c2.h, &c2.cs], 1)
+    });
+}

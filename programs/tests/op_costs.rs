@@ -68,7 +68,12 @@ fn many_ops_training(g: &Graph) -> Result<()> {
         g.add(g.reduce_sum(&xent, &[], false), g.reduce_mean(g.expand_dims(&m, 0), &[], false)),
     )?;
     let loss = g.add(&loss, g.reduce_mean(g.reduce_max(&v, &[0], false), &[], false))?;
-    let vars = [x.clone(), bias.clone(), w.clone(), v.clone()];
+    // A fused LSTM cell step fed by the layers above: LSTMBlockCell(Grad).
+    let wl = g.variable("lstm_w", g.random_uniform([11, 20], DType::F32, -0.1, 0.1, 4)?)?;
+    let bl = g.variable("lstm_b", g.zeros(DType::F32, [20])?)?;
+    let cell = g.lstm_block_cell(&p, g.zeros(DType::F32, [4, 5])?, &a, &wl, &bl, 1.0)?;
+    let loss = g.add(&loss, g.reduce_mean(&cell.h, &[], false))?;
+    let vars = [x.clone(), bias.clone(), w.clone(), v.clone(), wl.clone(), bl.clone()];
     let grads = g.gradients(&[&loss], &vars.iter().collect::<Vec<_>>())?;
     let pairs: Vec<(Output, Output)> =
         vars.iter().cloned().zip(grads).filter_map(|(var, gr)| gr.map(|gr| (var, gr))).collect();
@@ -107,6 +112,7 @@ fn every_arithmetic_op_reports_flops() {
         "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPoolGrad", "AvgPoolGrad", "BiasAddGrad", "ReluGrad",
         "SparseSoftmaxCrossEntropyWithLogits", "SoftmaxCrossEntropyWithLogits", "ApplyAdam", "ApplyMomentum",
         "ApplyGradientDescent", "GatherGrad", "SliceGrad", "ConcatGrad", "ReductionGrad", "MaxReduceGrad", "SumToShape",
+        "LSTMBlockCellGrad",
     ] {
         assert!(seen.contains_key(op), "no {op} node in the test graphs; ops seen: {:?}", seen.keys().collect::<Vec<_>>());
     }

@@ -10,7 +10,8 @@ use crate::error::{EngineError, Result};
 use crate::graph::{Graph, IntoOutput, Output};
 use crate::tensor::TensorType;
 use crate::kernels::cpu::Float;
-use crate::kernels::cpu::elementwise::{binary, broadcast_dims, map};
+use crate::kernels::cpu::elementwise::{PAR_CHUNK, PAR_MIN_ELEMENTS, binary, broadcast_dims, map};
+use rayon::prelude::*;
 use crate::kernels::cpu::reduce::reduce_axes;
 use crate::tensor::{PartialShape, Shape};
 use crate::tensor::Tensor;
@@ -158,13 +159,34 @@ macro_rules! float_unary {
         }
     };
 }
-float_unary!(k_exp, |x| x.exp());
+/// A float op over whole slices (see `Float::exp_in_place`), in chunks on
+/// rayon when large.
+fn apply_in_place<T: Float + Element>(c: &KernelCtx, f: fn(&mut [T])) -> Result<Tensor> {
+    let a = &c.inputs[0];
+    let mut v = a.as_slice::<T>()?.to_vec();
+    if c.threads > 1 && v.len() >= PAR_MIN_ELEMENTS {
+        v.par_chunks_mut(PAR_CHUNK).for_each(f);
+    } else {
+        f(&mut v);
+    }
+    Tensor::from_vec(v, a.shape().clone())
+}
+
+macro_rules! float_in_place {
+    ($fname:ident, $method:ident) => {
+        fn $fname(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+            let dt = c.inputs[0].dtype();
+            with_float!(c, dt, T => Ok(vec![apply_in_place::<T>(c, T::$method)?]))
+        }
+    };
+}
+float_in_place!(k_exp, exp_in_place);
 float_unary!(k_log, |x| x.ln());
 float_unary!(k_sqrt, |x| x.sqrt());
 float_unary!(k_rsqrt, |x| T::ONE / x.sqrt());
 float_unary!(k_square, |x| x * x);
-float_unary!(k_tanh, |x| x.tanh());
-float_unary!(k_sigmoid, |x| T::ONE / (T::ONE + (-x).exp()));
+float_in_place!(k_tanh, tanh_in_place);
+float_in_place!(k_sigmoid, sigmoid_in_place);
 float_unary!(k_relu, |x| if x > T::ZERO { x } else { T::ZERO });
 
 fn k_neg(c: &mut KernelCtx) -> Result<Vec<Tensor>> {

@@ -26,6 +26,7 @@ pub(crate) mod matmul;
 pub(crate) mod nn;
 pub(crate) mod random;
 pub(crate) mod reduce;
+pub(crate) mod rnn;
 pub(crate) mod sampled_softmax;
 pub(crate) mod sendrecv;
 pub(crate) mod queue;
@@ -196,6 +197,7 @@ pub(crate) fn registry() -> &'static Registry {
         control_flow::register(&mut r);
         embedding::register(&mut r);
         sampled_softmax::register(&mut r);
+        rnn::register(&mut r);
         r
     })
 }

@@ -32,9 +32,14 @@ fn rows<T: Float>(x: &[T], c: usize, threads: usize, f: impl Fn(&[T], &mut [T]) 
 
 fn log_softmax_row<T: Float>(r: &[T], o: &mut [T]) {
     let m = r.iter().copied().fold(T::NEG_INFINITY, T::max);
+    // The exps into `o` first, over the whole row at once, then their sum.
+    for (o, &v) in o.iter_mut().zip(r) {
+        *o = v - m;
+    }
+    T::exp_in_place(o);
     let mut s = T::ZERO;
-    for &v in r {
-        s += (v - m).exp();
+    for &e in o.iter() {
+        s += e;
     }
     let l = m + s.ln();
     for (o, &v) in o.iter_mut().zip(r) {
@@ -44,10 +49,14 @@ fn log_softmax_row<T: Float>(r: &[T], o: &mut [T]) {
 
 fn softmax_row<T: Float>(r: &[T], o: &mut [T]) {
     let m = r.iter().copied().fold(T::NEG_INFINITY, T::max);
-    let mut s = T::ZERO;
+    // The exps over the whole row at once, the sum after.
     for (o, &v) in o.iter_mut().zip(r) {
-        *o = (v - m).exp();
-        s += *o;
+        *o = v - m;
+    }
+    T::exp_in_place(o);
+    let mut s = T::ZERO;
+    for &e in o.iter() {
+        s += e;
     }
     let inv = T::ONE / s;
     for o in o.iter_mut() {

@@ -216,6 +216,15 @@ fn gemm_of(n: &Node, ins: &[(DType, Shape)], outs: &[(DType, Shape)]) -> Option<
             }
             Some(((out[0] * out[1] * out[2]) as u64, out[3] as u64, (f[0] * f[1] * f[2]) as u64))
         }
+        // z [B, 4H] = [x, h] [B, I+H] x W [I+H, 4H]; the gate arithmetic
+        // after it is a few operations per output.
+        "LSTMBlockCell" => {
+            let w = ins.get(3)?.1.dims();
+            if w.len() != 2 || out.len() != 2 {
+                return None;
+            }
+            Some((out[0] as u64, w[1] as u64, w[0] as u64))
+        }
         // dX columns [N*OH*OW, KH*KW*C] = dY [N*OH*OW, F] x W^T [F, KH*KW*C].
         "Conv2DBackpropInput" => {
             let f = ins.get(1)?.1.dims();

@@ -1,7 +1,8 @@
 //! A word-level LSTM language model unrolled over a fixed number of steps,
 //! as TensorFlow's PTB tutorial builds it (Zaremba et al., 2014, "medium"
 //! configuration): embedding lookup (Gather), two stacked LSTM layers of 650
-//! units (one fused kernel per layer: concat(x, h) · W + b split into the
+//! units (TensorFlow's fused LSTMBlockCell, the tutorial's "block" mode: one
+//! node per layer and step computing concat(x, h) · W + b, split into the
 //! input, candidate, forget and output gates, forget bias 0), 35 steps, and a
 //! softmax over the 10,000-word vocabulary at every step. Weights start
 //! uniform in ±0.05; the initial state is zero; dropout and gradient
@@ -28,12 +29,8 @@ struct Cell {
 impl Cell {
     /// One step: returns the new (h, c).
     fn step(&self, g: &Graph, x: &Output, h: &Output, c: &Output) -> Result<(Output, Output)> {
-        let z = g.bias_add(g.matmul(g.concat(&[x, h], 1)?, &self.kernel)?, &self.bias)?;
-        let gates = g.split(&z, 4, 1)?;
-        let (i, j, f, o) = (&gates[0], &gates[1], &gates[2], &gates[3]);
-        let c_new = g.add(g.mul(c, g.sigmoid(f)?)?, g.mul(g.sigmoid(i)?, g.tanh(j)?)?)?;
-        let h_new = g.mul(g.tanh(&c_new)?, g.sigmoid(o)?)?;
-        Ok((h_new, c_new))
+        let cell = g.lstm_block_cell(x, c, h, &self.kernel, &self.bias, 0.0)?;
+        Ok((cell.h, cell.cs))
     }
 }
 

@@ -7,6 +7,8 @@ use rayon::prelude::*;
 /// Below this many output elements a kernel stays on the calling thread.
 pub(crate) const PAR_MIN_ELEMENTS: usize = 1 << 15;
 const CHUNK: usize = 1 << 13;
+/// The chunk of elements one rayon task takes.
+pub(crate) const PAR_CHUNK: usize = CHUNK;
 
 /// The broadcast result of two shapes (right-aligned, 1 stretches), or
 /// `None` when a pair of dimensions differs and neither is 1.

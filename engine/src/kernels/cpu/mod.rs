@@ -8,6 +8,8 @@
 
 pub mod conv;
 pub(crate) mod elementwise;
+pub(crate) mod fastmath;
+pub(crate) mod lstm;
 pub mod matmul;
 pub mod pool;
 pub(crate) mod reduce;

@@ -59,10 +59,30 @@ pub trait Float:
     fn is_finite(self) -> bool;
     /// `self * a + b`, fused where the hardware has it.
     fn mul_add(self, a: Self, b: Self) -> Self;
+    /// e^x of every element, in place. For f32 the vectorized polynomial of
+    /// `fastmath` (2 ulp), for f64 libm: kernels that apply exp, tanh or the
+    /// logistic function to whole tensors use these, not the scalar methods.
+    fn exp_in_place(x: &mut [Self]) {
+        for v in x {
+            *v = v.exp();
+        }
+    }
+    /// tanh of every element, in place (f32: `fastmath`, 8 ulp).
+    fn tanh_in_place(x: &mut [Self]) {
+        for v in x {
+            *v = v.tanh();
+        }
+    }
+    /// 1 / (1 + e^-x) of every element, in place.
+    fn sigmoid_in_place(x: &mut [Self]) {
+        for v in x {
+            *v = Self::ONE / (Self::ONE + (-*v).exp());
+        }
+    }
 }
 
 macro_rules! impl_float {
-    ($t:ty) => {
+    ($t:ty, { $($extra:item)* }) => {
         impl Float for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -127,12 +147,23 @@ macro_rules! impl_float {
             fn mul_add(self, a: Self, b: Self) -> Self {
                 <$t>::mul_add(self, a, b)
             }
+            $($extra)*
         }
     };
 }
 
-impl_float!(f32);
-impl_float!(f64);
+impl_float!(f32, {
+    fn exp_in_place(x: &mut [f32]) {
+        super::fastmath::exp_in_place(x)
+    }
+    fn tanh_in_place(x: &mut [f32]) {
+        super::fastmath::tanh_in_place(x)
+    }
+    fn sigmoid_in_place(x: &mut [f32]) {
+        super::fastmath::sigmoid_in_place(x)
+    }
+});
+impl_float!(f64, {});
 
 #[cfg(test)]
 mod tests {
