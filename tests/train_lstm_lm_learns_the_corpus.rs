@@ -1,7 +1,8 @@
 //! `flowlab train lstm-lm` trains the zoo's LSTM language model on the
 //! generated Markov corpus: perplexity starts at the vocabulary size (a
 //! uniform guess), falls every epoch towards the source's entropy bound,
-//! and is the same for the same seed. Bad corpora are refused by flag.
+//! and is the same for the same seed; on the shipped Shakespeare it falls
+//! every epoch too. Bad corpora are refused by flag.
 
 mod common;
 
@@ -18,7 +19,7 @@ fn train(extra: &[&str]) -> serde_json::Value {
 
 #[test]
 fn perplexity_falls_from_uniform_towards_the_sources_bound() {
-    let r = train(&[]);
+    let r = train(&["--corpus", "markov"]);
     let start = r["perplexity_start"].as_f64().unwrap();
     // Small random weights: every word about equally likely, 600 of them.
     assert!((start - 600.0).abs() < 30.0, "{r}");
@@ -32,7 +33,22 @@ fn perplexity_falls_from_uniform_towards_the_sources_bound() {
     assert!(per[2] > floor && per[2] < 2.5 * floor, "{per:?} vs floor {floor}");
     assert_eq!(r["steps"], 3 * 134, "{r}");
     // Same seed, same numbers.
-    assert_eq!(train(&[])["perplexity_per_epoch"], r["perplexity_per_epoch"]);
+    assert_eq!(train(&["--corpus", "markov"])["perplexity_per_epoch"], r["perplexity_per_epoch"]);
+}
+
+#[test]
+fn perplexity_falls_every_epoch_on_the_shipped_shakespeare() {
+    let r = train(&[]);
+    assert!(r["corpus"].as_str().unwrap().starts_with("shakespeare"), "{r}");
+    assert_eq!(r["words"], 59_620, "{r}");
+    let per: Vec<f64> = r["perplexity_per_epoch"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert!(per.windows(2).all(|w| w[1] < w[0]), "falls every epoch: {per:?}");
+    // From a uniform guess over 600 words to well below what word
+    // frequencies alone give: a unigram model of the training 90% scores
+    // 99.8 on the held-out 10% at this vocabulary (add-half smoothing,
+    // computed outside flowlab); three epochs measured 52.8.
+    assert!(per[2] < 70.0, "{per:?}");
+    assert!(r["perplexity_floor"].is_null(), "no known floor for real text: {r}");
 }
 
 #[test]

@@ -85,10 +85,11 @@ pub struct TrainArgs {
     /// Print the result as one JSON object on the last line.
     #[arg(long)]
     json: bool,
-    /// lstm-lm: a text file of words separated by white space (default: a
-    /// generated corpus of 60,000 words whose best perplexity is known).
-    #[arg(long)]
-    corpus: Option<PathBuf>,
+    /// lstm-lm: `shakespeare` (59,620 words of tinyshakespeare, shipped),
+    /// `markov` (a generated corpus of 60,000 words whose best perplexity is
+    /// known), or a text file of words separated by white space.
+    #[arg(long, default_value = "shakespeare")]
+    corpus: String,
     /// lstm-lm: vocabulary (the most frequent words; the rest are <unk>).
     #[arg(long, default_value_t = 1000)]
     vocab: usize,
@@ -187,7 +188,7 @@ fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
 pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     if let Model::LstmLm = args.model {
         let lm = super::train_lm::LmArgs {
-            corpus: args.corpus.as_deref(),
+            corpus: &args.corpus,
             vocab: args.vocab,
             hidden: args.hidden,
             layers: args.layers,

@@ -3,10 +3,12 @@
 //! sizes given) on a text corpus with the real engine, and prints the
 //! validation perplexity per epoch.
 //!
-//! The default corpus is generated, not downloaded: a seeded first-order
-//! Markov source over 500 made-up words, each followed by one of 8 words
-//! with Zipf weights. Its entropy rate is known in closed form, so the best
-//! perplexity any model can reach on it is known too (`perplexity_floor`).
+//! Corpora: `shakespeare` (the default; 59,620 words of tinyshakespeare,
+//! public domain, shipped in data/ and compiled in, see data/README.md),
+//! `markov` (generated: a seeded first-order Markov source over 500
+//! made-up words, each followed by one of 8 words with Zipf weights; its
+//! entropy rate is known in closed form, so the best perplexity any model
+//! can reach on it is known too, `perplexity_floor`), or a text file.
 
 use anyhow::{Context, bail};
 use flowlab_engine::{Optimizer, Session, SessionOptions, Tensor};
@@ -14,12 +16,12 @@ use flowlab_sim::zoo::{self, ZooOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
-use std::path::Path;
 use std::time::Instant;
 
 /// What `flowlab train lstm-lm` was asked for.
 pub(crate) struct LmArgs<'a> {
-    pub corpus: Option<&'a Path>,
+    /// `shakespeare`, `markov` or a path.
+    pub corpus: &'a str,
     pub vocab: usize,
     pub hidden: usize,
     pub layers: usize,
@@ -31,6 +33,9 @@ pub(crate) struct LmArgs<'a> {
     pub threads: usize,
     pub json: bool,
 }
+
+/// The shipped corpus (data/shakespeare.txt).
+const SHAKESPEARE: &str = include_str!("../../data/shakespeare.txt");
 
 const SOURCE_WORDS: usize = 500;
 const SUCCESSORS: usize = 8;
@@ -130,13 +135,14 @@ pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
         bail!("--lr: must be a finite positive number");
     }
     let (text, floor, source) = match a.corpus {
-        Some(p) => {
-            let t = std::fs::read_to_string(p).with_context(|| format!("--corpus {}", p.display()))?;
-            (t, None, p.display().to_string())
-        }
-        None => {
+        "shakespeare" => (SHAKESPEARE.to_string(), None, "shakespeare (tinyshakespeare, first 10,001 lines)".to_string()),
+        "markov" => {
             let (t, h) = builtin_corpus(a.seed);
-            (t, Some(h.exp()), "builtin (seeded Markov source)".to_string())
+            (t, Some(h.exp()), "markov (seeded Markov source)".to_string())
+        }
+        p => {
+            let t = std::fs::read_to_string(p).with_context(|| format!("--corpus {p}"))?;
+            (t, None, p.to_string())
         }
     };
     let (ids, distinct) = encode(&text, a.vocab);
@@ -247,5 +253,14 @@ mod tests {
         assert!(h <= distinct_rows + 1e-12 && h > distinct_rows - 0.1, "{h} vs {distinct_rows}");
         assert_eq!(text.split_whitespace().count(), SOURCE_LENGTH);
         assert_eq!(builtin_corpus(1).0, text, "seeded");
+    }
+
+    #[test]
+    fn the_shipped_corpus_is_the_documented_cut() {
+        // Counts stated in data/make_shakespeare.py.
+        let words: Vec<&str> = SHAKESPEARE.split_whitespace().collect();
+        assert_eq!(words.len(), 59_620);
+        assert_eq!(words.iter().collect::<std::collections::HashSet<_>>().len(), 5_802);
+        assert_eq!(&words[..3], ["first", "citizen", ":"]);
     }
 }
