@@ -50,5 +50,5 @@ for threads in (1, 2):
         if step >= 5:
             times.append(time.perf_counter() - t)
     s = statistics.median(times)
-    print(json.dumps({"name": "lstm_lm_train", "peer": "pytorch", "torch": torch.__version__, "threads": threads,
+    print(json.dumps({"name": "lstm_lm_train_b32", "peer": "pytorch", "torch": torch.__version__, "threads": threads,
                       "median_ms": s * 1e3, "words_per_second": args.batch * args.seq_len / s}))

@@ -45,8 +45,16 @@ pub struct Case {
 }
 
 impl Case {
-    fn new(name: String, threads: usize, step: impl FnMut() -> Result<()> + Send + 'static) -> Case {
+    /// A workload built elsewhere (the CLI adds the model zoo's language
+    /// model, which this crate cannot build): `step` runs one repetition.
+    pub fn new(name: String, threads: usize, step: impl FnMut() -> Result<()> + Send + 'static) -> Case {
         Case { name, threads, step: Box::new(step) }
+    }
+
+    /// The case's row: median of `reps` repetitions after one warm-up.
+    pub fn record(mut self, reps: usize) -> Result<BenchRecord> {
+        let secs = self.median_secs(reps)?;
+        Ok(BenchRecord { name: self.name, threads: self.threads, median_ms: secs * 1e3, gflops: None, us_per_op: None, speedup: None })
     }
 
     /// Runs one repetition.

@@ -31,15 +31,41 @@ enum BenchTarget {
     Graph,
 }
 
+/// The language model row's name.
+const LSTM_ROW: &str = "lstm_lm_train_b32";
+
+/// One Adam step of the zoo's LSTM language model at `flowlab train
+/// lstm-lm`'s default sizes (2 x 128 units, vocabulary 1,000, 20 words,
+/// batch 32): the step `bench/peers/lstm_lm.py` times in PyTorch.
+fn lstm_lm_case(threads: usize) -> anyhow::Result<flowlab_programs::bench::Case> {
+    use flowlab_engine::{Optimizer, Session, SessionOptions, Tensor};
+    let mut o = flowlab_sim::zoo::ZooOptions::new(32);
+    (o.vocab, o.hidden, o.layers, o.seq_len) = (Some(1000), Some(128), Some(2), Some(20));
+    o.optimizer = Some(Optimizer::Adam { lr: 0.003, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 });
+    let m = flowlab_sim::zoo::build_with("lstm_lm", &o)?;
+    let sess = Session::with_options(&m.graph, SessionOptions { threads, ..Default::default() })?;
+    sess.run(&[], &[], &[&m.graph.global_variables_initializer()?])?;
+    let ids = |salt: i64| Tensor::from_vec((0..32 * 20).map(|i| (i * 7919 + salt) % 1000).collect::<Vec<i64>>(), [32usize, 20]);
+    let (x, y) = (ids(1)?, ids(2)?);
+    Ok(flowlab_programs::bench::Case::new(LSTM_ROW.into(), threads, move || {
+        sess.run(&[(&m.inputs[0], &x), (&m.inputs[1], &y)], &[], &[&m.train_op]).map(drop)
+    }))
+}
+
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.only.is_some() && !matches!(args.target, BenchTarget::Engine) {
         anyhow::bail!("--only applies to `flowlab bench engine` only");
     }
     let records: Vec<serde_json::Value> = match args.target {
-        BenchTarget::Engine => flowlab_programs::bench::bench(args.quick, args.only.as_deref())?
-            .iter()
-            .map(serde_json::to_value)
-            .collect::<Result<_, _>>()?,
+        BenchTarget::Engine => {
+            let mut rows = flowlab_programs::bench::bench(args.quick, args.only.as_deref())?;
+            if args.only.as_deref().is_none_or(|o| LSTM_ROW.contains(o)) {
+                for threads in [1, 2] {
+                    rows.push(lstm_lm_case(threads)?.record(if args.quick { 3 } else { 30 })?);
+                }
+            }
+            rows.iter().map(serde_json::to_value).collect::<Result<_, _>>()?
+        }
         BenchTarget::Systolic => flowlab_hw::systolic::bench_records(args.quick)?
             .iter()
             .map(serde_json::to_value)
@@ -60,12 +86,22 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         && records.is_empty()
     {
         anyhow::bail!(
-            "--only {only:?} matches no engine benchmark (names: gemm_f32_1024, gemm_f32_2048, mlp_train_b128, mlp_train_b512, mlp_infer_b1, chain_add_10000, two_branch_matmul256x75_1dev/_2dev, send_recv_ping_pong_4xf32_2000)"
+            "--only {only:?} matches no engine benchmark (names: gemm_f32_1024, gemm_f32_2048, mlp_train_b128, mlp_train_b512, mlp_infer_b1, chain_add_10000, two_branch_matmul256x75_1dev/_2dev, send_recv_ping_pong_4xf32_2000, lstm_lm_train_b32)"
         );
     }
     #[allow(unreachable_code)]
     {
         super::print_records(&records, args.json);
         Ok(ExitCode::SUCCESS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_language_model_row_times_real_training_steps() {
+        let r = super::lstm_lm_case(1).unwrap().record(2).unwrap();
+        assert_eq!((r.name.as_str(), r.threads), (super::LSTM_ROW, 1));
+        assert!(r.median_ms > 0.0, "{r:?}");
     }
 }
