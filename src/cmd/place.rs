@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 #[derive(Args)]
 pub struct PlaceArgs {
-    /// A zoo model (mlp, cnn, resnet50, inception_v3, lstm_lm, transformer)
+    /// A zoo model (mlp, cnn, resnet50, inception_v3, lstm_lm, transformer, transformer_base, gnmt)
     /// or a graph file written by the engine (*.json).
     #[arg(long)]
     model: String,

@@ -4,7 +4,7 @@
 //!
 //! ```yaml
 //! base:
-//!   model: inception_v3      # a zoo model: mlp, cnn, resnet50, inception_v3, lstm_lm, transformer
+//!   model: inception_v3      # a zoo model: mlp, cnn, resnet50, inception_v3, lstm_lm, transformer, transformer_base, gnmt
 //!   batch: 32
 //!   devices: "4xK40"         # catalog devices, e.g. "2xV100,1xcpu"
 //!   link: pcie3_x16          # optional: the catalog link between every pair

@@ -16,9 +16,12 @@
 //! | `inception_v3` | Szegedy et al. 2016 as in Keras `InceptionV3`, BN without gamma | 23,817,352 |
 //! | `lstm_lm` | Zaremba et al. 2014 PTB "medium": 2x650 LSTM, vocab 10,000, 35 steps | 19,775,200 |
 //! | `transformer` | Vaswani et al. 2017 base encoder: 6 x (d 512, 8 heads, ff 2048), seq 128 | 35,363,840 |
+//! | `transformer_base` | Vaswani et al. 2017 Transformer (base), encoder and decoder, shared 37,000-token embedding, seq 128 | 63,082,496 (Table 3: 65M) |
+//! | `gnmt` | GNMT v2 as Baechi places it: 4 x 512 LSTM, bidirectional first encoder layer, normed Bahdanau attention, vocab 30,000, 40 steps | 70,740,993 |
 
 mod builder;
 mod cnn;
+mod gnmt;
 mod inception;
 mod lstm_lm;
 mod mlp;
@@ -70,7 +73,7 @@ pub const MAX_BATCH: usize = 1 << 16;
 
 /// The zoo's model names, in the order of the table above.
 pub fn names() -> &'static [&'static str] {
-    &["mlp", "cnn", "resnet50", "inception_v3", "lstm_lm", "transformer"]
+    &["mlp", "cnn", "resnet50", "inception_v3", "lstm_lm", "transformer", "transformer_base", "gnmt"]
 }
 
 /// Sizes of a model variant. `None` keeps the published value of the model
@@ -89,13 +92,14 @@ pub struct ZooOptions {
     pub width_divisor: usize,
     /// Inception-v3's auxiliary classifier on the 17x17 grid (loss weight 0.4).
     pub aux_head: bool,
-    /// Unrolled steps (lstm_lm 35) or sequence length (transformer 128).
+    /// Unrolled steps (lstm_lm 35, gnmt 40) or sequence length (transformer 128).
     pub seq_len: Option<usize>,
-    /// Vocabulary (lstm_lm 10,000, transformer 32,000).
+    /// Vocabulary (lstm_lm 10,000, transformer 32,000, transformer_base 37,000, gnmt 30,000).
     pub vocab: Option<usize>,
-    /// Width: mlp hidden units 512, lstm_lm hidden 650, transformer d_model 512.
+    /// Width: mlp hidden units 512, lstm_lm hidden 650, transformer d_model 512, gnmt units 512.
     pub hidden: Option<usize>,
-    /// Depth: mlp hidden layers 2, lstm_lm layers 2, transformer layers 6.
+    /// Depth: mlp hidden layers 2, lstm_lm layers 2, transformer layers 6
+    /// (each of encoder and decoder for transformer_base), gnmt layers 4.
     pub layers: Option<usize>,
     /// Attention heads (transformer 8).
     pub heads: Option<usize>,
@@ -103,7 +107,7 @@ pub struct ZooOptions {
     pub ff: Option<usize>,
     /// The update rule; `None` picks the model's usual one (momentum 0.9 for
     /// the image models, SGD lr 1.0 for lstm_lm as in the PTB recipe, Adam
-    /// for transformer).
+    /// for the transformers and gnmt).
     pub optimizer: Option<Optimizer>,
     /// Seeds the variables' initializers.
     pub seed: u64,
@@ -192,13 +196,19 @@ pub fn build_with(name: &str, opts: &ZooOptions) -> Result<ModelGraph, SimError>
             inception::build(opts, size).map_err(engine_err)
         }
         "lstm_lm" => lstm_lm::build(opts).map_err(engine_err),
-        "transformer" => {
+        "transformer" | "transformer_base" => {
             let d = opts.hidden.unwrap_or(transformer::D_MODEL);
             let h = opts.heads.unwrap_or(transformer::HEADS);
             if !d.is_multiple_of(h) {
                 return Err(SimError::param("heads", format!("{h} heads do not divide d_model {d}")));
             }
-            transformer::build(opts).map_err(engine_err)
+            if name == "transformer" { transformer::build(opts) } else { transformer::build_base(opts) }.map_err(engine_err)
+        }
+        "gnmt" => {
+            if opts.layers.is_some_and(|l| l < 2) {
+                return Err(SimError::param("layers", "gnmt needs at least 2 (a bidirectional layer and one above it)"));
+            }
+            gnmt::build(opts).map_err(engine_err)
         }
         _ => Err(unknown()),
     }

@@ -57,6 +57,24 @@ fn published_parameter_counts() {
     let layer = 4 * (512 * 512 + 512) + 2 * 2 * 512 + 512 * 2048 + 2048 + 2048 * 512 + 512;
     assert_eq!(layer, 3_152_384);
     assert_eq!(build("transformer", 1).unwrap().params, 32_000 * 512 + 128 * 512 + 6 * layer);
+    // transformer_base: a decoder layer is two attentions, the FFN and three
+    // norms; one 37000·512 matrix for both embeddings and the softmax;
+    // sinusoidal positions are constants. The paper's Table 3 says 65M.
+    let dec = 2 * 4 * (512 * 512 + 512) + 3 * 2 * 512 + 512 * 2048 + 2048 + 2048 * 512 + 512;
+    assert_eq!(dec, 4_204_032);
+    let base = build("transformer_base", 1).unwrap().params;
+    assert_eq!(base, 37_000 * 512 + 6 * layer + 6 * dec);
+    assert!((base as f64 / 65e6 - 1.0).abs() < 0.05, "{base}");
+    // gnmt (tensorflow/nmt gnmt_v2, 4 x 512, vocab 30000): an LSTM of n
+    // inputs has (n+512)·2048+2048; encoder fw, bw (512 in), layer 1
+    // (1024 in), layers 2-3 (512 in); attention memory and query layers
+    // 512·512, v, b, g; four decoder layers of 1024 inputs (the context
+    // beside the input); two embeddings and the projection 30000·512.
+    let lstm = |n: u64| (n + 512) * 2048 + 2048;
+    let enc = 2 * lstm(512) + lstm(1024) + 2 * lstm(512);
+    let att = 2 * 512 * 512 + 512 + 512 + 1;
+    assert_eq!(build("gnmt", 1).unwrap().params, 3 * 30_000 * 512 + enc + att + 4 * lstm(1024));
+    assert_eq!(build("gnmt", 1).unwrap().params, 70_740_993);
 }
 
 #[test]
@@ -90,6 +108,15 @@ fn architectures_have_the_published_layers() {
     assert_eq!(t["Softmax"], 6);
     assert_eq!(t["BatchMatMul"], 6 * 2 * 3); // scores and context, forward and two gradients each
     assert_eq!(t["ApplyAdam"], 2 + 6 * 16);
+    let t = count_ops(&build("transformer_base", 2).unwrap());
+    assert_eq!(t["Softmax"], 6 + 2 * 6); // encoder self, decoder self and encoder-decoder
+    assert_eq!(t["ApplyAdam"], 1 + 6 * 16 + 6 * 26);
+    let n = count_ops(&build("gnmt", 2).unwrap());
+    // Encoder 5 cells (fw, bw, 3 uni) and decoder 4 per step, 40 steps.
+    assert_eq!(n["LSTMBlockCell"], 9 * 40);
+    assert_eq!(n["LSTMBlockCellGrad"], 9 * 40);
+    assert_eq!(n["Softmax"], 40); // one attention per target step
+    assert_eq!(n["ApplyAdam"], 3 + 2 * 9 + 5); // embeddings and projection, cells, attention
 }
 
 #[test]
@@ -134,7 +161,7 @@ fn bad_requests_name_what_is_wrong() {
     let e = build("vgg16", 8).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "unknown model `vgg16` (known: mlp, cnn, resnet50, inception_v3, lstm_lm, transformer)"
+        "unknown model `vgg16` (known: mlp, cnn, resnet50, inception_v3, lstm_lm, transformer, transformer_base, gnmt)"
     );
     assert_eq!(build("mlp", 0).unwrap_err().to_string(), "invalid parameter `batch`: must be positive, got 0");
     let mut o = ZooOptions::new(2);
@@ -198,6 +225,40 @@ fn tiny_lstm_lm_trains() {
 }
 
 #[test]
+fn tiny_gnmt_trains() {
+    let mut o = ZooOptions::new(3);
+    (o.vocab, o.hidden, o.seq_len, o.layers) = (Some(12), Some(8), Some(4), Some(3));
+    o.optimizer = Some(flowlab_engine::Optimizer::adam(1e-2));
+    assert_learns(&build_with("gnmt", &o).unwrap(), 12, 4);
+    o.layers = Some(1);
+    assert_eq!(
+        build_with("gnmt", &o).unwrap_err().to_string(),
+        "invalid parameter `layers`: gnmt needs at least 2 (a bidirectional layer and one above it)"
+    );
+}
+
+/// The decoder of transformer_base sees only earlier targets: changing the
+/// last target changes no loss term but the last one's, and the first
+/// position's prediction depends on the source alone.
+#[test]
+fn transformer_base_decoder_is_causal() {
+    let mut o = ZooOptions::new(1);
+    (o.vocab, o.hidden, o.heads, o.ff, o.layers, o.seq_len) = (Some(10), Some(8), Some(2), Some(16), Some(1), Some(4));
+    let m = build_with("transformer_base", &o).unwrap();
+    let sess = Session::with_options(&m.graph, SessionOptions { threads: 1, ..Default::default() }).unwrap();
+    sess.run(&[], &[], &[&m.graph.global_variables_initializer().unwrap()]).unwrap();
+    let logits = m.graph.output_by_name("lm_head/MatMul", 0).unwrap();
+    let src = Tensor::from_vec(vec![1i64, 2, 3, 4], [1, 4]).unwrap();
+    let run = |tgt: Vec<i64>| sess.run(&[(&m.inputs[0], &src), (&m.inputs[1], &Tensor::from_vec(tgt, [1, 4]).unwrap())], &[&logits], &[]).unwrap()[0].to_f64_vec();
+    let a = run(vec![5, 6, 7, 8]);
+    let b = run(vec![5, 6, 7, 9]); // the last target is never read
+    assert_eq!(a, b);
+    let c = run(vec![5, 1, 7, 8]); // the second target is read by positions 2 and 3
+    assert_eq!(a[..20], c[..20]);
+    assert_ne!(a[20..], c[20..]);
+}
+
+#[test]
 fn tiny_transformers_train() {
     let mut o = ZooOptions::new(2);
     (o.vocab, o.hidden, o.heads, o.ff, o.layers, o.seq_len) = (Some(20), Some(8), Some(2), Some(16), Some(2), Some(4));
@@ -205,6 +266,8 @@ fn tiny_transformers_train() {
     assert_learns(&build_with("transformer", &o).unwrap(), 20, 4);
     o.classes = Some(3);
     assert_learns(&build_with("transformer", &o).unwrap(), 3, 4);
+    o.classes = None;
+    assert_learns(&build_with("transformer_base", &o).unwrap(), 20, 4);
 }
 
 /// Whole-model gradient check for the deep models, where per-element finite
