@@ -259,6 +259,20 @@ impl Graph {
     }
 
     /// A handle whose nodes are named `prefix/...` (nested scopes join with '/').
+    /// This handle with `suffix` (a trailing scope, without its '/') taken
+    /// off its name prefix; `None` when the prefix does not end with it.
+    pub(crate) fn without_scope_suffix(&self, suffix: &str) -> Option<Graph> {
+        let p = self.scope.prefix.strip_suffix('/')?.strip_suffix(suffix)?;
+        let mut s = (*self.scope).clone();
+        s.prefix = p.to_string();
+        Some(Graph { data: self.data.clone(), scope: Arc::new(s), ops: self.ops })
+    }
+
+    /// The full name a node named `name` built through this handle gets.
+    pub(crate) fn scoped_name(&self, name: &str) -> String {
+        format!("{}{}", self.scope.prefix, name)
+    }
+
     pub fn scope(&self, prefix: &str) -> Graph {
         let mut s = (*self.scope).clone();
         s.prefix = format!("{}{}/", s.prefix, prefix);

@@ -62,6 +62,15 @@ fn infer_reshape(c: &InferCtx) -> Result<Vec<TensorType>> {
     Ok(vec![TensorType { dtype: x.dtype, shape: PartialShape::new(dims) }])
 }
 
+/// Side of the square tiles a transposition copies through, so that the
+/// strided reads of a tile stay in L1 even at power-of-two strides (32 rows
+/// 2 KiB apart fall into two cache sets and evict each other). Read column
+/// by column, a [256, 512] -> [512, 256] f32 transpose took 180-188 us;
+/// tiled by 16, 81-86 us; by 8, 84-89 us; by 32, 184 us (a plain copy of
+/// the same bytes: 11 us).
+const TILE: usize = 16;
+
+/// `x` with its axes permuted: output axis i is input axis `perm[i]`.
 fn permute<T: Element>(x: &[T], dims: &[usize], perm: &[usize]) -> Vec<T> {
     let r = dims.len();
     let n = x.len();
@@ -70,27 +79,52 @@ fn permute<T: Element>(x: &[T], dims: &[usize], perm: &[usize]) -> Vec<T> {
     }
     let in_strides = Shape::new(dims.to_vec()).strides();
     let out_dims: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
+    let out_strides = Shape::new(out_dims.clone()).strides();
+    // Input stride of each output axis.
     let st: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
-    let mut out = Vec::with_capacity(n);
-    let last = out_dims[r - 1];
-    let ls = st[r - 1];
-    let mut idx = vec![0usize; r];
-    let rows = n / last.max(1);
-    for _ in 0..rows {
-        let base: usize = (0..r - 1).map(|d| idx[d] * st[d]).sum();
-        for j in 0..last {
-            out.push(x[base + j * ls]);
+    let last = r - 1;
+    // The output axis that walks the input's contiguous axis.
+    let q = perm.iter().position(|&p| p == last).unwrap_or(last);
+    let mut out = vec![x[0]; n];
+    // Every output axis but `q` and the last is an outer loop.
+    let outer: Vec<usize> = (0..last).filter(|&d| d != q).collect();
+    let mut idx = vec![0usize; outer.len()];
+    loop {
+        let ib: usize = outer.iter().zip(&idx).map(|(&d, &i)| i * st[d]).sum();
+        let ob: usize = outer.iter().zip(&idx).map(|(&d, &i)| i * out_strides[d]).sum();
+        if q == last {
+            // The last axis stays last: rows are copied whole.
+            let len = out_dims[last];
+            out[ob..ob + len].copy_from_slice(&x[ib..ib + len]);
+        } else {
+            let (na, nb, osa, isb) = (out_dims[q], out_dims[last], out_strides[q], st[last]);
+            for a0 in (0..na).step_by(TILE) {
+                for b0 in (0..nb).step_by(TILE) {
+                    let b1 = (b0 + TILE).min(nb);
+                    for a in a0..(a0 + TILE).min(na) {
+                        let o = ob + a * osa;
+                        let src = x[ib + a + b0 * isb..].iter().step_by(isb);
+                        for (y, &v) in out[o + b0..o + b1].iter_mut().zip(src) {
+                            *y = v;
+                        }
+                    }
+                }
+            }
         }
-        // advance the row index (all but the last axis)
-        for d in (0..r - 1).rev() {
+        // Next outer index, last axis fastest.
+        let mut d = outer.len();
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
             idx[d] += 1;
-            if idx[d] < out_dims[d] {
+            if idx[d] < out_dims[outer[d]] {
                 break;
             }
             idx[d] = 0;
         }
     }
-    out
 }
 
 fn perm_attr(c: &InferCtx) -> Result<Vec<usize>> {
@@ -572,5 +606,51 @@ impl Graph {
         let p = params.into_output()?;
         let i = indices.into_output()?;
         self.build1("Gather", vec![p, i], attrs! {})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::permute;
+
+    /// Output element by element: unravel the output index, read the input
+    /// at the permuted index.
+    fn naive(x: &[i32], dims: &[usize], perm: &[usize]) -> Vec<i32> {
+        let out_dims: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
+        (0..x.len())
+            .map(|mut flat| {
+                let mut oi = vec![0; dims.len()];
+                for d in (0..dims.len()).rev() {
+                    oi[d] = flat % out_dims[d];
+                    flat /= out_dims[d];
+                }
+                let mut ii = vec![0; dims.len()];
+                for (d, &p) in perm.iter().enumerate() {
+                    ii[p] = oi[d];
+                }
+                ii.iter().zip(dims).fold(0, |acc, (&i, &n)| acc * n + i)
+            })
+            .map(|i| x[i])
+            .collect()
+    }
+
+    #[test]
+    fn tiled_permute_equals_the_element_by_element_definition() {
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[256, 512], &[1, 0]),
+            (&[33, 70], &[1, 0]),
+            (&[1, 5], &[1, 0]),
+            (&[3, 40, 37], &[0, 2, 1]),
+            (&[3, 40, 37], &[2, 0, 1]),
+            (&[3, 40, 37], &[1, 0, 2]),
+            (&[2, 3, 35, 4], &[0, 2, 1, 3]),
+            (&[2, 3, 35, 34], &[3, 1, 0, 2]),
+            (&[7], &[0]),
+        ];
+        for &(dims, perm) in cases {
+            let n: usize = dims.iter().product();
+            let x: Vec<i32> = (0..n as i32).collect();
+            assert_eq!(permute(&x, dims, perm), naive(&x, dims, perm), "dims {dims:?} perm {perm:?}");
+        }
     }
 }

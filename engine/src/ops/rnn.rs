@@ -179,6 +179,28 @@ fn cell_elems(c: &super::CostCtx) -> f64 {
     c.outputs.first().map(|(_, s)| s.num_elements()).unwrap_or(0) as f64
 }
 
+/// `w` transposed, built once per gradient computation and shared by the
+/// gradients of every cell that uses `w` (an unrolled layer's steps).
+///
+/// `dz · Wᵀ` read through gemm's transposed-operand path took 335 us for
+/// the zoo LSTM LM's [32, 512] x [512, 256] (76 us untransposed), and a
+/// Transpose per cell 189 us (40 per step, a quarter of the step): one
+/// shared Transpose per layer and plain products instead.
+fn transposed_kernel(c: &GradCtx, w: &Output) -> Result<Output> {
+    let Some(root) = c.g.without_scope_suffix(c.n.name) else {
+        return c.g.transpose(w, &[1, 0]);
+    };
+    let name = format!("{}/transposed", w.name());
+    if let Ok(t) = c.g.output_by_name(&root.scoped_name(&name), 0) {
+        let n = c.g.node(t.node_id());
+        if n.is_some_and(|n| n.op == "Transpose" && n.inputs == [(w.node_id(), w.index())]) {
+            return Ok(t);
+        }
+        return c.g.transpose(w, &[1, 0]);
+    }
+    root.op("Transpose").name(&name).input(w.clone()).attr("perm", AttrValue::Ints(vec![1, 0])).build()
+}
+
 fn grad_cell(c: &GradCtx) -> Result<Vec<Option<Output>>> {
     let (x, cs_prev, h_prev, w) = (&c.inputs[0], &c.inputs[1], &c.inputs[2], &c.inputs[3]);
     let out = c.outputs;
@@ -195,10 +217,7 @@ fn grad_cell(c: &GradCtx) -> Result<Vec<Option<Output>>> {
     let (d_cs_prev, dz) = (&back[0], &back[1]);
     let xh = c.g.concat(&[x, h_prev], 1)?;
     let dw = c.g.matmul_ex(&xh, dz, true, false)?;
-    // W transposed once, then a plain product: measured 5% faster per
-    // step of the zoo LSTM LM than the GEMM reading W transposed in place
-    // (`flowlab bench engine`, lstm_lm_train_b32 at 1 thread, 4 rounds).
-    let dxh = c.g.matmul_ex(dz, &c.g.transpose(w, &[1, 0])?, false, false)?;
+    let dxh = c.g.matmul_ex(dz, &transposed_kernel(c, w)?, false, false)?;
     let split = c.g.op("ConcatGrad").attr("axis", AttrValue::Int(1)).input(dxh).input(x.clone()).input(h_prev.clone()).build_all()?;
     let db = c.g.build1("BiasAddGrad", vec![dz.clone()], attrs! {})?;
     Ok(vec![Some(split[0].clone()), Some(d_cs_prev.clone()), Some(split[1].clone()), Some(dw), Some(db)])

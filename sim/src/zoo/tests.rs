@@ -103,6 +103,7 @@ fn architectures_have_the_published_layers() {
     assert_eq!(l["Split"], 1); // unstacking the inputs
     assert_eq!(l["LSTMBlockCell"], 2 * 35); // one fused cell per layer and step
     assert_eq!(l["LSTMBlockCellGrad"], 2 * 35);
+    assert_eq!(l["Transpose"], 2); // each layer's kernel once, shared by its 35 cell gradients
     assert_eq!(l["ApplyGradientDescent"], 7); // embedding, 2 x (kernel, bias), softmax kernel and bias
     let t = count_ops(&build("transformer", 2).unwrap());
     assert_eq!(t["Softmax"], 6);
