@@ -10,6 +10,7 @@ use crate::graph::{Graph, IntoOutput, Output};
 use crate::tensor::TensorType;
 use crate::tensor::{PartialShape, Shape};
 use crate::tensor::Tensor;
+use crate::kernels::cpu::transpose::transpose_block;
 
 /// Resolves a reshape target with at most one -1 against `count` elements.
 fn resolve_shape(c: &super::KernelCtx, target: &[i64], count: usize, from: &Shape) -> Result<Shape> {
@@ -62,14 +63,6 @@ fn infer_reshape(c: &InferCtx) -> Result<Vec<TensorType>> {
     Ok(vec![TensorType { dtype: x.dtype, shape: PartialShape::new(dims) }])
 }
 
-/// Side of the square tiles a transposition copies through, so that the
-/// strided reads of a tile stay in L1 even at power-of-two strides (32 rows
-/// 2 KiB apart fall into two cache sets and evict each other). Read column
-/// by column, a [256, 512] -> [512, 256] f32 transpose took 180-188 us;
-/// tiled by 16, 81-86 us; by 8, 84-89 us; by 32, 184 us (a plain copy of
-/// the same bytes: 11 us).
-const TILE: usize = 16;
-
 /// `x` with its axes permuted: output axis i is input axis `perm[i]`.
 fn permute<T: Element>(x: &[T], dims: &[usize], perm: &[usize]) -> Vec<T> {
     let r = dims.len();
@@ -98,18 +91,7 @@ fn permute<T: Element>(x: &[T], dims: &[usize], perm: &[usize]) -> Vec<T> {
             out[ob..ob + len].copy_from_slice(&x[ib..ib + len]);
         } else {
             let (na, nb, osa, isb) = (out_dims[q], out_dims[last], out_strides[q], st[last]);
-            for a0 in (0..na).step_by(TILE) {
-                for b0 in (0..nb).step_by(TILE) {
-                    let b1 = (b0 + TILE).min(nb);
-                    for a in a0..(a0 + TILE).min(na) {
-                        let o = ob + a * osa;
-                        let src = x[ib + a + b0 * isb..].iter().step_by(isb);
-                        for (y, &v) in out[o + b0..o + b1].iter_mut().zip(src) {
-                            *y = v;
-                        }
-                    }
-                }
-            }
+            transpose_block(&x[ib..], isb, &mut out[ob..], osa, na, nb);
         }
         // Next outer index, last axis fastest.
         let mut d = outer.len();
