@@ -252,6 +252,9 @@ pub struct FlowNetwork {
     busy: Vec<u32>,
     busy_pos: Vec<u32>,
     recomputations: u64,
+    /// FNV-1a over (tag, arrival picoseconds) of every flow, in the order
+    /// the flows left the network's books.
+    digest: u64,
     epoch: u32,
     // Scratch, sized to the link count.
     link_stamp: Vec<u32>,
@@ -321,6 +324,7 @@ impl FlowNetwork {
             busy: Vec::new(),
             busy_pos: vec![NONE; n],
             recomputations: 0,
+            digest: 0xcbf2_9ce4_8422_2325,
             epoch: 0,
             link_stamp: vec![0; n],
             component: Vec::new(),
@@ -340,6 +344,20 @@ impl FlowNetwork {
     /// How many times the shares were recomputed (for benchmarks).
     pub fn recomputations(&self) -> u64 {
         self.recomputations
+    }
+
+    /// FNV-1a over every flow's (tag, arrival time in picoseconds), in the
+    /// order flows finished draining (zero-byte flows when started): two
+    /// runs with equal digests produced the same completions bit for bit.
+    pub fn flow_digest(&self) -> u64 {
+        self.digest
+    }
+
+    fn record_arrival(&mut self, at: SimTime, tag: FlowTag) {
+        for v in [tag, at.0] {
+            self.digest = (self.digest ^ v).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.arrivals.push(at, tag);
     }
 
     /// Current rate of the flow with `tag`, in bytes per second (tests).
@@ -902,7 +920,7 @@ impl FlowNetwork {
         if self.group_links_crossed[slot as usize] != 1 {
             self.crossing_not_one -= 1;
         }
-        self.arrivals.push(t + route.latency, tag);
+        self.record_arrival(t + route.latency, tag);
         self.free.push(slot);
         self.live -= 1;
     }
@@ -927,7 +945,7 @@ impl NetworkModel for FlowNetwork {
         self.fabric.account(route, bytes);
         let now = now.max(self.now);
         if route.len == 0 || bytes == 0 {
-            self.arrivals.push(now + route.latency, tag);
+            self.record_arrival(now + route.latency, tag);
             return Ok(());
         }
         if self.seeds.is_empty() {

@@ -46,6 +46,14 @@ impl Network {
             Network::Flow(f) => f.recomputations(),
         }
     }
+
+    /// Digest of every flow arrival so far (0 for the analytical model).
+    pub fn flow_digest(&self) -> u64 {
+        match self {
+            Network::Analytical(_) => 0,
+            Network::Flow(f) => f.flow_digest(),
+        }
+    }
 }
 
 macro_rules! dispatch {
