@@ -302,6 +302,11 @@ pub struct FlowNetwork {
     g_checked: Vec<u32>,
     g_fresh_stamp: Vec<u32>,
     g_fresh_load: Vec<f64>,
+    /// Per flow slot: moved in this filling; the moves (slot, from, to);
+    /// scratch for the groups a link finds unfrozen.
+    g_moved: Vec<u32>,
+    g_movers: Vec<(u32, u32, u32)>,
+    g_foreign: Vec<u32>,
     /// Drained flows in propagation, by arrival time.
     arrivals: Arrivals,
     now: SimTime,
@@ -400,6 +405,9 @@ impl FlowNetwork {
             g_checked: vec![0; n],
             g_fresh_stamp: vec![0; n],
             g_fresh_load: vec![0.0; n],
+            g_moved: Vec::new(),
+            g_movers: Vec::new(),
+            g_foreign: Vec::new(),
             arrivals: Arrivals::default(),
             now: SimTime::ZERO,
             seeds: Vec::new(),
@@ -706,12 +714,30 @@ impl FlowNetwork {
         if !self.group_path || self.group_list.is_empty() && self.fresh.is_empty() {
             return false;
         }
+        self.g_movers.clear();
+        if self.try_group_fill() {
+            return true;
+        }
+        // Undo the moves' counts.
+        while let Some((slot, from, to)) = self.g_movers.pop() {
+            let r = self.flows[slot as usize].route;
+            for &m in self.fabric.route_links(r) {
+                count_out(&mut self.link_groups[m as usize], to);
+                count_in(&mut self.link_groups[m as usize], from);
+            }
+        }
+        false
+    }
+
+    /// `group_fill` without undoing its moves on failure.
+    fn try_group_fill(&mut self) -> bool {
         self.g_epoch = self.g_epoch.wrapping_add(1);
         if self.g_epoch == 0 {
             self.g_in.fill(0);
             self.g_frozen.fill(0);
             self.g_checked.fill(0);
             self.g_fresh_stamp.fill(0);
+            self.g_moved.fill(0);
             self.g_epoch = 1;
         }
         let ge = self.g_epoch;
@@ -744,8 +770,14 @@ impl FlowNetwork {
             generation,
             watched,
             watch_list,
+            g_moved,
+            g_movers,
+            g_foreign,
             ..
         } = self;
+        if g_moved.len() < flows.len() {
+            g_moved.resize(flows.len(), 0);
+        }
         let routes = fabric.all_route_links();
         let links_of = |f: u32| {
             let r = flows[f as usize].route;
@@ -839,11 +871,42 @@ impl FlowNetwork {
                 g_heap.push(Reverse((current, b)));
                 continue;
             }
-            // Only the link's own group may still be unfrozen on it.
-            if link_groups[bu].iter().any(|&(g, _)| g != b && g_frozen[g as usize] != ge) {
-                return false;
-            }
             let share = f64::from_bits(key);
+            // Members of groups not frozen yet that cross this link freeze
+            // here: they move to its group (counted there at once, undone
+            // if the path fails).
+            g_foreign.clear();
+            g_foreign.extend(link_groups[bu].iter().filter(|&&(g, _)| g != b && g_frozen[g as usize] != ge).map(|e| e.0));
+            for &g in g_foreign.iter() {
+                let gu = g as usize;
+                for &Reverse((_, slot, version)) in groups[gu].heap.iter() {
+                    let su = slot as usize;
+                    if generation[su] != version || g_moved[su] == ge {
+                        continue;
+                    }
+                    let links = links_of(slot);
+                    if !links.contains(&b) {
+                        continue;
+                    }
+                    g_moved[su] = ge;
+                    g_movers.push((slot, g, b));
+                    for &m in links {
+                        let mu = m as usize;
+                        count_out(&mut link_groups[mu], g);
+                        count_in(&mut link_groups[mu], b);
+                        if g_in[mu] == ge {
+                            if m != g {
+                                if let Some(e) = g_incidence[gu].iter_mut().find(|e| e.0 == m) {
+                                    e.1 -= 1;
+                                }
+                            }
+                            if m != b {
+                                charge(mu, 1, share, g_residual, g_unfrozen);
+                            }
+                        }
+                    }
+                }
+            }
             g_share[bu] = share;
             g_frozen[bu] = ge;
             for &(m, c) in &g_incidence[bu] {
@@ -880,6 +943,14 @@ impl FlowNetwork {
             for &m in links_of(f) {
                 if m != b && !exact(m as usize, watched) {
                     let t = &mut g_theta[b as usize];
+                    *t = t.min(capacity[m as usize] / link_flows[m as usize].len() as f64);
+                }
+            }
+        }
+        for &(slot, _, to) in g_movers.iter() {
+            for &m in links_of(slot) {
+                if m != to && !exact(m as usize, watched) {
+                    let t = &mut g_theta[to as usize];
                     *t = t.min(capacity[m as usize] / link_flows[m as usize].len() as f64);
                 }
             }
@@ -942,6 +1013,13 @@ impl FlowNetwork {
                     }
                 }
             }
+            for &(slot, _, to) in g_movers.iter() {
+                if to as usize == b {
+                    for &m in links_of(slot) {
+                        visit(m, &mut t);
+                    }
+                }
+            }
             g_theta[b] = t;
             for &w in new_watch.iter() {
                 if !watched[w as usize] {
@@ -954,8 +1032,16 @@ impl FlowNetwork {
                 return false;
             }
         }
-        // Shown: apply. A group whose share changed restarts its clock now;
-        // a new one starts at zero.
+        // Shown: apply. Moving flows leave their group at its old rate; a
+        // group whose share changed restarts its clock now; a new one
+        // starts at zero.
+        for &(slot, from, _) in g_movers.iter() {
+            let p = &mut self.payload[slot as usize];
+            let g = &mut groups[from as usize];
+            p.carry = (p.target - g.clock_at(now)).max(0.0);
+            g.members -= 1;
+            generation[slot as usize] = generation[slot as usize].wrapping_add(1);
+        }
         for &b in g_links.iter() {
             let b = b as usize;
             if g_frozen[b] != ge {
@@ -989,6 +1075,15 @@ impl FlowNetwork {
                 count_in(&mut self.link_groups[m as usize], b);
             }
         }
+        for i in 0..self.g_movers.len() {
+            let (f, _, b) = self.g_movers[i];
+            let p = &mut self.payload[f as usize];
+            let g = &mut self.groups[b as usize];
+            p.target = g.clock_at(now) + p.carry;
+            self.group[f as usize] = b;
+            g.members += 1;
+            g.push(p.target, f, self.generation[f as usize]);
+        }
         for i in 0..self.g_links.len() {
             let b = self.g_links[i] as usize;
             if self.g_frozen[b] == ge {
@@ -996,6 +1091,12 @@ impl FlowNetwork {
                 self.sync_group_link(b);
             }
         }
+        for i in 0..self.g_movers.len() {
+            let from = self.g_movers[i].1 as usize;
+            self.refresh_group(from);
+            self.sync_group_link(from);
+        }
+        self.g_movers.clear();
         // The changed links (in `component`): groups emptied by drains
         // republish their (now absent) drain times.
         for i in 0..self.component.len() {
