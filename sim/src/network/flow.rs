@@ -25,6 +25,7 @@ use crate::network::model::{Fabric, FlowTag, NetworkModel, Route};
 use crate::network::topology::Topology;
 use crate::time::SimTime;
 use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
 use std::collections::BinaryHeap;
 
 /// Completion-coalescing window: 1 ns, far below any link latency modelled.
@@ -431,6 +432,12 @@ impl FlowNetwork {
         }
     }
 
+    /// Recomputations by path: (fast, group, full filling).
+    pub fn path_counts(&self) -> (u64, u64, u64) {
+        let (fast, group) = (self.fast_recomputations, self.group_recomputations);
+        (fast, group, self.recomputations - fast - group)
+    }
+
     /// How many times the shares were recomputed (for benchmarks).
     pub fn recomputations(&self) -> u64 {
         self.recomputations
@@ -773,6 +780,7 @@ impl FlowNetwork {
             g_moved,
             g_movers,
             g_foreign,
+            is_group_link,
             ..
         } = self;
         if g_moved.len() < flows.len() {
@@ -793,7 +801,15 @@ impl FlowNetwork {
         let mut i = 0;
         while i < watch_list.len() {
             let w = watch_list[i] as usize;
-            if link_flows[w].is_empty() {
+            // Unwatched when empty, or (not a group link) at twice the
+            // fastest group crossing it: it joins those groups' bounds.
+            let n = link_flows[w].len();
+            let v = if n == 0 { f64::INFINITY } else { capacity[w] / n as f64 };
+            let far = !is_group_link[w] && link_groups[w].iter().all(|&(g, _)| 2.0 * groups[g as usize].rate < v);
+            if n == 0 || far {
+                for &(g, _) in &link_groups[w] {
+                    theta[g as usize] = theta[g as usize].min(v);
+                }
                 watched[w] = false;
                 watch_list.swap_remove(i);
                 continue;
@@ -861,16 +877,21 @@ impl FlowNetwork {
             residual[m] = r;
             unfrozen[m] -= count;
         };
-        while let Some(Reverse((key, b))) = g_heap.pop() {
+        // A stale key is replaced in place (one sift instead of a pop and a
+        // push): every link has one entry, so the order is the same.
+        while let Some(mut top) = g_heap.peek_mut() {
+            let Reverse((key, b)) = *top;
             let bu = b as usize;
             if g_unfrozen[bu] == 0 {
+                PeekMut::pop(top);
                 continue;
             }
             let current = share_key(g_residual[bu], g_unfrozen[bu]);
             if current != key {
-                g_heap.push(Reverse((current, b)));
+                *top = Reverse((current, b));
                 continue;
             }
+            PeekMut::pop(top);
             let share = f64::from_bits(key);
             // Members of groups not frozen yet that cross this link freeze
             // here: they move to its group (counted there at once, undone
@@ -1267,16 +1288,20 @@ impl FlowNetwork {
         // share s leaves (r - s) / (n - 1) >= r / n), so a popped key is a
         // lower bound: if it is stale, re-insert the link with its current
         // share instead of pushing on every change.
-        while let Some(Reverse((key, l))) = heap.pop() {
+        while let Some(mut top) = heap.peek_mut() {
+            let Reverse((key, l)) = *top;
             let l = l as usize;
             if unfrozen[l] == 0 {
+                PeekMut::pop(top);
                 continue;
             }
             let current = share_key(residual[l], unfrozen[l]);
             if current != key {
-                heap.push(Reverse((current, l as u32)));
+                // Replaced in place: one entry per link, so the same order.
+                *top = Reverse((current, l as u32));
                 continue;
             }
+            PeekMut::pop(top);
             let share = f64::from_bits(key);
             batch_share[l] = share;
             for e in &link_flows[l] {
