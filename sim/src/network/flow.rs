@@ -307,7 +307,7 @@ pub struct FlowNetwork {
     /// scratch for the groups a link finds unfrozen.
     g_moved: Vec<u32>,
     g_movers: Vec<(u32, u32, u32)>,
-    g_foreign: Vec<u32>,
+    g_foreign: Vec<(u32, u32)>,
     /// Drained flows in propagation, by arrival time.
     arrivals: Arrivals,
     now: SimTime,
@@ -893,10 +893,13 @@ impl FlowNetwork {
             // here: they move to its group (counted there at once, undone
             // if the path fails).
             g_foreign.clear();
-            g_foreign.extend(link_groups[bu].iter().filter(|&&(g, _)| g != b && g_frozen[g as usize] != ge).map(|e| e.0));
-            for &g in g_foreign.iter() {
+            g_foreign.extend(link_groups[bu].iter().filter(|&&(g, _)| g != b && g_frozen[g as usize] != ge));
+            for &(g, mut left) in g_foreign.iter() {
                 let gu = g as usize;
                 for &Reverse((_, slot, version)) in groups[gu].heap.iter() {
+                    if left == 0 {
+                        break; // all `g`'s members on this link found
+                    }
                     let su = slot as usize;
                     if generation[su] != version || g_moved[su] == ge {
                         continue;
@@ -907,6 +910,7 @@ impl FlowNetwork {
                     }
                     g_moved[su] = ge;
                     g_movers.push((slot, g, b));
+                    left -= 1;
                     for &m in links {
                         let mu = m as usize;
                         count_out(&mut link_groups[mu], g);
