@@ -40,6 +40,17 @@ const NONE: u32 = u32::MAX;
 /// cannot reach theirs while progressive filling runs.
 const THETA_MARGIN: f64 = 1e-9;
 
+/// Fast recomputations in a row after which the group path's bookkeeping
+/// stops (see `FlowNetwork::bookkeeping`).
+const FAST_STREAK: u32 = 16;
+
+/// A recomputation that is not fast within this many of the previous one
+/// turns the bookkeeping back on.
+const SLOW_AGAIN: u64 = 4;
+
+/// See `FlowNetwork::group_failures`.
+const GROUP_RETRY: u32 = 8;
+
 /// How a recomputation went.
 enum Path {
     /// Every flow on one bottleneck link, shares capacity / flows.
@@ -277,6 +288,18 @@ pub struct FlowNetwork {
     /// out. A link stays watched until it carries no flow.
     watched: Vec<bool>,
     watch_list: Vec<u32>,
+    /// Whether `link_groups` and `theta` are kept (off after
+    /// `FAST_STREAK` fast recomputations in a row, where they only cost;
+    /// rebuilt from the flows when two recomputations that are not fast
+    /// come within `SLOW_AGAIN`), and the current streak.
+    bookkeeping: bool,
+    fast_streak: u32,
+    /// The recomputation that last was not fast.
+    last_slow: u64,
+    /// Group path failures in a row, and slow recomputations since the
+    /// last attempt.
+    group_failures: u32,
+    group_skips: u32,
     /// Whether the group path may be taken (tests turn it off to compare)
     /// and how many recomputations took it.
     group_path: bool,
@@ -389,6 +412,11 @@ impl FlowNetwork {
             group_list_pos: vec![NONE; n],
             watched: vec![false; n],
             watch_list: Vec::new(),
+            bookkeeping: false,
+            fast_streak: 0,
+            last_slow: 0,
+            group_failures: 0,
+            group_skips: 0,
             group_path: true,
             group_recomputations: 0,
             g_epoch: 0,
@@ -506,7 +534,7 @@ impl FlowNetwork {
             self.group_list_pos[l] = NONE;
             // Now a link the groups crossing it must stay below.
             let n = self.link_flows[l].len();
-            if n > 0 && !self.watched[l] {
+            if n > 0 && self.bookkeeping && !self.watched[l] {
                 let v = self.capacity[l] / n as f64;
                 for &(g, _) in &self.link_groups[l] {
                     let t = &mut self.theta[g as usize];
@@ -671,6 +699,9 @@ impl FlowNetwork {
             self.group[f as usize] = l;
             g.members += 1;
             g.push(p.target, f, self.generation[f as usize]);
+            if !self.bookkeeping {
+                continue;
+            }
             let r = self.flows[f as usize].route;
             join_links(
                 &routes[r.start as usize..(r.start + r.len) as usize],
@@ -692,6 +723,35 @@ impl FlowNetwork {
             self.sync_group_link(l);
         }
         self.new_groups.clear();
+    }
+
+    /// Recounts `link_groups` and recomputes `theta` exactly from the live
+    /// flows in groups, and turns the bookkeeping on.
+    fn rebuild_bookkeeping(&mut self) {
+        for &l in &self.busy {
+            self.link_groups[l as usize].clear();
+        }
+        for &g in &self.group_list {
+            self.theta[g as usize] = f64::INFINITY;
+        }
+        let routes = self.fabric.all_route_links();
+        for &f in &self.order {
+            let g = self.group[f as usize];
+            if g == NONE {
+                continue;
+            }
+            let r = self.flows[f as usize].route;
+            join_links(
+                &routes[r.start as usize..(r.start + r.len) as usize],
+                g,
+                &mut self.link_groups,
+                &mut self.theta,
+                (&self.is_group_link, &self.watched),
+                &self.capacity,
+                &self.link_flows,
+            );
+        }
+        self.bookkeeping = true;
     }
 
     /// The group path: progressive filling over the group links alone,
@@ -1171,10 +1231,34 @@ impl FlowNetwork {
             self.update_keys(l);
         }
         if self.plan_fast_path() {
+            self.fast_streak += 1;
+            if self.fast_streak >= FAST_STREAK && self.bookkeeping {
+                self.bookkeeping = false;
+                for &l in &self.busy {
+                    self.link_groups[l as usize].clear();
+                }
+            }
             return Path::Fast;
         }
-        if self.group_fill() {
-            return Path::Groups;
+        self.fast_streak = 0;
+        // Without the bookkeeping, an isolated slow recomputation just
+        // fills; a second one soon after turns the group path back on.
+        let recent = self.recomputations - self.last_slow <= SLOW_AGAIN;
+        self.last_slow = self.recomputations;
+        if !self.bookkeeping && recent {
+            self.rebuild_bookkeeping();
+        }
+        // After two failures in a row the group path is tried only every
+        // `GROUP_RETRY`th slow recomputation (where it rarely applies, an
+        // attempt costs on top of the full filling).
+        self.group_skips += 1;
+        if self.bookkeeping && (self.group_failures < 2 || self.group_skips >= GROUP_RETRY) {
+            self.group_skips = 0;
+            if self.group_fill() {
+                self.group_failures = 0;
+                return Path::Groups;
+            }
+            self.group_failures += 1;
         }
         let FlowNetwork { fabric, visited, link_flows, link_stamp, component, busy, live, component_flows, wide, .. } = self;
         if 2 * seeded >= *live || *wide {
@@ -1264,6 +1348,7 @@ impl FlowNetwork {
             theta,
             is_group_link,
             watched,
+            bookkeeping,
             ..
         } = self;
         let routes = fabric.all_route_links();
@@ -1337,9 +1422,11 @@ impl FlowNetwork {
                 p.carry = (p.target - g.clock_at(now)).max(0.0);
                 g.members -= 1;
                 generation[f as usize] = generation[f as usize].wrapping_add(1);
-                let r = flows[f as usize].route;
-                for &m in &routes[r.start as usize..(r.start + r.len) as usize] {
-                    count_out(&mut link_groups[m as usize], old);
+                if *bookkeeping {
+                    let r = flows[f as usize].route;
+                    for &m in &routes[r.start as usize..(r.start + r.len) as usize] {
+                        count_out(&mut link_groups[m as usize], old);
+                    }
                 }
             }
         }
@@ -1369,6 +1456,9 @@ impl FlowNetwork {
             group[f as usize] = l;
             g.members += 1;
             g.push(p.target, f, generation[f as usize]);
+            if !*bookkeeping {
+                continue;
+            }
             let r = flows[f as usize].route;
             join_links(
                 &routes[r.start as usize..(r.start + r.len) as usize],
@@ -1500,7 +1590,7 @@ impl FlowNetwork {
         let old = self.group[slot as usize];
         for k in 0..route.len as usize {
             let l = self.fabric.route_links(route)[k];
-            if old != NONE {
+            if old != NONE && self.bookkeeping {
                 count_out(&mut self.link_groups[l as usize], old);
             }
             let p = self.link_pos[slot as usize * stride + k] as usize;
@@ -1736,7 +1826,7 @@ impl NetworkModel for FlowNetwork {
         }
         for &l in self.fabric.route_links(route) {
             let l = l as usize;
-            if !self.is_group_link[l] && !self.watched[l] {
+            if self.bookkeeping && !self.is_group_link[l] && !self.watched[l] {
                 let v = self.capacity[l] / self.link_flows[l].len() as f64;
                 for &(g, _) in &self.link_groups[l] {
                     let t = &mut self.theta[g as usize];
