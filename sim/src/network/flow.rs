@@ -18,6 +18,19 @@
 //! keeps its members in a heap by target (stale entries skipped by a
 //! generation counter), and a tournament tree over links gives the earliest
 //! drain of all groups.
+//!
+//! A recomputation takes the first of three paths that applies, all giving
+//! the same shares bit for bit: the *fast path* (every flow on one
+//! bottleneck whose share capacity / flows is below every other link's);
+//! the *group path* (`group_fill`: progressive filling over the group links
+//! and a few watched near-saturated links only, each group frozen whole,
+//! its c members' charges on a link done as c exact subtractions in
+//! O(binades) by `repeat_sub`, flows moved between groups where a link
+//! freezes them earlier; it proves that no other link could freeze a flow
+//! or gives up); and the full progressive filling of the changed
+//! component. On parameter-server traffic over fat-trees, Clos and tori
+//! nearly every recomputation takes the group path, whose cost grows with
+//! the groups and the links they share, not with the flows.
 
 use crate::error::SimError;
 use crate::network::arrivals::Arrivals;
@@ -976,10 +989,8 @@ impl FlowNetwork {
                         count_out(&mut link_groups[mu], g);
                         count_in(&mut link_groups[mu], b);
                         if g_in[mu] == ge {
-                            if m != g {
-                                if let Some(e) = g_incidence[gu].iter_mut().find(|e| e.0 == m) {
-                                    e.1 -= 1;
-                                }
+                            if let Some(e) = g_incidence[gu].iter_mut().find(|e| e.0 == m && m != g) {
+                                e.1 -= 1;
                             }
                             if m != b {
                                 charge(mu, 1, share, g_residual, g_unfrozen);
@@ -1684,7 +1695,7 @@ fn repeat_sub(mut r: f64, s: f64, mut count: u32) -> f64 {
     while count > 0 {
         // Outside the range where r / u, s / u are exact and no step
         // clamps, step as is.
-        if !(r >= 1e-200 && r < 1e200 && s >= 0.0 && s < 1e200) {
+        if !((1e-200..1e200).contains(&r) && (0.0..1e200).contains(&s)) {
             r = (r - s).max(0.0);
             count -= 1;
             continue;
@@ -1708,20 +1719,17 @@ fn repeat_sub(mut r: f64, s: f64, mut count: u32) -> f64 {
         // Steps whose exact result stays at or above the binade's bottom:
         // k - 1 < ... with (k - 1) q + x <= m - 2^52.
         let a = m - MANTISSA;
+        // (q = 0: every step leaves r as it is.)
         let stays: u64 = if frac == 0.0 {
             if a < whole {
                 0
-            } else if q == 0 {
-                u64::MAX
             } else {
-                (a - whole) / q + 1
+                (a - whole).checked_div(q).map_or(u64::MAX, |k| k + 1)
             }
         } else if a < whole + 1 {
             0
-        } else if q == 0 {
-            u64::MAX
         } else {
-            (a - whole - 1) / q + 1
+            (a - whole - 1).checked_div(q).map_or(u64::MAX, |k| k + 1)
         };
         if stays == 0 {
             r = (r - s).max(0.0);
@@ -2172,7 +2180,7 @@ mod tests {
             let ps = [0usize, 1, 2];
             let workers: Vec<usize> = (3..16).filter(|_| next(4) != 0).collect();
             let mut routes: Vec<Vec<u32>> = Vec::new();
-            let mut start = |net: &mut FlowNetwork, routes: &mut Vec<Vec<u32>>, at: SimTime, src: usize, dst: usize, bytes: u64| {
+            let start = |net: &mut FlowNetwork, routes: &mut Vec<Vec<u32>>, at: SimTime, src: usize, dst: usize, bytes: u64| {
                 let tag = routes.len() as FlowTag;
                 routes.push(net.fabric.topology.route(src, dst).unwrap());
                 net.start_flow(at, src, dst, bytes, tag).unwrap();

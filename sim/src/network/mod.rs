@@ -24,6 +24,8 @@ pub enum ModelKind {
 }
 
 /// Either model behind one type, dispatched statically (hot loops call it).
+/// One per run, so the flow model's size is not worth a box's indirection.
+#[allow(clippy::large_enum_variant)]
 pub enum Network {
     Analytical(AnalyticalNetwork),
     Flow(FlowNetwork),
