@@ -307,6 +307,8 @@ pub struct FlowNetwork {
     /// come within `SLOW_AGAIN`), and the current streak.
     bookkeeping: bool,
     fast_streak: u32,
+    /// `FAST_STREAK` (tests lower it to switch often).
+    streak_limit: u32,
     /// The recomputation that last was not fast.
     last_slow: u64,
     /// Group path failures in a row, and slow recomputations since the
@@ -427,6 +429,7 @@ impl FlowNetwork {
             watch_list: Vec::new(),
             bookkeeping: false,
             fast_streak: 0,
+            streak_limit: FAST_STREAK,
             last_slow: 0,
             group_failures: 0,
             group_skips: 0,
@@ -1243,7 +1246,7 @@ impl FlowNetwork {
         }
         if self.plan_fast_path() {
             self.fast_streak += 1;
-            if self.fast_streak >= FAST_STREAK && self.bookkeeping {
+            if self.fast_streak >= self.streak_limit && self.bookkeeping {
                 self.bookkeeping = false;
                 for &l in &self.busy {
                     self.link_groups[l as usize].clear();
@@ -1904,8 +1907,41 @@ mod tests {
     /// picoseconds), the recomputation count, fast ones, and fast ones that
     /// started groups.
     fn ps_traffic(shape: &TopologyShape, fast_path: bool, sync: bool) -> (Vec<(FlowTag, u64)>, u64, u64, u64) {
-        let (out, r, fast, started, _) = ps_traffic_paths(shape, fast_path, false, sync);
+        let (out, r, fast, started, _) = ps_traffic_paths(shape, fast_path, false, sync, false);
         (out, r, fast, started)
+    }
+
+    /// While the group path's bookkeeping is on: `link_groups` equals a
+    /// recount from the flows in groups, and each group's `theta` is at most
+    /// capacity / flows of every link it crosses that is neither a group link
+    /// nor watched (the bounds the path relies on).
+    fn assert_bookkeeping(net: &FlowNetwork, what: &str) {
+        if !net.bookkeeping {
+            return;
+        }
+        let mut want: Vec<Vec<(u32, u32)>> = vec![Vec::new(); net.capacity.len()];
+        let routes = net.fabric.all_route_links();
+        for &f in &net.order {
+            let g = net.group[f as usize];
+            if g == NONE {
+                continue;
+            }
+            let r = net.flows[f as usize].route;
+            for &m in &routes[r.start as usize..(r.start + r.len) as usize] {
+                let m = m as usize;
+                count_in(&mut want[m], g);
+                if m != g as usize && !net.is_group_link[m] && !net.watched[m] {
+                    let v = net.capacity[m] / net.link_flows[m].len() as f64;
+                    assert!(net.theta[g as usize] <= v, "{what}: group {g} bound {} above link {m}'s {v}", net.theta[g as usize]);
+                }
+            }
+        }
+        for (l, want) in want.iter_mut().enumerate() {
+            let mut got = net.link_groups[l].clone();
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(&got, want, "{what}: link {l}");
+        }
     }
 
     /// `ps_traffic` with the group path on or off; also returns how many
@@ -1915,11 +1951,15 @@ mod tests {
         fast_path: bool,
         group_path: bool,
         sync: bool,
+        check: bool,
     ) -> (Vec<(FlowTag, u64)>, u64, u64, u64, u64) {
         let topo = Topology::build(shape, LinkParams::from_gbps(10.0, 2.0)).unwrap();
         let mut net = FlowNetwork::new(topo);
         net.fast_path = fast_path;
         net.group_path = group_path;
+        if check {
+            net.streak_limit = 2;
+        }
         let (ps, workers) = (3usize, 13usize);
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut next = |m: u64| {
@@ -1954,6 +1994,7 @@ mod tests {
         let mut out = Vec::new();
         let mut done = Vec::new();
         let mut i = 0;
+        let (mut switches, mut was) = (0u64, net.bookkeeping);
         loop {
             let tn = net.next_event_time();
             let ts = starts.get(i).map(|s| SimTime(s.0));
@@ -1968,12 +2009,22 @@ mod tests {
                 (_, Some(n)) => {
                     net.advance(n, &mut done);
                     out.extend(done.drain(..).map(|tag| (tag, n.0)));
+                    if check {
+                        net.refresh();
+                        assert_bookkeeping(&net, &format!("{shape:?} at {}", n.0));
+                        switches += u64::from(net.bookkeeping != was);
+                        was = net.bookkeeping;
+                    }
                 }
                 (None, None) => break,
                 _ => unreachable!(),
             }
         }
         assert_eq!(out.len(), starts.len());
+        if check && matches!(shape, TopologyShape::Star { .. }) {
+            // The bookkeeping went off and back on, so the rebuild was checked.
+            assert!(switches >= 3, "{shape:?}: bookkeeping switched {switches} times");
+        }
         (out, net.recomputations(), net.fast_recomputations, net.fast_new_groups, net.group_recomputations)
     }
 
@@ -2074,8 +2125,8 @@ mod tests {
             TopologyShape::Star { endpoints: 16 },
         ] {
             for sync in [false, true] {
-                let (full, rf, _, _, none) = ps_traffic_paths(&shape, true, false, sync);
-                let (grouped, rg, _, _, taken) = ps_traffic_paths(&shape, true, true, sync);
+                let (full, rf, _, _, none) = ps_traffic_paths(&shape, true, false, sync, false);
+                let (grouped, rg, _, _, taken) = ps_traffic_paths(&shape, true, true, sync, true);
                 assert_eq!(grouped, full, "{shape:?} sync {sync}");
                 assert_eq!(rg, rf);
                 assert_eq!(none, 0);
