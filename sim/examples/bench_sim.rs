@@ -10,7 +10,9 @@
 //! default); `--workers N --steps S` any other size. `--events` runs only the event core (20 M events). `--digest` prints
 //! such digests for a spread of small configurations (topologies,
 //! strategies, sparse models, collectives): a change that must not alter
-//! results has to leave all of them equal.
+//! results has to leave all of them equal. Both print `flow_digest` too:
+//! FNV-1a over every flow's (tag, arrival picoseconds), the network's whole
+//! timeline.
 
 use flowlab_sim::cluster::{simulate, ClusterConfig, ClusterReport, ModelRef, Straggler, Strategy, TopologyKind};
 use flowlab_sim::comm::collective::AllReduceAlgo;
@@ -77,12 +79,13 @@ fn digests() -> Result<(), flowlab_sim::SimError> {
     for (name, cfg) in cases {
         let r = simulate(&cfg, 7)?;
         println!(
-            "{name}: sim_seconds {} recomputations {} events {} bytes {} digest {:016x}",
+            "{name}: sim_seconds {} recomputations {} events {} bytes {} digest {:016x} flow_digest {:016x}",
             r.sim_time_s,
             r.network_recomputations,
             r.events,
             r.bytes_moved,
-            digest(&r)
+            digest(&r),
+            r.flow_digest
         );
     }
     Ok(())
@@ -104,8 +107,8 @@ fn ps_only(workers: u32, steps: u64, topology: TopologyKind) -> Result<(), flowl
     let secs = start.elapsed().as_secs_f64();
     let digest = digest(&r);
     println!(
-        "{{\"case\":\"ps_sync_{steps}_steps_flow\",\"topology\":\"{topology:?}\",\"workers\":{workers},\"seconds\":{secs},\"sim_seconds\":{},\"recomputations\":{},\"events\":{},\"step_digest\":\"{digest:016x}\"}}",
-        r.sim_time_s, r.network_recomputations, r.events
+        "{{\"case\":\"ps_sync_{steps}_steps_flow\",\"topology\":\"{topology:?}\",\"workers\":{workers},\"seconds\":{secs},\"sim_seconds\":{},\"recomputations\":{},\"events\":{},\"step_digest\":\"{digest:016x}\",\"flow_digest\":\"{:016x}\"}}",
+        r.sim_time_s, r.network_recomputations, r.events, r.flow_digest
     );
     Ok(())
 }

@@ -6,7 +6,8 @@
 //! torus2d, hierarchical; 100 steps, so the 1,000-step time is 10x the
 //! row's seconds), PS scaling on fat_tree besides star, and the measured
 //! scaling exponent of each (least-squares slope of log seconds against
-//! log workers).
+//! log workers); and its large-scale goals: 4,096 workers on fat_tree and
+//! 16,384 on star, 10 sync steps each (< 5 s and < 10 s).
 
 use crate::cluster::{simulate, ClusterConfig, Strategy, TopologyKind};
 use crate::comm::collective::AllReduceAlgo;
@@ -185,8 +186,7 @@ pub fn bench(quick: bool) -> Result<Vec<BenchRecord>, SimError> {
     }
     out.extend(exponent_record("scaling_exponent_ps_star", &star));
     out.extend(star);
-    // 4,096 workers on fat_tree take minutes today: the series stops at 1,024.
-    let fat_sizes: &[u32] = if quick { &[16, 64, 256] } else { &[64, 256, 1024] };
+    let fat_sizes: &[u32] = if quick { &[16, 64, 256] } else { &[64, 256, 1024, 4096] };
     let mut fat = Vec::new();
     for &w in fat_sizes {
         fat.push(timed(
@@ -199,6 +199,14 @@ pub fn bench(quick: bool) -> Result<Vec<BenchRecord>, SimError> {
     out.extend(fat);
     for &w in sizes {
         out.push(timed(&format!("scaling_ring_{steps}_steps"), &ring_config(w, steps), "")?);
+    }
+    if !quick {
+        out.push(timed(
+            "ps_sync_10_steps_flow_fat_tree_4096",
+            &ps_config_on(4096, 10, TopologyKind::FatTree),
+            "< 5 s",
+        )?);
+        out.push(timed("ps_sync_10_steps_flow_star_16384", &ps_config(16384, 10), "< 10 s")?);
     }
     Ok(out)
 }

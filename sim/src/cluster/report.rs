@@ -48,6 +48,10 @@ pub struct ClusterReport {
     pub events: u64,
     /// Flow-level bandwidth-share recomputations (0 for the analytical model).
     pub network_recomputations: u64,
+    /// FNV-1a over every flow's (tag, arrival picoseconds) in arrival-report
+    /// order (0 for the analytical model): equal digests, the same network
+    /// timeline bit for bit.
+    pub flow_digest: u64,
     /// Workers a step needs, and backup workers on top of them.
     pub workers: u32,
     pub backup_workers: u32,

@@ -18,6 +18,19 @@
 //! keeps its members in a heap by target (stale entries skipped by a
 //! generation counter), and a tournament tree over links gives the earliest
 //! drain of all groups.
+//!
+//! A recomputation takes the first of three paths that applies, all giving
+//! the same shares bit for bit: the *fast path* (every flow on one
+//! bottleneck whose share capacity / flows is below every other link's);
+//! the *group path* (`group_fill`: progressive filling over the group links
+//! and a few watched near-saturated links only, each group frozen whole,
+//! its c members' charges on a link done as c exact subtractions in
+//! O(binades) by `repeat_sub`, flows moved between groups where a link
+//! freezes them earlier; it proves that no other link could freeze a flow
+//! or gives up); and the full progressive filling of the changed
+//! component. On parameter-server traffic over fat-trees, Clos and tori
+//! nearly every recomputation takes the group path, whose cost grows with
+//! the groups and the links they share, not with the flows.
 
 use crate::error::SimError;
 use crate::network::arrivals::Arrivals;
@@ -25,6 +38,7 @@ use crate::network::model::{Fabric, FlowTag, NetworkModel, Route};
 use crate::network::topology::Topology;
 use crate::time::SimTime;
 use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
 use std::collections::BinaryHeap;
 
 /// Completion-coalescing window: 1 ns, far below any link latency modelled.
@@ -32,6 +46,33 @@ const DRAIN_WINDOW: SimTime = SimTime(1_000);
 
 /// No group yet (a flow started since the last recomputation).
 const NONE: u32 = u32::MAX;
+
+/// Relative margin by which a link that is not a group link must stay
+/// above the shares of the groups crossing it for the group path: far
+/// above the rounding of a few hundred subtractions, so the link's share
+/// cannot reach theirs while progressive filling runs.
+const THETA_MARGIN: f64 = 1e-9;
+
+/// Fast recomputations in a row after which the group path's bookkeeping
+/// stops (see `FlowNetwork::bookkeeping`).
+const FAST_STREAK: u32 = 16;
+
+/// A recomputation that is not fast within this many of the previous one
+/// turns the bookkeeping back on.
+const SLOW_AGAIN: u64 = 4;
+
+/// See `FlowNetwork::group_failures`.
+const GROUP_RETRY: u32 = 8;
+
+/// How a recomputation went.
+enum Path {
+    /// Every flow on one bottleneck link, shares capacity / flows.
+    Fast,
+    /// Progressive filling over the group links, groups frozen whole.
+    Groups,
+    /// Progressive filling over every flow of the changed component.
+    Full,
+}
 
 /// A flow in a link's list, carrying what the component search and the
 /// filling need so that those loops touch little else.
@@ -243,6 +284,68 @@ pub struct FlowNetwork {
     fast_path: bool,
     fast_recomputations: u64,
     fast_new_groups: u64,
+    /// The group path's bookkeeping (see `group_fill`). `link_groups[l]`:
+    /// (group link, members crossing `l`) for every group with members on
+    /// `l`. `theta[g]`: a lower bound on capacity / flows of every link that
+    /// group `g`'s members cross and that is not a group link (lowered when
+    /// such a link gains a flow, a member joins, or a group link stops being
+    /// one; reset when the group restarts empty; recomputed from the members
+    /// when it blocks the path). `group_list`: the group links, with each
+    /// one's index in it.
+    link_groups: Vec<Vec<(u32, u32)>>,
+    theta: Vec<f64>,
+    group_list: Vec<u32>,
+    group_list_pos: Vec<u32>,
+    /// Links the group path fills exactly beside the group links (ones
+    /// found at or below a crossing group's share): `theta` leaves them
+    /// out. A link stays watched until it carries no flow.
+    watched: Vec<bool>,
+    watch_list: Vec<u32>,
+    /// Whether `link_groups` and `theta` are kept (off after
+    /// `FAST_STREAK` fast recomputations in a row, where they only cost;
+    /// rebuilt from the flows when two recomputations that are not fast
+    /// come within `SLOW_AGAIN`), and the current streak.
+    bookkeeping: bool,
+    fast_streak: u32,
+    /// `FAST_STREAK` (tests lower it to switch often).
+    streak_limit: u32,
+    /// The recomputation that last was not fast.
+    last_slow: u64,
+    /// Group path failures in a row, and slow recomputations since the
+    /// last attempt.
+    group_failures: u32,
+    group_skips: u32,
+    /// Whether the group path may be taken (tests turn it off to compare)
+    /// and how many recomputations took it.
+    group_path: bool,
+    group_recomputations: u64,
+    /// Group path scratch, per link: stamped `g_epoch` while in this
+    /// filling's link set, or once frozen; residual, unfrozen flows and
+    /// share; a group's (link, count) on the other links of the set; the
+    /// started flows (indices in `fresh`) crossing the link.
+    g_epoch: u32,
+    g_in: Vec<u32>,
+    g_frozen: Vec<u32>,
+    g_residual: Vec<f64>,
+    g_unfrozen: Vec<u32>,
+    g_share: Vec<f64>,
+    g_theta: Vec<f64>,
+    g_incidence: Vec<Vec<(u32, u32)>>,
+    g_fresh: Vec<Vec<u32>>,
+    g_links: Vec<u32>,
+    /// Per started flow (by index in `fresh`): the link it froze at.
+    g_fresh_at: Vec<u32>,
+    g_heap: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Per link: checked exactly in this filling; the started flows' load
+    /// on it (valid where stamped).
+    g_checked: Vec<u32>,
+    g_fresh_stamp: Vec<u32>,
+    g_fresh_load: Vec<f64>,
+    /// Per flow slot: moved in this filling; the moves (slot, from, to);
+    /// scratch for the groups a link finds unfrozen.
+    g_moved: Vec<u32>,
+    g_movers: Vec<(u32, u32, u32)>,
+    g_foreign: Vec<(u32, u32)>,
     /// Drained flows in propagation, by arrival time.
     arrivals: Arrivals,
     now: SimTime,
@@ -252,6 +355,9 @@ pub struct FlowNetwork {
     busy: Vec<u32>,
     busy_pos: Vec<u32>,
     recomputations: u64,
+    /// FNV-1a over (tag, arrival picoseconds) of every flow, in the order
+    /// the flows left the network's books.
+    digest: u64,
     epoch: u32,
     // Scratch, sized to the link count.
     link_stamp: Vec<u32>,
@@ -315,12 +421,45 @@ impl FlowNetwork {
             fast_path: true,
             fast_recomputations: 0,
             fast_new_groups: 0,
+            link_groups: (0..n).map(|_| Vec::new()).collect(),
+            theta: vec![f64::INFINITY; n],
+            group_list: Vec::new(),
+            group_list_pos: vec![NONE; n],
+            watched: vec![false; n],
+            watch_list: Vec::new(),
+            bookkeeping: false,
+            fast_streak: 0,
+            streak_limit: FAST_STREAK,
+            last_slow: 0,
+            group_failures: 0,
+            group_skips: 0,
+            group_path: true,
+            group_recomputations: 0,
+            g_epoch: 0,
+            g_in: vec![0; n],
+            g_frozen: vec![0; n],
+            g_residual: vec![0.0; n],
+            g_unfrozen: vec![0; n],
+            g_share: vec![0.0; n],
+            g_theta: vec![0.0; n],
+            g_incidence: (0..n).map(|_| Vec::new()).collect(),
+            g_fresh: (0..n).map(|_| Vec::new()).collect(),
+            g_links: Vec::new(),
+            g_fresh_at: Vec::new(),
+            g_heap: BinaryHeap::new(),
+            g_checked: vec![0; n],
+            g_fresh_stamp: vec![0; n],
+            g_fresh_load: vec![0.0; n],
+            g_moved: Vec::new(),
+            g_movers: Vec::new(),
+            g_foreign: Vec::new(),
             arrivals: Arrivals::default(),
             now: SimTime::ZERO,
             seeds: Vec::new(),
             busy: Vec::new(),
             busy_pos: vec![NONE; n],
             recomputations: 0,
+            digest: 0xcbf2_9ce4_8422_2325,
             epoch: 0,
             link_stamp: vec![0; n],
             component: Vec::new(),
@@ -337,9 +476,29 @@ impl FlowNetwork {
         }
     }
 
+    /// Recomputations by path: (fast, group, full filling).
+    pub fn path_counts(&self) -> (u64, u64, u64) {
+        let (fast, group) = (self.fast_recomputations, self.group_recomputations);
+        (fast, group, self.recomputations - fast - group)
+    }
+
     /// How many times the shares were recomputed (for benchmarks).
     pub fn recomputations(&self) -> u64 {
         self.recomputations
+    }
+
+    /// FNV-1a over every flow's (tag, arrival time in picoseconds), in the
+    /// order flows finished draining (zero-byte flows when started): two
+    /// runs with equal digests produced the same completions bit for bit.
+    pub fn flow_digest(&self) -> u64 {
+        self.digest
+    }
+
+    fn record_arrival(&mut self, at: SimTime, tag: FlowTag) {
+        for v in [tag, at.0] {
+            self.digest = (self.digest ^ v).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.arrivals.push(at, tag);
     }
 
     /// Current rate of the flow with `tag`, in bytes per second (tests).
@@ -379,6 +538,26 @@ impl FlowNetwork {
             return;
         }
         self.is_group_link[l] = is;
+        if is {
+            self.group_list_pos[l] = self.group_list.len() as u32;
+            self.group_list.push(l as u32);
+        } else {
+            let p = self.group_list_pos[l] as usize;
+            self.group_list.swap_remove(p);
+            if let Some(&moved) = self.group_list.get(p) {
+                self.group_list_pos[moved as usize] = p as u32;
+            }
+            self.group_list_pos[l] = NONE;
+            // Now a link the groups crossing it must stay below.
+            let n = self.link_flows[l].len();
+            if n > 0 && self.bookkeeping && !self.watched[l] {
+                let v = self.capacity[l] / n as f64;
+                for &(g, _) in &self.link_groups[l] {
+                    let t = &mut self.theta[g as usize];
+                    *t = t.min(v);
+                }
+            }
+        }
         for e in &self.link_flows[l] {
             let c = &mut self.group_links_crossed[e.slot as usize];
             let before = *c == 1;
@@ -521,12 +700,14 @@ impl FlowNetwork {
                 g.clock = 0.0;
                 g.at = now;
                 g.rate = share;
+                self.theta[l] = f64::INFINITY;
             } else if share != g.rate {
                 g.clock = g.clock_at(now);
                 g.at = now;
                 g.rate = share;
             }
         }
+        let routes = self.fabric.all_route_links();
         for &(f, l) in &self.movers {
             let p = &mut self.payload[f as usize];
             let g = &mut self.groups[l as usize];
@@ -534,6 +715,19 @@ impl FlowNetwork {
             self.group[f as usize] = l;
             g.members += 1;
             g.push(p.target, f, self.generation[f as usize]);
+            if !self.bookkeeping {
+                continue;
+            }
+            let r = self.flows[f as usize].route;
+            join_links(
+                &routes[r.start as usize..(r.start + r.len) as usize],
+                l,
+                &mut self.link_groups,
+                &mut self.theta,
+                (&self.is_group_link, &self.watched),
+                &self.capacity,
+                &self.link_flows,
+            );
         }
         for i in 0..self.component.len() {
             let l = self.component[i] as usize;
@@ -545,6 +739,466 @@ impl FlowNetwork {
             self.sync_group_link(l);
         }
         self.new_groups.clear();
+    }
+
+    /// Recounts `link_groups` and recomputes `theta` exactly from the live
+    /// flows in groups, and turns the bookkeeping on.
+    fn rebuild_bookkeeping(&mut self) {
+        for &l in &self.busy {
+            self.link_groups[l as usize].clear();
+        }
+        for &g in &self.group_list {
+            self.theta[g as usize] = f64::INFINITY;
+        }
+        let routes = self.fabric.all_route_links();
+        for &f in &self.order {
+            let g = self.group[f as usize];
+            if g == NONE {
+                continue;
+            }
+            let r = self.flows[f as usize].route;
+            join_links(
+                &routes[r.start as usize..(r.start + r.len) as usize],
+                g,
+                &mut self.link_groups,
+                &mut self.theta,
+                (&self.is_group_link, &self.watched),
+                &self.capacity,
+                &self.link_flows,
+            );
+        }
+        self.bookkeeping = true;
+    }
+
+    /// The group path: progressive filling over the group links alone,
+    /// freezing each group whole, on the hypothesis that the filling of
+    /// every flow would keep every group's members together and freeze
+    /// started flows at group links (or, for one crossing none, at the link
+    /// of least fair share on its route). Returns false, having changed
+    /// nothing but `theta` (recomputed, still a bound), when that cannot be
+    /// shown; the full filling then runs.
+    ///
+    /// When it returns true the shares are those of the full filling bit
+    /// for bit: the full filling subtracts one share per frozen flow from
+    /// each other link of its route, and the flows frozen by one link all
+    /// take that link's share, so a link's residual depends only on how
+    /// many flows each earlier group froze on it (repeated here by that many
+    /// subtractions, in freezing order); group links are taken in the same
+    /// order as there (same keys, same re-pushes: links that freeze nothing
+    /// only re-push). The hypothesis is checked as the filling runs (a group
+    /// link must find only its own members and started flows unfrozen) and
+    /// after it: every other link must keep capacity / flows, a lower bound
+    /// on its share during the filling, above the share of every group
+    /// crossing it (by `THETA_MARGIN`), so it can never be the least-share
+    /// link while it has unfrozen flows. Cost: the group links, the
+    /// (group, group link) pairs and the started flows' routes, instead of
+    /// every flow's route.
+    fn group_fill(&mut self) -> bool {
+        if !self.group_path || self.group_list.is_empty() && self.fresh.is_empty() {
+            return false;
+        }
+        self.g_movers.clear();
+        if self.try_group_fill() {
+            return true;
+        }
+        // Undo the moves' counts.
+        while let Some((slot, from, to)) = self.g_movers.pop() {
+            let r = self.flows[slot as usize].route;
+            for &m in self.fabric.route_links(r) {
+                count_out(&mut self.link_groups[m as usize], to);
+                count_in(&mut self.link_groups[m as usize], from);
+            }
+        }
+        false
+    }
+
+    /// `group_fill` without undoing its moves on failure.
+    fn try_group_fill(&mut self) -> bool {
+        self.g_epoch = self.g_epoch.wrapping_add(1);
+        if self.g_epoch == 0 {
+            self.g_in.fill(0);
+            self.g_frozen.fill(0);
+            self.g_checked.fill(0);
+            self.g_fresh_stamp.fill(0);
+            self.g_moved.fill(0);
+            self.g_epoch = 1;
+        }
+        let ge = self.g_epoch;
+        let now = self.now;
+        let FlowNetwork {
+            fabric,
+            capacity,
+            flows,
+            fresh,
+            link_flows,
+            link_groups,
+            groups,
+            group_list,
+            group_links_crossed,
+            g_in,
+            g_frozen,
+            g_residual,
+            g_unfrozen,
+            g_share,
+            g_theta,
+            g_incidence,
+            g_fresh,
+            g_links,
+            g_fresh_at,
+            g_heap,
+            g_checked,
+            g_fresh_stamp,
+            g_fresh_load,
+            theta,
+            generation,
+            watched,
+            watch_list,
+            g_moved,
+            g_movers,
+            g_foreign,
+            is_group_link,
+            ..
+        } = self;
+        if g_moved.len() < flows.len() {
+            g_moved.resize(flows.len(), 0);
+        }
+        let routes = fabric.all_route_links();
+        let links_of = |f: u32| {
+            let r = flows[f as usize].route;
+            &routes[r.start as usize..(r.start + r.len) as usize]
+        };
+        // The links taking part: the group links, and for each started flow
+        // crossing none the link of least fair share on its route.
+        g_links.clear();
+        for &b in group_list.iter() {
+            g_in[b as usize] = ge;
+            g_links.push(b);
+        }
+        let mut i = 0;
+        while i < watch_list.len() {
+            let w = watch_list[i] as usize;
+            // Unwatched when empty, or (not a group link) at twice the
+            // fastest group crossing it: it joins those groups' bounds.
+            let n = link_flows[w].len();
+            let v = if n == 0 { f64::INFINITY } else { capacity[w] / n as f64 };
+            let far = !is_group_link[w] && link_groups[w].iter().all(|&(g, _)| 2.0 * groups[g as usize].rate < v);
+            if n == 0 || far {
+                for &(g, _) in &link_groups[w] {
+                    theta[g as usize] = theta[g as usize].min(v);
+                }
+                watched[w] = false;
+                watch_list.swap_remove(i);
+                continue;
+            }
+            if g_in[w] != ge {
+                g_in[w] = ge;
+                g_links.push(w as u32);
+            }
+            i += 1;
+        }
+        for &f in fresh.iter() {
+            if group_links_crossed[f as usize] == 0 {
+                let mut best = (u64::MAX, u32::MAX);
+                for &l in links_of(f) {
+                    let key = share_key(capacity[l as usize], link_flows[l as usize].len() as u32);
+                    if key < best.0 {
+                        best = (key, l);
+                    }
+                }
+                let b = best.1 as usize;
+                if g_in[b] != ge {
+                    g_in[b] = ge;
+                    g_links.push(b as u32);
+                }
+            }
+        }
+        let mut keys = std::mem::take(g_heap).into_vec();
+        keys.clear();
+        for &b in g_links.iter() {
+            let b = b as usize;
+            let n = link_flows[b].len() as u32;
+            g_residual[b] = capacity[b];
+            g_unfrozen[b] = n;
+            g_incidence[b].clear();
+            g_fresh[b].clear();
+            keys.push(Reverse((share_key(capacity[b], n), b as u32)));
+        }
+        *g_heap = BinaryHeap::from(keys);
+        for &m in g_links.iter() {
+            for &(g, c) in &link_groups[m as usize] {
+                if g_in[g as usize] != ge {
+                    return false; // a group whose link is not one: cannot happen
+                }
+                if g != m {
+                    g_incidence[g as usize].push((m, c));
+                }
+            }
+        }
+        g_fresh_at.clear();
+        for (i, &f) in fresh.iter().enumerate() {
+            g_fresh_at.push(NONE);
+            for &m in links_of(f) {
+                if g_in[m as usize] == ge {
+                    g_fresh[m as usize].push(i as u32);
+                }
+            }
+        }
+        // Charges `count` flows frozen at `share` on link `m`, one at a
+        // time as the full filling does.
+        let charge = |m: usize, count: u32, share: f64, residual: &mut [f64], unfrozen: &mut [u32]| {
+            residual[m] = repeat_sub(residual[m], share, count);
+            unfrozen[m] -= count;
+        };
+        // A stale key is replaced in place (one sift instead of a pop and a
+        // push): every link has one entry, so the order is the same.
+        while let Some(mut top) = g_heap.peek_mut() {
+            let Reverse((key, b)) = *top;
+            let bu = b as usize;
+            if g_unfrozen[bu] == 0 {
+                PeekMut::pop(top);
+                continue;
+            }
+            let current = share_key(g_residual[bu], g_unfrozen[bu]);
+            if current != key {
+                *top = Reverse((current, b));
+                continue;
+            }
+            PeekMut::pop(top);
+            let share = f64::from_bits(key);
+            // Members of groups not frozen yet that cross this link freeze
+            // here: they move to its group (counted there at once, undone
+            // if the path fails).
+            g_foreign.clear();
+            g_foreign.extend(link_groups[bu].iter().filter(|&&(g, _)| g != b && g_frozen[g as usize] != ge));
+            for &(g, mut left) in g_foreign.iter() {
+                let gu = g as usize;
+                for &Reverse((_, slot, version)) in groups[gu].heap.iter() {
+                    if left == 0 {
+                        break; // all `g`'s members on this link found
+                    }
+                    let su = slot as usize;
+                    if generation[su] != version || g_moved[su] == ge {
+                        continue;
+                    }
+                    let links = links_of(slot);
+                    if !links.contains(&b) {
+                        continue;
+                    }
+                    g_moved[su] = ge;
+                    g_movers.push((slot, g, b));
+                    left -= 1;
+                    for &m in links {
+                        let mu = m as usize;
+                        count_out(&mut link_groups[mu], g);
+                        count_in(&mut link_groups[mu], b);
+                        if g_in[mu] == ge {
+                            if let Some(e) = g_incidence[gu].iter_mut().find(|e| e.0 == m && m != g) {
+                                e.1 -= 1;
+                            }
+                            if m != b {
+                                charge(mu, 1, share, g_residual, g_unfrozen);
+                            }
+                        }
+                    }
+                }
+            }
+            g_share[bu] = share;
+            g_frozen[bu] = ge;
+            for &(m, c) in &g_incidence[bu] {
+                charge(m as usize, c, share, g_residual, g_unfrozen);
+            }
+            for &i in &g_fresh[bu] {
+                if g_fresh_at[i as usize] != NONE {
+                    continue;
+                }
+                g_fresh_at[i as usize] = b;
+                for &m in links_of(fresh[i as usize]) {
+                    if m != b && g_in[m as usize] == ge {
+                        charge(m as usize, 1, share, g_residual, g_unfrozen);
+                    }
+                }
+            }
+            g_unfrozen[bu] = 0;
+        }
+        if g_fresh_at.contains(&NONE) {
+            return false;
+        }
+        // Every other link crossed by a group stays above its share. A
+        // group link that froze nothing is such a link from now on.
+        let stays_group = |m: usize| g_in[m] == ge && g_frozen[m] == ge;
+        let exact = |m: usize, watched: &[bool]| stays_group(m) || watched[m];
+        for &b in g_links.iter() {
+            let b = b as usize;
+            if g_frozen[b] == ge {
+                g_theta[b] = if groups[b].members > 0 { theta[b] } else { f64::INFINITY };
+            }
+        }
+        for (i, &f) in fresh.iter().enumerate() {
+            let b = g_fresh_at[i];
+            for &m in links_of(f) {
+                if m != b && !exact(m as usize, watched) {
+                    let t = &mut g_theta[b as usize];
+                    *t = t.min(capacity[m as usize] / link_flows[m as usize].len() as f64);
+                }
+            }
+        }
+        for &(slot, _, to) in g_movers.iter() {
+            for &m in links_of(slot) {
+                if m != to && !exact(m as usize, watched) {
+                    let t = &mut g_theta[to as usize];
+                    *t = t.min(capacity[m as usize] / link_flows[m as usize].len() as f64);
+                }
+            }
+        }
+        // Load of the started flows per link, for the exact checks.
+        for (i, &f) in fresh.iter().enumerate() {
+            let share = g_share[g_fresh_at[i] as usize];
+            for &m in links_of(f) {
+                let m = m as usize;
+                if g_fresh_stamp[m] != ge {
+                    g_fresh_stamp[m] = ge;
+                    g_fresh_load[m] = 0.0;
+                }
+                g_fresh_load[m] += share;
+            }
+        }
+        for &b in g_links.iter() {
+            let b = b as usize;
+            if g_frozen[b] != ge || g_share[b] * (1.0 + THETA_MARGIN) < g_theta[b] {
+                continue;
+            }
+            // The bound may be stale, or a link below the share may still be
+            // unsaturated: recompute the bound from the members, and check
+            // each link under the share exactly (see `unsaturated`).
+            let mut t = f64::INFINITY;
+            let mut fits = true;
+            let mut new_watch: Vec<u32> = Vec::new();
+            // A link at or below the share is checked exactly now and
+            // filled exactly from now on (watched), out of the bound.
+            let mut visit = |m: u32, t: &mut f64| {
+                let m = m as usize;
+                if m == b || exact(m, watched) {
+                    return;
+                }
+                let v = capacity[m] / link_flows[m].len() as f64;
+                if g_share[b] * (1.0 + THETA_MARGIN) < v {
+                    *t = t.min(v);
+                    return;
+                }
+                if g_checked[m] != ge {
+                    g_checked[m] = ge;
+                    fits &= unsaturated(m, &link_groups[m], g_share, g_frozen, ge, g_fresh_stamp, g_fresh_load, capacity[m]);
+                }
+                new_watch.push(m as u32);
+            };
+            for &Reverse((_, slot, version)) in groups[b].heap.iter() {
+                if generation[slot as usize] == version {
+                    for &m in links_of(slot) {
+                        visit(m, &mut t);
+                    }
+                }
+            }
+            if groups[b].members > 0 {
+                theta[b] = t;
+            }
+            for (i, &f) in fresh.iter().enumerate() {
+                if g_fresh_at[i] as usize == b {
+                    for &m in links_of(f) {
+                        visit(m, &mut t);
+                    }
+                }
+            }
+            for &(slot, _, to) in g_movers.iter() {
+                if to as usize == b {
+                    for &m in links_of(slot) {
+                        visit(m, &mut t);
+                    }
+                }
+            }
+            g_theta[b] = t;
+            for &w in new_watch.iter() {
+                if !watched[w as usize] {
+                    watched[w as usize] = true;
+                    watch_list.push(w);
+                }
+            }
+            new_watch.clear();
+            if !fits {
+                return false;
+            }
+        }
+        // Shown: apply. Moving flows leave their group at its old rate; a
+        // group whose share changed restarts its clock now; a new one
+        // starts at zero.
+        for &(slot, from, _) in g_movers.iter() {
+            let p = &mut self.payload[slot as usize];
+            let g = &mut groups[from as usize];
+            p.carry = (p.target - g.clock_at(now)).max(0.0);
+            g.members -= 1;
+            generation[slot as usize] = generation[slot as usize].wrapping_add(1);
+        }
+        for &b in g_links.iter() {
+            let b = b as usize;
+            if g_frozen[b] != ge {
+                continue;
+            }
+            let share = g_share[b];
+            let g = &mut groups[b];
+            if g.members == 0 {
+                g.clear();
+                g.clock = 0.0;
+                g.at = now;
+                g.rate = share;
+            } else if share != g.rate {
+                g.clock = g.clock_at(now);
+                g.at = now;
+                g.rate = share;
+            }
+            theta[b] = g_theta[b];
+        }
+        for i in 0..self.fresh.len() {
+            let f = self.fresh[i];
+            let b = self.g_fresh_at[i];
+            let p = &mut self.payload[f as usize];
+            let g = &mut self.groups[b as usize];
+            p.target = g.clock_at(now) + p.carry;
+            self.group[f as usize] = b;
+            g.members += 1;
+            g.push(p.target, f, self.generation[f as usize]);
+            let r = self.flows[f as usize].route;
+            for &m in self.fabric.route_links(r) {
+                count_in(&mut self.link_groups[m as usize], b);
+            }
+        }
+        for i in 0..self.g_movers.len() {
+            let (f, _, b) = self.g_movers[i];
+            let p = &mut self.payload[f as usize];
+            let g = &mut self.groups[b as usize];
+            p.target = g.clock_at(now) + p.carry;
+            self.group[f as usize] = b;
+            g.members += 1;
+            g.push(p.target, f, self.generation[f as usize]);
+        }
+        for i in 0..self.g_links.len() {
+            let b = self.g_links[i] as usize;
+            if self.g_frozen[b] == ge {
+                self.refresh_group(b);
+                self.sync_group_link(b);
+            }
+        }
+        for i in 0..self.g_movers.len() {
+            let from = self.g_movers[i].1 as usize;
+            self.refresh_group(from);
+            self.sync_group_link(from);
+        }
+        self.g_movers.clear();
+        // The changed links (in `component`): groups emptied by drains
+        // republish their (now absent) drain times.
+        for i in 0..self.component.len() {
+            let l = self.component[i] as usize;
+            self.refresh_group(l);
+        }
+        true
     }
 
     /// Drops stale heap entries of group `l` and republishes its earliest drain.
@@ -570,9 +1224,9 @@ impl FlowNetwork {
     /// When the changed links alone carry half the flows or more, the
     /// component is nearly everything: take every busy link without a search
     /// (refilling an unchanged component gives the same shares bit for bit).
-    /// Returns true when the fast path applies (the component is then
-    /// just the changed links).
-    fn find_component(&mut self, epoch: u32) -> bool {
+    /// Returns which path applies: with the fast path the component is just
+    /// the changed links; the group path has already set the new shares.
+    fn find_component(&mut self, epoch: u32) -> Path {
         let FlowNetwork { link_flows, seeds, link_stamp, component, .. } = self;
         component.clear();
         let mut seeded = 0usize;
@@ -591,7 +1245,34 @@ impl FlowNetwork {
             self.update_keys(l);
         }
         if self.plan_fast_path() {
-            return true;
+            self.fast_streak += 1;
+            if self.fast_streak >= self.streak_limit && self.bookkeeping {
+                self.bookkeeping = false;
+                for &l in &self.busy {
+                    self.link_groups[l as usize].clear();
+                }
+            }
+            return Path::Fast;
+        }
+        self.fast_streak = 0;
+        // Without the bookkeeping, an isolated slow recomputation just
+        // fills; a second one soon after turns the group path back on.
+        let recent = self.recomputations - self.last_slow <= SLOW_AGAIN;
+        self.last_slow = self.recomputations;
+        if !self.bookkeeping && recent {
+            self.rebuild_bookkeeping();
+        }
+        // After two failures in a row the group path is tried only every
+        // `GROUP_RETRY`th slow recomputation (where it rarely applies, an
+        // attempt costs on top of the full filling).
+        self.group_skips += 1;
+        if self.bookkeeping && (self.group_failures < 2 || self.group_skips >= GROUP_RETRY) {
+            self.group_skips = 0;
+            if self.group_fill() {
+                self.group_failures = 0;
+                return Path::Groups;
+            }
+            self.group_failures += 1;
         }
         let FlowNetwork { fabric, visited, link_flows, link_stamp, component, busy, live, component_flows, wide, .. } = self;
         if 2 * seeded >= *live || *wide {
@@ -603,7 +1284,7 @@ impl FlowNetwork {
                 }
             }
             *component_flows = *live;
-            return false;
+            return Path::Full;
         }
         let mut count = 0;
         let routes = fabric.all_route_links();
@@ -628,7 +1309,7 @@ impl FlowNetwork {
         }
         *component_flows = count;
         *wide = 4 * count >= 3 * *live;
-        false
+        Path::Full
     }
 
     /// Refills the component of links reachable from the changed links.
@@ -645,11 +1326,19 @@ impl FlowNetwork {
         let epoch = self.epoch;
         let now = self.now;
         self.movers.clear();
-        if self.find_component(epoch) {
-            self.fast_recomputations += 1;
-            self.fast_recompute();
-            self.fresh.clear();
-            return;
+        match self.find_component(epoch) {
+            Path::Fast => {
+                self.fast_recomputations += 1;
+                self.fast_recompute();
+                self.fresh.clear();
+                return;
+            }
+            Path::Groups => {
+                self.group_recomputations += 1;
+                self.fresh.clear();
+                return;
+            }
+            Path::Full => {}
         }
         self.fresh.clear();
         let FlowNetwork {
@@ -668,6 +1357,12 @@ impl FlowNetwork {
             heap,
             movers,
             component_flows,
+            flows,
+            link_groups,
+            theta,
+            is_group_link,
+            watched,
+            bookkeeping,
             ..
         } = self;
         let routes = fabric.all_route_links();
@@ -692,16 +1387,20 @@ impl FlowNetwork {
         // share s leaves (r - s) / (n - 1) >= r / n), so a popped key is a
         // lower bound: if it is stale, re-insert the link with its current
         // share instead of pushing on every change.
-        while let Some(Reverse((key, l))) = heap.pop() {
+        while let Some(mut top) = heap.peek_mut() {
+            let Reverse((key, l)) = *top;
             let l = l as usize;
             if unfrozen[l] == 0 {
+                PeekMut::pop(top);
                 continue;
             }
             let current = share_key(residual[l], unfrozen[l]);
             if current != key {
-                heap.push(Reverse((current, l as u32)));
+                // Replaced in place: one entry per link, so the same order.
+                *top = Reverse((current, l as u32));
                 continue;
             }
+            PeekMut::pop(top);
             let share = f64::from_bits(key);
             batch_share[l] = share;
             for e in &link_flows[l] {
@@ -737,6 +1436,12 @@ impl FlowNetwork {
                 p.carry = (p.target - g.clock_at(now)).max(0.0);
                 g.members -= 1;
                 generation[f as usize] = generation[f as usize].wrapping_add(1);
+                if *bookkeeping {
+                    let r = flows[f as usize].route;
+                    for &m in &routes[r.start as usize..(r.start + r.len) as usize] {
+                        count_out(&mut link_groups[m as usize], old);
+                    }
+                }
             }
         }
         // New rates: a group whose rate changed restarts its clock now; an
@@ -750,6 +1455,7 @@ impl FlowNetwork {
                 g.clock = 0.0;
                 g.at = now;
                 g.rate = share.max(0.0);
+                theta[l] = f64::INFINITY;
             } else if share != g.rate {
                 debug_assert!(share >= 0.0, "a group with members froze no flows");
                 g.clock = g.clock_at(now);
@@ -764,6 +1470,19 @@ impl FlowNetwork {
             group[f as usize] = l;
             g.members += 1;
             g.push(p.target, f, generation[f as usize]);
+            if !*bookkeeping {
+                continue;
+            }
+            let r = flows[f as usize].route;
+            join_links(
+                &routes[r.start as usize..(r.start + r.len) as usize],
+                l,
+                link_groups,
+                theta,
+                (is_group_link, watched),
+                capacity,
+                link_flows,
+            );
         }
         for i in 0..self.component.len() {
             let l = self.component[i] as usize;
@@ -882,8 +1601,12 @@ impl FlowNetwork {
         self.draining[slot as usize] = false;
         let Flow { route, tag } = self.flows[slot as usize];
         let stride = self.pos_stride;
+        let old = self.group[slot as usize];
         for k in 0..route.len as usize {
             let l = self.fabric.route_links(route)[k];
+            if old != NONE && self.bookkeeping {
+                count_out(&mut self.link_groups[l as usize], old);
+            }
             let p = self.link_pos[slot as usize * stride + k] as usize;
             let list = &mut self.link_flows[l as usize];
             list.swap_remove(p);
@@ -902,9 +1625,145 @@ impl FlowNetwork {
         if self.group_links_crossed[slot as usize] != 1 {
             self.crossing_not_one -= 1;
         }
-        self.arrivals.push(t + route.latency, tag);
+        self.record_arrival(t + route.latency, tag);
         self.free.push(slot);
         self.live -= 1;
+    }
+}
+
+/// Whether link `m`, not a group link, carries less than its capacity (by
+/// `THETA_MARGIN`) at the new shares (`share`, of groups frozen in filling
+/// `epoch`) plus the started flows' load: then, as its share only grows
+/// while filling, it stays above the share of every group crossing it
+/// while it has unfrozen flows (the sum of the frozen groups' rates plus
+/// the next group's share times the flows left grows with each group
+/// frozen, up to the load), and never freezes a flow.
+#[allow(clippy::too_many_arguments)]
+fn unsaturated(
+    m: usize,
+    crossing: &[(u32, u32)],
+    share: &[f64],
+    frozen: &[u32],
+    epoch: u32,
+    fresh_stamp: &[u32],
+    fresh_load: &[f64],
+    capacity: f64,
+) -> bool {
+    let mut load = if fresh_stamp[m] == epoch { fresh_load[m] } else { 0.0 };
+    for &(h, c) in crossing {
+        if frozen[h as usize] != epoch {
+            return false;
+        }
+        load += f64::from(c) * share[h as usize];
+    }
+    load * (1.0 + THETA_MARGIN) < capacity
+}
+
+/// A flow on `links` joins group `g`: counted on each link, and the group's
+/// bound lowered to the fair share of each of them that is not a group link.
+fn join_links(
+    links: &[u32],
+    g: u32,
+    link_groups: &mut [Vec<(u32, u32)>],
+    theta: &mut [f64],
+    exact: (&[bool], &[bool]),
+    capacity: &[f64],
+    link_flows: &[Vec<Member>],
+) {
+    let (is_group_link, watched) = exact;
+    for &m in links {
+        let m = m as usize;
+        count_in(&mut link_groups[m], g);
+        if m != g as usize && !is_group_link[m] && !watched[m] {
+            theta[g as usize] = theta[g as usize].min(capacity[m] / link_flows[m].len() as f64);
+        }
+    }
+}
+
+/// `(r - s).max(0.0)` applied `count` times, bit for bit, in O(binades
+/// crossed) rather than O(count) steps. While `r` and the exact `r - s`
+/// stay in one binade (spacing `u`), `r` is a multiple of `u` and each
+/// rounded step removes exactly `round(s / u)` units, unless `s / u` ends
+/// in exactly one half (a tie: rounding then depends on the last bit, so
+/// that step is done as is); so the steps that stay in the binade are
+/// taken at once in integers, and the step that leaves it is done as is.
+fn repeat_sub(mut r: f64, s: f64, mut count: u32) -> f64 {
+    const MANTISSA: u64 = 1 << 52;
+    if count <= 16 {
+        for _ in 0..count {
+            r = (r - s).max(0.0);
+        }
+        return r;
+    }
+    while count > 0 {
+        // Outside the range where r / u, s / u are exact and no step
+        // clamps, step as is.
+        if !((1e-200..1e200).contains(&r) && (0.0..1e200).contains(&s)) {
+            r = (r - s).max(0.0);
+            count -= 1;
+            continue;
+        }
+        let bits = r.to_bits();
+        let exp = ((bits >> 52) & 0x7ff) as i32;
+        // u = 2^(exp - 1075): r = m * u with m the mantissa with its hidden bit.
+        let u = f64::from_bits(((exp - 52) as u64) << 52);
+        let m = (bits & (MANTISSA - 1)) | MANTISSA;
+        let x = s / u;
+        // x >= 0: truncation is the floor (f64::floor is a libm call on
+        // targets without SSE4.1).
+        let whole = if x < MANTISSA as f64 { x as u64 } else { u64::MAX };
+        let frac = x - whole as f64;
+        if whole == u64::MAX || frac == 0.5 {
+            r = (r - s).max(0.0);
+            count -= 1;
+            continue;
+        }
+        let q = if frac < 0.5 { whole } else { whole + 1 };
+        // Steps whose exact result stays at or above the binade's bottom:
+        // k - 1 < ... with (k - 1) q + x <= m - 2^52.
+        let a = m - MANTISSA;
+        // (q = 0: every step leaves r as it is.)
+        let stays: u64 = if frac == 0.0 {
+            if a < whole {
+                0
+            } else {
+                (a - whole).checked_div(q).map_or(u64::MAX, |k| k + 1)
+            }
+        } else if a < whole + 1 {
+            0
+        } else {
+            (a - whole - 1).checked_div(q).map_or(u64::MAX, |k| k + 1)
+        };
+        if stays == 0 {
+            r = (r - s).max(0.0);
+            count -= 1;
+            continue;
+        }
+        if q == 0 {
+            return r;
+        }
+        let k = stays.min(u64::from(count));
+        r = f64::from_bits((bits & !(MANTISSA - 1) & !(1 << 63)) | ((m - k * q) & (MANTISSA - 1)));
+        count -= k as u32;
+    }
+    r
+}
+
+/// Counts one more member of group `g` in a link's (group, members) list.
+fn count_in(list: &mut Vec<(u32, u32)>, g: u32) {
+    match list.iter_mut().find(|e| e.0 == g) {
+        Some(e) => e.1 += 1,
+        None => list.push((g, 1)),
+    }
+}
+
+/// Counts one member of group `g` fewer in a link's (group, members) list.
+fn count_out(list: &mut Vec<(u32, u32)>, g: u32) {
+    if let Some(i) = list.iter().position(|e| e.0 == g) {
+        list[i].1 -= 1;
+        if list[i].1 == 0 {
+            list.swap_remove(i);
+        }
     }
 }
 
@@ -927,7 +1786,7 @@ impl NetworkModel for FlowNetwork {
         self.fabric.account(route, bytes);
         let now = now.max(self.now);
         if route.len == 0 || bytes == 0 {
-            self.arrivals.push(now + route.latency, tag);
+            self.record_arrival(now + route.latency, tag);
             return Ok(());
         }
         if self.seeds.is_empty() {
@@ -975,6 +1834,16 @@ impl NetworkModel for FlowNetwork {
             pos[k] = list.len() as u32;
             list.push(Member { slot, start: route.start, len: route.len as u16, k: k as u16 });
             seeds.push(l);
+        }
+        for &l in self.fabric.route_links(route) {
+            let l = l as usize;
+            if self.bookkeeping && !self.is_group_link[l] && !self.watched[l] {
+                let v = self.capacity[l] / self.link_flows[l].len() as f64;
+                for &(g, _) in &self.link_groups[l] {
+                    let t = &mut self.theta[g as usize];
+                    *t = t.min(v);
+                }
+            }
         }
         let crossed = self.fabric.route_links(route).iter().filter(|&&l| self.is_group_link[l as usize]).count() as u32;
         self.group_links_crossed[slot as usize] = crossed;
@@ -1038,9 +1907,59 @@ mod tests {
     /// picoseconds), the recomputation count, fast ones, and fast ones that
     /// started groups.
     fn ps_traffic(shape: &TopologyShape, fast_path: bool, sync: bool) -> (Vec<(FlowTag, u64)>, u64, u64, u64) {
+        let (out, r, fast, started, _) = ps_traffic_paths(shape, fast_path, false, sync, false);
+        (out, r, fast, started)
+    }
+
+    /// While the group path's bookkeeping is on: `link_groups` equals a
+    /// recount from the flows in groups, and each group's `theta` is at most
+    /// capacity / flows of every link it crosses that is neither a group link
+    /// nor watched (the bounds the path relies on).
+    fn assert_bookkeeping(net: &FlowNetwork, what: &str) {
+        if !net.bookkeeping {
+            return;
+        }
+        let mut want: Vec<Vec<(u32, u32)>> = vec![Vec::new(); net.capacity.len()];
+        let routes = net.fabric.all_route_links();
+        for &f in &net.order {
+            let g = net.group[f as usize];
+            if g == NONE {
+                continue;
+            }
+            let r = net.flows[f as usize].route;
+            for &m in &routes[r.start as usize..(r.start + r.len) as usize] {
+                let m = m as usize;
+                count_in(&mut want[m], g);
+                if m != g as usize && !net.is_group_link[m] && !net.watched[m] {
+                    let v = net.capacity[m] / net.link_flows[m].len() as f64;
+                    assert!(net.theta[g as usize] <= v, "{what}: group {g} bound {} above link {m}'s {v}", net.theta[g as usize]);
+                }
+            }
+        }
+        for (l, want) in want.iter_mut().enumerate() {
+            let mut got = net.link_groups[l].clone();
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(&got, want, "{what}: link {l}");
+        }
+    }
+
+    /// `ps_traffic` with the group path on or off; also returns how many
+    /// recomputations took the group path.
+    fn ps_traffic_paths(
+        shape: &TopologyShape,
+        fast_path: bool,
+        group_path: bool,
+        sync: bool,
+        check: bool,
+    ) -> (Vec<(FlowTag, u64)>, u64, u64, u64, u64) {
         let topo = Topology::build(shape, LinkParams::from_gbps(10.0, 2.0)).unwrap();
         let mut net = FlowNetwork::new(topo);
         net.fast_path = fast_path;
+        net.group_path = group_path;
+        if check {
+            net.streak_limit = 2;
+        }
         let (ps, workers) = (3usize, 13usize);
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut next = |m: u64| {
@@ -1075,6 +1994,7 @@ mod tests {
         let mut out = Vec::new();
         let mut done = Vec::new();
         let mut i = 0;
+        let (mut switches, mut was) = (0u64, net.bookkeeping);
         loop {
             let tn = net.next_event_time();
             let ts = starts.get(i).map(|s| SimTime(s.0));
@@ -1089,13 +2009,23 @@ mod tests {
                 (_, Some(n)) => {
                     net.advance(n, &mut done);
                     out.extend(done.drain(..).map(|tag| (tag, n.0)));
+                    if check {
+                        net.refresh();
+                        assert_bookkeeping(&net, &format!("{shape:?} at {}", n.0));
+                        switches += u64::from(net.bookkeeping != was);
+                        was = net.bookkeeping;
+                    }
                 }
                 (None, None) => break,
                 _ => unreachable!(),
             }
         }
         assert_eq!(out.len(), starts.len());
-        (out, net.recomputations(), net.fast_recomputations, net.fast_new_groups)
+        if check && matches!(shape, TopologyShape::Star { .. }) {
+            // The bookkeeping went off and back on, so the rebuild was checked.
+            assert!(switches >= 3, "{shape:?}: bookkeeping switched {switches} times");
+        }
+        (out, net.recomputations(), net.fast_recomputations, net.fast_new_groups, net.group_recomputations)
     }
 
     /// Checks max-min fairness by its definition, independently of how the
@@ -1179,6 +2109,224 @@ mod tests {
             }
         }
         assert!(checked > 300, "{checked}");
+    }
+
+    #[test]
+    fn group_path_gives_the_same_arrivals_as_full_filling() {
+        // Group path on against off (full filling wherever the fast path
+        // does not apply): the same arrivals to the picosecond, on shapes
+        // with second-level bottlenecks.
+        let mut taken_fat_tree = 0;
+        for shape in [
+            TopologyShape::FatTree { k: 4 },
+            TopologyShape::Clos { leaves: 3, hosts_per_leaf: 6, spines: 2, oversubscription: 2.0 },
+            TopologyShape::Torus { dims: vec![4, 4] },
+            TopologyShape::Hierarchical { hosts: 3, devices_per_host: 6, intra: LinkParams::from_gbps(40.0, 1.0) },
+            TopologyShape::Star { endpoints: 16 },
+        ] {
+            for sync in [false, true] {
+                let (full, rf, _, _, none) = ps_traffic_paths(&shape, true, false, sync, false);
+                let (grouped, rg, _, _, taken) = ps_traffic_paths(&shape, true, true, sync, true);
+                assert_eq!(grouped, full, "{shape:?} sync {sync}");
+                assert_eq!(rg, rf);
+                assert_eq!(none, 0);
+                if matches!(shape, TopologyShape::FatTree { .. }) {
+                    taken_fat_tree += taken;
+                }
+            }
+        }
+        // The comparison means something only if the group path ran.
+        assert!(taken_fat_tree > 20, "group path taken {taken_fat_tree} times on fat_tree");
+    }
+
+    /// An exact rational, for the brute-force reference.
+    #[derive(Clone, Copy, Debug)]
+    struct Q {
+        n: i128,
+        d: i128,
+    }
+
+    impl Q {
+        fn new(n: i128, d: i128) -> Q {
+            let (mut a, mut b) = (n.abs(), d.abs());
+            while b != 0 {
+                (a, b) = (b, a % b);
+            }
+            let g = a.max(1) * d.signum();
+            Q { n: n / g, d: d / g }
+        }
+        fn sub(self, o: Q) -> Q {
+            Q::new(self.n * o.d - o.n * self.d, self.d * o.d)
+        }
+        fn add(self, o: Q) -> Q {
+            Q::new(self.n * o.d + o.n * self.d, self.d * o.d)
+        }
+        fn less(self, o: Q) -> bool {
+            self.n * o.d < o.n * self.d
+        }
+        fn f64(self) -> f64 {
+            self.n as f64 / self.d as f64
+        }
+    }
+
+    /// Max-min rates by their textbook construction in exact arithmetic,
+    /// flow by flow (no groups, no heap, no incremental state): all unfrozen
+    /// flows rise together; the links that fill first (least (capacity -
+    /// frozen rates) / unfrozen flows) freeze every unfrozen flow on them.
+    fn brute_force_max_min(capacity: &[i128], routes: &[Vec<u32>]) -> Vec<f64> {
+        let mut rate: Vec<Option<Q>> = vec![None; routes.len()];
+        loop {
+            let share = |l: usize, rate: &[Option<Q>]| {
+                let (mut used, mut n) = (Q::new(0, 1), 0);
+                for (f, r) in routes.iter().enumerate() {
+                    if r.contains(&(l as u32)) {
+                        match rate[f] {
+                            Some(q) => used = used.add(q),
+                            None => n += 1,
+                        }
+                    }
+                }
+                (n > 0).then(|| Q::new(capacity[l], 1).sub(used)).map(|q| Q::new(q.n, q.d * n))
+            };
+            let shares: Vec<Option<Q>> = (0..capacity.len()).map(|l| share(l, &rate)).collect();
+            let Some(level) = shares.iter().flatten().copied().reduce(|a, b| if b.less(a) { b } else { a }) else {
+                break;
+            };
+            for (l, s) in shares.iter().enumerate() {
+                if s.is_some_and(|s| !level.less(s)) {
+                    for (f, r) in routes.iter().enumerate() {
+                        if rate[f].is_none() && r.contains(&(l as u32)) {
+                            rate[f] = Some(level);
+                        }
+                    }
+                }
+            }
+        }
+        rate.into_iter().map(|q| q.map_or(0.0, Q::f64)).collect()
+    }
+
+    #[test]
+    fn shares_equal_a_brute_force_max_min_on_fat_trees_with_many_equal_flows() {
+        // Parameter-server traffic on a k = 4 fat-tree: three PS endpoints in
+        // pod 0, every worker fetching equal shards from each (one to three
+        // copies per pair, so links carry many equal flows and ECMP collides
+        // them in pod 0), then pushes started while fetches drain. After
+        // every change, each live flow's rate must equal the exact max-min
+        // rate of an independent reference to 1e-12 (relative).
+        let shape = TopologyShape::FatTree { k: 4 };
+        let link = LinkParams::from_gbps(10.0, 1.0);
+        let mut x: u64 = 0x0DDB_1A5E_5BAD_5EED;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let (mut checks, mut grouped) = (0, 0);
+        for trial in 0..12 {
+            let topo = Topology::build(&shape, link).unwrap();
+            let capacity: Vec<i128> = topo.links().iter().map(|l| l.params.bytes_per_s as i128).collect();
+            assert!(topo.links().iter().all(|l| l.params.bytes_per_s == l.params.bytes_per_s.round()));
+            let mut net = FlowNetwork::new(Topology::build(&shape, link).unwrap());
+            let ps = [0usize, 1, 2];
+            let workers: Vec<usize> = (3..16).filter(|_| next(4) != 0).collect();
+            let mut routes: Vec<Vec<u32>> = Vec::new();
+            let start = |net: &mut FlowNetwork, routes: &mut Vec<Vec<u32>>, at: SimTime, src: usize, dst: usize, bytes: u64| {
+                let tag = routes.len() as FlowTag;
+                routes.push(net.fabric.topology.route(src, dst).unwrap());
+                net.start_flow(at, src, dst, bytes, tag).unwrap();
+            };
+            let shard = 1_000_000 * (1 + next(3));
+            for &w in &workers {
+                for &k in &ps {
+                    for _ in 0..1 + (w + k + trial) % 3 {
+                        start(&mut net, &mut routes, SimTime::ZERO, k, w, shard);
+                    }
+                }
+            }
+            let mut now = SimTime::ZERO;
+            for round in 0..40 {
+                if round == 3 || round == 9 {
+                    // Pushes, equal-sized, from some workers at once.
+                    for &w in workers.iter().filter(|_| next(2) == 0) {
+                        for &k in &ps {
+                            start(&mut net, &mut routes, now, w, k, shard / 2);
+                        }
+                    }
+                }
+                let live: Vec<FlowTag> = (0..routes.len() as FlowTag).filter(|&t| net.rate_of(t).is_some()).collect();
+                if live.is_empty() {
+                    break;
+                }
+                let live_routes: Vec<Vec<u32>> = live.iter().map(|&t| routes[t as usize].clone()).collect();
+                let want = brute_force_max_min(&capacity, &live_routes);
+                for (i, &t) in live.iter().enumerate() {
+                    let got = net.rate_of(t).unwrap();
+                    assert!(
+                        (got - want[i]).abs() <= 1e-12 * want[i],
+                        "trial {trial} round {round} flow {t}: {got} against {}",
+                        want[i]
+                    );
+                }
+                let flows: Vec<(Vec<u32>, f64)> =
+                    live.iter().zip(&live_routes).map(|(&t, r)| (r.clone(), net.rate_of(t).unwrap())).collect();
+                assert_max_min(&topo, &flows, &format!("trial {trial} round {round}"));
+                checks += 1;
+                if let Some(t) = net.next_event_time() {
+                    let mut done = Vec::new();
+                    net.advance(t, &mut done);
+                    now = t;
+                }
+            }
+            grouped += net.group_recomputations;
+        }
+        assert!(checks > 100, "{checks}");
+        assert!(grouped > 10, "group path taken {grouped} times");
+    }
+
+    #[test]
+    fn repeat_sub_equals_subtracting_one_at_a_time() {
+        let naive = |mut r: f64, s: f64, c: u32| {
+            for _ in 0..c {
+                r = (r - s).max(0.0);
+            }
+            r
+        };
+        let mut x: u64 = 0x5DEE_CE66_D1CE_4E5B;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut cases: Vec<(f64, f64, u32)> = vec![
+            (1.25e9, 1.25e9 / 3.0, 3),
+            (1.25e9, 1.25e9 / 7.0, 10),
+            (1.0, 0.1, 20),
+            (2.0, 2f64.powi(-52), 5),       // s = u / 2 on [2, 4): ties
+            (2.0, 3.0 * 2f64.powi(-52), 9), // s = 1.5 u: ties
+            (4.0, 2f64.powi(-51), 7),       // exactly at the binade bottom
+            (1e-210, 1e-212, 50),
+            (5.0, 0.0, 100),
+            (5.0, 1e-30, 1_000_000),
+            (1e9, 2e9, 2),
+        ];
+        for _ in 0..20_000 {
+            let r = (next() >> 11) as f64 / (1u64 << 53) as f64 * 10f64.powi((next() % 12) as i32);
+            let c = 1 + (next() % 500) as u32;
+            let s = match next() % 4 {
+                // Shares like the filling's: r / n, and off by a few units.
+                0 => r / (1 + next() % 300) as f64,
+                1 => r / (1 + next() % 300) as f64 * (1.0 + ((next() % 7) as f64 - 3.0) * f64::EPSILON),
+                // Multiples of half the spacing: ties.
+                2 => (next() % 64) as f64 * f64::from_bits(((r.to_bits() >> 52).max(54) - 53) << 52),
+                _ => r * (next() % 1000) as f64 / 1e5,
+            };
+            cases.push((r, s, c));
+        }
+        for (r, s, c) in cases {
+            assert_eq!(repeat_sub(r, s, c).to_bits(), naive(r, s, c).to_bits(), "r {r:e} s {s:e} count {c}");
+        }
     }
 
     #[test]

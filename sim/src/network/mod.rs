@@ -24,6 +24,8 @@ pub enum ModelKind {
 }
 
 /// Either model behind one type, dispatched statically (hot loops call it).
+/// One per run, so the flow model's size is not worth a box's indirection.
+#[allow(clippy::large_enum_variant)]
 pub enum Network {
     Analytical(AnalyticalNetwork),
     Flow(FlowNetwork),
@@ -44,6 +46,14 @@ impl Network {
         match self {
             Network::Analytical(_) => 0,
             Network::Flow(f) => f.recomputations(),
+        }
+    }
+
+    /// Digest of every flow arrival so far (0 for the analytical model).
+    pub fn flow_digest(&self) -> u64 {
+        match self {
+            Network::Analytical(_) => 0,
+            Network::Flow(f) => f.flow_digest(),
         }
     }
 }

@@ -82,7 +82,7 @@ const DENSE_ENDPOINTS: usize = 4096;
 
 /// Routing, route cache and per-link byte counters, shared by both models.
 pub struct Fabric {
-    topology: Topology,
+    pub(crate) topology: Topology,
     /// Route arena: a cached route is `route_links[start..start+len]`.
     route_links: Vec<u32>,
     /// Every cached route, in order of first use.

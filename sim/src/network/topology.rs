@@ -250,18 +250,23 @@ impl Topology {
         }
         let s = self.endpoints[src];
         let d = self.endpoints[dst];
-        self.ensure_dist(d);
-        let dist = &self.dist_cache[&(d.index() as u32)];
-        if dist[s.index()] == u32::MAX {
+        // Distances to `d`: to its one switch plus one, where `d` hangs off
+        // one switch and does not forward (one search per switch, shared by
+        // its endpoints, rather than one per endpoint); else from `d` itself.
+        let (from, extra) = self.distance_source(d);
+        self.ensure_dist(from);
+        let cached = &self.dist_cache[&(from.index() as u32)];
+        let dist = |x: NodeIndex| if x == d { 0 } else { cached[x.index()].saturating_add(extra) };
+        if dist(s) == u32::MAX {
             return Err(SimError::NoRoute { src, dst });
         }
-        let mut path = Vec::with_capacity(dist[s.index()] as usize);
+        let mut path = Vec::with_capacity(dist(s) as usize);
         let mut u = s;
         let mut hop = 0u64;
         let mut cand: Vec<(EdgeIndex, NodeIndex)> = Vec::new();
         while u != d {
             cand.clear();
-            let du = dist[u.index()];
+            let du = dist(u);
             if du == 1 {
                 // The last hop: only `d` is at distance 0, so the candidates
                 // are the links from `u` into `d`, found among `d`'s few
@@ -277,7 +282,7 @@ impl Topology {
                     // Only switches forward traffic; endpoints other than the
                     // destination are not transit nodes unless the topology is
                     // direct (ring, torus), where endpoints are the routers.
-                    if dist[v.index()] != u32::MAX && dist[v.index()] + 1 == du {
+                    if dist(v) != u32::MAX && dist(v) + 1 == du {
                         cand.push((e.id(), v));
                     }
                 }
@@ -290,6 +295,24 @@ impl Topology {
             hop += 1;
         }
         Ok(path)
+    }
+
+    /// The node whose BFS distances give those to endpoint `d`, and what to
+    /// add to them: `d`'s switch and 1 when `d` does not forward and all its
+    /// links go to that one switch (every path to `d` then ends through it,
+    /// and a search from it expands the same nodes as one from `d` after
+    /// its first step); else `d` and 0.
+    fn distance_source(&self, d: NodeIndex) -> (NodeIndex, u32) {
+        if self.forwards(d) {
+            return (d, 0);
+        }
+        let mut next = self.graph.neighbors_directed(d, Direction::Outgoing);
+        let Some(w) = next.next() else { return (d, 0) };
+        if next.all(|x| x == w) && matches!(self.graph[w], NodeKind::Switch(_)) {
+            (w, 1)
+        } else {
+            (d, 0)
+        }
     }
 
     /// BFS hop distances to `d` (links are symmetric, so BFS from `d` over
