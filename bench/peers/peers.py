@@ -85,6 +85,36 @@ def mlp_train_graph(tf, batch):
     return g, x, y, logits, train, init
 
 
+def cnn_train_graph(tf, batch):
+    """TensorFlow's "Deep MNIST" CNN (conv 5x5x32, pool, conv 5x5x64, pool,
+    dense 1024, dense 10, ReLU), sparse softmax cross-entropy, momentum 0.9:
+    the zoo's `cnn` that `flowlab bench engine` times as cnn_train_b64."""
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.set_random_seed(1)
+        x = tf.compat.v1.placeholder(tf.float32, [batch, 28, 28, 1], name="x")
+        y = tf.compat.v1.placeholder(tf.int32, [batch], name="y")
+        glorot = tf.compat.v1.glorot_uniform_initializer()
+        zeros = tf.compat.v1.zeros_initializer()
+        h = x
+        for i, (cin, cout) in enumerate([(1, 32), (32, 64)]):
+            w = tf.compat.v1.get_variable(f"conv{i}", [5, 5, cin, cout], initializer=glorot)
+            b = tf.compat.v1.get_variable(f"conv{i}_b", [cout], initializer=zeros)
+            h = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(h, w, [1, 1, 1, 1], "SAME"), b))
+            h = tf.nn.max_pool2d(h, 2, 2, "SAME")
+        h = tf.reshape(h, [batch, 7 * 7 * 64])
+        for i, (fan_in, fan_out) in enumerate([(3136, 1024), (1024, 10)]):
+            w = tf.compat.v1.get_variable(f"fc{i}", [fan_in, fan_out], initializer=glorot)
+            b = tf.compat.v1.get_variable(f"fc{i}_b", [fan_out], initializer=zeros)
+            h = tf.matmul(h, w) + b
+            if i == 0:
+                h = tf.nn.relu(h)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
+        train = tf.compat.v1.train.MomentumOptimizer(0.01, 0.9).minimize(loss)
+        init = tf.compat.v1.global_variables_initializer()
+    return g, x, y, train, init
+
+
 def tf_session(tf, graph, threads, optimize=True):
     cfg = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads,
                                    inter_op_parallelism_threads=threads)
@@ -129,6 +159,19 @@ def tf_train_step_secs(batch, threads, reps):
         return median_secs(reps, lambda: sess.run(train, {x: xs, y: ys}))
 
 
+def tf_cnn_step_secs(batch, threads, reps):
+    import numpy as np
+
+    tf = import_tf()
+    rng = np.random.default_rng(2)
+    xs = rng.random((batch, 28, 28, 1), dtype=np.float32)
+    ys = rng.integers(0, 10, batch).astype(np.int32)
+    g, x, y, train, init = cnn_train_graph(tf, batch)
+    with tf_session(tf, g, threads) as sess:
+        sess.run(init)
+        return median_secs(reps, lambda: sess.run(train, {x: xs, y: ys}))
+
+
 def tf_chain_secs(n_ops, reps):
     tf = import_tf()
     g = tf.Graph()
@@ -152,6 +195,9 @@ def bench_tf(quick):
         for threads in (1, 2):
             s = run_isolated(tf_train_step_secs, batch, threads, 10 if quick else 50)
             emit("tensorflow", f"mlp_train_b{batch}", threads, s)
+    for threads in (1, 2):
+        s = run_isolated(tf_cnn_step_secs, 64, threads, 10 if quick else 30)
+        emit("tensorflow", "cnn_train_b64", threads, s)
     # Executor overhead: a chain of 10,000 scalar adds, one Session.run.
     n_ops = 10_000
     s = run_isolated(tf_chain_secs, n_ops, 5 if quick else 20)
@@ -175,6 +221,23 @@ def bench_torch(quick):
         with torch.no_grad():
             s = median_secs(200 if quick else 2000, lambda: model(x))
         emit("torch", "mlp_infer_b1", threads, s)
+    # The Deep MNIST CNN training step (cnn_train_b64), momentum 0.9.
+    cnn = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 32, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(32, 64, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(3136, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10),
+    )
+    opt = torch.optim.SGD(cnn.parameters(), lr=0.01, momentum=0.9)
+    xb, yb = torch.rand(64, 1, 28, 28), torch.randint(0, 10, (64,))
+
+    def cnn_step():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(cnn(xb), yb).backward()
+        opt.step()
+
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        emit("torch", "cnn_train_b64", threads, median_secs(10 if quick else 30, cnn_step))
 
 
 def main():

@@ -21,7 +21,7 @@ pub struct BenchArgs {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum BenchTarget {
-    /// Engine: f32 GEMM, MLP training step and batch-1 inference (1 and 2 threads), executor overhead.
+    /// Engine: f32 GEMM, MLP, CNN and LSTM LM training steps and batch-1 inference (1 and 2 threads), executor overhead.
     Engine,
     /// Systolic-array simulators: fast path over ResNet-50, cycle model on 32x32.
     Systolic,
@@ -33,23 +33,51 @@ enum BenchTarget {
 
 /// The language model row's name.
 const LSTM_ROW: &str = "lstm_lm_train_b32";
+/// The convolutional network row's name.
+const CNN_ROW: &str = "cnn_train_b64";
+
+/// A timed training step of `m`, fed fixed inputs (ids below `ids` for
+/// integer placeholders, values in [-1, 1) for float ones).
+fn zoo_case(row: &str, m: flowlab_sim::zoo::ModelGraph, ids: i64, threads: usize) -> anyhow::Result<flowlab_programs::bench::Case> {
+    use flowlab_engine::{DType, Session, SessionOptions, Tensor};
+    let sess = Session::with_options(&m.graph, SessionOptions { threads, ..Default::default() })?;
+    sess.run(&[], &[], &[&m.graph.global_variables_initializer()?])?;
+    let feeds: Vec<Tensor> = m
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(k, p)| {
+            let shape = p.shape().to_shape().ok_or_else(|| anyhow::anyhow!("placeholder {} has a partial shape", p.name()))?;
+            let n = shape.num_elements() as i64;
+            let salt = k as i64 + 1;
+            Ok(match p.dtype() {
+                DType::I64 => Tensor::from_vec((0..n).map(|i| (i * 7919 + salt) % ids).collect::<Vec<i64>>(), shape)?,
+                _ => Tensor::from_vec((0..n).map(|i| ((i * 7919 + salt) % 2000) as f32 / 1000.0 - 1.0).collect::<Vec<f32>>(), shape)?,
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(flowlab_programs::bench::Case::new(row.into(), threads, move || {
+        let pairs: Vec<_> = m.inputs.iter().zip(&feeds).collect();
+        sess.run(&pairs, &[], &[&m.train_op]).map(drop)
+    }))
+}
+
+/// One momentum step of the zoo's CNN (TensorFlow's "Deep MNIST": two 5x5
+/// convolutions and two dense layers) at batch 64: the step
+/// `bench/peers/peers.py` times in TensorFlow and PyTorch.
+fn cnn_case(threads: usize) -> anyhow::Result<flowlab_programs::bench::Case> {
+    zoo_case(CNN_ROW, flowlab_sim::zoo::build("cnn", 64)?, 10, threads)
+}
 
 /// One Adam step of the zoo's LSTM language model at `flowlab train
 /// lstm-lm`'s default sizes (2 x 128 units, vocabulary 1,000, 20 words,
 /// batch 32): the step `bench/peers/lstm_lm.py` times in PyTorch.
 fn lstm_lm_case(threads: usize) -> anyhow::Result<flowlab_programs::bench::Case> {
-    use flowlab_engine::{Optimizer, Session, SessionOptions, Tensor};
+    use flowlab_engine::Optimizer;
     let mut o = flowlab_sim::zoo::ZooOptions::new(32);
     (o.vocab, o.hidden, o.layers, o.seq_len) = (Some(1000), Some(128), Some(2), Some(20));
     o.optimizer = Some(Optimizer::Adam { lr: 0.003, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 });
-    let m = flowlab_sim::zoo::build_with("lstm_lm", &o)?;
-    let sess = Session::with_options(&m.graph, SessionOptions { threads, ..Default::default() })?;
-    sess.run(&[], &[], &[&m.graph.global_variables_initializer()?])?;
-    let ids = |salt: i64| Tensor::from_vec((0..32 * 20).map(|i| (i * 7919 + salt) % 1000).collect::<Vec<i64>>(), [32usize, 20]);
-    let (x, y) = (ids(1)?, ids(2)?);
-    Ok(flowlab_programs::bench::Case::new(LSTM_ROW.into(), threads, move || {
-        sess.run(&[(&m.inputs[0], &x), (&m.inputs[1], &y)], &[], &[&m.train_op]).map(drop)
-    }))
+    zoo_case(LSTM_ROW, flowlab_sim::zoo::build_with("lstm_lm", &o)?, 1000, threads)
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -59,9 +87,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let records: Vec<serde_json::Value> = match args.target {
         BenchTarget::Engine => {
             let mut rows = flowlab_programs::bench::bench(args.quick, args.only.as_deref())?;
-            if args.only.as_deref().is_none_or(|o| LSTM_ROW.contains(o)) {
-                for threads in [1, 2] {
-                    rows.push(lstm_lm_case(threads)?.record(if args.quick { 3 } else { 30 })?);
+            type ZooCase = fn(usize) -> anyhow::Result<flowlab_programs::bench::Case>;
+            let zoo_rows: [(&str, ZooCase); 2] = [(CNN_ROW, cnn_case), (LSTM_ROW, lstm_lm_case)];
+            for (row, case) in zoo_rows {
+                if args.only.as_deref().is_none_or(|o| row.contains(o)) {
+                    for threads in [1, 2] {
+                        rows.push(case(threads)?.record(if args.quick { 3 } else { 30 })?);
+                    }
                 }
             }
             rows.iter().map(serde_json::to_value).collect::<Result<_, _>>()?
@@ -86,7 +118,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         && records.is_empty()
     {
         anyhow::bail!(
-            "--only {only:?} matches no engine benchmark (names: gemm_f32_1024, gemm_f32_2048, mlp_train_b128, mlp_train_b512, mlp_infer_b1, chain_add_10000, two_branch_matmul256x75_1dev/_2dev, send_recv_ping_pong_4xf32_2000, lstm_lm_train_b32)"
+            "--only {only:?} matches no engine benchmark (names: gemm_f32_1024, gemm_f32_2048, mlp_train_b128, mlp_train_b512, mlp_infer_b1, chain_add_10000, two_branch_matmul256x75_1dev/_2dev, send_recv_ping_pong_4xf32_2000, cnn_train_b64, lstm_lm_train_b32)"
         );
     }
     #[allow(unreachable_code)]
@@ -102,6 +134,9 @@ mod tests {
     fn the_language_model_row_times_real_training_steps() {
         let r = super::lstm_lm_case(1).unwrap().record(2).unwrap();
         assert_eq!((r.name.as_str(), r.threads), (super::LSTM_ROW, 1));
+        assert!(r.median_ms > 0.0, "{r:?}");
+        let r = super::cnn_case(1).unwrap().record(2).unwrap();
+        assert_eq!((r.name.as_str(), r.threads), (super::CNN_ROW, 1));
         assert!(r.median_ms > 0.0, "{r:?}");
     }
 }
