@@ -949,22 +949,8 @@ impl FlowNetwork {
             residual[m] = repeat_sub(residual[m], share, count);
             unfrozen[m] -= count;
         };
-        // A stale key is replaced in place (one sift instead of a pop and a
-        // push): every link has one entry, so the order is the same.
-        while let Some(mut top) = g_heap.peek_mut() {
-            let Reverse((key, b)) = *top;
-            let bu = b as usize;
-            if g_unfrozen[bu] == 0 {
-                PeekMut::pop(top);
-                continue;
-            }
-            let current = share_key(g_residual[bu], g_unfrozen[bu]);
-            if current != key {
-                *top = Reverse((current, b));
-                continue;
-            }
-            PeekMut::pop(top);
-            let share = f64::from_bits(key);
+        while let Some((share, bu)) = pop_min_share(g_heap, g_residual, g_unfrozen) {
+            let b = bu as u32;
             // Members of groups not frozen yet that cross this link freeze
             // here: they move to its group (counted there at once, undone
             // if the path fails).
@@ -1387,21 +1373,7 @@ impl FlowNetwork {
         // share s leaves (r - s) / (n - 1) >= r / n), so a popped key is a
         // lower bound: if it is stale, re-insert the link with its current
         // share instead of pushing on every change.
-        while let Some(mut top) = heap.peek_mut() {
-            let Reverse((key, l)) = *top;
-            let l = l as usize;
-            if unfrozen[l] == 0 {
-                PeekMut::pop(top);
-                continue;
-            }
-            let current = share_key(residual[l], unfrozen[l]);
-            if current != key {
-                // Replaced in place: one entry per link, so the same order.
-                *top = Reverse((current, l as u32));
-                continue;
-            }
-            PeekMut::pop(top);
-            let share = f64::from_bits(key);
+        while let Some((share, l)) = pop_min_share(heap, residual, unfrozen) {
             batch_share[l] = share;
             for e in &link_flows[l] {
                 let z = &mut frozen[e.slot as usize];
@@ -1768,6 +1740,28 @@ fn count_out(list: &mut Vec<(u32, u32)>, g: u32) {
 }
 
 /// Fair share as a totally ordered key: non-negative f64 bits order like the values.
+/// Pops the link of smallest current share: a stale key (shares only
+/// grow, so it is a lower bound) is replaced in place, one sift instead of a
+/// pop and a push; every link has one entry, so the order is the same.
+fn pop_min_share(heap: &mut BinaryHeap<Reverse<(u64, u32)>>, residual: &[f64], unfrozen: &[u32]) -> Option<(f64, usize)> {
+    while let Some(mut top) = heap.peek_mut() {
+        let Reverse((key, l)) = *top;
+        let lu = l as usize;
+        if unfrozen[lu] == 0 {
+            PeekMut::pop(top);
+            continue;
+        }
+        let current = share_key(residual[lu], unfrozen[lu]);
+        if current != key {
+            *top = Reverse((current, l));
+            continue;
+        }
+        PeekMut::pop(top);
+        return Some((f64::from_bits(key), lu));
+    }
+    None
+}
+
 fn share_key(residual: f64, n: u32) -> u64 {
     // A tiny floor keeps rates positive when rounding leaves zero residual.
     (residual.max(1e-9) / n as f64).to_bits()
