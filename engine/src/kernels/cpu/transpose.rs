@@ -24,8 +24,8 @@ pub(crate) fn transpose_block<T: Copy>(src: &[T], src_stride: usize, dst: &mut [
             }
             for i in 0..BLOCK {
                 let d = (a0 + i) * dst_stride + b0;
-                for (j, y) in dst[d..d + BLOCK].iter_mut().enumerate() {
-                    *y = buf[j][i];
+                for (y, row) in dst[d..d + BLOCK].iter_mut().zip(&buf) {
+                    *y = row[i];
                 }
             }
         }
