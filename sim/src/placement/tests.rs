@@ -212,7 +212,7 @@ fn list_schedules_estimate_their_own_step_within_a_stated_tolerance_at_zoo_scale
     use crate::placement::list_schedule::{etf, tf_greedy_planned};
     use crate::placement::problem::Problem;
     let mut worst: f64 = 0.0;
-    for model in ["inception_v3", "resnet50", "lstm_lm", "transformer"] {
+    for model in ["inception_v3", "resnet50", "lstm_lm", "transformer", "transformer_base", "gnmt"] {
         let m = crate::zoo::build(model, 16).unwrap();
         for devices in ["4xK40", "8xH100"] {
             let cl = VirtualCluster::parse(devices).unwrap();
