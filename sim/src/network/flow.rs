@@ -135,6 +135,25 @@ impl Group {
         self.max_target = 0;
     }
 
+    /// Starts the group afresh at `now`, draining at `rate`.
+    fn restart(&mut self, now: SimTime, rate: f64) {
+        self.clear();
+        self.clock = 0.0;
+        self.at = now;
+        self.rate = rate;
+    }
+
+    /// Drains at `rate` from `now` on: the clock restarts only when the
+    /// rate changes, so an unchanged rate keeps every member's drain time
+    /// exactly.
+    fn set_rate(&mut self, now: SimTime, rate: f64) {
+        if rate != self.rate {
+            self.clock = self.clock_at(now);
+            self.at = now;
+            self.rate = rate;
+        }
+    }
+
     fn clock_at(&self, now: SimTime) -> f64 {
         if now <= self.at {
             self.clock
@@ -641,11 +660,9 @@ impl FlowNetwork {
             movers,
             ..
         } = self;
-        let routes = fabric.all_route_links();
         let mut uncovered = 0;
         for &f in fresh.iter() {
-            let route = flows[f as usize].route;
-            let links = &routes[route.start as usize..(route.start + route.len) as usize];
+            let links = fabric.route_links(flows[f as usize].route);
             match group_links_crossed[f as usize] {
                 1 => {
                     let Some(&l) = links.iter().find(|&&l| is_group_link[l as usize]) else {
@@ -694,41 +711,14 @@ impl FlowNetwork {
             }
             let n = self.link_flows[l].len() as u32;
             let share = f64::from_bits(share_key(self.capacity[l], n));
-            let g = &mut self.groups[l];
             if is_new {
-                g.clear();
-                g.clock = 0.0;
-                g.at = now;
-                g.rate = share;
+                self.groups[l].restart(now, share);
                 self.theta[l] = f64::INFINITY;
-            } else if share != g.rate {
-                g.clock = g.clock_at(now);
-                g.at = now;
-                g.rate = share;
+            } else {
+                self.groups[l].set_rate(now, share);
             }
         }
-        let routes = self.fabric.all_route_links();
-        for &(f, l) in &self.movers {
-            let p = &mut self.payload[f as usize];
-            let g = &mut self.groups[l as usize];
-            p.target = g.clock_at(now) + p.carry;
-            self.group[f as usize] = l;
-            g.members += 1;
-            g.push(p.target, f, self.generation[f as usize]);
-            if !self.bookkeeping {
-                continue;
-            }
-            let r = self.flows[f as usize].route;
-            join_links(
-                &routes[r.start as usize..(r.start + r.len) as usize],
-                l,
-                &mut self.link_groups,
-                &mut self.theta,
-                (&self.is_group_link, &self.watched),
-                &self.capacity,
-                &self.link_flows,
-            );
-        }
+        self.admit_movers();
         for i in 0..self.component.len() {
             let l = self.component[i] as usize;
             self.refresh_group(l);
@@ -750,24 +740,38 @@ impl FlowNetwork {
         for &g in &self.group_list {
             self.theta[g as usize] = f64::INFINITY;
         }
-        let routes = self.fabric.all_route_links();
-        for &f in &self.order {
+        for i in 0..self.order.len() {
+            let f = self.order[i];
             let g = self.group[f as usize];
-            if g == NONE {
-                continue;
+            if g != NONE {
+                self.join_route(f, g);
             }
-            let r = self.flows[f as usize].route;
-            join_links(
-                &routes[r.start as usize..(r.start + r.len) as usize],
-                g,
-                &mut self.link_groups,
-                &mut self.theta,
-                (&self.is_group_link, &self.watched),
-                &self.capacity,
-                &self.link_flows,
-            );
         }
         self.bookkeeping = true;
+    }
+
+    /// Flow `f` joins group `g`'s bookkeeping on every link of its route.
+    fn join_route(&mut self, f: u32, g: u32) {
+        let links = self.fabric.route_links(self.flows[f as usize].route);
+        join_links(links, g, &mut self.link_groups, &mut self.theta, (&self.is_group_link, &self.watched), &self.capacity, &self.link_flows);
+    }
+
+    /// The flows in `movers` join their new groups, draining from their
+    /// group's clock now with what they carried over.
+    fn admit_movers(&mut self) {
+        let now = self.now;
+        for i in 0..self.movers.len() {
+            let (f, l) = self.movers[i];
+            let p = &mut self.payload[f as usize];
+            let g = &mut self.groups[l as usize];
+            p.target = g.clock_at(now) + p.carry;
+            self.group[f as usize] = l;
+            g.members += 1;
+            g.push(p.target, f, self.generation[f as usize]);
+            if self.bookkeeping {
+                self.join_route(f, l);
+            }
+        }
     }
 
     /// The group path: progressive filling over the group links alone,
@@ -862,11 +866,7 @@ impl FlowNetwork {
         if g_moved.len() < flows.len() {
             g_moved.resize(flows.len(), 0);
         }
-        let routes = fabric.all_route_links();
-        let links_of = |f: u32| {
-            let r = flows[f as usize].route;
-            &routes[r.start as usize..(r.start + r.len) as usize]
-        };
+        let links_of = |f: u32| fabric.route_links(flows[f as usize].route);
         // The links taking part: the group links, and for each started flow
         // crossing none the link of least fair share on its route.
         g_links.clear();
@@ -1346,8 +1346,6 @@ impl FlowNetwork {
             flows,
             link_groups,
             theta,
-            is_group_link,
-            watched,
             bookkeeping,
             ..
         } = self;
@@ -1409,8 +1407,7 @@ impl FlowNetwork {
                 g.members -= 1;
                 generation[f as usize] = generation[f as usize].wrapping_add(1);
                 if *bookkeeping {
-                    let r = flows[f as usize].route;
-                    for &m in &routes[r.start as usize..(r.start + r.len) as usize] {
+                    for &m in fabric.route_links(flows[f as usize].route) {
                         count_out(&mut link_groups[m as usize], old);
                     }
                 }
@@ -1423,39 +1420,14 @@ impl FlowNetwork {
             let g = &mut groups[l];
             let share = batch_share[l];
             if g.members == 0 {
-                g.clear();
-                g.clock = 0.0;
-                g.at = now;
-                g.rate = share.max(0.0);
+                g.restart(now, share.max(0.0));
                 theta[l] = f64::INFINITY;
-            } else if share != g.rate {
-                debug_assert!(share >= 0.0, "a group with members froze no flows");
-                g.clock = g.clock_at(now);
-                g.at = now;
-                g.rate = share;
+            } else {
+                debug_assert!(share == g.rate || share >= 0.0, "a group with members froze no flows");
+                g.set_rate(now, share);
             }
         }
-        for &(f, l) in movers.iter() {
-            let p = &mut payload[f as usize];
-            let g = &mut groups[l as usize];
-            p.target = g.clock_at(now) + p.carry;
-            group[f as usize] = l;
-            g.members += 1;
-            g.push(p.target, f, generation[f as usize]);
-            if !*bookkeeping {
-                continue;
-            }
-            let r = flows[f as usize].route;
-            join_links(
-                &routes[r.start as usize..(r.start + r.len) as usize],
-                l,
-                link_groups,
-                theta,
-                (is_group_link, watched),
-                capacity,
-                link_flows,
-            );
-        }
+        self.admit_movers();
         for i in 0..self.component.len() {
             let l = self.component[i] as usize;
             self.refresh_group(l);
