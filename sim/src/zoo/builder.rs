@@ -23,6 +23,22 @@ pub(crate) enum Init {
     Const(f64),
 }
 
+/// One LSTM layer's weights (TensorFlow's fused block cell: kernel
+/// `[input + units, 4 units]` over concat(x, h), bias `[4 units]`).
+pub(crate) struct LstmCell {
+    kernel: Output,
+    bias: Output,
+    forget_bias: f64,
+}
+
+impl LstmCell {
+    /// One step from state `(h, c)`: the new `(h, c)`.
+    pub fn step(&self, g: &Graph, x: &Output, (h, c): &(Output, Output)) -> Result<(Output, Output)> {
+        let cell = g.lstm_block_cell(x, c, h, &self.kernel, &self.bias, self.forget_bias)?;
+        Ok((cell.h, cell.cs))
+    }
+}
+
 /// Batch-norm variant: with or without the learned scale gamma.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct BnConfig {
@@ -86,6 +102,14 @@ impl Net {
         let var = s.variable(name, v)?;
         self.non_trainable.push(var.clone());
         Ok(var)
+    }
+
+    /// An LSTM layer's variables `kernel` (drawn by `init`) and `bias`
+    /// (zeros) under the scope of `s`.
+    pub fn lstm_cell(&mut self, s: &Graph, input: usize, units: usize, init: Init, forget_bias: f64) -> Result<LstmCell> {
+        let kernel = self.param(s, "kernel", &[input + units, 4 * units], init)?;
+        let bias = self.param(s, "bias", &[4 * units], Init::Const(0.0))?;
+        Ok(LstmCell { kernel, bias, forget_bias })
     }
 
     /// `x · W (+ b)` for `x` of shape [rows, fan_in].

@@ -32,7 +32,7 @@
 
 use super::ModelGraph;
 use super::ZooOptions;
-use super::builder::{Init, Net};
+use super::builder::{Init, LstmCell, Net};
 use flowlab_engine::{DType, Graph, Optimizer, Output, Result};
 
 const VOCAB: usize = 30_000;
@@ -43,38 +43,17 @@ const STEPS: usize = 40;
 const INIT: f64 = 0.1;
 const FORGET_BIAS: f64 = 1.0;
 
-/// One LSTM's weights.
-struct Cell {
-    kernel: Output,
-    bias: Output,
-}
-
-impl Cell {
-    fn new(net: &mut Net, g: &Graph, name: &str, input: usize, units: usize) -> Result<Cell> {
-        let s = g.scope(name);
-        let kernel = net.param(&s, "kernel", &[input + units, 4 * units], Init::Uniform(INIT))?;
-        let bias = net.param(&s, "bias", &[4 * units], Init::Const(0.0))?;
-        Ok(Cell { kernel, bias })
+/// One LSTM layer over every step of `xs` (in reverse when `backward`),
+/// from a zero state; outputs in time order.
+fn run_layer(cell: &LstmCell, g: &Graph, xs: &[Output], zero: &Output, backward: bool) -> Result<Vec<Output>> {
+    let mut state = (zero.clone(), zero.clone());
+    let mut out: Vec<Option<Output>> = vec![None; xs.len()];
+    let order: Vec<usize> = if backward { (0..xs.len()).rev().collect() } else { (0..xs.len()).collect() };
+    for t in order {
+        state = cell.step(&g.scope(&format!("step_{t}")), &xs[t], &state)?;
+        out[t] = Some(state.0.clone());
     }
-
-    /// One step: the new (h, c).
-    fn step(&self, g: &Graph, x: &Output, (h, c): &(Output, Output)) -> Result<(Output, Output)> {
-        let cell = g.lstm_block_cell(x, c, h, &self.kernel, &self.bias, FORGET_BIAS)?;
-        Ok((cell.h, cell.cs))
-    }
-
-    /// The layer over every step of `xs` (in reverse when `backward`);
-    /// outputs in time order.
-    fn run(&self, g: &Graph, xs: &[Output], zero: &Output, backward: bool) -> Result<Vec<Output>> {
-        let mut state = (zero.clone(), zero.clone());
-        let mut out: Vec<Option<Output>> = vec![None; xs.len()];
-        let order: Vec<usize> = if backward { (0..xs.len()).rev().collect() } else { (0..xs.len()).collect() };
-        for t in order {
-            state = self.step(&g.scope(&format!("step_{t}")), &xs[t], &state)?;
-            out[t] = Some(state.0.clone());
-        }
-        Ok(out.into_iter().flatten().collect())
-    }
+    Ok(out.into_iter().flatten().collect())
 }
 
 /// Normalized Bahdanau attention over fixed encoder outputs.
@@ -133,17 +112,18 @@ pub(crate) fn build(o: &ZooOptions) -> Result<ModelGraph> {
     let enc = g.scope("encoder");
     let emb_enc = net.param(&enc, "embedding", &[vocab, h], Init::Uniform(INIT))?;
     let xs = unstack(&enc, &enc.gather(&emb_enc, &source)?)?;
-    let fw = Cell::new(&mut net, &enc, "bidirectional/fw", h, h)?;
-    let bw = Cell::new(&mut net, &enc, "bidirectional/bw", h, h)?;
-    let f = fw.run(&enc.scope("bidirectional/fw"), &xs, &zero, false)?;
-    let r = bw.run(&enc.scope("bidirectional/bw"), &xs, &zero, true)?;
+    let (fw_scope, bw_scope) = (enc.scope("bidirectional/fw"), enc.scope("bidirectional/bw"));
+    let fw = net.lstm_cell(&fw_scope, h, h, Init::Uniform(INIT), FORGET_BIAS)?;
+    let bw = net.lstm_cell(&bw_scope, h, h, Init::Uniform(INIT), FORGET_BIAS)?;
+    let f = run_layer(&fw, &fw_scope, &xs, &zero, false)?;
+    let r = run_layer(&bw, &bw_scope, &xs, &zero, true)?;
     let mut xs: Vec<Output> = f.iter().zip(&r).map(|(a, c)| enc.concat(&[a, c], 1)).collect::<Result<_>>()?;
     for l in 1..layers {
         let input = if l == 1 { 2 * h } else { h };
         let name = format!("layer_{l}");
-        let cell = Cell::new(&mut net, &enc, &name, input, h)?;
         let s = enc.scope(&name);
-        let ys = cell.run(&s, &xs, &zero, false)?;
+        let cell = net.lstm_cell(&s, input, h, Init::Uniform(INIT), FORGET_BIAS)?;
+        let ys = run_layer(&cell, &s, &xs, &zero, false)?;
         xs = if l >= 2 { ys.iter().zip(&xs).map(|(y, x)| s.add(y, x)).collect::<Result<_>>()? } else { ys };
     }
     let refs: Vec<&Output> = xs.iter().collect();
@@ -156,7 +136,8 @@ pub(crate) fn build(o: &ZooOptions) -> Result<ModelGraph> {
     let start = dec.zeros(DType::I64, [o.batch, 1])?;
     let shifted = if t > 1 { dec.concat(&[&start, &dec.slice(&targets, &[0, 0], &[b, t - 1])?], 1)? } else { start };
     let ys = unstack(&dec, &dec.gather(&emb_dec, &shifted)?)?;
-    let cells: Vec<Cell> = (0..layers).map(|l| Cell::new(&mut net, &dec, &format!("layer_{l}"), 2 * h, h)).collect::<Result<_>>()?;
+    let cells: Vec<LstmCell> =
+        (0..layers).map(|l| net.lstm_cell(&dec.scope(&format!("layer_{l}")), 2 * h, h, Init::Uniform(INIT), FORGET_BIAS)).collect::<Result<_>>()?;
     let mut state: Vec<(Output, Output)> = vec![(zero.clone(), zero.clone()); layers];
     let mut context = zero.clone();
     let mut outputs = Vec::with_capacity(steps);

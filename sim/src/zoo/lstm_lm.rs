@@ -11,28 +11,14 @@
 
 use super::ModelGraph;
 use super::ZooOptions;
-use super::builder::{Init, Net};
-use flowlab_engine::{DType, Graph, Optimizer, Output, Result};
+use super::builder::{Init, LstmCell, Net};
+use flowlab_engine::{DType, Optimizer, Output, Result};
 
 const VOCAB: usize = 10_000;
 const HIDDEN: usize = 650;
 const LAYERS: usize = 2;
 const STEPS: usize = 35;
 const INIT_SCALE: f64 = 0.05;
-
-/// One LSTM layer's weights.
-struct Cell {
-    kernel: Output,
-    bias: Output,
-}
-
-impl Cell {
-    /// One step: returns the new (h, c).
-    fn step(&self, g: &Graph, x: &Output, h: &Output, c: &Output) -> Result<(Output, Output)> {
-        let cell = g.lstm_block_cell(x, c, h, &self.kernel, &self.bias, 0.0)?;
-        Ok((cell.h, cell.cs))
-    }
-}
 
 pub(crate) fn build(o: &ZooOptions) -> Result<ModelGraph> {
     let vocab = o.vocab.unwrap_or(VOCAB);
@@ -51,13 +37,9 @@ pub(crate) fn build(o: &ZooOptions) -> Result<ModelGraph> {
     let inputs: Vec<Output> =
         emb.split(&inputs, steps, 1)?.iter().map(|x| emb.reshape(x, &[b, hidden as i64])).collect::<Result<_>>()?;
 
-    let mut cells = Vec::with_capacity(layers);
-    for l in 0..layers {
-        let s = g.scope(&format!("lstm/layer_{l}"));
-        let kernel = net.param(&s, "kernel", &[2 * hidden, 4 * hidden], Init::Uniform(INIT_SCALE))?;
-        let bias = net.param(&s, "bias", &[4 * hidden], Init::Const(0.0))?;
-        cells.push(Cell { kernel, bias });
-    }
+    let cells: Vec<LstmCell> = (0..layers)
+        .map(|l| net.lstm_cell(&g.scope(&format!("lstm/layer_{l}")), hidden, hidden, Init::Uniform(INIT_SCALE), 0.0))
+        .collect::<Result<_>>()?;
     let zero_scope = g.scope("lstm/zero_state");
     let zero = zero_scope.zeros(DType::F32, [o.batch, hidden])?;
     let mut state: Vec<(Output, Output)> = vec![(zero.clone(), zero); layers];
@@ -66,9 +48,8 @@ pub(crate) fn build(o: &ZooOptions) -> Result<ModelGraph> {
         let mut x = x.clone();
         for (l, cell) in cells.iter().enumerate() {
             let s = g.scope(&format!("lstm/layer_{l}/step_{ti}"));
-            let (h, c) = cell.step(&s, &x, &state[l].0, &state[l].1)?;
-            state[l] = (h.clone(), c);
-            x = h;
+            state[l] = cell.step(&s, &x, &state[l])?;
+            x = state[l].0.clone();
         }
         outputs.push(x);
     }
