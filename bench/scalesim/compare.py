@@ -115,8 +115,9 @@ def main():
 
         key = hashlib.sha256((cfg_text + "".join(lines)).encode()).hexdigest()[:16]
         cached = os.path.join(args.cache, f"scalesim-{args.array}x{args.array}-{args.dataflow}-{key}.csv") if args.cache else ""
-        if cached and os.path.exists(cached):
+        if cached and os.path.exists(cached) and os.path.exists(cached + ".access"):
             report, t_scalesim = cached, float(open(cached + ".seconds").read())
+            access = cached + ".access"
         else:
             from scalesim.scale_sim import scalesim  # imported late: --help works without it
 
@@ -127,14 +128,20 @@ def main():
                 s.run_scale(top_path=os.path.join(tmp, "out"))
             t_scalesim = time.perf_counter() - t0
             report = os.path.join(tmp, "out", "cmp", "COMPUTE_REPORT.csv")
+            access = os.path.join(tmp, "out", "cmp", "DETAILED_ACCESS_REPORT.csv")
             if cached:
                 os.makedirs(args.cache, exist_ok=True)
                 shutil.copy(report, cached)
+                shutil.copy(access, cached + ".access")
                 open(cached + ".seconds", "w").write(f"{t_scalesim}\n")
         with open(report) as f:
             rows = [[c.strip() for c in r] for r in csv.reader(f)]
         head, rows = rows[0], [r for r in rows[1:] if r and r[0]]
         col = {h: i for i, h in enumerate(head)}
+        with open(access) as f:
+            arows = [[c.strip() for c in r] for r in csv.reader(f)]
+        ahead, arows = arows[0], [r for r in arows[1:] if r and r[0]]
+        acol = {h: i for i, h in enumerate(ahead)}
         if args.scalesim_only:
             for r in rows:
                 print(f"{r[0]}: Total Cycles {r[col['Total Cycles']]}, Stall Cycles {r[col['Stall Cycles']]}")
@@ -158,7 +165,8 @@ def main():
     # floor((H - F) / S) + 1 (compat mode follows SCALE-Sim). Such layers are flagged.
     dims = [[int(x) for x in l.split(",")[1:8]] for l in lines[1:] if l.split(",")[0].strip()]
     equal = 0
-    for o, r, d in zip(ours, rows, dims):
+    stalls_equal = 0
+    for o, r, a, d in zip(ours, rows, arows, dims):
         h, w, fh, fw, _, _, st = d
         rounding_differs = (h - fh) % st != 0 or (w - fw) % st != 0
         ss_total = int(r[col["Total Cycles"]])
@@ -175,12 +183,30 @@ def main():
             "scalesim_mapping_efficiency_pct": round(float(r[col["Mapping Efficiency %"]]), 4),
             "ofmap_rounding_differs": rounding_differs,
         }
+        # Stalls, the total with the first prefetch and the final drain, and
+        # the DRAM traffic: SCALE-Sim's memory model, replayed by compat mode
+        # whenever the DRAM bandwidth is given (always, in these configs).
+        pairs = {
+            "total_cycles": (o["total_cycles"], ss_total),
+            "stall_cycles": (o["stall_cycles"], ss_stall),
+            "total_cycles_incl_prefetch": (o["end_to_end_cycles"], int(r[col["Total Cycles (incl. prefetch)"]])),
+            "ifmap_dram_reads": (o["ifmap_dram_bytes_read"] // o.get("word_bytes", 1), int(a[acol["DRAM IFMAP Reads"]])),
+            "filter_dram_reads": (o["filter_dram_bytes_read"] // o.get("word_bytes", 1), int(a[acol["DRAM Filter Reads"]])),
+            "ofmap_dram_writes": (o["ofmap_dram_bytes_written"] // o.get("word_bytes", 1), int(a[acol["DRAM OFMAP Writes"]])),
+        }
+        for k, (mine, theirs) in pairs.items():
+            rec[f"flowlab_{k}"], rec[f"scalesim_{k}"] = mine, theirs
+        rec["memory_equal"] = all(m == t for m, t in pairs.values())
+        stalls_equal += rec["memory_equal"]
         equal += rec["equal"]
         print(json.dumps(rec) if args.json else "  ".join(f"{k}={v}" for k, v in rec.items()))
     ss_cycles = sum(int(r[col["Total Cycles"]]) for r in rows)
     summary = {
         "layers": len(ours),
         "compute_cycles_equal": equal,
+        "memory_equal": stalls_equal,
+        "sram_kib": args.sram,
+        "bandwidth": args.bandwidth,
         "flowlab_mode": "physical" if args.physical else "scalesim-compat",
         "array": f"{args.array}x{args.array}",
         "dataflow": args.dataflow,
@@ -194,6 +220,8 @@ def main():
     print(json.dumps(summary))
     if not args.physical and equal != len(ours):
         sys.exit(f"compute cycles differ on {len(ours) - equal} of {len(ours)} layers")
+    if not args.physical and stalls_equal != len(ours):
+        sys.exit(f"stalls, totals or DRAM traffic differ on {len(ours) - stalls_equal} of {len(ours)} layers")
 
 
 if __name__ == "__main__":

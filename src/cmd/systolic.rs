@@ -6,6 +6,7 @@ use clap::Args;
 use flowlab_hw::systolic::{
     read_topology_csv, simulate_layer, simulate_layer_cycles, ArrayConfig, Dataflow, Layer, LayerReport,
 };
+use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -30,9 +31,10 @@ pub struct SystolicArgs {
     /// (default: the config's, else unlimited).
     #[arg(long)]
     bandwidth: Option<u64>,
-    /// Count as SCALE-Sim does (last-cycle index; strided outputs
-    /// ceil((H-F)/S)+1 wide), so compute cycles equal SCALE-Sim's "Total
-    /// Cycles" when nothing stalls. On by default for a SCALE-Sim .cfg config.
+    /// Count as SCALE-Sim 3.0.0 does (last-cycle index; strided outputs
+    /// ceil((H-F)/S)+1 wide; with a DRAM bandwidth, SCALE-Sim's own memory
+    /// model replayed line by line, so total and stall cycles and DRAM
+    /// traffic equal SCALE-Sim's). On by default for a SCALE-Sim .cfg config.
     #[arg(long, conflicts_with = "physical")]
     scalesim_compat: bool,
     /// Count physically (every cycle; the convolution's floor((H-F)/S)+1
@@ -93,7 +95,13 @@ pub fn run(args: SystolicArgs) -> anyhow::Result<ExitCode> {
         (None, None) => bail!("give a workload: --gemm M,N,K or --topology FILE.csv"),
     };
     let mut records = Vec::with_capacity(layers.len());
+    // A whole network through compat mode's memory replay takes seconds.
+    let bar = if layers.len() > 1 { ProgressBar::new(layers.len() as u64) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} layers {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     for l in &layers {
+        bar.set_message(l.name.clone());
         let r: LayerReport = if args.cycle_accurate { simulate_layer_cycles(&cfg, l)? } else { simulate_layer(&cfg, l)? };
         let mut v = serde_json::to_value(&r)?;
         if !args.json {
@@ -107,7 +115,9 @@ pub fn run(args: SystolicArgs) -> anyhow::Result<ExitCode> {
             }
         }
         records.push(v);
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     super::print_records(&records, args.json);
     Ok(ExitCode::SUCCESS)
 }

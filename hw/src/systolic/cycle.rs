@@ -24,7 +24,7 @@
 
 use super::mapping::Mapping;
 use super::report::{LayerReport, SramCounts};
-use super::{memory, ArrayConfig, Dataflow, Layer};
+use super::{memory, scalesim, ArrayConfig, Dataflow, Layer};
 use crate::HwError;
 
 /// Register file of the whole array, one entry per PE (row-major).
@@ -339,6 +339,10 @@ pub fn simulate_layer_cycles(cfg: &ArrayConfig, layer: &Layer) -> Result<LayerRe
             ),
             limit: format!("{MAX_CYCLE_MODEL_WORK} PE-steps (a few seconds); use the fast path, which agrees with it"),
         });
+    }
+    if scalesim::applies(cfg) {
+        let run = run(&map, &default_a, &default_b, None)?;
+        return scalesim::report(cfg, layer, &map, run.sram);
     }
     // Check SRAM sizes before spending time on the array.
     memory::schedule(cfg, &map, |_| 0, true)?;

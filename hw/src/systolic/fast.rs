@@ -3,7 +3,7 @@
 
 use super::mapping::Mapping;
 use super::report::{LayerReport, SramCounts};
-use super::{memory, ArrayConfig, Dataflow, Layer};
+use super::{memory, scalesim, ArrayConfig, Dataflow, Layer};
 use crate::HwError;
 
 /// Simulates one layer without stepping the PEs.
@@ -12,7 +12,6 @@ pub fn simulate_layer(cfg: &ArrayConfig, layer: &Layer) -> Result<LayerReport, H
     layer.validate()?;
     let map = Mapping::new(cfg, layer);
     let per_fold = map.fold_cycles();
-    let mem = memory::schedule(cfg, &map, |_| per_fold, true)?;
     let (m, n, k) = (map.m, map.n, map.k);
     let sram = match map.dataflow {
         Dataflow::Os => SramCounts {
@@ -34,5 +33,9 @@ pub fn simulate_layer(cfg: &ArrayConfig, layer: &Layer) -> Result<LayerReport, H
             ofmap_reads: (map.row_folds - 1) * m * n,
         },
     };
+    if scalesim::applies(cfg) {
+        return scalesim::report(cfg, layer, &map, sram);
+    }
+    let mem = memory::schedule(cfg, &map, |_| per_fold, true)?;
     Ok(LayerReport::assemble(cfg, layer, &map, map.num_folds() * per_fold, sram, &mem))
 }

@@ -15,6 +15,11 @@
 //! `.cfg`) they follow SCALE-Sim's conventions, and in the no-stall case the
 //! compute cycles equal SCALE-Sim's "Total Cycles" for the same array,
 //! dataflow and layer (`bench/scalesim/compare.py` checks on ResNet-50).
+//! With a DRAM bandwidth as well, compat mode replays SCALE-Sim 3.0.0's own
+//! memory system line by line (`scalesim.rs`) instead of `memory.rs`, so
+//! total and stall cycles and DRAM traffic equal SCALE-Sim's; the physical
+//! model stays the default (`bench/scalesim/README.md` says where and why
+//! the two differ).
 
 mod config;
 mod cycle;
@@ -23,6 +28,7 @@ mod layer;
 mod mapping;
 mod memory;
 mod report;
+mod scalesim;
 mod bench;
 
 pub use bench::{bench_records, BenchRecord};
@@ -31,6 +37,7 @@ pub use cycle::{simulate_layer_cycles, MAX_CYCLE_MODEL_PES, MAX_CYCLE_MODEL_WORK
 pub use fast::simulate_layer;
 pub use layer::{read_topology_csv, Layer, MAX_LAYER_DIM};
 pub use report::LayerReport;
+pub use scalesim::MAX_REPLAY_WORK;
 
 /// The ResNet-50 topology shipped in `hw/topologies/resnet50.csv`.
 pub fn resnet50() -> Vec<Layer> {

@@ -73,6 +73,18 @@ impl LayerReport {
     ) -> LayerReport {
         // Every layer takes at least one cycle, so the index is never negative.
         let compute_cycles = if cfg.scalesim_compat { compute_cycles - 1 } else { compute_cycles };
+        LayerReport::build(cfg, layer, map, compute_cycles, sram, mem)
+    }
+
+    /// The report with `compute_cycles` as it is to be reported.
+    pub(crate) fn build(
+        cfg: &ArrayConfig,
+        layer: &Layer,
+        map: &Mapping,
+        compute_cycles: u64,
+        sram: SramCounts,
+        mem: &MemoryOutcome,
+    ) -> LayerReport {
         let total = compute_cycles + mem.stall_cycles;
         let e2e = mem.prefetch_cycles + total + mem.drain_cycles;
         let wb = u64::from(cfg.word_bytes);
