@@ -117,6 +117,8 @@ pub struct ZooSizes {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ff: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_size: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<usize>,
@@ -136,9 +138,10 @@ impl ZooSizes {
                 "vocab" => &mut z.vocab,
                 "heads" => &mut z.heads,
                 "ff" => &mut z.ff,
+                "sampled" => &mut z.sampled,
                 "image_size" => &mut z.image_size,
                 "classes" => &mut z.classes,
-                other => return Err(format!("unknown size `{other}` (sizes: hidden, layers, seq_len, vocab, heads, ff, image_size, classes)")),
+                other => return Err(format!("unknown size `{other}` (sizes: hidden, layers, seq_len, vocab, heads, ff, sampled, image_size, classes)")),
             };
             *slot = Some(v);
         }
@@ -154,6 +157,7 @@ impl ZooSizes {
         o.vocab = self.vocab;
         o.heads = self.heads;
         o.ff = self.ff;
+        o.sampled = self.sampled;
         o.image_size = self.image_size;
         o.classes = self.classes;
         o

@@ -102,6 +102,10 @@ pub struct TrainArgs {
     /// lstm-lm: words per unrolled sequence.
     #[arg(long, default_value_t = 20)]
     seq_len: usize,
+    /// lstm-lm: train on a sampled softmax of this many log-uniform
+    /// candidates per step (evaluation stays the full softmax).
+    #[arg(long)]
+    sampled: Option<usize>,
 }
 
 /// The flag behind each `TrainConfig` field, for error messages.
@@ -193,6 +197,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             hidden: args.hidden,
             layers: args.layers,
             seq_len: args.seq_len,
+            sampled: args.sampled,
             batch: args.batch,
             epochs: args.epochs,
             lr: args.lr,

@@ -26,6 +26,8 @@ pub(crate) struct LmArgs<'a> {
     pub hidden: usize,
     pub layers: usize,
     pub seq_len: usize,
+    /// Candidates of a sampled softmax (`None`: the full softmax).
+    pub sampled: Option<usize>,
     pub batch: usize,
     pub epochs: usize,
     pub lr: f64,
@@ -131,6 +133,11 @@ pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
     if a.vocab < 2 {
         bail!("--vocab: must be at least 2 (one word and <unk>)");
     }
+    if let Some(k) = a.sampled
+        && (k == 0 || k >= a.vocab)
+    {
+        bail!("--sampled: {k} candidates; must be between 1 and the vocabulary minus one ({})", a.vocab - 1);
+    }
     if !(a.lr.is_finite() && a.lr > 0.0) {
         bail!("--lr: must be a finite positive number");
     }
@@ -166,6 +173,7 @@ pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
     o.hidden = Some(a.hidden);
     o.layers = Some(a.layers);
     o.seq_len = Some(a.seq_len);
+    o.sampled = a.sampled;
     o.seed = a.seed;
     o.optimizer = Some(Optimizer::Adam { lr: a.lr, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 });
     let m = zoo::build_with("lstm_lm", &o).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -179,25 +187,31 @@ pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
         for (x, y) in batches {
             let (xt, yt) = (feed(x)?, feed(y)?);
             let feeds = [(&m.inputs[0], &xt), (&m.inputs[1], &yt)];
-            let out = if train_step { sess.run(&feeds, &[&m.loss], &[&m.train_op])? } else { sess.run(&feeds, &[&m.loss], &[])? };
+            // Training steps report the training objective (a sampled
+            // softmax's loss is not the model's perplexity); evaluation the
+            // full softmax.
+            let out = if train_step { sess.run(&feeds, &[&m.loss], &[&m.train_op])? } else { sess.run(&feeds, &[&m.eval_loss], &[])? };
             sum += out[0].to_vec::<f32>()?[0] as f64;
         }
         Ok(sum / batches.len() as f64)
     };
     let start = mean_loss(&valid, false)?.exp();
     let mut per_epoch = Vec::with_capacity(a.epochs);
-    let mut train_ppl = f64::NAN;
+    let mut train_loss = f64::NAN;
     let t0 = Instant::now();
     // Training steps only (the validation passes are not counted).
     let mut train_seconds = 0.0;
     for epoch in 1..=a.epochs {
         let t = Instant::now();
-        train_ppl = mean_loss(&train, true)?.exp();
+        train_loss = mean_loss(&train, true)?;
         train_seconds += t.elapsed().as_secs_f64();
         let v = mean_loss(&valid, false)?.exp();
         per_epoch.push(v);
         if !a.json {
-            println!("epoch {epoch:>3}: train perplexity {train_ppl:.2}, validation perplexity {v:.2}");
+            match a.sampled {
+                None => println!("epoch {epoch:>3}: train perplexity {:.2}, validation perplexity {v:.2}", train_loss.exp()),
+                Some(_) => println!("epoch {epoch:>3}: train sampled loss {train_loss:.3}, validation perplexity {v:.2}"),
+            }
         }
     }
     let seconds = t0.elapsed().as_secs_f64();
@@ -213,7 +227,11 @@ pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
         "perplexity_start": start,
         "perplexity": per_epoch.last().copied().unwrap_or(start),
         "perplexity_per_epoch": per_epoch,
-        "train_perplexity": train_ppl,
+        // The full softmax's perplexity over the training steps; with
+        // --sampled the steps see only the sampled loss, reported as such.
+        "train_perplexity": if a.sampled.is_none() { serde_json::json!(train_loss.exp()) } else { serde_json::Value::Null },
+        "train_sampled_loss": if a.sampled.is_some() { serde_json::json!(train_loss) } else { serde_json::Value::Null },
+        "sampled": a.sampled,
         "perplexity_floor": floor,
         "steps": steps,
         "seconds": seconds,

@@ -210,6 +210,7 @@ impl Net {
             name: name.to_string(),
             graph: self.g.clone(),
             inputs,
+            eval_loss: loss.clone(),
             loss,
             train_op,
             batch,

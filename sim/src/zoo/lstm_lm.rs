@@ -14,7 +14,7 @@ use super::ZooOptions;
 use super::builder::{Init, LstmCell, Net};
 use flowlab_engine::{DType, Optimizer, Output, Result};
 
-const VOCAB: usize = 10_000;
+pub(crate) const VOCAB: usize = 10_000;
 const HIDDEN: usize = 650;
 const LAYERS: usize = 2;
 const STEPS: usize = 35;
@@ -56,9 +56,25 @@ pub(crate) fn build(o: &ZooOptions) -> Result<ModelGraph> {
     let out = g.scope("softmax");
     let refs: Vec<&Output> = outputs.iter().collect();
     let flat = out.reshape(out.concat(&refs, 1)?, &[b * t, hidden as i64])?;
-    let logits = net.dense(&g, "softmax", &flat, hidden, vocab, true)?;
     let labels = g.scope("loss").reshape(&targets, &[b * t])?;
-    let loss = net.softmax_loss("loss", &logits, &labels)?;
     let opt = o.optimizer.clone().unwrap_or(Optimizer::Sgd { lr: 1.0 });
-    net.finish("lstm_lm", o.batch, vec![tokens, targets], loss, &opt)
+    let Some(samples) = o.sampled else {
+        let logits = net.dense(&g, "softmax", &flat, hidden, vocab, true)?;
+        let loss = net.softmax_loss("loss", &logits, &labels)?;
+        return net.finish("lstm_lm", o.batch, vec![tokens, targets], loss, &opt);
+    };
+    // Sampled softmax (TensorFlow's `sampled_softmax_loss`): the output
+    // layer is stored [vocab, hidden] so that the sampled rows are gathered;
+    // training sees the true word and `samples` log-uniform candidates,
+    // evaluation the full softmax over the same weights.
+    let s = g.scope("softmax");
+    let w = net.param(&s, "kernel", &[vocab, hidden], Init::Glorot { fan_in: hidden, fan_out: vocab })?;
+    let bias = net.param(&s, "bias", &[vocab], Init::Const(0.0))?;
+    let sampled = g.scope("sampled_loss").sampled_softmax_loss(&w, &bias, &labels, &flat, samples, o.seed)?;
+    let loss = g.scope("sampled_loss").reduce_mean(&sampled, &[0], false)?;
+    let logits = s.bias_add(&s.matmul_ex(&flat, &w, false, true)?, &bias)?;
+    let full = net.softmax_loss("loss", &logits, &labels)?;
+    let mut m = net.finish("lstm_lm", o.batch, vec![tokens, targets], loss, &opt)?;
+    m.eval_loss = m.graph.output_by_name(&full.name(), full.index())?;
+    Ok(m)
 }

@@ -41,8 +41,12 @@ pub struct ModelGraph {
     /// Placeholders to feed each step: the input (images, features or token
     /// ids) then the labels (class ids or next-token ids), both fully shaped.
     pub inputs: Vec<Output>,
-    /// Mean cross entropy over the batch (and, for language models, over time).
+    /// Mean cross entropy over the batch (and, for language models, over
+    /// time): the training objective.
     pub loss: Output,
+    /// The loss to evaluate with: `loss` itself, except for a language
+    /// model trained on a sampled softmax, where it is the full softmax's.
+    pub eval_loss: Output,
     /// Runs one training step: every optimizer update and every batch-norm
     /// moving-average update.
     pub train_op: Output,
@@ -103,6 +107,10 @@ pub struct ZooOptions {
     pub layers: Option<usize>,
     /// Attention heads (transformer 8).
     pub heads: Option<usize>,
+    /// lstm_lm: train on a sampled softmax of this many log-uniform
+    /// candidates (Jean et al., 2015) instead of the full softmax; the
+    /// model's `eval_loss` stays the full softmax.
+    pub sampled: Option<usize>,
     /// Feed-forward width (transformer 2048).
     pub ff: Option<usize>,
     /// The update rule; `None` picks the model's usual one (momentum 0.9 for
@@ -127,6 +135,7 @@ impl ZooOptions {
             hidden: None,
             layers: None,
             heads: None,
+            sampled: None,
             ff: None,
             optimizer: None,
             seed: 1,
@@ -165,6 +174,7 @@ pub fn build_with(name: &str, opts: &ZooOptions) -> Result<ModelGraph, SimError>
         ("layers", opts.layers),
         ("heads", opts.heads),
         ("ff", opts.ff),
+        ("sampled", opts.sampled),
     ] {
         check_positive(key, v)?;
     }
@@ -195,7 +205,13 @@ pub fn build_with(name: &str, opts: &ZooOptions) -> Result<ModelGraph, SimError>
             }
             inception::build(opts, size).map_err(engine_err)
         }
-        "lstm_lm" => lstm_lm::build(opts).map_err(engine_err),
+        "lstm_lm" => {
+            let vocab = opts.vocab.unwrap_or(lstm_lm::VOCAB);
+            if let Some(k) = opts.sampled.filter(|&k| k >= vocab) {
+                return Err(SimError::param("sampled", format!("{k} samples must be fewer than the vocabulary of {vocab} words")));
+            }
+            lstm_lm::build(opts).map_err(engine_err)
+        }
         "transformer" | "transformer_base" => {
             let d = opts.hidden.unwrap_or(transformer::D_MODEL);
             let h = opts.heads.unwrap_or(transformer::HEADS);

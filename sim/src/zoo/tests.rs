@@ -201,8 +201,19 @@ fn train_losses(m: &ModelGraph, ids: usize, steps: usize) -> Vec<f64> {
     let init = m.graph.global_variables_initializer().unwrap();
     sess.run(&[], &[], &[&init]).unwrap();
     let pairs: Vec<_> = m.inputs.iter().zip(&feeds).collect();
+    // A sampled loss is noisy (new candidates every step): watch the full
+    // softmax's loss, evaluated before each step.
+    let sampled = m.eval_loss.name() != m.loss.name();
     (0..steps)
-        .map(|_| sess.run(&pairs, &[&m.loss], &[&m.train_op]).unwrap()[0].scalar_f64().unwrap())
+        .map(|_| {
+            if sampled {
+                let l = sess.run(&pairs, &[&m.eval_loss], &[]).unwrap()[0].scalar_f64().unwrap();
+                sess.run(&pairs, &[], &[&m.train_op]).unwrap();
+                l
+            } else {
+                sess.run(&pairs, &[&m.loss], &[&m.train_op]).unwrap()[0].scalar_f64().unwrap()
+            }
+        })
         .collect()
 }
 
@@ -223,6 +234,26 @@ fn tiny_lstm_lm_trains() {
     let mut o = ZooOptions::new(3);
     (o.vocab, o.hidden, o.seq_len) = (Some(20), Some(8), Some(4));
     assert_learns(&build_with("lstm_lm", &o).unwrap(), 20, 4);
+}
+
+/// A sampled softmax keeps the parameters (the output layer stored
+/// transposed) and evaluates with the full softmax over them.
+#[test]
+fn tiny_lstm_lm_with_a_sampled_softmax_trains_and_keeps_its_parameters() {
+    let mut o = ZooOptions::new(3);
+    (o.vocab, o.hidden, o.seq_len) = (Some(20), Some(8), Some(4));
+    let full = build_with("lstm_lm", &o).unwrap();
+    o.sampled = Some(5);
+    let m = build_with("lstm_lm", &o).unwrap();
+    assert_eq!(m.params, full.params);
+    assert_ne!(m.eval_loss.name(), m.loss.name());
+    assert_eq!(full.eval_loss.name(), full.loss.name());
+    assert_learns(&m, 20, 4);
+    o.sampled = Some(20);
+    assert_eq!(
+        build_with("lstm_lm", &o).unwrap_err().to_string(),
+        "invalid parameter `sampled`: 20 samples must be fewer than the vocabulary of 20 words"
+    );
 }
 
 #[test]
