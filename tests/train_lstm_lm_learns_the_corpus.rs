@@ -60,6 +60,13 @@ fn a_sampled_softmax_trains_the_model_its_full_softmax_evaluates() {
 #[test]
 fn perplexity_falls_every_epoch_on_the_shipped_shakespeare() {
     let r = train(&[]);
+    // Carrying the state between batches (truncated BPTT) gives every
+    // window's first words their context: better from the first epoch on
+    // real text (measured 77.8 -> 71.1 after one epoch, 52.8 -> 51.5 after three).
+    let carried = train(&["--carry-state"]);
+    assert_eq!(carried["carry_state"], true);
+    let per = |r: &serde_json::Value| -> Vec<f64> { r["perplexity_per_epoch"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect() };
+    assert!(per(&carried)[0] < 0.95 * per(&r)[0] && per(&carried)[2] < per(&r)[2], "{:?} vs {:?}", per(&carried), per(&r));
     assert!(r["corpus"].as_str().unwrap().starts_with("shakespeare"), "{r}");
     assert_eq!(r["words"], 59_620, "{r}");
     let per: Vec<f64> = r["perplexity_per_epoch"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();

@@ -106,6 +106,10 @@ pub struct TrainArgs {
     /// candidates per step (evaluation stays the full softmax).
     #[arg(long)]
     sampled: Option<usize>,
+    /// lstm-lm: carry each batch's final LSTM state into the next batch of
+    /// the same streams (truncated backpropagation through time).
+    #[arg(long)]
+    carry_state: bool,
 }
 
 /// The flag behind each `TrainConfig` field, for error messages.
@@ -198,6 +202,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             layers: args.layers,
             seq_len: args.seq_len,
             sampled: args.sampled,
+            carry_state: args.carry_state,
             batch: args.batch,
             epochs: args.epochs,
             lr: args.lr,

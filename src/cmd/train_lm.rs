@@ -28,6 +28,8 @@ pub(crate) struct LmArgs<'a> {
     pub seq_len: usize,
     /// Candidates of a sampled softmax (`None`: the full softmax).
     pub sampled: Option<usize>,
+    /// Truncated BPTT: the state flows from batch to batch of a stream.
+    pub carry_state: bool,
     pub batch: usize,
     pub epochs: usize,
     pub lr: f64,
@@ -174,6 +176,7 @@ pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
     o.layers = Some(a.layers);
     o.seq_len = Some(a.seq_len);
     o.sampled = a.sampled;
+    o.carry_state = a.carry_state;
     o.seed = a.seed;
     o.optimizer = Some(Optimizer::Adam { lr: a.lr, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 });
     let m = zoo::build_with("lstm_lm", &o).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -184,13 +187,18 @@ pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
     let feed = |x: &[i64]| Tensor::from_vec(x.to_vec(), shape.clone());
     let mean_loss = |batches: &[(Vec<i64>, Vec<i64>)], train_step: bool| -> anyhow::Result<f64> {
         let mut sum = 0.0;
+        // Each pass reads its streams from their start.
+        if let Some(reset) = &m.state_reset {
+            sess.run(&[], &[], &[reset])?;
+        }
+        let eval_targets: Vec<&flowlab_engine::Output> = m.state_update.iter().collect();
         for (x, y) in batches {
             let (xt, yt) = (feed(x)?, feed(y)?);
             let feeds = [(&m.inputs[0], &xt), (&m.inputs[1], &yt)];
             // Training steps report the training objective (a sampled
             // softmax's loss is not the model's perplexity); evaluation the
             // full softmax.
-            let out = if train_step { sess.run(&feeds, &[&m.loss], &[&m.train_op])? } else { sess.run(&feeds, &[&m.eval_loss], &[])? };
+            let out = if train_step { sess.run(&feeds, &[&m.loss], &[&m.train_op])? } else { sess.run(&feeds, &[&m.eval_loss], &eval_targets)? };
             sum += out[0].to_vec::<f32>()?[0] as f64;
         }
         Ok(sum / batches.len() as f64)
@@ -232,6 +240,7 @@ pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
         "train_perplexity": if a.sampled.is_none() { serde_json::json!(train_loss.exp()) } else { serde_json::Value::Null },
         "train_sampled_loss": if a.sampled.is_some() { serde_json::json!(train_loss) } else { serde_json::Value::Null },
         "sampled": a.sampled,
+        "carry_state": a.carry_state,
         "perplexity_floor": floor,
         "steps": steps,
         "seconds": seconds,

@@ -96,12 +96,18 @@ impl Net {
         Ok(var)
     }
 
-    /// A non-trainable f32 variable (batch-norm moving statistics).
-    fn state(&mut self, s: &Graph, name: &str, shape: &[usize], value: f64) -> Result<Output> {
+    /// A non-trainable f32 variable (batch-norm moving statistics, an RNN
+    /// state carried between steps).
+    pub fn state(&mut self, s: &Graph, name: &str, shape: &[usize], value: f64) -> Result<Output> {
         let v = self.init_value(s, shape, Init::Const(value))?;
         let var = s.variable(name, v)?;
         self.non_trainable.push(var.clone());
         Ok(var)
+    }
+
+    /// A side effect the train op must run (a moving-average or state update).
+    pub fn update(&mut self, op: Output) {
+        self.updates.push(op);
     }
 
     /// An LSTM layer's variables `kernel` (drawn by `init`) and `bias`
@@ -211,6 +217,8 @@ impl Net {
             graph: self.g.clone(),
             inputs,
             eval_loss: loss.clone(),
+            state_update: None,
+            state_reset: None,
             loss,
             train_op,
             batch,

@@ -42,7 +42,19 @@ pub(crate) fn build(o: &ZooOptions) -> Result<ModelGraph> {
         .collect::<Result<_>>()?;
     let zero_scope = g.scope("lstm/zero_state");
     let zero = zero_scope.zeros(DType::F32, [o.batch, hidden])?;
-    let mut state: Vec<(Output, Output)> = vec![(zero.clone(), zero); layers];
+    // A carried state lives in variables: read at the first step, stored
+    // after the last (gradients stop at the read: truncated BPTT).
+    let carried: Vec<(Output, Output)> = if o.carry_state {
+        (0..layers)
+            .map(|l| {
+                let s = g.scope(&format!("lstm/layer_{l}/state"));
+                Ok((net.state(&s, "h", &[o.batch, hidden], 0.0)?, net.state(&s, "c", &[o.batch, hidden], 0.0)?))
+            })
+            .collect::<Result<_>>()?
+    } else {
+        Vec::new()
+    };
+    let mut state: Vec<(Output, Output)> = if o.carry_state { carried.clone() } else { vec![(zero.clone(), zero.clone()); layers] };
     let mut outputs = Vec::with_capacity(steps);
     for (ti, x) in inputs.iter().enumerate() {
         let mut x = x.clone();
@@ -53,6 +65,24 @@ pub(crate) fn build(o: &ZooOptions) -> Result<ModelGraph> {
         }
         outputs.push(x);
     }
+    let mut stores = Vec::new();
+    let mut resets = Vec::new();
+    for (l, ((h, c), (h_end, c_end))) in carried.iter().zip(&state).enumerate() {
+        let s = g.scope(&format!("lstm/layer_{l}/state"));
+        for (var, value) in [(h, h_end), (c, c_end)] {
+            let store = s.assign(var, value)?;
+            net.update(store.clone());
+            stores.push(store);
+            resets.push(s.assign(var, &zero)?);
+        }
+    }
+    let carry = |m: &mut ModelGraph| -> Result<()> {
+        if !stores.is_empty() {
+            m.state_update = Some(m.graph.group("lstm/state_update", &stores.iter().collect::<Vec<_>>())?);
+            m.state_reset = Some(m.graph.group("lstm/state_reset", &resets.iter().collect::<Vec<_>>())?);
+        }
+        Ok(())
+    };
     let out = g.scope("softmax");
     let refs: Vec<&Output> = outputs.iter().collect();
     let flat = out.reshape(out.concat(&refs, 1)?, &[b * t, hidden as i64])?;
@@ -61,7 +91,9 @@ pub(crate) fn build(o: &ZooOptions) -> Result<ModelGraph> {
     let Some(samples) = o.sampled else {
         let logits = net.dense(&g, "softmax", &flat, hidden, vocab, true)?;
         let loss = net.softmax_loss("loss", &logits, &labels)?;
-        return net.finish("lstm_lm", o.batch, vec![tokens, targets], loss, &opt);
+        let mut m = net.finish("lstm_lm", o.batch, vec![tokens, targets], loss, &opt)?;
+        carry(&mut m)?;
+        return Ok(m);
     };
     // Sampled softmax (TensorFlow's `sampled_softmax_loss`): the output
     // layer is stored [vocab, hidden] so that the sampled rows are gathered;
@@ -76,5 +108,6 @@ pub(crate) fn build(o: &ZooOptions) -> Result<ModelGraph> {
     let full = net.softmax_loss("loss", &logits, &labels)?;
     let mut m = net.finish("lstm_lm", o.batch, vec![tokens, targets], loss, &opt)?;
     m.eval_loss = m.graph.output_by_name(&full.name(), full.index())?;
+    carry(&mut m)?;
     Ok(m)
 }

@@ -47,6 +47,12 @@ pub struct ModelGraph {
     /// The loss to evaluate with: `loss` itself, except for a language
     /// model trained on a sampled softmax, where it is the full softmax's.
     pub eval_loss: Output,
+    /// A recurrent model carrying its state between steps (truncated
+    /// backpropagation through time): the op that stores this step's final
+    /// state for the next one without training (`train_op` stores it too),
+    /// and the op that sets the state back to zero (a new stream).
+    pub state_update: Option<Output>,
+    pub state_reset: Option<Output>,
     /// Runs one training step: every optimizer update and every batch-norm
     /// moving-average update.
     pub train_op: Output,
@@ -54,7 +60,7 @@ pub struct ModelGraph {
     /// Trainable parameters: exactly the elements the optimizer updates.
     pub params: u64,
     /// Non-trainable variables of the model (batch-norm moving mean and
-    /// variance); optimizer slots are not counted.
+    /// variance, a carried RNN state); optimizer slots are not counted.
     pub non_trainable_params: u64,
 }
 
@@ -107,6 +113,10 @@ pub struct ZooOptions {
     pub layers: Option<usize>,
     /// Attention heads (transformer 8).
     pub heads: Option<usize>,
+    /// lstm_lm: each step starts from the previous step's final LSTM state
+    /// (truncated backpropagation through time, as TensorFlow's PTB recipe
+    /// carries it between batches of the same streams); else from zeros.
+    pub carry_state: bool,
     /// lstm_lm: train on a sampled softmax of this many log-uniform
     /// candidates (Jean et al., 2015) instead of the full softmax; the
     /// model's `eval_loss` stays the full softmax.
@@ -136,6 +146,7 @@ impl ZooOptions {
             layers: None,
             heads: None,
             sampled: None,
+            carry_state: false,
             ff: None,
             optimizer: None,
             seed: 1,

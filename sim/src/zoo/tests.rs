@@ -256,6 +256,73 @@ fn tiny_lstm_lm_with_a_sampled_softmax_trains_and_keeps_its_parameters() {
     );
 }
 
+/// Truncated BPTT: two 4-word windows with the state carried give the same
+/// losses as one 8-word unroll of the same weights (forward only), while
+/// the second window from a zero state scores differently; a reset starts
+/// from zeros again, and a training step stores the state too.
+#[test]
+fn a_carried_lstm_state_continues_the_stream_exactly() {
+    let (b, v) = (2usize, 12usize);
+    let words: Vec<i64> = (0..b * 9).map(|i| ((i * 7 + 3) % v) as i64).collect();
+    // Stream j is words[j*9 .. j*9+9]: inputs are 8 words, targets the next 8.
+    let window = |from: usize, len: usize, shift: usize| -> Tensor {
+        let x: Vec<i64> = (0..b).flat_map(|j| words[j * 9 + from + shift..j * 9 + from + shift + len].to_vec()).collect();
+        Tensor::from_vec(x, [b, len]).unwrap()
+    };
+    let mut o = ZooOptions::new(b);
+    (o.vocab, o.hidden, o.layers) = (Some(v), Some(6), Some(2));
+    o.optimizer = Some(flowlab_engine::Optimizer::adam(0.05));
+    o.seq_len = Some(8);
+    let long = build_with("lstm_lm", &o).unwrap();
+    assert!(long.state_update.is_none());
+    o.seq_len = Some(4);
+    o.carry_state = true;
+    let m = build_with("lstm_lm", &o).unwrap();
+    assert_eq!(m.params, long.params, "the same trainable weights");
+    assert_eq!(m.non_trainable_params as usize, 2 * 2 * b * 6, "h and c per layer");
+    let open = |m: &ModelGraph| {
+        let sess = Session::with_options(&m.graph, SessionOptions { threads: 1, ..Default::default() }).unwrap();
+        sess.run(&[], &[], &[&m.graph.global_variables_initializer().unwrap()]).unwrap();
+        sess
+    };
+    let (s8, s4) = (open(&long), open(&m));
+    // Train the long unroll until its predictions lean on context (small
+    // initial weights predict nearly uniformly whatever the state), then
+    // give the carrying model the same weights.
+    let (x8, y8) = (window(0, 8, 0), window(0, 8, 1));
+    for _ in 0..40 {
+        s8.run(&[(&long.inputs[0], &x8), (&long.inputs[1], &y8)], &[], &[&long.train_op]).unwrap();
+    }
+    for (name, value) in s8.variable_values() {
+        if s4.variable_value(&name).is_some() {
+            s4.set_variable(&name, value).unwrap();
+        }
+    }
+    let loss_of = |m: &ModelGraph, sess: &Session, from: usize, len: usize, store: bool| -> f64 {
+        let (x, y) = (window(from, len, 0), window(from, len, 1));
+        let feeds = [(&m.inputs[0], &x), (&m.inputs[1], &y)];
+        let targets: Vec<&Output> = if store { vec![m.state_update.as_ref().unwrap()] } else { vec![] };
+        sess.run(&feeds, &[&m.eval_loss], &targets).unwrap()[0].scalar_f64().unwrap()
+    };
+    let whole = loss_of(&long, &s8, 0, 8, false);
+    let first = loss_of(&m, &s4, 0, 4, true);
+    let second = loss_of(&m, &s4, 4, 4, true);
+    assert!(((first + second) / 2.0 - whole).abs() < 1e-5, "{first} + {second} vs {whole}");
+    // From zeros, the second window scores differently...
+    s4.run(&[], &[], &[m.state_reset.as_ref().unwrap()]).unwrap();
+    let cold = loss_of(&m, &s4, 4, 4, false);
+    assert!((cold - second).abs() > 1e-2, "{cold} vs {second}");
+    // ...and the first window after a reset scores as at the start.
+    assert!((loss_of(&m, &s4, 0, 4, false) - first).abs() < 1e-6);
+    // The train op stores the state as well.
+    let h = m.graph.output_by_name("lstm/layer_0/state/h", 0).unwrap();
+    let norm = |sess: &Session| sess.run(&[], &[&h], &[]).unwrap()[0].to_vec::<f32>().unwrap().iter().map(|x| x.abs()).sum::<f32>();
+    assert_eq!(norm(&s4), 0.0, "reset");
+    let (x, y) = (window(0, 4, 0), window(0, 4, 1));
+    s4.run(&[(&m.inputs[0], &x), (&m.inputs[1], &y)], &[], &[&m.train_op]).unwrap();
+    assert!(norm(&s4) > 1e-3);
+}
+
 #[test]
 fn tiny_gnmt_trains() {
     let mut o = ZooOptions::new(3);
