@@ -8,11 +8,10 @@
 //!   ready (node, device) pairs, schedule the one that can start earliest,
 //!   on devices with memory left for the node's colocation group.
 //! - `m_sct`: Baechi's memory-constrained Small Communication Times: ETF,
-//!   except that each node's favourite child (the consumer of its largest
-//!   output edge) is kept on its parent's device when that does not start it
-//!   later than ETF's choice by more than the transfer it saves. Baechi picks
-//!   favourite children by solving an LP relaxation; the largest edge is the
-//!   greedy stand-in used here.
+//!   except that each node's favourite child is kept on its parent's device
+//!   when that does not start it later than ETF's choice by more than the
+//!   transfer it saves. Favourite children come from Baechi's LP relaxation
+//!   (`sct_lp.rs`).
 //!
 //! A node's whole colocation group goes to the device its first scheduled
 //! member picks. Memory is counted by tensor lifetime in the placer's own
@@ -257,8 +256,10 @@ pub(crate) fn m_sct(p: &Problem) -> Result<Vec<u16>, SimError> {
     etf(p, true).map(|x| x.dev)
 }
 
-/// The consumer of each node's largest outgoing data edge (ties: lowest id).
-fn favourite_children(p: &Problem) -> Vec<u32> {
+/// The consumer of each node's largest outgoing data edge (ties: lowest
+/// id): the greedy stand-in for the LP, kept to show where they differ.
+#[cfg(test)]
+pub(crate) fn largest_edge_children(p: &Problem) -> Vec<u32> {
     let g = p.sim.graph();
     (0..p.n)
         .map(|i| {
@@ -283,7 +284,7 @@ pub(crate) fn etf(p: &Problem, sct: bool) -> Result<Planned, SimError> {
     // Data-ready time per (ready node, device).
     let mut ready_dr = vec![0u64; p.n * nd];
     let mut heaps: Vec<BinaryHeap<Reverse<(u64, u32)>>> = vec![BinaryHeap::new(); nd];
-    let fav = if sct { favourite_children(p) } else { Vec::new() };
+    let fav = if sct { super::sct_lp::favourite_children(p)? } else { Vec::new() };
     // The favourite child waiting on each device (the last node placed there's).
     let mut urgent: Vec<u32> = vec![u32::MAX; nd];
     let mut placed = 0usize;

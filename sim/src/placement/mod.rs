@@ -28,6 +28,7 @@ mod list_schedule;
 mod local_search;
 mod m_topo;
 mod problem;
+mod sct_lp;
 mod simple;
 
 #[cfg(test)]

@@ -229,3 +229,38 @@ fn list_schedules_estimate_their_own_step_within_a_stated_tolerance_at_zoo_scale
     }
     assert!(worst <= 0.25, "worst |schedule / simulated - 1| = {worst:.3}");
 }
+
+/// Where Baechi's LP and the largest-edge stand-in differ: two parents
+/// whose largest edge goes to the same child. The stand-in makes the child
+/// the favourite of both (one of them cannot keep it); the LP lets a node
+/// have one favourite parent, the one whose edge costs most (4 MiB against
+/// 256 KiB here).
+#[test]
+fn sct_lp_gives_a_child_one_favourite_parent_where_largest_edges_give_two() {
+    use crate::placement::list_schedule::largest_edge_children;
+    use crate::placement::problem::Problem;
+    use crate::placement::sct_lp::favourite_children;
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![256, 256])).unwrap();
+    let w = g.placeholder("w", DType::F32, Shape::new(vec![256, 4096])).unwrap();
+    let p1 = neg(&x);
+    let p2 = neg(&w);
+    let c = g.op("MatMul").input(&p1).input(&p2).build().unwrap();
+    // P1's second child (the same tensor, so P1's largest edge is a tie
+    // that the stand-in breaks towards C, created first).
+    neg(&p1);
+    let cl = cluster(2);
+    let sim = GraphSimulator::new(&g, &cl, &opts()).unwrap();
+    let p = Problem::new(sim, &cl.device_set()).unwrap();
+    let (p1, p2, c) = (p1.node_id(), p2.node_id(), c.node_id() as u32);
+    let greedy = largest_edge_children(&p);
+    assert_eq!((greedy[p1], greedy[p2]), (c, c), "the stand-in: C is the favourite of both parents");
+    let lp = favourite_children(&p).unwrap();
+    assert_eq!(lp[p2], c, "{lp:?}");
+    assert_ne!(lp[p1], c, "{lp:?}");
+    // The LP's favourites never give a node two favourite parents.
+    let mut parents = std::collections::HashMap::new();
+    for (i, &f) in lp.iter().enumerate().filter(|(_, f)| **f != u32::MAX) {
+        assert!(parents.insert(f, i).is_none(), "node {f} is the favourite of {} and {i}", parents[&f]);
+    }
+}
