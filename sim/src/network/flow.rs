@@ -60,6 +60,9 @@ const FAST_STREAK: u32 = 16;
 /// A recomputation that is not fast within this many of the previous one
 /// turns the bookkeeping back on.
 const SLOW_AGAIN: u64 = 4;
+/// The longest pause between two searches for the component of a slow
+/// recomputation once they keep finding the whole network.
+const MAX_WIDE_BACKOFF: u32 = 64;
 
 /// See `FlowNetwork::group_failures`.
 const GROUP_RETRY: u32 = 8;
@@ -391,6 +394,10 @@ pub struct FlowNetwork {
     /// Whether the last component search reached nearly every flow: the
     /// next one then takes every busy link without searching.
     wide: bool,
+    /// Slow recomputations left before the component is searched again,
+    /// and the current length of that pause.
+    wide_skips: u32,
+    wide_backoff: u32,
     drain_heap: BinaryHeap<Reverse<u32>>,
     scratch: Vec<u32>,
     stack: Vec<usize>,
@@ -489,6 +496,8 @@ impl FlowNetwork {
             movers: Vec::new(),
             component_flows: 0,
             wide: false,
+            wide_skips: 0,
+            wide_backoff: 0,
             drain_heap: BinaryHeap::new(),
             scratch: Vec::new(),
             stack: Vec::new(),
@@ -1260,9 +1269,17 @@ impl FlowNetwork {
             }
             self.group_failures += 1;
         }
-        let FlowNetwork { fabric, visited, link_flows, link_stamp, component, busy, live, component_flows, wide, .. } = self;
-        if 2 * seeded >= *live || *wide {
+        let FlowNetwork { fabric, visited, link_flows, link_stamp, component, busy, live, component_flows, wide, wide_skips, wide_backoff, .. } = self;
+        // A search that found (nearly) the whole network is skipped for the
+        // next `wide_backoff` slow recomputations, doubling while searches
+        // keep finding it: on fat-tree and Clos every PS flow shares the
+        // core, and the search costs as much as the filling it narrows.
+        if *wide && *wide_skips > 0 {
+            *wide_skips -= 1;
+        } else if *wide {
             *wide = false;
+        }
+        if 2 * seeded >= *live || *wide {
             for &l in busy.iter() {
                 if link_stamp[l as usize] != epoch {
                     link_stamp[l as usize] = epoch;
@@ -1295,6 +1312,12 @@ impl FlowNetwork {
         }
         *component_flows = count;
         *wide = 4 * count >= 3 * *live;
+        if *wide {
+            *wide_backoff = (*wide_backoff * 2).clamp(1, MAX_WIDE_BACKOFF);
+            *wide_skips = *wide_backoff;
+        } else {
+            *wide_backoff = 0;
+        }
         Path::Full
     }
 
