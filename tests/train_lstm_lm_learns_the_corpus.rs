@@ -58,6 +58,23 @@ fn a_sampled_softmax_trains_the_model_its_full_softmax_evaluates() {
 }
 
 #[test]
+fn the_while_loop_lstm_trains_as_the_unrolled_one() {
+    let per = |r: &serde_json::Value| -> Vec<f64> { r["perplexity_per_epoch"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect() };
+    let unrolled = train(&["--corpus", "markov"]);
+    let dynamic = train(&["--corpus", "markov", "--dynamic"]);
+    assert_eq!(dynamic["dynamic"], true);
+    // The same weights, loss and gradients: the same perplexities up to
+    // float rounding (measured equal to 1e-6 relative).
+    for (a, b) in per(&unrolled).iter().zip(per(&dynamic)) {
+        assert!((a - b).abs() < 1e-4 * a, "{:?} vs {:?}", per(&unrolled), per(&dynamic));
+    }
+    // Its graph does not hold one cell per step.
+    assert!(dynamic["graph_nodes"].as_u64().unwrap() < unrolled["graph_nodes"].as_u64().unwrap(), "{dynamic}");
+    let out = run_flowlab(&["train", "lstm-lm", "--dynamic", "--carry-state"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--dynamic: the while_loop LSTM takes neither --sampled nor --carry-state yet"), "{}", describe(&out));
+}
+
+#[test]
 fn perplexity_falls_every_epoch_on_the_shipped_shakespeare() {
     let r = train(&[]);
     // Carrying the state between batches (truncated BPTT) gives every

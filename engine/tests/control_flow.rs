@@ -313,6 +313,24 @@ fn while_loop_gradients_match_finite_differences() {
 }
 
 #[test]
+fn a_loop_reading_a_captured_sequence_by_an_integer_index_has_gradients() {
+    // A dynamic RNN: h <- tanh(h W + xs[t]), t an i64 loop variable indexing
+    // the captured inputs xs [4, 1, 3]; gradients for h0, W and every step's input.
+    check_fd(&[&[1, 3], &[3, 3], &[4, 1, 3]], None, |g, v| {
+        let t0 = g.scalar(0.0, DType::I64)?;
+        let out = g.while_loop(
+            |b, s| b.less(&s[0], b.scalar(4.0, DType::I64)?),
+            |b, s| {
+                let x = b.gather(&v[2], &s[0])?;
+                Ok(vec![b.add(&s[0], b.scalar(1.0, DType::I64)?)?, b.tanh(b.add(b.matmul(&s[1], &v[1])?, &x)?)?])
+            },
+            &[&t0, &v[0]],
+        )?;
+        g.reduce_sum(g.mul(&out[1], &out[1])?, &[0, 1], false)
+    });
+}
+
+#[test]
 fn a_loop_gradient_through_a_cond_in_the_body() {
     // x <- x > 0 ? x * w : x * x, four times.
     check_fd(&[&[], &[]], Some(vec![vec![0.9], vec![-0.8]]), |g, v| {

@@ -110,6 +110,10 @@ pub struct TrainArgs {
     /// the same streams (truncated backpropagation through time).
     #[arg(long)]
     carry_state: bool,
+    /// lstm-lm: run the time steps in a while_loop (TensorFlow's
+    /// dynamic_rnn) instead of unrolling them.
+    #[arg(long)]
+    dynamic: bool,
 }
 
 /// The flag behind each `TrainConfig` field, for error messages.
@@ -203,6 +207,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             seq_len: args.seq_len,
             sampled: args.sampled,
             carry_state: args.carry_state,
+            dynamic: args.dynamic,
             batch: args.batch,
             epochs: args.epochs,
             lr: args.lr,

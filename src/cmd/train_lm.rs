@@ -30,6 +30,8 @@ pub(crate) struct LmArgs<'a> {
     pub sampled: Option<usize>,
     /// Truncated BPTT: the state flows from batch to batch of a stream.
     pub carry_state: bool,
+    /// The time steps in a while_loop instead of unrolled.
+    pub dynamic: bool,
     pub batch: usize,
     pub epochs: usize,
     pub lr: f64,
@@ -140,6 +142,9 @@ pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
     {
         bail!("--sampled: {k} candidates; must be between 1 and the vocabulary minus one ({})", a.vocab - 1);
     }
+    if a.dynamic && (a.sampled.is_some() || a.carry_state) {
+        bail!("--dynamic: the while_loop LSTM takes neither --sampled nor --carry-state yet");
+    }
     if !(a.lr.is_finite() && a.lr > 0.0) {
         bail!("--lr: must be a finite positive number");
     }
@@ -177,6 +182,7 @@ pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
     o.seq_len = Some(a.seq_len);
     o.sampled = a.sampled;
     o.carry_state = a.carry_state;
+    o.dynamic = a.dynamic;
     o.seed = a.seed;
     o.optimizer = Some(Optimizer::Adam { lr: a.lr, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 });
     let m = zoo::build_with("lstm_lm", &o).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -241,6 +247,8 @@ pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
         "train_sampled_loss": if a.sampled.is_some() { serde_json::json!(train_loss) } else { serde_json::Value::Null },
         "sampled": a.sampled,
         "carry_state": a.carry_state,
+        "dynamic": a.dynamic,
+        "graph_nodes": m.graph.num_nodes(),
         "perplexity_floor": floor,
         "steps": steps,
         "seconds": seconds,

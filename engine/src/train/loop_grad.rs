@@ -59,15 +59,19 @@ pub(crate) fn loop_gradient(
     }
     let gp = g.in_ctx(parent);
     let k = info.body_inputs.len();
-    // Float loop variables carry a gradient; the counter (index 0) and integer ones do not.
+    // Every loop variable but the counter (index 0) is saved: the body is
+    // rebuilt on its values (an integer variable may index a captured
+    // tensor, as a dynamic RNN reads its inputs). Float ones carry a
+    // gradient; integer ones do not.
+    let saved: Vec<usize> = (1..k).collect();
     let float_vars: Vec<usize> = (1..k).filter(|&i| nodes[info.body_inputs[i]].outputs[0].dtype.is_float()).collect();
     let float_inv: Vec<((NodeId, usize), NodeId)> = invariants.iter().copied().filter(|(u, _)| nodes[u.0].outputs[u.1].dtype.is_float()).collect();
 
     // Forward side: save each iteration's variables, keyed by the iteration index.
     let tag = nodes.len();
     let counter = (info.body_inputs[0], 0);
-    let mut stacks = Vec::with_capacity(float_vars.len());
-    for &i in &float_vars {
+    let mut stacks = Vec::with_capacity(saved.len());
+    for &i in &saved {
         let stack = format!("{frame}/stack{tag}_{i}");
         let mut a = Attrs::new();
         a.insert("stack".into(), AttrValue::Str(stack.clone()));
@@ -96,8 +100,8 @@ pub(crate) fn loop_gradient(
         |b, v| {
             let jm = b.sub(&v[0], b.scalar(1.0, DType::I32)?)?;
             let lb = b.ctx().ok_or_else(|| cf_err(frame, "backward loop without a context"))?;
-            let mut pops = Vec::with_capacity(nv);
-            for (s, &i) in stacks.iter().zip(&float_vars) {
+            let mut pops = Vec::with_capacity(saved.len());
+            for (s, &i) in stacks.iter().zip(&saved) {
                 let t = &nodes[info.body_inputs[i]].outputs[0];
                 let mut a = Attrs::new();
                 a.insert("stack".into(), AttrValue::Str(s.clone()));
@@ -117,10 +121,12 @@ pub(crate) fn loop_gradient(
                 map.insert((e, 0), u);
             }
             node_map.insert(counter.0, jm.node);
-            for (p, &i) in pops.iter().zip(&float_vars) {
+            for (p, &i) in pops.iter().zip(&saved) {
                 map.insert((info.body_inputs[i], 0), (p.node, p.index));
                 node_map.insert(info.body_inputs[i], p.node);
             }
+            // The popped values of the float variables: what the gradient is taken with respect to.
+            let float_pops: Vec<Output> = saved.iter().zip(&pops).filter(|(i, _)| float_vars.contains(i)).map(|(_, p)| p.clone()).collect();
             for (id, n) in nodes.iter().enumerate().take(end).skip(start) {
                 if inv_enter.contains_key(&id) {
                     continue;
@@ -161,13 +167,13 @@ pub(crate) fn loop_gradient(
                 let mut d = b.lock();
                 float_inv.iter().map(|(u, _)| b.capture(&mut d, lb, *u).map(|(a, c)| b.out(a, c))).collect::<Result<_>>()?
             };
-            let mut xs: Vec<&Output> = pops.iter().collect();
+            let mut xs: Vec<&Output> = float_pops.iter().collect();
             xs.extend(inner_u.iter());
             let ys_refs: Vec<&Output> = ys.iter().collect();
             let dys: Vec<&Output> = v[1..=nv].iter().collect();
             let grads = b.gradients_with(&ys_refs, &xs, Some(&dys))?;
             let mut next = vec![j_next];
-            for (q, p) in pops.iter().enumerate() {
+            for (q, p) in float_pops.iter().enumerate() {
                 next.push(match &grads[q] {
                     Some(d) => d.clone(),
                     None => b.zeros_like(p)?,

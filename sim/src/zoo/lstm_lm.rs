@@ -25,6 +25,9 @@ pub(crate) fn build(o: &ZooOptions) -> Result<ModelGraph> {
     let hidden = o.hidden.unwrap_or(HIDDEN);
     let layers = o.layers.unwrap_or(LAYERS);
     let steps = o.seq_len.unwrap_or(STEPS);
+    if o.dynamic {
+        return build_dynamic(o, vocab, hidden, layers, steps);
+    }
     let (b, t) = (o.batch as i64, steps as i64);
     let mut net = Net::new(o.seed);
     let g = net.g.clone();
@@ -110,4 +113,58 @@ pub(crate) fn build(o: &ZooOptions) -> Result<ModelGraph> {
     m.eval_loss = m.graph.output_by_name(&full.name(), full.index())?;
     carry(&mut m)?;
     Ok(m)
+}
+
+/// The same model with its time steps in a `while_loop` (TensorFlow's
+/// `dynamic_rnn`): the embedded inputs and the targets are read one time
+/// step per iteration, the loop carries every layer's state and the summed
+/// per-step loss. Variables are created in the unrolled model's order, so a
+/// seed gives both the same weights.
+fn build_dynamic(o: &ZooOptions, vocab: usize, hidden: usize, layers: usize, steps: usize) -> Result<ModelGraph> {
+    let (b, t) = (o.batch as i64, steps as i64);
+    let mut net = Net::new(o.seed);
+    let g = net.g.clone();
+    let tokens = g.placeholder("tokens", DType::I64, [b, t])?;
+    let targets = g.placeholder("targets", DType::I64, [b, t])?;
+    let embedding = net.param(&g, "embedding", &[vocab, hidden], Init::Uniform(INIT_SCALE))?;
+    let emb = g.scope("embedding_lookup");
+    // [batch, time, hidden] -> [time, batch, hidden]: step i is row i.
+    let inputs = emb.transpose(emb.gather(&embedding, &tokens)?, &[1, 0, 2])?;
+    let labels = g.scope("loss").transpose(&targets, &[1, 0])?;
+    let cells: Vec<LstmCell> = (0..layers)
+        .map(|l| net.lstm_cell(&g.scope(&format!("lstm/layer_{l}")), hidden, hidden, Init::Uniform(INIT_SCALE), 0.0))
+        .collect::<Result<_>>()?;
+    let s = g.scope("softmax");
+    let w = net.param(&s, "kernel", &[hidden, vocab], Init::Glorot { fan_in: hidden, fan_out: vocab })?;
+    let bias = net.param(&s, "bias", &[vocab], Init::Const(0.0))?;
+    let zero = g.scope("lstm/zero_state").zeros(DType::F32, [o.batch, hidden])?;
+    let step0 = g.scalar(0.0, DType::I64)?;
+    let loss0 = g.scalar(0.0, DType::F32)?;
+    let mut init: Vec<&Output> = vec![&step0, &loss0];
+    for _ in 0..layers {
+        init.push(&zero);
+        init.push(&zero);
+    }
+    let out = g.scope("lstm").while_loop(
+        |c, v| c.less(&v[0], c.scalar(t as f64, DType::I64)?),
+        |body, v| {
+            let mut x = body.gather(&inputs, &v[0])?;
+            let mut next = vec![body.add(&v[0], body.scalar(1.0, DType::I64)?)?, v[1].clone()];
+            for (l, cell) in cells.iter().enumerate() {
+                let (h, c) = cell.step(&body.scope(&format!("layer_{l}")), &x, &(v[2 + 2 * l].clone(), v[3 + 2 * l].clone()))?;
+                x = h.clone();
+                next.push(h);
+                next.push(c);
+            }
+            let head = body.scope("softmax");
+            let logits = head.bias_add(head.matmul(&x, &w)?, &bias)?;
+            let xent = head.sparse_softmax_cross_entropy_with_logits(&logits, &body.gather(&labels, &v[0])?)?;
+            next[1] = body.add(&v[1], head.reduce_mean(&xent, &[0], false)?)?;
+            Ok(next)
+        },
+        &init,
+    )?;
+    let loss = g.op("Mul").name("loss").input(&out[1]).input(g.scalar(1.0 / steps as f64, DType::F32)?).build()?;
+    let opt = o.optimizer.clone().unwrap_or(Optimizer::Sgd { lr: 1.0 });
+    net.finish("lstm_lm", o.batch, vec![tokens, targets], loss, &opt)
 }

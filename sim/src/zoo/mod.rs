@@ -117,6 +117,12 @@ pub struct ZooOptions {
     /// (truncated backpropagation through time, as TensorFlow's PTB recipe
     /// carries it between batches of the same streams); else from zeros.
     pub carry_state: bool,
+    /// lstm_lm: run the time steps in a `while_loop` (TensorFlow's
+    /// `dynamic_rnn`, section 3.4 of the paper) instead of unrolling them:
+    /// the same weights, loss and gradients in a graph whose size does not
+    /// grow with the sequence. The graph-level simulator cannot replay such
+    /// a graph yet (its frames); the engine runs it.
+    pub dynamic: bool,
     /// lstm_lm: train on a sampled softmax of this many log-uniform
     /// candidates (Jean et al., 2015) instead of the full softmax; the
     /// model's `eval_loss` stays the full softmax.
@@ -147,6 +153,7 @@ impl ZooOptions {
             heads: None,
             sampled: None,
             carry_state: false,
+            dynamic: false,
             ff: None,
             optimizer: None,
             seed: 1,
@@ -218,6 +225,9 @@ pub fn build_with(name: &str, opts: &ZooOptions) -> Result<ModelGraph, SimError>
         }
         "lstm_lm" => {
             let vocab = opts.vocab.unwrap_or(lstm_lm::VOCAB);
+            if opts.dynamic && (opts.sampled.is_some() || opts.carry_state) {
+                return Err(SimError::param("dynamic", "the while_loop LSTM takes neither a sampled softmax nor a carried state yet".to_string()));
+            }
             if let Some(k) = opts.sampled.filter(|&k| k >= vocab) {
                 return Err(SimError::param("sampled", format!("{k} samples must be fewer than the vocabulary of {vocab} words")));
             }

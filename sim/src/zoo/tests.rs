@@ -323,6 +323,51 @@ fn a_carried_lstm_state_continues_the_stream_exactly() {
     assert!(norm(&s4) > 1e-3);
 }
 
+/// The while_loop LSTM and the unrolled one are the same model: equal loss
+/// from the same seed, and equal weights after training steps (so equal
+/// gradients through the loop's backward pass).
+#[test]
+fn the_while_loop_lstm_equals_the_unrolled_one() {
+    let mut o = ZooOptions::new(3);
+    (o.vocab, o.hidden, o.seq_len, o.layers) = (Some(15), Some(8), Some(5), Some(2));
+    o.optimizer = Some(flowlab_engine::Optimizer::adam(0.01));
+    let unrolled = build_with("lstm_lm", &o).unwrap();
+    o.dynamic = true;
+    let dynamic = build_with("lstm_lm", &o).unwrap();
+    assert_eq!(dynamic.params, unrolled.params);
+    // Its graph does not grow with the sequence; the unrolled one does.
+    let mut longer = o.clone();
+    longer.seq_len = Some(50);
+    assert_eq!(build_with("lstm_lm", &longer).unwrap().graph.num_nodes(), dynamic.graph.num_nodes());
+    longer.dynamic = false;
+    assert!(build_with("lstm_lm", &longer).unwrap().graph.num_nodes() > 5 * unrolled.graph.num_nodes());
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let feeds = random_feeds(&unrolled, 15, &mut rng);
+    let run = |m: &ModelGraph| {
+        let sess = Session::with_options(&m.graph, SessionOptions { threads: 1, ..Default::default() }).unwrap();
+        sess.run(&[], &[], &[&m.graph.global_variables_initializer().unwrap()]).unwrap();
+        let pairs: Vec<_> = m.inputs.iter().zip(&feeds).collect();
+        let losses: Vec<f64> =
+            (0..3).map(|_| sess.run(&pairs, &[&m.loss], &[&m.train_op]).unwrap()[0].scalar_f64().unwrap()).collect();
+        let mut weights = sess.variable_values();
+        weights.retain(|(n, _)| !n.contains("Adam"));
+        weights.sort_by(|a, b| a.0.cmp(&b.0));
+        (losses, weights)
+    };
+    let (lu, wu) = run(&unrolled);
+    let (ld, wd) = run(&dynamic);
+    for (a, b) in lu.iter().zip(&ld) {
+        assert!((a - b).abs() < 1e-5, "losses {lu:?} vs {ld:?}");
+    }
+    assert!(lu[2] < lu[0], "it learns: {lu:?}");
+    assert_eq!(wu.iter().map(|w| &w.0).collect::<Vec<_>>(), wd.iter().map(|w| &w.0).collect::<Vec<_>>());
+    for ((name, a), (_, b)) in wu.iter().zip(&wd) {
+        let (a, b) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+        let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        assert!(worst < 1e-5, "{name}: weights differ by {worst} after three steps");
+    }
+}
+
 #[test]
 fn tiny_gnmt_trains() {
     let mut o = ZooOptions::new(3);
