@@ -11,7 +11,7 @@
 //! tensors travel in the configured [`CommFormat`].
 
 use flowlab_engine::{DType, DeviceName, DeviceSet, EngineError, Graph, Optimizer, Output, PartitionOptions, Result, Session, SessionOptions, StepStats, Tensor};
-use flowlab_engine::replicate::data_parallel;
+use flowlab_engine::replicate::{data_parallel, data_parallel_sharded};
 use crate::datasets::Dataset;
 use flowlab_hw::CommFormat;
 use rand::SeedableRng;
@@ -382,7 +382,91 @@ fn build_replicas(g: &Graph, cfg: &TrainConfig, features: usize) -> Result<Train
     Ok(TrainGraph { x, y, loss: r.loss, train_op: r.train_op, eval_loss, eval_accuracy })
 }
 
-fn batch_tensors(d: &Dataset, idx: &[usize]) -> Result<(Tensor, Tensor)> {
+/// The graph of synchronous data parallelism over named devices, each
+/// replica fed its own shard where it runs (between-graph replication over
+/// the tasks of a cluster: the distributed runtime partitions it).
+/// Variables, averaging, the update and the evaluation tower live on the
+/// parameter device. With the same seed and shards it computes what
+/// [`train`] does with `--placement replicas` over as many local devices.
+#[derive(Clone, Debug)]
+pub struct ShardedGraph {
+    /// Per replica: its input and label placeholders, on its device.
+    pub xs: Vec<Output>,
+    pub ys: Vec<Output>,
+    /// Mean of the replica losses (the full-batch loss).
+    pub loss: Output,
+    pub train_op: Output,
+    /// Initializes every variable.
+    pub init: Output,
+    /// Evaluation placeholders and results, on the parameter device.
+    pub eval_x: Output,
+    pub eval_y: Output,
+    pub eval_loss: Output,
+    pub eval_accuracy: Output,
+}
+
+/// Builds [`ShardedGraph`] for `cfg.model` on `g`: variables on `param`,
+/// replica i on `replicas[i]`.
+pub fn build_sharded(g: &Graph, cfg: &TrainConfig, features: usize, param: &DeviceName, replicas: &[DeviceName]) -> Result<ShardedGraph> {
+    let pg = g.device(&param.to_string());
+    let mut xs = Vec::with_capacity(replicas.len());
+    let mut ys = Vec::with_capacity(replicas.len());
+    for (i, d) in replicas.iter().enumerate() {
+        let rg = g.device(&d.to_string());
+        xs.push(rg.placeholder(&format!("x_{i}"), DType::F32, [-1, features as i64])?);
+        ys.push(rg.placeholder(&format!("y_{i}"), DType::I64, [-1])?);
+    }
+    let layers = create_layers(cfg.model, cfg.seed, |_| pg.clone())?;
+    let vars: Vec<&Output> = layers.iter().flat_map(|l| l.vars()).collect();
+    let r = data_parallel_sharded(g, replicas, param, &xs, &ys, &vars, &Optimizer::adam(cfg.learning_rate), |rg, x, y| {
+        Ok(loss_and_accuracy(rg, &forward(rg, &layers, x)?, y)?.0)
+    })?;
+    let eval_x = pg.placeholder("x", DType::F32, [-1, features as i64])?;
+    let eval_y = pg.placeholder("y", DType::I64, [-1])?;
+    let eval = pg.scope("eval");
+    let (eval_loss, eval_accuracy) = loss_and_accuracy(&eval, &forward(&eval, &layers, &eval_x)?, &eval_y)?;
+    let init = g.global_variables_initializer()?;
+    Ok(ShardedGraph { xs, ys, loss: r.loss, train_op: r.train_op, init, eval_x, eval_y, eval_loss, eval_accuracy })
+}
+
+/// The mini-batches of each epoch: a seeded shuffle of the training set
+/// per epoch, cut into `batch`-sized batches; with `replicas` > 1 the last
+/// batch is cut down to a multiple of `replicas` (dropped if that leaves
+/// nothing) so every replica gets an equal shard. [`train`] and the
+/// distributed runtime draw the same batches for the same config.
+pub struct Batches {
+    rng: ChaCha8Rng,
+    order: Vec<usize>,
+    batch: usize,
+    replicas: usize,
+}
+
+impl Batches {
+    pub fn new(train_examples: usize, cfg: &TrainConfig, replicas: usize) -> Batches {
+        Batches {
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_0f_ba7c4),
+            order: (0..train_examples).collect(),
+            batch: cfg.batch.max(1),
+            replicas: replicas.max(1),
+        }
+    }
+
+    /// The next epoch's batches (example indices).
+    pub fn next_epoch(&mut self) -> Vec<&[usize]> {
+        self.order.shuffle(&mut self.rng);
+        let mut batches: Vec<&[usize]> = self.order.chunks(self.batch).collect();
+        if self.replicas > 1 && let Some(last) = batches.pop() {
+            let keep = last.len() - last.len() % self.replicas;
+            if keep > 0 {
+                batches.push(&last[..keep]);
+            }
+        }
+        batches
+    }
+}
+
+/// The inputs and labels of examples `idx` of `d`.
+pub fn batch_tensors(d: &Dataset, idx: &[usize]) -> Result<(Tensor, Tensor)> {
     let b = d.select(idx);
     Ok((Tensor::from_vec(b.x, [idx.len(), d.features])?, Tensor::from_vec(b.y, [idx.len()])?))
 }
@@ -447,8 +531,7 @@ pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
         resumed_from_step = Some(r.step);
         skipped_checkpoints = r.skipped;
     }
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_0f_ba7c4);
-    let mut order: Vec<usize> = (0..train_set.len()).collect();
+    let mut schedule = Batches::new(train_set.len(), cfg, if replicas { cfg.devices } else { 1 });
     let mut steps = 0u64;
     let mut train_loss = resume.train_loss;
     let mut traced: Vec<StepStats> = Vec::new();
@@ -456,14 +539,7 @@ pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
     for epoch in 0..cfg.epochs {
         // Shuffled even for epochs a resumed run skips, so the order of
         // every later epoch is the one an uninterrupted run uses.
-        order.shuffle(&mut rng);
-        let mut batches: Vec<&[usize]> = order.chunks(cfg.batch).collect();
-        if replicas && let Some(last) = batches.pop() {
-            let keep = last.len() - last.len() % cfg.devices;
-            if keep > 0 {
-                batches.push(&last[..keep]);
-            }
-        }
+        let batches = schedule.next_epoch();
         // The loss sum of this epoch so far: restored when the checkpoint
         // was taken inside it.
         let epoch_start = steps;

@@ -12,12 +12,16 @@
 //! | `cluster` | the cluster spec: jobs `chief`, `ps`, `worker` and their task addresses |
 //! | `net` | binding a task's address and reaching another task, with a deadline |
 //! | `wire` | tensors in messages |
-//! | `worker` | a task's gRPC server and the remote rendezvous (`RecvTensor`) |
+//! | `worker` | a task's gRPC server: registered partitions, steps, the rendezvous between tasks |
+//! | `master` | places and partitions a client's graph over the tasks, registers it, runs steps |
+//! | `train` | synchronous data-parallel training of the digits recipes over a cluster |
 
 mod cluster;
 mod error;
+mod master;
 mod net;
 mod wire;
+mod train;
 mod worker;
 
 /// Messages and services generated from `proto/flowlab.proto`.
@@ -28,4 +32,6 @@ pub mod pb {
 pub use cluster::{ClusterSpec, Job, TaskId};
 pub use error::{Result, RuntimeError};
 pub use net::{bind_task, connect_task};
-pub use worker::{RemoteRendezvous, TaskServer, WorkerService};
+pub use master::{Master, MasterOptions};
+pub use train::{ClusterTrainReport, train_on_cluster};
+pub use worker::{StepRendezvous, TaskClient, TaskServer, WorkerService};

@@ -27,7 +27,8 @@
 use crate::error::{EngineError, Result};
 use crate::runtime::executor::{Prepared, Resources};
 use crate::runtime::multi_device::{LocalDevice, MultiPlan};
-use crate::ops::sendrecv::CommCounters;
+use crate::ops::sendrecv::{CommCounters, StepComm};
+use crate::framework::rendezvous::Rendezvous;
 use crate::graph::{Graph, NodeId, Output};
 use crate::tensor::TensorType;
 use crate::framework::{LinkMap, Queue, QueueSpec, Resource, VarSlot};
@@ -355,6 +356,73 @@ impl Session {
                 m.run(&values, &self.devices, self.threads, trace, step, self.recv_timeout, &self.counters, &self.links)
             }
         }
+    }
+
+    /// Runs one step of a partition: a graph the partitioner cut, whose
+    /// Send and Recv nodes move tensors through `rdv` under `step_id`
+    /// (the distributed runtime's task rendezvous, which reaches the other
+    /// tasks). The session must have exactly one device: a task runs its
+    /// own partition, the other partitions run in other processes. Send
+    /// nodes run only when `targets` name them (the caller knows which
+    /// transfers the step needs); a Recv waits at most the session's
+    /// `recv_timeout`. A failure aborts `rdv` (the caller scopes it to the
+    /// step) and returns the first error.
+    pub fn run_partition(
+        &self,
+        feeds: &[(&Output, &Tensor)],
+        fetches: &[&Output],
+        targets: &[&Output],
+        rdv: &dyn Rendezvous,
+        step_id: u64,
+    ) -> Result<Vec<Tensor>> {
+        if self.devices.len() != 1 {
+            return Err(EngineError::Device(format!(
+                "run_partition needs a session of one device (a task's own), this one has {}",
+                self.devices.len()
+            )));
+        }
+        for (o, _) in feeds {
+            self.check_graph(o, "feed")?;
+        }
+        for o in fetches.iter().chain(targets) {
+            self.check_graph(o, "fetch")?;
+        }
+        let key: RunKey = (
+            feeds.iter().map(|(o, _)| (o.node, o.index)).collect(),
+            fetches.iter().map(|o| (o.node, o.index)).collect(),
+            targets.iter().map(|o| o.node).collect(),
+        );
+        let plan = self.prepared(key)?;
+        let Plan::Local(p) = &*plan else {
+            return Err(EngineError::Device("run_partition: a one-device session prepared a multi-device plan".into()));
+        };
+        let mut values = Vec::with_capacity(feeds.len());
+        for ((_, t), (name, ty)) in feeds.iter().zip(&p.feed_types) {
+            if t.dtype() != ty.dtype || !ty.shape.accepts(t.shape()) {
+                return Err(EngineError::FeedMismatch {
+                    node: name.clone(),
+                    expected: ty.to_string(),
+                    got: format!("{}{}", t.dtype(), t.shape()),
+                });
+            }
+            values.push((*t).clone());
+        }
+        let comm = StepComm {
+            rdv,
+            step_id,
+            recv_timeout: self.recv_timeout,
+            counters: &self.counters,
+            start: std::time::Instant::now(),
+            trace: None,
+            first_error: Mutex::new(None),
+            links: None,
+        };
+        let d = &self.devices[0];
+        let r = p.run(&values, self.threads, d.pool.as_ref(), false, Some(&comm), &d.label);
+        if let Some(e) = comm.first_error.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            return Err(e);
+        }
+        r.map(|(v, _)| v)
     }
 
     fn prepared(&self, key: RunKey) -> Result<Arc<Plan>> {
