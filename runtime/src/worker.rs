@@ -55,6 +55,22 @@ pub(crate) fn new_incarnation() -> u64 {
     h.finish().max(1)
 }
 
+/// An error and its sources, "outer: inner: innermost" (tonic's own
+/// Display says only "transport error").
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s
+}
+
 /// A millisecond count for a message.
 pub(crate) fn millis(d: Duration) -> u64 {
     d.as_millis().min(u128::from(u64::MAX)) as u64
@@ -395,7 +411,14 @@ impl TaskServer {
             tokio::net::TcpListener::from_std(listener).map_err(io)?
         };
         runtime.spawn(async move {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            // Server::tcp_nodelay applies only to listeners tonic binds
+            // itself: set it on each accepted stream, or every small answer
+            // waits for the peer's delayed ACK (40 ms on Linux)
+            let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
+                s.inspect(|s| {
+                    let _ = s.set_nodelay(true);
+                })
+            });
             let _ = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
                 .add_service(WorkerServer::new(svc))
@@ -469,7 +492,7 @@ impl TaskClient {
             let left = deadline.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
             let ep = endpoint(spec, task, left)?;
             let tried = runtime.block_on(async {
-                let ch = ep.connect().await.map_err(|e| format!("{e:?}"))?;
+                let ch = ep.connect().await.map_err(|e| error_chain(&e))?;
                 let mut c = WorkerClient::new(ch);
                 match tokio::time::timeout(left, c.get_status(GetStatusRequest { to: to.clone() })).await {
                     Ok(Ok(s)) => Ok((c, s.into_inner())),
@@ -617,5 +640,60 @@ mod tests {
         let e = TaskClient::connect(&spec, TaskId::new(Job::Worker, 0), Duration::from_millis(300)).err().unwrap().to_string();
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         assert!(e.contains("worker:0") && e.contains(spec.address(TaskId::new(Job::Worker, 0)).unwrap()), "{e}");
+    }
+
+    #[test]
+    fn a_message_from_another_cluster_or_an_older_incarnation_is_refused() {
+        let spec = cluster();
+        let ps = TaskId::new(Job::Ps, 0);
+        let server = TaskServer::start(&spec, ps, bind_task(&spec, ps).unwrap()).unwrap();
+        // another cluster: the same ps address, another worker
+        let other = ClusterSpec::from_tasks([
+            (ps, spec.address(ps).unwrap().to_string()),
+            (TaskId::new(Job::Worker, 0), "127.0.0.1:1".to_string()),
+        ])
+        .unwrap();
+        let t = Instant::now();
+        let e = TaskClient::connect(&other, ps, Duration::from_secs(20)).err().unwrap().to_string();
+        assert!(t.elapsed() < Duration::from_secs(5), "refused at once, not retried: {:?}", t.elapsed());
+        assert!(e.contains("ps:0") && e.contains("another cluster") && e.contains(&format!("{:016x}", spec.fingerprint())), "{e}");
+
+        let mut old = TaskClient::connect(&spec, ps, Duration::from_secs(10)).unwrap();
+        assert_eq!(old.incarnation, server.incarnation);
+        let first = server.incarnation;
+        // the task restarts on its address: a new incarnation
+        drop(server);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let listener = loop {
+            match bind_task(&spec, ps) {
+                Ok(l) => break l,
+                Err(e) if Instant::now() > deadline => panic!("{e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        let server = TaskServer::start(&spec, ps, listener).unwrap();
+        assert_ne!(server.incarnation, first);
+        let t0 = Tensor::from_vec(vec![1.0f32], vec![1]).unwrap();
+        server.rendezvous.send(&key(3), t0).unwrap();
+        // a client that knew the old run is refused, and the tensor stays
+        let mut e = String::new();
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            // the old connection may need a retry to reach the new server
+            match old.recv_wire(&key(3), Duration::from_millis(200)) {
+                Err(err) if err.to_string().contains("incarnation") => {
+                    e = err.to_string();
+                    break;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                Ok(t) => panic!("an old incarnation's request got {t:?}"),
+            }
+        }
+        assert!(
+            e.contains("ps:0") && e.contains(&format!("incarnation {first:016x}")) && e.contains(&format!("{:016x}", server.incarnation)) && e.contains("restarted"),
+            "{e}"
+        );
+        let mut fresh = TaskClient::connect(&spec, ps, Duration::from_secs(10)).unwrap();
+        assert_eq!(fresh.recv_wire(&key(3), Duration::from_secs(5)).unwrap().to_vec::<f32>().unwrap(), [1.0]);
     }
 }

@@ -10,7 +10,9 @@ use flowlab_programs::datasets::{Dataset, load_digits, parse_digits};
 use flowlab_engine::{EmulatedLink, EngineError};
 use flowlab_programs::train::{CheckpointConfig, ModelKind, ParallelPlacement, TrainConfig, train};
 use flowlab_hw::CommFormat;
+use flowlab_runtime::{ClusterSpec, Job, MasterOptions, train_on_cluster};
 use std::path::PathBuf;
+use std::time::Duration;
 use std::process::ExitCode;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -85,6 +87,19 @@ pub struct TrainArgs {
     /// Print the result as one JSON object on the last line.
     #[arg(long)]
     json: bool,
+    /// Train over a local cluster of `flowlab server` processes on loopback
+    /// ports, e.g. `ps=1,workers=2`: synchronous data parallelism with the
+    /// variables and the update on ps:0 and each worker computing the
+    /// gradients of its shard of every batch. The tasks are stopped at the end.
+    #[arg(long, value_name = "ps=P,workers=W", conflicts_with_all = ["devices", "cluster", "trace", "link", "checkpoint_dir"])]
+    local_cluster: Option<String>,
+    /// Train over the tasks of a running cluster (each started with
+    /// `flowlab server --cluster FILE --job J --task N`), as --local-cluster does.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["devices", "trace", "link", "checkpoint_dir"])]
+    cluster: Option<PathBuf>,
+    /// Seconds to keep trying to reach the cluster's tasks.
+    #[arg(long, default_value_t = 30.0)]
+    connect_timeout: f64,
     /// lstm-lm: `shakespeare` (59,620 words of tinyshakespeare, shipped),
     /// `markov` (a generated corpus of 60,000 words whose best perplexity is
     /// known), or a text file of words separated by white space.
@@ -218,6 +233,9 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     }
     let cfg = config(&args)?;
     let (data, source) = load_data(&args.data)?;
+    if args.local_cluster.is_some() || args.cluster.is_some() {
+        return train_cluster(&args, cfg, &data, &source);
+    }
     let r = train(&data, &cfg).map_err(|e| match e {
         e @ EngineError::Config { .. } => for_cli(e),
         e => anyhow::Error::from(e).context("training"),
@@ -253,6 +271,68 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         if let Some(t) = &args.trace {
             println!("trace of the last training steps written to {}", t.display());
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--local-cluster` / `--cluster`: the master runs here, the tasks in
+/// their own processes (started here and stopped at the end for
+/// `--local-cluster`).
+fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source: &str) -> anyhow::Result<ExitCode> {
+    if !(args.connect_timeout.is_finite() && args.connect_timeout > 0.0) {
+        bail!("--connect-timeout: must be a positive number of seconds (got {})", args.connect_timeout);
+    }
+    let mut local = match &args.local_cluster {
+        Some(shape) => {
+            let (ps, workers) = super::local_cluster::parse_shape(shape)?;
+            Some(super::local_cluster::LocalCluster::start(ps, workers)?)
+        }
+        None => None,
+    };
+    let spec = match (&local, &args.cluster) {
+        (Some(l), _) => l.spec.clone(),
+        (None, Some(file)) => ClusterSpec::from_file(file)?,
+        (None, None) => bail!("give --local-cluster or --cluster"),
+    };
+    let workers = spec.job_tasks(Job::Worker).count();
+    if spec.job_tasks(Job::Ps).count() == 0 || workers == 0 {
+        bail!("the cluster needs at least one ps task and one worker task");
+    }
+    cfg.devices = workers;
+    cfg.placement = ParallelPlacement::Replicas;
+    cfg.validate().map_err(for_cli)?;
+    let opts = MasterOptions { connect_deadline: Duration::from_secs_f64(args.connect_timeout), ..Default::default() };
+    let r = match train_on_cluster(data, &cfg, &spec, opts) {
+        Ok(r) => r,
+        Err(e) => {
+            // a task that died says why in its log
+            let exited = local.as_mut().map(|l| l.exited()).unwrap_or_default();
+            let mut e = anyhow::Error::from(e).context("training over the cluster");
+            for x in exited {
+                e = e.context(x);
+            }
+            return Err(e);
+        }
+    };
+    drop(local);
+    if args.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        println!(
+            "{:?} on {}: held-out accuracy {:.2}% ({} of {} examples), held-out loss {:.4}, {} steps in {:.2} s",
+            cfg.model,
+            source,
+            r.report.accuracy * 100.0,
+            (r.report.accuracy * r.report.test_examples as f64).round() as usize,
+            r.report.test_examples,
+            r.report.loss,
+            r.report.steps,
+            r.report.seconds
+        );
+        println!(
+            "cluster: {} ps, {} workers, {} ({:.1} steps/s), {} restarts, {} steps lost",
+            r.ps, r.workers, r.mode, r.steps_per_second, r.restarts, r.steps_lost
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
