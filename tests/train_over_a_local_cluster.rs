@@ -1,0 +1,155 @@
+//! `flowlab train --local-cluster`: real `flowlab server` processes on
+//! loopback ports. One PS and two workers in sync reach the single-process
+//! accuracy (and compute exactly what two in-process replicas compute); no
+//! task process outlives the launcher, even a killed one; an unreachable or
+//! unbindable task is named with its address within a deadline.
+
+mod common;
+
+use common::{describe, flowlab};
+use serde_json::Value;
+use std::io::Read;
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const EPOCHS: &str = "3";
+
+/// Waits for `child` at most `limit` (killing it past that) and returns its output.
+fn finish(mut child: Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return child.wait_with_output().expect("collect the output"),
+            Ok(None) if start.elapsed() > limit => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("collect the output");
+                panic!("still running after {limit:?}: {}", describe(&out));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("waiting: {e}"),
+        }
+    }
+}
+
+fn spawn(args: &[&str]) -> Child {
+    flowlab().args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start flowlab")
+}
+
+/// Live processes (zombies have no command line) that a launcher with
+/// process id `parent` started as its tasks.
+fn tasks_of(parent: u32) -> Vec<String> {
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return found };
+    for e in dir.flatten() {
+        let mut cmd = Vec::new();
+        if std::fs::File::open(e.path().join("cmdline")).and_then(|mut f| f.read_to_end(&mut cmd)).is_err() {
+            continue;
+        }
+        let args: Vec<String> = cmd.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let started_by = args.windows(2).any(|w| w[0] == "--parent" && w[1] == parent.to_string());
+        if started_by && args.iter().any(|a| a == "server") {
+            found.push(args.join(" "));
+        }
+    }
+    found
+}
+
+fn train_json(args: &[&str]) -> (Value, u32) {
+    let mut all = vec!["train", "mlp", "--data", "digits", "--epochs", EPOCHS, "--json"];
+    all.extend_from_slice(args);
+    let child = spawn(&all);
+    let pid = child.id();
+    let out = finish(child, Duration::from_secs(300));
+    assert!(out.status.success(), "flowlab {all:?}: {}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    (serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {}", describe(&out))), pid)
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or_else(|| panic!("no number '{key}' in {v}"))
+}
+
+#[test]
+fn one_ps_and_two_worker_processes_in_sync_reach_the_single_process_accuracy() {
+    let (one, _) = train_json(&[]);
+    let (replicas, _) = train_json(&["--devices", "2", "--placement", "replicas"]);
+    let (cluster, launcher) = train_json(&["--local-cluster", "ps=1,workers=2"]);
+    assert_eq!((cluster["mode"].as_str(), cluster["ps"].as_u64(), cluster["workers"].as_u64()), (Some("sync"), Some(1), Some(2)), "{cluster}");
+    assert_eq!((cluster["restarts"].as_u64(), cluster["steps_lost"].as_u64()), (Some(0), Some(0)), "{cluster}");
+    assert_eq!(cluster["steps"], one["steps"], "{cluster} vs {one}");
+    // Tolerance against one process: 1 point of held-out accuracy (3.6 of
+    // the 359 held-out examples); the averaged gradient equals the
+    // full-batch one up to the order of float additions.
+    let (acc1, accc) = (num(&one, "accuracy"), num(&cluster, "accuracy"));
+    assert!(acc1 > 0.9, "{one}");
+    assert!((accc - acc1).abs() <= 0.01, "one process {acc1}, cluster {accc}: {cluster}");
+    assert!((num(&cluster, "loss") - num(&one, "loss")).abs() <= 0.02, "{cluster} vs {one}");
+    // Against two in-process replicas (the same graph, partitioned the same
+    // way): the same numbers, bit for bit.
+    for k in ["accuracy", "loss", "train_loss"] {
+        assert_eq!(cluster[k], replicas[k], "{k}: cluster {cluster} vs in-process {replicas}");
+    }
+    assert!(num(&cluster, "steps_per_second") > 0.0, "{cluster}");
+    let left = tasks_of(launcher);
+    assert!(left.is_empty(), "tasks left running after the launcher ended: {left:?}");
+}
+
+#[test]
+fn no_task_outlives_a_killed_launcher() {
+    let mut child = spawn(&["train", "mlp", "--data", "digits", "--epochs", "100000", "--local-cluster", "ps=1,workers=2"]);
+    let pid = child.id();
+    let start = Instant::now();
+    while tasks_of(pid).len() < 3 {
+        assert!(start.elapsed() < Duration::from_secs(30), "the three tasks never started: {:?}", tasks_of(pid));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SIGKILL: the launcher's own cleanup cannot run
+    child.kill().expect("kill the launcher");
+    let _ = child.wait();
+    let start = Instant::now();
+    while !tasks_of(pid).is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(10), "tasks outlived the launcher: {:?}", tasks_of(pid));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A loopback address that nothing listens on right now.
+fn free_address() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    format!("127.0.0.1:{}", l.local_addr().expect("address").port())
+}
+
+#[test]
+fn an_unreachable_task_is_named_with_its_address_within_the_deadline() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (ps, worker) = (free_address(), free_address());
+    let file = dir.path().join("cluster.yaml");
+    std::fs::write(&file, format!("ps: [\"{ps}\"]\nworker: [\"{worker}\"]\n")).expect("write spec");
+    let file = file.to_string_lossy().into_owned();
+    let start = Instant::now();
+    let out = finish(spawn(&["train", "mlp", "--data", "digits", "--cluster", &file, "--connect-timeout", "1"]), Duration::from_secs(30));
+    let took = start.elapsed();
+    assert!(!out.status.success(), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("task ps:0 at {ps}: not reachable after")) && err.contains("Connection refused"), "{}", describe(&out));
+    assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(10), "gave up after {took:?}");
+}
+
+#[test]
+fn a_task_whose_address_is_taken_names_task_and_address() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = format!("127.0.0.1:{}", taken.local_addr().expect("address").port());
+    let file = dir.path().join("cluster.yaml");
+    std::fs::write(&file, format!("ps: [\"{address}\"]\nworker: [\"{}\"]\n", free_address())).expect("write spec");
+    let file = file.to_string_lossy().into_owned();
+    let out = finish(spawn(&["server", "--cluster", &file, "--job", "ps", "--task", "0"]), Duration::from_secs(30));
+    assert!(!out.status.success(), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("task ps:0: cannot bind address {address}")), "{}", describe(&out));
+    // a task the spec does not have, and a job that does not exist
+    let out = finish(spawn(&["server", "--cluster", &file, "--job", "worker", "--task", "3"]), Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("task worker:3 is not in the cluster spec (ps:0, worker:0)"), "{}", describe(&out));
+}
