@@ -9,6 +9,7 @@
 //! | module | holds |
 //! |---|---|
 //! | `error` | the crate's error type |
+//! | `bench` | `flowlab bench cluster`: transfers and steps over loopback gRPC beside their in-process peers |
 //! | `cluster` | the cluster spec: jobs `chief`, `ps`, `worker` and their task addresses |
 //! | `net` | binding a task's address and reaching another task, with a deadline |
 //! | `wire` | tensors in messages |
@@ -16,6 +17,7 @@
 //! | `master` | places and partitions a client's graph over the tasks, registers it, runs steps |
 //! | `train` | synchronous data-parallel training of the digits recipes over a cluster |
 
+mod bench;
 mod cluster;
 mod error;
 mod master;
@@ -29,6 +31,7 @@ pub mod pb {
     tonic::include_proto!("flowlab");
 }
 
+pub use bench::{ClusterBenchRecord, bench as bench_cluster};
 pub use cluster::{ClusterSpec, Job, TaskId};
 pub use error::{Result, RuntimeError};
 pub use net::{bind_task, connect_task};

@@ -385,7 +385,7 @@ impl TaskServer {
         let address = listener.local_addr().map_err(io)?;
         listener.set_nonblocking(true).map_err(io)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(1)
             .thread_name(format!("flowlab-{}-{}", task.job, task.index))
             .enable_all()
             .build()
