@@ -1,6 +1,7 @@
 //! `flowlab train --local-cluster`: real `flowlab server` processes on
 //! loopback ports. One PS and two workers in sync reach the single-process
-//! accuracy (and compute exactly what two in-process replicas compute); no
+//! accuracy (and compute exactly what two in-process replicas compute), and
+//! so do two asynchronous workers (within a stated tolerance); no
 //! task process outlives the launcher, even a killed one; an unreachable or
 //! unbindable task is named with its address within a deadline.
 
@@ -93,6 +94,23 @@ fn one_ps_and_two_worker_processes_in_sync_reach_the_single_process_accuracy() {
     assert!(num(&cluster, "steps_per_second") > 0.0, "{cluster}");
     let left = tasks_of(launcher);
     assert!(left.is_empty(), "tasks left running after the launcher ended: {left:?}");
+}
+
+#[test]
+fn asynchronous_workers_in_their_own_processes_reach_the_single_process_accuracy() {
+    let (one, _) = train_json(&[]);
+    let (cluster, launcher) = train_json(&["--local-cluster", "ps=1,workers=2", "--async"]);
+    assert_eq!((cluster["mode"].as_str(), cluster["workers"].as_u64()), (Some("async"), Some(2)), "{cluster}");
+    // every batch of the one-process schedule, each applied by one worker
+    assert_eq!(cluster["steps"], one["steps"], "{cluster} vs {one}");
+    // Tolerance: stale reads change the path, not where it ends: 2 points
+    // of held-out accuracy (7 of the 359 examples).
+    let (acc1, acca) = (num(&one, "accuracy"), num(&cluster, "accuracy"));
+    assert!((acca - acc1).abs() <= 0.02, "one process {acc1}, async cluster {acca}: {cluster}");
+    assert!(tasks_of(launcher).is_empty(), "tasks left running: {:?}", tasks_of(launcher));
+    // --async needs a cluster
+    let out = finish(spawn(&["train", "mlp", "--async"]), Duration::from_secs(30));
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--async trains over a cluster"), "{}", describe(&out));
 }
 
 #[test]

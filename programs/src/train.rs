@@ -429,6 +429,57 @@ pub fn build_sharded(g: &Graph, cfg: &TrainConfig, features: usize, param: &Devi
     Ok(ShardedGraph { xs, ys, loss: r.loss, train_op: r.train_op, init, eval_x, eval_y, eval_loss, eval_accuracy })
 }
 
+/// The graph of asynchronous data parallelism over named devices: replica
+/// i has its own placeholders, loss and gradients on its device and its own
+/// Adam update on the parameter device, all updates sharing the variables
+/// and one optimizer state there. A worker's step runs only its own update,
+/// on the variables as they are when its step reads them.
+#[derive(Clone, Debug)]
+pub struct AsyncGraph {
+    pub xs: Vec<Output>,
+    pub ys: Vec<Output>,
+    /// Per replica: its batch loss and its update.
+    pub losses: Vec<Output>,
+    pub train_ops: Vec<Output>,
+    pub init: Output,
+    pub eval_x: Output,
+    pub eval_y: Output,
+    pub eval_loss: Output,
+    pub eval_accuracy: Output,
+}
+
+/// Builds [`AsyncGraph`] for `cfg.model` on `g`: variables on `param`,
+/// replica i on `replicas[i]`.
+pub fn build_async(g: &Graph, cfg: &TrainConfig, features: usize, param: &DeviceName, replicas: &[DeviceName]) -> Result<AsyncGraph> {
+    let pg = g.device(&param.to_string());
+    let layers = create_layers(cfg.model, cfg.seed, |_| pg.clone())?;
+    let vars: Vec<&Output> = layers.iter().flat_map(|l| l.vars()).collect();
+    let opt = Optimizer::adam(cfg.learning_rate);
+    let (mut xs, mut ys, mut losses, mut train_ops) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, d) in replicas.iter().enumerate() {
+        let rg = g.device(&d.to_string()).scope(&format!("replica_{i}"));
+        let x = rg.placeholder("x", DType::F32, [-1, features as i64])?;
+        let y = rg.placeholder("y", DType::I64, [-1])?;
+        let loss = loss_and_accuracy(&rg, &forward(&rg, &layers, &x)?, &y)?.0;
+        let grads = rg.gradients(&[&loss], &vars)?;
+        let mut pairs = Vec::with_capacity(vars.len());
+        for (v, gr) in vars.iter().zip(grads) {
+            let gr = gr.ok_or_else(|| EngineError::NoGradient { node: v.name(), op: "the loss does not depend on it".into() })?;
+            pairs.push(((*v).clone(), gr));
+        }
+        train_ops.push(opt.apply_gradients_shared(&pg, &pairs)?);
+        xs.push(x);
+        ys.push(y);
+        losses.push(loss);
+    }
+    let eval_x = pg.placeholder("x", DType::F32, [-1, features as i64])?;
+    let eval_y = pg.placeholder("y", DType::I64, [-1])?;
+    let eval = pg.scope("eval");
+    let (eval_loss, eval_accuracy) = loss_and_accuracy(&eval, &forward(&eval, &layers, &eval_x)?, &eval_y)?;
+    let init = g.global_variables_initializer()?;
+    Ok(AsyncGraph { xs, ys, losses, train_ops, init, eval_x, eval_y, eval_loss, eval_accuracy })
+}
+
 /// The mini-batches of each epoch: a seeded shuffle of the training set
 /// per epoch, cut into `batch`-sized batches; with `replicas` > 1 the last
 /// batch is cut down to a multiple of `replicas` (dropped if that leaves

@@ -15,7 +15,7 @@
 //! | `wire` | tensors in messages |
 //! | `worker` | a task's gRPC server: registered partitions, steps, the rendezvous between tasks |
 //! | `master` | places and partitions a client's graph over the tasks, registers it, runs steps |
-//! | `train` | synchronous data-parallel training of the digits recipes over a cluster |
+//! | `train` | data-parallel training of the digits recipes over a cluster, synchronous or asynchronous |
 
 mod bench;
 mod cluster;
@@ -36,5 +36,5 @@ pub use cluster::{ClusterSpec, Job, TaskId};
 pub use error::{Result, RuntimeError};
 pub use net::{bind_task, connect_task};
 pub use master::{Master, MasterOptions};
-pub use train::{ClusterTrainReport, train_on_cluster};
+pub use train::{ClusterTrainReport, Mode, train_on_cluster};
 pub use worker::{StepRendezvous, TaskClient, TaskServer, WorkerService};

@@ -15,7 +15,8 @@
 //! step); then every step gets a fresh step id and one `RunGraph` per taking
 //! part task, all at once. A failing task fails the step at once with its
 //! error, naming the task; the keys a step left are forgotten on the next
-//! call to each task.
+//! call to each task after the step ended. `run` may be called from several
+//! threads at once (asynchronous workers): each call is its own step.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -248,7 +249,6 @@ impl Master {
                 finished_steps: std::mem::take(&mut finished[*i]),
             };
             calls.push((pos, t.raw(), req));
-            finished[*i].push(step_id);
         }
         drop(finished);
         let limit = self.opts.recv_timeout + Duration::from_secs(10);
@@ -273,6 +273,13 @@ impl Master {
             }
             Ok(out)
         });
+        // only now may the tasks forget the step's keys: with concurrent
+        // steps (async workers) an earlier push would end a running step
+        let mut finished = self.finished.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, _) in &plan.tasks {
+            finished[*i].push(step_id);
+        }
+        drop(finished);
         let outs = results.map_err(|(pos, message)| match plan.tasks.get(pos) {
             Some((i, _)) => self.tasks[*i].rpc_error(message),
             None => RuntimeError::Engine { message },

@@ -10,7 +10,7 @@ use flowlab_programs::datasets::{Dataset, load_digits, parse_digits};
 use flowlab_engine::{EmulatedLink, EngineError};
 use flowlab_programs::train::{CheckpointConfig, ModelKind, ParallelPlacement, TrainConfig, train};
 use flowlab_hw::CommFormat;
-use flowlab_runtime::{ClusterSpec, Job, MasterOptions, train_on_cluster};
+use flowlab_runtime::{ClusterSpec, Job, MasterOptions, Mode, train_on_cluster};
 use std::path::PathBuf;
 use std::time::Duration;
 use std::process::ExitCode;
@@ -97,6 +97,11 @@ pub struct TrainArgs {
     /// `flowlab server --cluster FILE --job J --task N`), as --local-cluster does.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["devices", "trace", "link", "checkpoint_dir"])]
     cluster: Option<PathBuf>,
+    /// With --local-cluster or --cluster: asynchronous training (each worker
+    /// applies its own gradients on the PS when it has them, without
+    /// waiting for the others) instead of synchronous.
+    #[arg(long = "async")]
+    asynchronous: bool,
     /// Seconds to keep trying to reach the cluster's tasks.
     #[arg(long, default_value_t = 30.0)]
     connect_timeout: f64,
@@ -231,6 +236,9 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if args.asynchronous && args.local_cluster.is_none() && args.cluster.is_none() {
+        bail!("--async trains over a cluster: add --local-cluster ps=P,workers=W or --cluster FILE");
+    }
     let cfg = config(&args)?;
     let (data, source) = load_data(&args.data)?;
     if args.local_cluster.is_some() || args.cluster.is_some() {
@@ -298,11 +306,13 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
     if spec.job_tasks(Job::Ps).count() == 0 || workers == 0 {
         bail!("the cluster needs at least one ps task and one worker task");
     }
-    cfg.devices = workers;
+    let mode = if args.asynchronous { Mode::Async } else { Mode::Sync };
+    // a synchronous step splits each batch over the workers
+    cfg.devices = if mode == Mode::Sync { workers } else { 1 };
     cfg.placement = ParallelPlacement::Replicas;
     cfg.validate().map_err(for_cli)?;
     let opts = MasterOptions { connect_deadline: Duration::from_secs_f64(args.connect_timeout), ..Default::default() };
-    let r = match train_on_cluster(data, &cfg, &spec, opts) {
+    let r = match train_on_cluster(data, &cfg, &spec, mode, opts) {
         Ok(r) => r,
         Err(e) => {
             // a task that died says why in its log
