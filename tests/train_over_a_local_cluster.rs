@@ -114,6 +114,25 @@ fn asynchronous_workers_in_their_own_processes_reach_the_single_process_accuracy
 }
 
 #[test]
+fn a_backup_worker_drops_gradients_and_keeps_the_accuracy() {
+    let (one, _) = train_json(&[]);
+    let (cluster, launcher) = train_json(&["--local-cluster", "ps=1,workers=3", "--sync-backup", "1"]);
+    assert_eq!((cluster["mode"].as_str(), cluster["workers"].as_u64(), cluster["backup"].as_u64()), (Some("sync"), Some(3), Some(1)), "{cluster}");
+    // each update takes 2 shards of 16; every shard of the one-process
+    // schedule is applied or dropped
+    let (steps, dropped) = (num(&cluster, "steps"), num(&cluster, "dropped_gradients"));
+    assert_eq!(steps * 2.0 + dropped, num(&one, "steps") * 2.0, "{cluster}");
+    assert!(dropped > 0.0, "{cluster}");
+    // Tolerance: 2 points of held-out accuracy (the dropped shards' data
+    // is not learnt from).
+    assert!((num(&cluster, "accuracy") - num(&one, "accuracy")).abs() <= 0.02, "{cluster} vs {one}");
+    assert!(tasks_of(launcher).is_empty(), "tasks left running: {:?}", tasks_of(launcher));
+    // as many backups as workers cannot train
+    let out = finish(spawn(&["train", "mlp", "--local-cluster", "ps=1,workers=2", "--sync-backup", "2"]), Duration::from_secs(30));
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--sync-backup 2: the cluster has 2 workers, so at most 1 can be backups"), "{}", describe(&out));
+}
+
+#[test]
 fn no_task_outlives_a_killed_launcher() {
     let mut child = spawn(&["train", "mlp", "--data", "digits", "--epochs", "100000", "--local-cluster", "ps=1,workers=2"]);
     let pid = child.id();

@@ -480,6 +480,92 @@ pub fn build_async(g: &Graph, cfg: &TrainConfig, features: usize, param: &Device
     Ok(AsyncGraph { xs, ys, losses, train_ops, init, eval_x, eval_y, eval_loss, eval_accuracy })
 }
 
+/// The graph of synchronous data parallelism with backup workers
+/// (TensorFlow's SyncReplicasOptimizer): each of the `replicas.len()`
+/// workers computes the gradients of its shard and leaves them in its own
+/// stash variables on the parameter device (`computes[i]`); `apply` then
+/// averages the stashes weighted by the fed scalars `masks` (1 for the
+/// first `needed` workers to finish, 0 for the rest) over `needed`, and
+/// makes one Adam update. With every mask 1 and no backup it computes what
+/// [`ShardedGraph`] does, bit for bit (x * 1 and + 0 are exact).
+#[derive(Clone, Debug)]
+pub struct BackupGraph {
+    pub xs: Vec<Output>,
+    pub ys: Vec<Output>,
+    pub losses: Vec<Output>,
+    /// Per worker: its gradients into its stash (run as a target).
+    pub computes: Vec<Output>,
+    /// Per worker: a scalar f32 placeholder on the parameter device.
+    pub masks: Vec<Output>,
+    pub apply: Output,
+    pub init: Output,
+    pub eval_x: Output,
+    pub eval_y: Output,
+    pub eval_loss: Output,
+    pub eval_accuracy: Output,
+}
+
+/// Builds [`BackupGraph`]: variables, stashes and the update on `param`,
+/// worker i on `replicas[i]`, `needed` gradients per update.
+pub fn build_backup(g: &Graph, cfg: &TrainConfig, features: usize, param: &DeviceName, replicas: &[DeviceName], needed: usize) -> Result<BackupGraph> {
+    if needed == 0 || needed > replicas.len() {
+        return Err(EngineError::Config {
+            key: "sync_backup".into(),
+            detail: format!("{} workers cannot give {needed} gradients per step", replicas.len()),
+        });
+    }
+    let pg = g.device(&param.to_string());
+    let layers = create_layers(cfg.model, cfg.seed, |_| pg.clone())?;
+    let vars: Vec<&Output> = layers.iter().flat_map(|l| l.vars()).collect();
+    let (mut xs, mut ys, mut losses, mut computes, mut masks, mut stashes) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, d) in replicas.iter().enumerate() {
+        let rg = g.device(&d.to_string()).scope(&format!("replica_{i}"));
+        let x = rg.placeholder("x", DType::F32, [-1, features as i64])?;
+        let y = rg.placeholder("y", DType::I64, [-1])?;
+        let loss = loss_and_accuracy(&rg, &forward(&rg, &layers, &x)?, &y)?.0;
+        let grads = rg.gradients(&[&loss], &vars)?;
+        let ps = pg.scope(&format!("stash_{i}"));
+        let mut assigns = Vec::with_capacity(vars.len());
+        let mut mine = Vec::with_capacity(vars.len());
+        for (v, gr) in vars.iter().zip(grads) {
+            let gr = gr.ok_or_else(|| EngineError::NoGradient { node: v.name(), op: "the loss does not depend on it".into() })?;
+            let ty = v.tensor_type();
+            let shape = ty.shape.to_shape().ok_or_else(|| EngineError::Shape { node: v.name(), op: "Variable".into(), detail: "a stash needs a known shape".into() })?;
+            let stash = ps.variable(&v.name(), ps.zeros(ty.dtype, shape)?)?;
+            assigns.push(ps.assign(&stash, &gr)?);
+            mine.push(stash);
+        }
+        computes.push(ps.group("compute", &assigns.iter().collect::<Vec<_>>())?);
+        masks.push(pg.placeholder(&format!("mask_{i}"), DType::F32, [] as [i64; 0])?);
+        stashes.push(mine);
+        xs.push(x);
+        ys.push(y);
+        losses.push(loss);
+    }
+    let avg = pg.scope("average");
+    let mut pairs = Vec::with_capacity(vars.len());
+    for (k, v) in vars.iter().enumerate() {
+        let mut sum: Option<Output> = None;
+        for (i, st) in stashes.iter().enumerate() {
+            let term = avg.mul(&st[k], &masks[i])?;
+            sum = Some(match sum {
+                None => term,
+                Some(acc) => avg.add(&acc, &term)?,
+            });
+        }
+        let sum = sum.ok_or_else(|| EngineError::Tensor("no workers".into()))?;
+        let mean = if needed == 1 { sum } else { avg.mul(&sum, avg.scalar(1.0 / needed as f64, v.dtype())?)? };
+        pairs.push(((*v).clone(), mean));
+    }
+    let apply = Optimizer::adam(cfg.learning_rate).apply_gradients(&pg, &pairs)?;
+    let eval_x = pg.placeholder("x", DType::F32, [-1, features as i64])?;
+    let eval_y = pg.placeholder("y", DType::I64, [-1])?;
+    let eval = pg.scope("eval");
+    let (eval_loss, eval_accuracy) = loss_and_accuracy(&eval, &forward(&eval, &layers, &eval_x)?, &eval_y)?;
+    let init = g.global_variables_initializer()?;
+    Ok(BackupGraph { xs, ys, losses, computes, masks, apply, init, eval_x, eval_y, eval_loss, eval_accuracy })
+}
+
 /// The mini-batches of each epoch: a seeded shuffle of the training set
 /// per epoch, cut into `batch`-sized batches; with `replicas` > 1 the last
 /// batch is cut down to a multiple of `replicas` (dropped if that leaves

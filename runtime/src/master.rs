@@ -119,6 +119,11 @@ impl Master {
         })
     }
 
+    /// How long a Recv of a step waits.
+    pub fn recv_timeout(&self) -> Duration {
+        self.opts.recv_timeout
+    }
+
     /// The tasks, in spec order, with their incarnations.
     pub fn tasks(&self) -> impl Iterator<Item = (TaskId, u64)> + '_ {
         self.tasks.iter().map(|t| (t.task, t.incarnation))

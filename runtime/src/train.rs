@@ -18,12 +18,13 @@
 //! have left them. The epochs are kept (all workers finish an epoch before
 //! the next starts), so a run takes as many steps as one process does.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use flowlab_engine::{EngineError, Graph, Output, PartitionOptions, Tensor};
 use flowlab_programs::datasets::Dataset;
 use flowlab_programs::train::{
-    AsyncGraph, Batches, ParallelPlacement, ShardedGraph, TrainConfig, TrainReport, batch_tensors, build_async, build_sharded, split_holdout,
+    AsyncGraph, BackupGraph, Batches, ParallelPlacement, ShardedGraph, TrainConfig, TrainReport, batch_tensors, build_async, build_backup,
+    build_sharded, split_holdout,
 };
 use serde::Serialize;
 
@@ -50,6 +51,23 @@ impl std::fmt::Display for Mode {
     }
 }
 
+/// How to train over a cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterTraining {
+    pub mode: Mode,
+    /// Synchronous only: backup workers. Each update averages the first
+    /// `workers - backup` gradients computed on the current variables; the
+    /// rest are dropped (TensorFlow's SyncReplicasOptimizer).
+    pub backup: usize,
+    pub master: MasterOptions,
+}
+
+impl Default for ClusterTraining {
+    fn default() -> Self {
+        ClusterTraining { mode: Mode::Sync, backup: 0, master: MasterOptions::default() }
+    }
+}
+
 /// What `flowlab train --local-cluster` prints: the single-process report
 /// plus the cluster's figures.
 #[derive(Clone, Debug, Serialize)]
@@ -59,6 +77,11 @@ pub struct ClusterTrainReport {
     pub mode: Mode,
     pub ps: usize,
     pub workers: usize,
+    /// Backup workers (synchronous mode).
+    pub backup: usize,
+    /// Gradients computed but not applied: those of backup workers that
+    /// came after the first `workers - backup` of their step.
+    pub dropped_gradients: u64,
     /// Training steps per second (the whole cluster).
     pub steps_per_second: f64,
     /// Times a task was restarted (fault tolerance is not in this slice: 0).
@@ -73,7 +96,8 @@ fn config(detail: String) -> RuntimeError {
 
 /// Trains `cfg` on `data` over the tasks of `spec` (see the module comment).
 /// `cfg.devices` is taken as the number of workers in `spec`.
-pub fn train_on_cluster(data: &Dataset, cfg: &TrainConfig, spec: &ClusterSpec, mode: Mode, opts: MasterOptions) -> Result<ClusterTrainReport> {
+pub fn train_on_cluster(data: &Dataset, cfg: &TrainConfig, spec: &ClusterSpec, how: &ClusterTraining) -> Result<ClusterTrainReport> {
+    let (mode, backup) = (how.mode, how.backup);
     let start = Instant::now();
     let workers: Vec<TaskId> = spec.job_tasks(Job::Worker).map(|(t, _)| t).collect();
     let ps: Vec<TaskId> = spec.job_tasks(Job::Ps).map(|(t, _)| t).collect();
@@ -83,9 +107,16 @@ pub fn train_on_cluster(data: &Dataset, cfg: &TrainConfig, spec: &ClusterSpec, m
     if workers.is_empty() {
         return Err(config("the cluster has no worker task".into()));
     }
+    if backup > 0 && (mode != Mode::Sync || backup >= workers.len()) {
+        return Err(RuntimeError::Engine {
+            message: format!("{backup} backup workers need synchronous training and more than {backup} workers (got {})", workers.len()),
+        });
+    }
+    let needed = workers.len() - backup;
     let mut cfg = cfg.clone();
-    // async workers take whole batches: no shard to divide
-    cfg.devices = if mode == Mode::Sync { workers.len() } else { 1 };
+    // a synchronous step splits each batch into one shard per needed
+    // gradient; async workers take whole batches
+    cfg.devices = if mode == Mode::Sync { needed } else { 1 };
     cfg.placement = ParallelPlacement::Replicas;
     cfg.validate()?;
     cfg.devices = workers.len();
@@ -95,10 +126,20 @@ pub fn train_on_cluster(data: &Dataset, cfg: &TrainConfig, spec: &ClusterSpec, m
     }
     let g = Graph::new();
     let devices: Vec<_> = workers.iter().map(|t| t.device()).collect();
+    let opts = how.master.clone();
     let mut master = Master::connect(spec, MasterOptions { partition: PartitionOptions { format: cfg.comm, ..Default::default() }, ..opts })?;
+    let mut dropped = 0u64;
     let n = workers.len();
     let train_start = Instant::now();
     let (steps, train_loss, eval) = match mode {
+        Mode::Sync if backup > 0 => {
+            let bg = build_backup(&g, &cfg, data.features, &ps0.device(), &devices, needed)?;
+            master.register(&g)?;
+            master.run(&[], &[], &[&bg.init])?;
+            let (steps, loss, d) = run_backup(&master, &bg, &train_set, &cfg, needed)?;
+            dropped = d;
+            (steps, loss, [bg.eval_x, bg.eval_y, bg.eval_accuracy, bg.eval_loss])
+        }
         Mode::Sync => {
             let sg = build_sharded(&g, &cfg, data.features, &ps0.device(), &devices)?;
             master.register(&g)?;
@@ -119,7 +160,10 @@ pub fn train_on_cluster(data: &Dataset, cfg: &TrainConfig, spec: &ClusterSpec, m
     let all: Vec<usize> = (0..test_set.len()).collect();
     let (tx, ty) = batch_tensors(&test_set, &all)?;
     let out = master.run(&[(&eval_x, &tx), (&eval_y, &ty)], &[&eval_accuracy, &eval_loss], &[])?;
-    finish(out, steps, train_loss, start, train_seconds, &cfg, &train_set, &test_set, mode, ps.len(), n)
+    let mut r = finish(out, steps, train_loss, start, train_seconds, &cfg, &train_set, &test_set, mode, ps.len(), n)?;
+    r.backup = backup;
+    r.dropped_gradients = dropped;
+    Ok(r)
 }
 
 /// Synchronous steps: every batch split over the workers, one update each.
@@ -191,6 +235,105 @@ fn run_async(master: &Master, ag: &AsyncGraph, train_set: &Dataset, cfg: &TrainC
     Ok((steps, train_loss))
 }
 
+/// One shard of a batch, waiting for a worker.
+struct Shard {
+    epoch: usize,
+    idx: Vec<usize>,
+}
+
+/// A worker's compute finished: (worker, the step it was launched for,
+/// its loss, examples, epoch).
+type Done = (usize, u64, Result<f64>, usize, usize);
+
+/// Synchronous steps with backup workers: every idle worker gets the next
+/// shard (`cfg.batch / needed` examples) and computes on the current
+/// variables; the first `needed` to finish are averaged into the update
+/// (their masks 1), later ones, and the shards they held, are dropped.
+/// Returns (steps, mean training loss of the last epoch, dropped gradients).
+fn run_backup(master: &Master, bg: &BackupGraph, train_set: &Dataset, cfg: &TrainConfig, needed: usize) -> Result<(usize, f64, u64)> {
+    let workers = bg.xs.len();
+    let mut shards = std::collections::VecDeque::new();
+    let mut batches = Batches::new(train_set.len(), cfg, needed);
+    for epoch in 0..cfg.epochs {
+        for idx in batches.next_epoch() {
+            let len = idx.len() / needed;
+            for k in 0..needed {
+                shards.push_back(Shard { epoch, idx: idx[k * len..(k + 1) * len].to_vec() });
+            }
+        }
+    }
+    let wait = master.recv_timeout() + Duration::from_secs(10);
+    let (tx, rx) = std::sync::mpsc::channel::<Done>();
+    std::thread::scope(|s| -> Result<(usize, f64, u64)> {
+        let launch = |w: usize, step: u64, shard: Shard, busy: &mut Vec<bool>| {
+            busy[w] = true;
+            let tx = tx.clone();
+            s.spawn(move || {
+                let r = (|| -> Result<f64> {
+                    let (x, y) = batch_tensors(train_set, &shard.idx)?;
+                    let out = master.run(&[(&bg.xs[w], &x), (&bg.ys[w], &y)], &[&bg.losses[w]], &[&bg.computes[w]])?;
+                    Ok(out.first().ok_or_else(|| config("the step fetched no loss".into()))?.scalar_f64()?)
+                })();
+                let _ = tx.send((w, step, r, shard.idx.len(), shard.epoch));
+            });
+        };
+        let mut busy = vec![false; workers];
+        let (mut steps, mut dropped) = (0usize, 0u64);
+        let (mut last_sum, mut last_n) = (0.0, 0usize);
+        let mut step = 0u64;
+        'steps: loop {
+            step += 1;
+            let mut in_flight = 0usize;
+            for w in 0..workers {
+                if !busy[w] && let Some(sh) = shards.pop_front() {
+                    launch(w, step, sh, &mut busy);
+                    in_flight += 1;
+                }
+            }
+            let mut fresh: Vec<(usize, f64, usize, usize)> = Vec::with_capacity(needed);
+            while fresh.len() < needed {
+                if in_flight == 0 && busy.iter().all(|b| !b) {
+                    // out of data: too few gradients for one more update
+                    dropped += fresh.len() as u64;
+                    break 'steps;
+                }
+                let (w, st, r, n, epoch) = rx.recv_timeout(wait).map_err(|_| config(format!("no worker finished a computation in {wait:?}")))?;
+                busy[w] = false;
+                let loss = r?;
+                if st == step {
+                    fresh.push((w, loss, n, epoch));
+                    in_flight -= 1;
+                } else {
+                    dropped += 1; // computed on variables an update has since changed
+                }
+                if fresh.len() + in_flight < needed && let Some(sh) = shards.pop_front() {
+                    launch(w, step, sh, &mut busy);
+                    in_flight += 1;
+                }
+            }
+            let masks: Vec<Tensor> = (0..workers)
+                .map(|w| Tensor::from_vec(vec![if fresh.iter().any(|f| f.0 == w) { 1.0f32 } else { 0.0 }], Vec::<usize>::new()))
+                .collect::<flowlab_engine::Result<_>>()?;
+            let feeds: Vec<(&Output, &Tensor)> = bg.masks.iter().zip(&masks).collect();
+            master.run(&feeds, &[], &[&bg.apply])?;
+            steps += 1;
+            for (_, loss, n, epoch) in fresh {
+                if epoch + 1 == cfg.epochs {
+                    last_sum += loss * n as f64;
+                    last_n += n;
+                }
+            }
+        }
+        // the stragglers' last computations: bounded, then dropped
+        while busy.iter().any(|b| *b) {
+            let (w, _, _, _, _) = rx.recv_timeout(wait).map_err(|_| config(format!("a worker did not finish in {wait:?}")))?;
+            busy[w] = false;
+            dropped += 1;
+        }
+        Ok((steps, last_sum / last_n.max(1) as f64, dropped))
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn finish(
     out: Vec<Tensor>,
@@ -233,6 +376,8 @@ fn finish(
         mode,
         ps,
         workers: n,
+        backup: 0,
+        dropped_gradients: 0,
         steps_per_second: steps as f64 / train_seconds.max(1e-9),
         restarts: 0,
         steps_lost: 0,
@@ -268,7 +413,7 @@ mod tests {
         let data = digits();
         let mut cfg = TrainConfig::new(ModelKind::Mlp);
         cfg.epochs = 2;
-        let got = train_on_cluster(&data, &cfg, &spec, Mode::Sync, MasterOptions::default()).unwrap();
+        let got = train_on_cluster(&data, &cfg, &spec, &ClusterTraining::default()).unwrap();
         cfg.devices = 2;
         let want = train(&data, &cfg).unwrap();
         assert_eq!(got.report.steps, want.steps);
@@ -288,7 +433,7 @@ mod tests {
         let data = digits();
         let mut cfg = TrainConfig::new(ModelKind::Mlp);
         cfg.epochs = 3;
-        let got = train_on_cluster(&data, &cfg, &spec, Mode::Async, MasterOptions::default()).unwrap();
+        let got = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { mode: Mode::Async, ..Default::default() }).unwrap();
         let want = train(&data, &cfg).unwrap();
         // every batch of the one-process schedule, once per epoch
         assert_eq!((got.report.steps, got.mode, got.workers), (want.steps, Mode::Async, 2));
@@ -296,5 +441,23 @@ mod tests {
         // the 359 held-out examples)
         assert!((got.report.accuracy - want.accuracy).abs() <= 0.02, "{got:?} vs {want:?}");
         assert!(got.report.accuracy > 0.9, "{got:?}");
+    }
+
+    #[test]
+    fn a_backup_worker_leaves_the_accuracy_and_every_shard_is_applied_or_dropped() {
+        let spec = local_spec(3);
+        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let data = digits();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 3;
+        let got = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { backup: 1, ..Default::default() }).unwrap();
+        let want = train(&data, &cfg).unwrap();
+        assert_eq!((got.mode, got.workers, got.backup), (Mode::Sync, 3, 1));
+        // 2 gradients per update from shards of 16: every shard of the
+        // one-process schedule (2 per batch of 32) is applied or dropped
+        assert_eq!(got.report.steps as u64 * 2 + got.dropped_gradients, want.steps as u64 * 2, "{got:?}");
+        assert!(got.dropped_gradients > 0, "a third worker's gradient is never needed: {got:?}");
+        // fewer updates (dropped shards) on staler data: within 2 points
+        assert!((got.report.accuracy - want.accuracy).abs() <= 0.02, "{got:?} vs {want:?}");
     }
 }

@@ -10,7 +10,7 @@ use flowlab_programs::datasets::{Dataset, load_digits, parse_digits};
 use flowlab_engine::{EmulatedLink, EngineError};
 use flowlab_programs::train::{CheckpointConfig, ModelKind, ParallelPlacement, TrainConfig, train};
 use flowlab_hw::CommFormat;
-use flowlab_runtime::{ClusterSpec, Job, MasterOptions, Mode, train_on_cluster};
+use flowlab_runtime::{ClusterSpec, ClusterTraining, Job, MasterOptions, Mode, train_on_cluster};
 use std::path::PathBuf;
 use std::time::Duration;
 use std::process::ExitCode;
@@ -102,6 +102,11 @@ pub struct TrainArgs {
     /// waiting for the others) instead of synchronous.
     #[arg(long = "async")]
     asynchronous: bool,
+    /// With --local-cluster or --cluster, synchronous: this many of the
+    /// workers are backups; each update averages the first `workers - B`
+    /// gradients computed on the current variables and drops the rest.
+    #[arg(long, value_name = "B", default_value_t = 0, conflicts_with = "asynchronous")]
+    sync_backup: usize,
     /// Seconds to keep trying to reach the cluster's tasks.
     #[arg(long, default_value_t = 30.0)]
     connect_timeout: f64,
@@ -239,6 +244,9 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     if args.asynchronous && args.local_cluster.is_none() && args.cluster.is_none() {
         bail!("--async trains over a cluster: add --local-cluster ps=P,workers=W or --cluster FILE");
     }
+    if args.sync_backup > 0 && args.local_cluster.is_none() && args.cluster.is_none() {
+        bail!("--sync-backup trains over a cluster: add --local-cluster ps=P,workers=W or --cluster FILE");
+    }
     let cfg = config(&args)?;
     let (data, source) = load_data(&args.data)?;
     if args.local_cluster.is_some() || args.cluster.is_some() {
@@ -307,12 +315,19 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
         bail!("the cluster needs at least one ps task and one worker task");
     }
     let mode = if args.asynchronous { Mode::Async } else { Mode::Sync };
-    // a synchronous step splits each batch over the workers
-    cfg.devices = if mode == Mode::Sync { workers } else { 1 };
+    if args.sync_backup >= workers {
+        bail!("--sync-backup {}: the cluster has {workers} workers, so at most {} can be backups", args.sync_backup, workers - 1);
+    }
+    // a synchronous step splits each batch over the gradients it needs
+    cfg.devices = if mode == Mode::Sync { workers - args.sync_backup } else { 1 };
     cfg.placement = ParallelPlacement::Replicas;
     cfg.validate().map_err(for_cli)?;
-    let opts = MasterOptions { connect_deadline: Duration::from_secs_f64(args.connect_timeout), ..Default::default() };
-    let r = match train_on_cluster(data, &cfg, &spec, mode, opts) {
+    let how = ClusterTraining {
+        mode,
+        backup: args.sync_backup,
+        master: MasterOptions { connect_deadline: Duration::from_secs_f64(args.connect_timeout), ..Default::default() },
+    };
+    let r = match train_on_cluster(data, &cfg, &spec, &how) {
         Ok(r) => r,
         Err(e) => {
             // a task that died says why in its log
@@ -340,8 +355,8 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
             r.report.seconds
         );
         println!(
-            "cluster: {} ps, {} workers, {} ({:.1} steps/s), {} restarts, {} steps lost",
-            r.ps, r.workers, r.mode, r.steps_per_second, r.restarts, r.steps_lost
+            "cluster: {} ps, {} workers ({} backup), {} ({:.1} steps/s), {} gradients dropped, {} restarts, {} steps lost",
+            r.ps, r.workers, r.backup, r.mode, r.steps_per_second, r.dropped_gradients, r.restarts, r.steps_lost
         );
     }
     Ok(ExitCode::SUCCESS)
