@@ -133,6 +133,27 @@ fn a_backup_worker_drops_gradients_and_keeps_the_accuracy() {
 }
 
 #[test]
+fn a_killed_worker_with_a_backup_does_not_stop_training_and_without_one_is_named() {
+    let (one, _) = train_json(&[]);
+    let (cluster, launcher) = train_json(&["--local-cluster", "ps=1,workers=3", "--sync-backup", "1", "--kill", "worker:2@40"]);
+    assert_eq!(cluster["failed_workers"], serde_json::json!(["worker:2"]), "{cluster}");
+    let (steps, dropped) = (num(&cluster, "steps"), num(&cluster, "dropped_gradients"));
+    assert!(steps > 40.0 && steps * 2.0 + dropped == num(&one, "steps") * 2.0, "{cluster}");
+    assert!((num(&cluster, "accuracy") - num(&one, "accuracy")).abs() <= 0.02, "{cluster} vs {one}");
+    assert!(tasks_of(launcher).is_empty(), "tasks left running: {:?}", tasks_of(launcher));
+    // no backup: training stops at the next step, naming the dead task, and
+    // the other tasks are stopped too
+    let child = spawn(&["train", "mlp", "--data", "digits", "--epochs", EPOCHS, "--local-cluster", "ps=1,workers=2", "--kill", "worker:1@40"]);
+    let pid = child.id();
+    let out = finish(child, Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{}", describe(&out));
+    assert!(err.contains("training over the cluster: task worker:1 at 127.0.0.1:") && err.contains("RunGraph step"), "{}", describe(&out));
+    assert!(err.contains("task worker:1 exited") && err.contains("SIGKILL"), "{}", describe(&out));
+    assert!(tasks_of(pid).is_empty(), "tasks left running: {:?}", tasks_of(pid));
+}
+
+#[test]
 fn no_task_outlives_a_killed_launcher() {
     let mut child = spawn(&["train", "mlp", "--data", "digits", "--epochs", "100000", "--local-cluster", "ps=1,workers=2"]);
     let pid = child.id();

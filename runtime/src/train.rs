@@ -82,6 +82,8 @@ pub struct ClusterTrainReport {
     /// Gradients computed but not applied: those of backup workers that
     /// came after the first `workers - backup` of their step.
     pub dropped_gradients: u64,
+    /// Workers that died during training (backup mode goes on without them).
+    pub failed_workers: Vec<String>,
     /// Training steps per second (the whole cluster).
     pub steps_per_second: f64,
     /// Times a task was restarted (fault tolerance is not in this slice: 0).
@@ -97,6 +99,18 @@ fn config(detail: String) -> RuntimeError {
 /// Trains `cfg` on `data` over the tasks of `spec` (see the module comment).
 /// `cfg.devices` is taken as the number of workers in `spec`.
 pub fn train_on_cluster(data: &Dataset, cfg: &TrainConfig, spec: &ClusterSpec, how: &ClusterTraining) -> Result<ClusterTrainReport> {
+    train_on_cluster_with(data, cfg, spec, how, &|_| {})
+}
+
+/// [`train_on_cluster`] calling `on_step(updates done)` after each
+/// synchronous update (the launcher's `--kill` uses it).
+pub fn train_on_cluster_with(
+    data: &Dataset,
+    cfg: &TrainConfig,
+    spec: &ClusterSpec,
+    how: &ClusterTraining,
+    on_step: &(dyn Fn(usize) + Sync),
+) -> Result<ClusterTrainReport> {
     let (mode, backup) = (how.mode, how.backup);
     let start = Instant::now();
     let workers: Vec<TaskId> = spec.job_tasks(Job::Worker).map(|(t, _)| t).collect();
@@ -129,6 +143,7 @@ pub fn train_on_cluster(data: &Dataset, cfg: &TrainConfig, spec: &ClusterSpec, h
     let opts = how.master.clone();
     let mut master = Master::connect(spec, MasterOptions { partition: PartitionOptions { format: cfg.comm, ..Default::default() }, ..opts })?;
     let mut dropped = 0u64;
+    let mut failed: Vec<String> = Vec::new();
     let n = workers.len();
     let train_start = Instant::now();
     let (steps, train_loss, eval) = match mode {
@@ -136,15 +151,16 @@ pub fn train_on_cluster(data: &Dataset, cfg: &TrainConfig, spec: &ClusterSpec, h
             let bg = build_backup(&g, &cfg, data.features, &ps0.device(), &devices, needed)?;
             master.register(&g)?;
             master.run(&[], &[], &[&bg.init])?;
-            let (steps, loss, d) = run_backup(&master, &bg, &train_set, &cfg, needed)?;
+            let (steps, loss, d, f) = run_backup(&master, &bg, &train_set, &cfg, needed, on_step)?;
             dropped = d;
+            failed = f.iter().map(|&w| workers[w].to_string()).collect();
             (steps, loss, [bg.eval_x, bg.eval_y, bg.eval_accuracy, bg.eval_loss])
         }
         Mode::Sync => {
             let sg = build_sharded(&g, &cfg, data.features, &ps0.device(), &devices)?;
             master.register(&g)?;
             master.run(&[], &[], &[&sg.init])?;
-            let (steps, loss) = run_sync(&master, &sg, &train_set, &cfg, n)?;
+            let (steps, loss) = run_sync(&master, &sg, &train_set, &cfg, n, on_step)?;
             (steps, loss, [sg.eval_x, sg.eval_y, sg.eval_accuracy, sg.eval_loss])
         }
         Mode::Async => {
@@ -163,12 +179,13 @@ pub fn train_on_cluster(data: &Dataset, cfg: &TrainConfig, spec: &ClusterSpec, h
     let mut r = finish(out, steps, train_loss, start, train_seconds, &cfg, &train_set, &test_set, mode, ps.len(), n)?;
     r.backup = backup;
     r.dropped_gradients = dropped;
+    r.failed_workers = failed;
     Ok(r)
 }
 
 /// Synchronous steps: every batch split over the workers, one update each.
 /// Returns (steps, mean training loss of the last epoch).
-fn run_sync(master: &Master, sg: &ShardedGraph, train_set: &Dataset, cfg: &TrainConfig, n: usize) -> Result<(usize, f64)> {
+fn run_sync(master: &Master, sg: &ShardedGraph, train_set: &Dataset, cfg: &TrainConfig, n: usize, on_step: &(dyn Fn(usize) + Sync)) -> Result<(usize, f64)> {
     let mut batches = Batches::new(train_set.len(), cfg, n);
     let (mut steps, mut train_loss) = (0usize, f64::NAN);
     for _ in 0..cfg.epochs {
@@ -189,6 +206,7 @@ fn run_sync(master: &Master, sg: &ShardedGraph, train_set: &Dataset, cfg: &Train
             sum += loss * idx.len() as f64;
             count += idx.len();
             steps += 1;
+            on_step(steps);
         }
         train_loss = sum / count.max(1) as f64;
     }
@@ -250,7 +268,16 @@ type Done = (usize, u64, Result<f64>, usize, usize);
 /// variables; the first `needed` to finish are averaged into the update
 /// (their masks 1), later ones, and the shards they held, are dropped.
 /// Returns (steps, mean training loss of the last epoch, dropped gradients).
-fn run_backup(master: &Master, bg: &BackupGraph, train_set: &Dataset, cfg: &TrainConfig, needed: usize) -> Result<(usize, f64, u64)> {
+/// A worker whose computation fails (its task died) is not asked again;
+/// training goes on while `needed` workers live.
+fn run_backup(
+    master: &Master,
+    bg: &BackupGraph,
+    train_set: &Dataset,
+    cfg: &TrainConfig,
+    needed: usize,
+    on_step: &(dyn Fn(usize) + Sync),
+) -> Result<(usize, f64, u64, Vec<usize>)> {
     let workers = bg.xs.len();
     let mut shards = std::collections::VecDeque::new();
     let mut batches = Batches::new(train_set.len(), cfg, needed);
@@ -264,7 +291,8 @@ fn run_backup(master: &Master, bg: &BackupGraph, train_set: &Dataset, cfg: &Trai
     }
     let wait = master.recv_timeout() + Duration::from_secs(10);
     let (tx, rx) = std::sync::mpsc::channel::<Done>();
-    std::thread::scope(|s| -> Result<(usize, f64, u64)> {
+    let mut failed = Vec::new();
+    let r = std::thread::scope(|s| -> Result<(usize, f64, u64)> {
         let launch = |w: usize, step: u64, shard: Shard, busy: &mut Vec<bool>| {
             busy[w] = true;
             let tx = tx.clone();
@@ -278,6 +306,8 @@ fn run_backup(master: &Master, bg: &BackupGraph, train_set: &Dataset, cfg: &Trai
             });
         };
         let mut busy = vec![false; workers];
+        // workers whose computation failed (their task died): never asked again
+        let mut dead: Vec<Option<String>> = vec![None; workers];
         let (mut steps, mut dropped) = (0usize, 0u64);
         let (mut last_sum, mut last_n) = (0.0, 0usize);
         let mut step = 0u64;
@@ -285,7 +315,7 @@ fn run_backup(master: &Master, bg: &BackupGraph, train_set: &Dataset, cfg: &Trai
             step += 1;
             let mut in_flight = 0usize;
             for w in 0..workers {
-                if !busy[w] && let Some(sh) = shards.pop_front() {
+                if !busy[w] && dead[w].is_none() && let Some(sh) = shards.pop_front() {
                     launch(w, step, sh, &mut busy);
                     in_flight += 1;
                 }
@@ -293,21 +323,37 @@ fn run_backup(master: &Master, bg: &BackupGraph, train_set: &Dataset, cfg: &Trai
             let mut fresh: Vec<(usize, f64, usize, usize)> = Vec::with_capacity(needed);
             while fresh.len() < needed {
                 if in_flight == 0 && busy.iter().all(|b| !b) {
-                    // out of data: too few gradients for one more update
+                    // out of data (or workers): too few gradients for one more update
                     dropped += fresh.len() as u64;
                     break 'steps;
                 }
                 let (w, st, r, n, epoch) = rx.recv_timeout(wait).map_err(|_| config(format!("no worker finished a computation in {wait:?}")))?;
                 busy[w] = false;
-                let loss = r?;
                 if st == step {
-                    fresh.push((w, loss, n, epoch));
                     in_flight -= 1;
-                } else {
-                    dropped += 1; // computed on variables an update has since changed
                 }
-                if fresh.len() + in_flight < needed && let Some(sh) = shards.pop_front() {
-                    launch(w, step, sh, &mut busy);
+                match r {
+                    Ok(loss) if st == step => fresh.push((w, loss, n, epoch)),
+                    // computed on variables an update has since changed
+                    Ok(_) => dropped += 1,
+                    Err(e) => {
+                        dropped += 1;
+                        dead[w] = Some(e.to_string());
+                        let live = dead.iter().filter(|d| d.is_none()).count();
+                        if live < needed {
+                            let why: Vec<String> = dead.iter().flatten().cloned().collect();
+                            return Err(config(format!(
+                                "{live} workers left, {needed} needed per update: {}",
+                                why.join("; ")
+                            )));
+                        }
+                    }
+                }
+                // keep enough computations going for this step
+                while fresh.len() + in_flight < needed {
+                    let Some(w2) = (0..workers).find(|&k| !busy[k] && dead[k].is_none()) else { break };
+                    let Some(sh) = shards.pop_front() else { break };
+                    launch(w2, step, sh, &mut busy);
                     in_flight += 1;
                 }
             }
@@ -317,6 +363,7 @@ fn run_backup(master: &Master, bg: &BackupGraph, train_set: &Dataset, cfg: &Trai
             let feeds: Vec<(&Output, &Tensor)> = bg.masks.iter().zip(&masks).collect();
             master.run(&feeds, &[], &[&bg.apply])?;
             steps += 1;
+            on_step(steps);
             for (_, loss, n, epoch) in fresh {
                 if epoch + 1 == cfg.epochs {
                     last_sum += loss * n as f64;
@@ -324,6 +371,7 @@ fn run_backup(master: &Master, bg: &BackupGraph, train_set: &Dataset, cfg: &Trai
                 }
             }
         }
+        failed = dead.iter().enumerate().filter(|(_, d)| d.is_some()).map(|(w, _)| w).collect();
         // the stragglers' last computations: bounded, then dropped
         while busy.iter().any(|b| *b) {
             let (w, _, _, _, _) = rx.recv_timeout(wait).map_err(|_| config(format!("a worker did not finish in {wait:?}")))?;
@@ -331,7 +379,8 @@ fn run_backup(master: &Master, bg: &BackupGraph, train_set: &Dataset, cfg: &Trai
             dropped += 1;
         }
         Ok((steps, last_sum / last_n.max(1) as f64, dropped))
-    })
+    })?;
+    Ok((r.0, r.1, r.2, failed))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -378,6 +427,7 @@ fn finish(
         workers: n,
         backup: 0,
         dropped_gradients: 0,
+        failed_workers: Vec::new(),
         steps_per_second: steps as f64 / train_seconds.max(1e-9),
         restarts: 0,
         steps_lost: 0,
@@ -459,5 +509,45 @@ mod tests {
         assert!(got.dropped_gradients > 0, "a third worker's gradient is never needed: {got:?}");
         // fewer updates (dropped shards) on staler data: within 2 points
         assert!((got.report.accuracy - want.accuracy).abs() <= 0.02, "{got:?} vs {want:?}");
+    }
+
+    #[test]
+    fn a_dead_worker_does_not_stop_training_with_a_backup() {
+        let spec = local_spec(3);
+        let servers: Vec<std::sync::Mutex<Option<TaskServer>>> = spec
+            .tasks()
+            .map(|(t, _)| std::sync::Mutex::new(Some(TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap())))
+            .collect();
+        let data = digits();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 3;
+        // worker:2 (the last task) stops serving after update 20
+        let kill = |steps: usize| {
+            if steps == 20 {
+                drop(servers[3].lock().unwrap().take());
+            }
+        };
+        let how = ClusterTraining { backup: 1, ..Default::default() };
+        let got = train_on_cluster_with(&data, &cfg, &spec, &how, &kill).unwrap();
+        let want = train(&data, &cfg).unwrap();
+        assert_eq!(got.failed_workers, ["worker:2"], "{got:?}");
+        assert!(got.report.steps > 20 && got.report.steps as u64 * 2 + got.dropped_gradients == want.steps as u64 * 2, "{got:?}");
+        assert!((got.report.accuracy - want.accuracy).abs() <= 0.02, "{got:?} vs {want:?}");
+        // without a backup the same death ends training, naming the task
+        let spec = local_spec(2);
+        let servers: Vec<std::sync::Mutex<Option<TaskServer>>> = spec
+            .tasks()
+            .map(|(t, _)| std::sync::Mutex::new(Some(TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap())))
+            .collect();
+        let kill = |steps: usize| {
+            if steps == 5 {
+                drop(servers[2].lock().unwrap().take());
+            }
+        };
+        let t = std::time::Instant::now();
+        let e = train_on_cluster_with(&data, &cfg, &spec, &ClusterTraining::default(), &kill).unwrap_err().to_string();
+        let w1 = TaskId::new(Job::Worker, 1);
+        assert!(e.contains(&format!("task {w1} at {}", spec.address(w1).unwrap())) && e.contains("RunGraph step 7"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(20), "{:?}", t.elapsed());
     }
 }

@@ -34,6 +34,14 @@ pub fn parse_shape(s: &str) -> anyhow::Result<(u32, u32)> {
     }
 }
 
+/// Parses `--kill worker:2@200`: the task and the update after which it dies.
+pub fn parse_kill(s: &str) -> anyhow::Result<(TaskId, usize)> {
+    let (task, step) = s.split_once('@').with_context(|| format!("--kill {s}: expected TASK@STEP, e.g. worker:2@200"))?;
+    let id = TaskId::parse(task).with_context(|| format!("--kill {s}: `{task}` is not a task like worker:2"))?;
+    let step: usize = step.parse().with_context(|| format!("--kill {s}: `{step}` is not a step number"))?;
+    Ok((id, step))
+}
+
 struct Task {
     id: TaskId,
     child: Child,
@@ -89,6 +97,19 @@ impl LocalCluster {
         Ok(cluster)
     }
 
+    /// Kills task `id` (SIGKILL) and reaps it; false when it is not one of
+    /// this cluster's running tasks.
+    pub fn kill_task(&mut self, id: TaskId) -> bool {
+        for t in &mut self.tasks {
+            if t.id == id && matches!(t.child.try_wait(), Ok(None)) {
+                let _ = t.child.kill();
+                let _ = t.child.wait();
+                return true;
+            }
+        }
+        false
+    }
+
     /// Tasks that have exited, each with its status and the end of its log.
     pub fn exited(&mut self) -> Vec<String> {
         let mut out = Vec::new();
@@ -132,6 +153,11 @@ mod tests {
         assert_eq!(parse_shape("workers=2,ps=2").unwrap(), (2, 2));
         for (bad, why) in [("ps=1", "both"), ("ps=1,workers=0", "at least 1"), ("ps=1,gpus=2", "unknown key `gpus`"), ("ps=x,workers=1", "`x`"), ("ps1", "key=count")] {
             let e = parse_shape(bad).unwrap_err().to_string();
+            assert!(e.contains(why) && e.contains(bad), "{bad}: {e}");
+        }
+        assert_eq!(parse_kill("worker:2@200").unwrap(), (TaskId::new(Job::Worker, 2), 200));
+        for (bad, why) in [("worker:2", "TASK@STEP"), ("gpu:1@3", "`gpu:1`"), ("ps:0@x", "`x`")] {
+            let e = format!("{:#}", parse_kill(bad).unwrap_err());
             assert!(e.contains(why) && e.contains(bad), "{bad}: {e}");
         }
     }

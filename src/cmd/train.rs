@@ -10,7 +10,7 @@ use flowlab_programs::datasets::{Dataset, load_digits, parse_digits};
 use flowlab_engine::{EmulatedLink, EngineError};
 use flowlab_programs::train::{CheckpointConfig, ModelKind, ParallelPlacement, TrainConfig, train};
 use flowlab_hw::CommFormat;
-use flowlab_runtime::{ClusterSpec, ClusterTraining, Job, MasterOptions, Mode, train_on_cluster};
+use flowlab_runtime::{ClusterSpec, ClusterTraining, Job, MasterOptions, Mode, train_on_cluster_with};
 use std::path::PathBuf;
 use std::time::Duration;
 use std::process::ExitCode;
@@ -107,6 +107,12 @@ pub struct TrainArgs {
     /// gradients computed on the current variables and drops the rest.
     #[arg(long, value_name = "B", default_value_t = 0, conflicts_with = "asynchronous")]
     sync_backup: usize,
+    /// With --local-cluster: kill a task (SIGKILL) after this many
+    /// synchronous updates, e.g. `worker:2@200`. With a backup worker
+    /// training goes on without it (the JSON lists it in failed_workers);
+    /// without one it stops, naming the task.
+    #[arg(long, value_name = "TASK@STEP", requires = "local_cluster")]
+    kill: Option<String>,
     /// Seconds to keep trying to reach the cluster's tasks.
     #[arg(long, default_value_t = 30.0)]
     connect_timeout: f64,
@@ -298,6 +304,7 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
     if !(args.connect_timeout.is_finite() && args.connect_timeout > 0.0) {
         bail!("--connect-timeout: must be a positive number of seconds (got {})", args.connect_timeout);
     }
+    let kill = args.kill.as_deref().map(super::local_cluster::parse_kill).transpose()?;
     let mut local = match &args.local_cluster {
         Some(shape) => {
             let (ps, workers) = super::local_cluster::parse_shape(shape)?;
@@ -327,16 +334,30 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
         backup: args.sync_backup,
         master: MasterOptions { connect_deadline: Duration::from_secs_f64(args.connect_timeout), ..Default::default() },
     };
-    let r = match train_on_cluster(data, &cfg, &spec, &how) {
+    if let Some((task, _)) = kill
+        && spec.address(task).is_err()
+    {
+        bail!("--kill {}: the cluster has no task {task}", args.kill.as_deref().unwrap_or(""));
+    }
+    let local_cell = std::sync::Mutex::new(local.take());
+    let on_step = |steps: usize| {
+        if let Some((task, at)) = kill
+            && steps == at
+            && let Some(l) = local_cell.lock().unwrap_or_else(|e| e.into_inner()).as_mut()
+            && l.kill_task(task)
+        {
+            eprintln!("killed task {task} after update {steps}");
+        }
+    };
+    let result = train_on_cluster_with(data, &cfg, &spec, &how, &on_step);
+    let mut local = local_cell.into_inner().unwrap_or_else(|e| e.into_inner());
+    let r = match result {
         Ok(r) => r,
         Err(e) => {
             // a task that died says why in its log
             let exited = local.as_mut().map(|l| l.exited()).unwrap_or_default();
-            let mut e = anyhow::Error::from(e).context("training over the cluster");
-            for x in exited {
-                e = e.context(x);
-            }
-            return Err(e);
+            let notes: String = exited.iter().map(|x| format!("\n  {x}")).collect();
+            return Err(anyhow::anyhow!("training over the cluster: {e}{notes}"));
         }
     };
     drop(local);
