@@ -18,7 +18,10 @@
 //! have left them. The epochs are kept (all workers finish an epoch before
 //! the next starts), so a run takes as many steps as one process does.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+use flowlab_engine::checkpoint::CheckpointManager;
 
 use flowlab_engine::{EngineError, Graph, Output, PartitionOptions, Tensor};
 use flowlab_programs::datasets::Dataset;
@@ -60,11 +63,14 @@ pub struct ClusterTraining {
     /// rest are dropped (TensorFlow's SyncReplicasOptimizer).
     pub backup: usize,
     pub master: MasterOptions,
+    /// Synchronous only: save the variables (fetched from the PS) into
+    /// `dir` every `every` updates, atomically, the newest `keep` kept.
+    pub checkpoint: Option<flowlab_programs::train::CheckpointConfig>,
 }
 
 impl Default for ClusterTraining {
     fn default() -> Self {
-        ClusterTraining { mode: Mode::Sync, backup: 0, master: MasterOptions::default() }
+        ClusterTraining { mode: Mode::Sync, backup: 0, master: MasterOptions::default(), checkpoint: None }
     }
 }
 
@@ -145,28 +151,76 @@ pub fn train_on_cluster_with(
     let mut dropped = 0u64;
     let mut failed: Vec<String> = Vec::new();
     let n = workers.len();
-    let train_start = Instant::now();
-    let (steps, train_loss, eval) = match mode {
+    if how.checkpoint.is_some() && mode != Mode::Sync {
+        return Err(config("checkpoints are taken between synchronous updates: not with async training".into()));
+    }
+    let manager = match &how.checkpoint {
+        Some(c) => Some(CheckpointManager::new(&c.dir, c.keep)?),
+        None => None,
+    };
+    /// The graph of the mode.
+    enum Built {
+        Sync(ShardedGraph),
+        Backup(BackupGraph),
+        Async(AsyncGraph),
+    }
+    let (built, init) = match mode {
         Mode::Sync if backup > 0 => {
             let bg = build_backup(&g, &cfg, data.features, &ps0.device(), &devices, needed)?;
-            master.register(&g)?;
-            master.run(&[], &[], &[&bg.init])?;
-            let (steps, loss, d, f) = run_backup(&master, &bg, &train_set, &cfg, needed, on_step)?;
+            let init = bg.init.clone();
+            (Built::Backup(bg), init)
+        }
+        Mode::Sync => {
+            let sg = build_sharded(&g, &cfg, data.features, &ps0.device(), &devices)?;
+            let init = sg.init.clone();
+            (Built::Sync(sg), init)
+        }
+        Mode::Async => {
+            let ag = build_async(&g, &cfg, data.features, &ps0.device(), &devices)?;
+            let init = ag.init.clone();
+            (Built::Async(ag), init)
+        }
+    };
+    master.register(&g)?;
+    master.run(&[], &[], &[&init])?;
+    let master = master;
+    let variables = g.variables();
+    // after each synchronous update: the caller's hook, then the chief's
+    // checkpoint (the master plays the chief)
+    let after = |steps: usize| -> Result<()> {
+        on_step(steps);
+        if let (Some(m), Some(c)) = (&manager, &how.checkpoint)
+            && steps % c.every.max(1) == 0
+        {
+            let values = master.run(&[], &variables.iter().collect::<Vec<_>>(), &[])?;
+            let named: Vec<(String, Tensor)> = variables.iter().map(|v| v.name()).zip(values).collect();
+            let meta: BTreeMap<String, String> = [
+                ("step", steps.to_string()),
+                ("seed", cfg.seed.to_string()),
+                ("batch", cfg.batch.to_string()),
+                ("workers", n.to_string()),
+                ("backup", backup.to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            m.save_values(&named, steps as u64, &meta)?;
+        }
+        Ok(())
+    };
+    let train_start = Instant::now();
+    let (steps, train_loss, eval) = match built {
+        Built::Backup(bg) => {
+            let (steps, loss, d, f) = run_backup(&master, &bg, &train_set, &cfg, needed, &after)?;
             dropped = d;
             failed = f.iter().map(|&w| workers[w].to_string()).collect();
             (steps, loss, [bg.eval_x, bg.eval_y, bg.eval_accuracy, bg.eval_loss])
         }
-        Mode::Sync => {
-            let sg = build_sharded(&g, &cfg, data.features, &ps0.device(), &devices)?;
-            master.register(&g)?;
-            master.run(&[], &[], &[&sg.init])?;
-            let (steps, loss) = run_sync(&master, &sg, &train_set, &cfg, n, on_step)?;
+        Built::Sync(sg) => {
+            let (steps, loss) = run_sync(&master, &sg, &train_set, &cfg, n, &after)?;
             (steps, loss, [sg.eval_x, sg.eval_y, sg.eval_accuracy, sg.eval_loss])
         }
-        Mode::Async => {
-            let ag = build_async(&g, &cfg, data.features, &ps0.device(), &devices)?;
-            master.register(&g)?;
-            master.run(&[], &[], &[&ag.init])?;
+        Built::Async(ag) => {
             let (steps, loss) = run_async(&master, &ag, &train_set, &cfg, n)?;
             (steps, loss, [ag.eval_x, ag.eval_y, ag.eval_accuracy, ag.eval_loss])
         }
@@ -185,7 +239,7 @@ pub fn train_on_cluster_with(
 
 /// Synchronous steps: every batch split over the workers, one update each.
 /// Returns (steps, mean training loss of the last epoch).
-fn run_sync(master: &Master, sg: &ShardedGraph, train_set: &Dataset, cfg: &TrainConfig, n: usize, on_step: &(dyn Fn(usize) + Sync)) -> Result<(usize, f64)> {
+fn run_sync(master: &Master, sg: &ShardedGraph, train_set: &Dataset, cfg: &TrainConfig, n: usize, after: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<(usize, f64)> {
     let mut batches = Batches::new(train_set.len(), cfg, n);
     let (mut steps, mut train_loss) = (0usize, f64::NAN);
     for _ in 0..cfg.epochs {
@@ -194,7 +248,7 @@ fn run_sync(master: &Master, sg: &ShardedGraph, train_set: &Dataset, cfg: &Train
             let shard = idx.len() / n;
             let mut tensors: Vec<(Tensor, Tensor)> = Vec::with_capacity(n);
             for i in 0..n {
-                tensors.push(batch_tensors(&train_set, &idx[i * shard..(i + 1) * shard])?);
+                tensors.push(batch_tensors(train_set, &idx[i * shard..(i + 1) * shard])?);
             }
             let mut feeds: Vec<(&Output, &Tensor)> = Vec::with_capacity(2 * n);
             for (i, (x, y)) in tensors.iter().enumerate() {
@@ -206,7 +260,7 @@ fn run_sync(master: &Master, sg: &ShardedGraph, train_set: &Dataset, cfg: &Train
             sum += loss * idx.len() as f64;
             count += idx.len();
             steps += 1;
-            on_step(steps);
+            after(steps)?;
         }
         train_loss = sum / count.max(1) as f64;
     }
@@ -276,7 +330,7 @@ fn run_backup(
     train_set: &Dataset,
     cfg: &TrainConfig,
     needed: usize,
-    on_step: &(dyn Fn(usize) + Sync),
+    after: &(dyn Fn(usize) -> Result<()> + Sync),
 ) -> Result<(usize, f64, u64, Vec<usize>)> {
     let workers = bg.xs.len();
     let mut shards = std::collections::VecDeque::new();
@@ -363,7 +417,7 @@ fn run_backup(
             let feeds: Vec<(&Output, &Tensor)> = bg.masks.iter().zip(&masks).collect();
             master.run(&feeds, &[], &[&bg.apply])?;
             steps += 1;
-            on_step(steps);
+            after(steps)?;
             for (_, loss, n, epoch) in fresh {
                 if epoch + 1 == cfg.epochs {
                     last_sum += loss * n as f64;
@@ -549,5 +603,39 @@ mod tests {
         let w1 = TaskId::new(Job::Worker, 1);
         assert!(e.contains(&format!("task {w1} at {}", spec.address(w1).unwrap())) && e.contains("RunGraph step 7"), "{e}");
         assert!(t.elapsed() < std::time::Duration::from_secs(20), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn the_chiefs_checkpoints_hold_what_the_in_process_run_saves() {
+        use flowlab_programs::train::CheckpointConfig;
+        let spec = local_spec(2);
+        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let data = digits();
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 1;
+        let ck = |sub: &str| CheckpointConfig { dir: dir.path().join(sub), every: 20, keep: 5, resume: false };
+        let how = ClusterTraining { checkpoint: Some(ck("cluster")), ..Default::default() };
+        let got = train_on_cluster(&data, &cfg, &spec, &how).unwrap();
+        assert_eq!(got.report.steps, 45);
+        cfg.devices = 2;
+        cfg.checkpoint = Some(ck("local"));
+        train(&data, &cfg).unwrap();
+        let mine = CheckpointManager::new(&dir.path().join("cluster"), 5).unwrap();
+        assert_eq!(mine.steps().unwrap(), [20, 40]);
+        for step in [20, 40] {
+            let a = flowlab_engine::checkpoint::read(&mine.path(step)).unwrap();
+            let b = flowlab_engine::checkpoint::read(&CheckpointManager::new(&dir.path().join("local"), 5).unwrap().path(step)).unwrap();
+            assert_eq!(a.tensors.keys().collect::<Vec<_>>(), b.tensors.keys().collect::<Vec<_>>());
+            for (name, t) in &a.tensors {
+                let bits = |x: &Tensor| x.to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(t), bits(&b.tensors[name]), "{name} at step {step}");
+            }
+            assert_eq!(a.metadata["step"], step.to_string());
+        }
+        // no checkpoint between asynchronous updates
+        let how = ClusterTraining { mode: Mode::Async, checkpoint: Some(ck("async")), ..Default::default() };
+        let e = train_on_cluster(&data, &cfg, &spec, &how).unwrap_err().to_string();
+        assert!(e.contains("not with async"), "{e}");
     }
 }

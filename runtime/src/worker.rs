@@ -494,7 +494,7 @@ impl TaskClient {
             let tried = runtime.block_on(async {
                 let ch = ep.connect().await.map_err(|e| error_chain(&e))?;
                 let mut c = WorkerClient::new(ch);
-                match tokio::time::timeout(left, c.get_status(GetStatusRequest { to: to.clone() })).await {
+                match tokio::time::timeout(left, c.get_status(GetStatusRequest { to })).await {
                     Ok(Ok(s)) => Ok((c, s.into_inner())),
                     Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => Err(format!("refused: {}", s.message())),
                     Ok(Err(s)) => Err(s.message().to_string()),

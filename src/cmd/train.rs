@@ -91,11 +91,11 @@ pub struct TrainArgs {
     /// ports, e.g. `ps=1,workers=2`: synchronous data parallelism with the
     /// variables and the update on ps:0 and each worker computing the
     /// gradients of its shard of every batch. The tasks are stopped at the end.
-    #[arg(long, value_name = "ps=P,workers=W", conflicts_with_all = ["devices", "cluster", "trace", "link", "checkpoint_dir"])]
+    #[arg(long, value_name = "ps=P,workers=W", conflicts_with_all = ["devices", "cluster", "trace", "link"])]
     local_cluster: Option<String>,
     /// Train over the tasks of a running cluster (each started with
     /// `flowlab server --cluster FILE --job J --task N`), as --local-cluster does.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["devices", "trace", "link", "checkpoint_dir"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["devices", "trace", "link"])]
     cluster: Option<PathBuf>,
     /// With --local-cluster or --cluster: asynchronous training (each worker
     /// applies its own gradients on the PS when it has them, without
@@ -329,7 +329,11 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
     cfg.devices = if mode == Mode::Sync { workers - args.sync_backup } else { 1 };
     cfg.placement = ParallelPlacement::Replicas;
     cfg.validate().map_err(for_cli)?;
+    if args.resume {
+        bail!("--resume: a cluster run does not resume from its checkpoints yet (they hold the variables and optimizer slots; restore is issue 16's next step)");
+    }
     let how = ClusterTraining {
+        checkpoint: cfg.checkpoint.clone(),
         mode,
         backup: args.sync_backup,
         master: MasterOptions { connect_deadline: Duration::from_secs_f64(args.connect_timeout), ..Default::default() },
