@@ -508,3 +508,47 @@ impl Session {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::rendezvous::LocalRendezvous;
+    use crate::runtime::partition::partition;
+
+    /// `[1, 2, 3]` on one task's device, doubled on another's: the two
+    /// partitions run in two one-device sessions joined by one rendezvous,
+    /// as two task processes are.
+    #[test]
+    fn two_partitions_in_two_sessions_meet_through_a_given_rendezvous() {
+        let (a, b) = ("/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0");
+        let g = Graph::new();
+        let c = g.device(a).constant(Tensor::from_vec(vec![1.0f32, 2.0, 3.0], vec![3]).unwrap()).unwrap();
+        let y = g.device(b).add(&c, &c).unwrap();
+        let mut set = DeviceSet::new();
+        set.add(a).unwrap();
+        set.add(b).unwrap();
+        let parts = partition(&g, &DefaultPlacer.place(&g, &set).unwrap()).unwrap();
+        let session = |p: &crate::runtime::partition::Partition, timeout: Duration| {
+            let mut one = DeviceSet::new();
+            one.add(&p.device.to_string()).unwrap();
+            Session::with_options(&p.graph, SessionOptions { threads: 1, devices: one, recv_timeout: timeout, ..Default::default() }).unwrap()
+        };
+        let (pa, pb) = (&parts[0], &parts[1]);
+        let (sa, sb) = (session(pa, Duration::from_secs(10)), session(pb, Duration::from_millis(50)));
+        let send = pa.graph.output_by_name(&pa.sends[0].send_node, 0).unwrap();
+        let yb = pb.graph.output_by_name(&y.name(), 0).unwrap();
+        let rdv = LocalRendezvous::new();
+        std::thread::scope(|s| {
+            s.spawn(|| sa.run_partition(&[], &[], &[&send], &rdv, 7).unwrap());
+            let out = sb.run_partition(&[], &[&yb], &[], &rdv, 7).unwrap();
+            assert_eq!(out[0].to_vec::<f32>().unwrap(), [2.0, 4.0, 6.0]);
+        });
+        // step 8's Send never ran: the Recv gives up naming the key
+        let e = sb.run_partition(&[], &[&yb], &[], &rdv, 8).unwrap_err().to_string();
+        assert!(e.contains(&format!("'{}:0' from {a} to {b} (step 8)", c.name())), "{e}");
+        // a session of several devices is refused
+        let two = Session::with_options(&g, SessionOptions { devices: set, ..Default::default() }).unwrap();
+        let e = two.run_partition(&[], &[&y], &[], &rdv, 9).unwrap_err().to_string();
+        assert!(e.contains("one device") && e.contains("has 2"), "{e}");
+    }
+}
