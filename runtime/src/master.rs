@@ -13,8 +13,10 @@
 //! `step_nodes`), which tasks take part, which feeds, fetches and targets
 //! each gets, and which Send nodes must run (those whose Recv is part of the
 //! step); then every step gets a fresh step id and one `RunGraph` per taking
-//! part task, all at once. A failing task fails the step at once with its
-//! error, naming the task; the keys a step left are forgotten on the next
+//! part task, all at once. When a task fails, the master aborts the step on
+//! the others (`AbortStep`: their Recvs end at once instead of at their
+//! timeout), collects their answers and returns the first error, naming
+//! the failed task; the keys a step left are forgotten on the next
 //! call to each task after the step ended. `run` may be called from several
 //! threads at once (asynchronous workers): each call is its own step.
 
@@ -27,7 +29,7 @@ use flowlab_engine::{DefaultPlacer, DeviceName, DeviceSet, Graph, NodeId, Output
 
 use crate::cluster::{ClusterSpec, TaskId};
 use crate::error::{Result, RuntimeError};
-use crate::pb::{NamedTensor, PeerTask, RegisterGraphRequest, RunGraphRequest};
+use crate::pb::{AbortStepRequest, NamedTensor, PeerTask, RegisterGraphRequest, RunGraphRequest};
 use crate::wire;
 use crate::worker::{TaskClient, millis};
 
@@ -257,26 +259,50 @@ impl Master {
         }
         drop(finished);
         let limit = self.opts.recv_timeout + Duration::from_secs(10);
+        // who to tell when the step fails: (position, client, addressee)
+        let abort_to: Vec<_> = plan.tasks.iter().enumerate().map(|(pos, (i, _))| (pos, self.tasks[*i].raw(), self.tasks[*i].to())).collect();
+        let task_names: Vec<String> = plan.tasks.iter().map(|(i, _)| self.tasks[*i].task.to_string()).collect();
         let results = self.runtime.block_on(async move {
             let mut set = tokio::task::JoinSet::new();
             for (pos, mut c, req) in calls {
                 set.spawn(async move { (pos, tokio::time::timeout(limit, c.run_graph(req)).await) });
             }
             let mut out: Vec<Option<Vec<NamedTensor>>> = (0..set.len()).map(|_| None).collect();
+            let mut first: Option<(usize, String)> = None;
+            let mut errors: Vec<(usize, String)> = Vec::new();
             while let Some(r) = set.join_next().await {
                 let (pos, r) = r.map_err(|e| (usize::MAX, format!("step call failed: {e}")))?;
-                match r {
-                    Err(_) => return Err((pos, format!("RunGraph step {step_id}: no answer in {limit:?}"))),
-                    Ok(Err(s)) => {
-                        // the others may wait for this task's tensors: let
-                        // them end on their own (their Recvs time out)
-                        set.detach_all();
-                        return Err((pos, format!("RunGraph step {step_id}: {}", s.message())));
+                let failed = match r {
+                    Err(_) => format!("RunGraph step {step_id}: no answer in {limit:?}"),
+                    Ok(Err(s)) => format!("RunGraph step {step_id}: {}", s.message()),
+                    Ok(Ok(resp)) => {
+                        out[pos] = Some(resp.into_inner().fetched);
+                        continue;
                     }
-                    Ok(Ok(resp)) => out[pos] = Some(resp.into_inner().fetched),
+                };
+                errors.push((pos, failed.clone()));
+                if first.is_none() {
+                    // the others may wait for this task's tensors: end the
+                    // step there at once, then collect their answers
+                    let reason = format!("task {} failed", task_names[pos]);
+                    for (p, c, to) in &abort_to {
+                        if *p != pos && out[*p].is_none() {
+                            let mut c = c.clone();
+                            let req = AbortStepRequest { to: *to, step_id, reason: reason.clone() };
+                            tokio::spawn(async move {
+                                let _ = tokio::time::timeout(Duration::from_secs(5), c.abort_step(req)).await;
+                            });
+                        }
+                    }
+                    first = Some((pos, failed));
                 }
             }
-            Ok(out)
+            // the root cause, not a task that only missed its tensors
+            let consequence = |m: &str| m.contains("RecvTensor from task") || m.contains("aborted by the master");
+            match errors.iter().find(|(_, m)| !consequence(m)).cloned().or(first) {
+                Some(e) => Err(e),
+                None => Ok(out),
+            }
         });
         // only now may the tasks forget the step's keys: with concurrent
         // steps (async workers) an earlier push would end a running step
@@ -301,5 +327,37 @@ impl Master {
             values.push(wire::from_proto(p)?);
         }
         Ok(values)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Job;
+    use crate::net::bind_task;
+    use crate::worker::TaskServer;
+    use flowlab_engine::DType;
+
+    #[test]
+    fn a_failing_task_ends_the_step_on_the_others_at_once() {
+        let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let (ps, w0) = (TaskId::new(Job::Ps, 0), TaskId::new(Job::Worker, 0));
+        let spec = ClusterSpec::from_tasks([(ps, format!("127.0.0.1:{}", port())), (w0, format!("127.0.0.1:{}", port()))]).unwrap();
+        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let g = Graph::new();
+        let x = g.device(&w0.device().to_string()).placeholder("x", DType::F32, [2]).unwrap();
+        let y = g.device(&ps.device().to_string()).add(&x, &x).unwrap();
+        let mut m = Master::connect(&spec, MasterOptions { recv_timeout: Duration::from_secs(30), ..Default::default() }).unwrap();
+        m.register(&g).unwrap();
+        let good = Tensor::from_vec(vec![1.0f32, 2.0], vec![2]).unwrap();
+        assert_eq!(m.run(&[(&x, &good)], &[&y], &[]).unwrap()[0].to_vec::<f32>().unwrap(), [2.0, 4.0]);
+        // worker:0 refuses the feed; ps:0 would wait 30 s for its tensor
+        let bad = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], vec![3]).unwrap();
+        let t = Instant::now();
+        let e = m.run(&[(&x, &bad)], &[&y], &[]).unwrap_err().to_string();
+        assert!(t.elapsed() < Duration::from_secs(5), "the step ended after {:?}", t.elapsed());
+        assert!(e.starts_with(&format!("task worker:0 at {}: RunGraph step 2", spec.address(w0).unwrap())) && e.contains("feed for 'x:0': expected f32[2], got f32[3]"), "{e}");
+        // the next step runs as before
+        assert_eq!(m.run(&[(&x, &good)], &[&y], &[]).unwrap()[0].to_vec::<f32>().unwrap(), [2.0, 4.0]);
     }
 }

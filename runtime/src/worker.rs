@@ -40,7 +40,7 @@ use crate::error::{Result, RuntimeError};
 use crate::pb::worker_client::WorkerClient;
 use crate::pb::worker_server::{Worker, WorkerServer};
 use crate::pb::{
-    Addressee, GetStatusRequest, GetStatusResponse, NamedTensor, RecvTensorRequest, RecvTensorResponse, RegisterGraphRequest,
+    AbortStepRequest, AbortStepResponse, Addressee, GetStatusRequest, GetStatusResponse, NamedTensor, RecvTensorRequest, RecvTensorResponse, RegisterGraphRequest,
     RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
 };
 use crate::wire;
@@ -97,6 +97,12 @@ struct TaskState {
     next_handle: AtomicU64,
     /// Channels to the other tasks, made on first use (they connect lazily).
     channels: Mutex<HashMap<TaskId, Channel>>,
+    /// The rendezvous of the steps running here, by step id, so that
+    /// `AbortStep` can end them.
+    running: Mutex<HashMap<u64, Vec<Arc<StepRendezvous>>>>,
+    /// Steps aborted (with why) before or while they ran here; forgotten
+    /// with the step's keys.
+    aborted: Mutex<HashMap<u64, String>>,
 }
 
 impl TaskState {
@@ -173,12 +179,30 @@ impl WorkerService {
         }
         let fetches = r.fetches.iter().map(|n| output_of(&reg.graph, n)).collect::<flowlab_engine::Result<Vec<_>>>().map_err(bad)?;
         let targets = r.targets.iter().map(|n| reg.graph.output_by_name(n, 0)).collect::<flowlab_engine::Result<Vec<_>>>().map_err(bad)?;
-        let rdv = StepRendezvous::new(Arc::clone(st), &reg, r.step_id);
+        let rdv = Arc::new(StepRendezvous::new(Arc::clone(st), &reg, r.step_id));
+        st.running.lock().unwrap_or_else(|e| e.into_inner()).entry(r.step_id).or_default().push(Arc::clone(&rdv));
+        // an abort that came first
+        if let Some(why) = st.aborted.lock().unwrap_or_else(|e| e.into_inner()).get(&r.step_id).cloned() {
+            rdv.abort(&EngineError::Device(why));
+        }
         let feed_refs: Vec<_> = feeds.iter().map(|(o, t)| (o, t)).collect();
-        let out = reg
-            .session
-            .run_partition(&feed_refs, &fetches.iter().collect::<Vec<_>>(), &targets.iter().collect::<Vec<_>>(), &rdv, r.step_id)
-            .map_err(|e| Status::aborted(format!("task {} step {}: {e}", st.task, r.step_id)))?;
+        let out = reg.session.run_partition(
+            &feed_refs,
+            &fetches.iter().collect::<Vec<_>>(),
+            &targets.iter().collect::<Vec<_>>(),
+            rdv.as_ref(),
+            r.step_id,
+        );
+        {
+            let mut running = st.running.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(v) = running.get_mut(&r.step_id) {
+                v.retain(|x| !Arc::ptr_eq(x, &rdv));
+                if v.is_empty() {
+                    running.remove(&r.step_id);
+                }
+            }
+        }
+        let out = out.map_err(|e| Status::aborted(format!("task {} step {}: {e}", st.task, r.step_id)))?;
         let mut fetched = Vec::with_capacity(out.len());
         for (name, t) in r.fetches.iter().zip(&out) {
             let tensor = wire::to_proto(t).map_err(|e| Status::internal(format!("task {}: fetch `{name}`: {e}", st.task)))?;
@@ -239,11 +263,25 @@ impl Worker for WorkerService {
         Ok(Response::new(RegisterGraphResponse { handle }))
     }
 
+    async fn abort_step(&self, req: Request<AbortStepRequest>) -> std::result::Result<Response<AbortStepResponse>, Status> {
+        let st = &self.state;
+        let r = req.into_inner();
+        st.admit(r.to.as_ref(), false)?;
+        let why = format!("step {} aborted by the master: {}", r.step_id, r.reason);
+        st.aborted.lock().unwrap_or_else(|e| e.into_inner()).insert(r.step_id, why.clone());
+        let steps = st.running.lock().unwrap_or_else(|e| e.into_inner()).get(&r.step_id).cloned().unwrap_or_default();
+        for rdv in steps {
+            rdv.abort(&EngineError::Device(why.clone()));
+        }
+        Ok(Response::new(AbortStepResponse {}))
+    }
+
     async fn run_graph(&self, req: Request<RunGraphRequest>) -> std::result::Result<Response<RunGraphResponse>, Status> {
         let r = req.into_inner();
         self.state.admit(r.to.as_ref(), false)?;
         for &s in &r.finished_steps {
             self.state.rendezvous.end_step(s);
+            self.state.aborted.lock().unwrap_or_else(|e| e.into_inner()).remove(&s);
         }
         let me = WorkerService { state: Arc::clone(&self.state) };
         // the executor blocks its thread: keep it off the async threads
@@ -403,6 +441,8 @@ impl TaskServer {
             graphs: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             channels: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
+            aborted: Mutex::new(HashMap::new()),
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let svc = WorkerService { state };
