@@ -154,6 +154,24 @@ fn a_killed_worker_with_a_backup_does_not_stop_training_and_without_one_is_named
 }
 
 #[test]
+fn a_killed_ps_restarts_from_the_last_checkpoint_and_ends_as_if_never_stopped() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ck = dir.path().join("ck").to_string_lossy().into_owned();
+    let (replicas, _) = train_json(&["--devices", "2"]);
+    let (cluster, launcher) = train_json(&[
+        "--local-cluster", "ps=1,workers=2", "--checkpoint-dir", &ck, "--checkpoint-every", "20", "--kill", "ps:0@30",
+    ]);
+    // killed after update 30, the newest checkpoint is of update 20
+    assert_eq!((cluster["restarts"].as_u64(), cluster["steps_lost"].as_u64()), (Some(1), Some(10)), "{cluster}");
+    // every variable and optimizer slot restored, the same batches replayed:
+    // the uninterrupted run's numbers, bit for bit
+    for k in ["steps", "accuracy", "loss"] {
+        assert_eq!(cluster[k], replicas[k], "{k}: {cluster} vs {replicas}");
+    }
+    assert!(tasks_of(launcher).is_empty(), "tasks left running: {:?}", tasks_of(launcher));
+}
+
+#[test]
 fn no_task_outlives_a_killed_launcher() {
     let mut child = spawn(&["train", "mlp", "--data", "digits", "--epochs", "100000", "--local-cluster", "ps=1,workers=2"]);
     let pid = child.id();

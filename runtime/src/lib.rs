@@ -36,5 +36,5 @@ pub use cluster::{ClusterSpec, Job, TaskId};
 pub use error::{Result, RuntimeError};
 pub use net::{bind_task, connect_task};
 pub use master::{Master, MasterOptions};
-pub use train::{ClusterTrainReport, ClusterTraining, Mode, train_on_cluster, train_on_cluster_with};
+pub use train::{ClusterTrainReport, ClusterTraining, Hooks, Mode, train_on_cluster, train_on_cluster_with};
 pub use worker::{StepRendezvous, TaskClient, TaskServer, WorkerService};

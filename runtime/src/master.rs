@@ -78,6 +78,7 @@ struct Part {
 
 /// Drives a graph over the tasks of a cluster (see the module comment).
 pub struct Master {
+    spec: ClusterSpec,
     tasks: Vec<Arc<TaskClient>>,
     runtime: Arc<tokio::runtime::Runtime>,
     opts: MasterOptions,
@@ -109,6 +110,7 @@ impl Master {
         }
         let n = tasks.len();
         Ok(Master {
+            spec: spec.clone(),
             tasks,
             runtime,
             opts,
@@ -124,6 +126,20 @@ impl Master {
     /// How long a Recv of a step waits.
     pub fn recv_timeout(&self) -> Duration {
         self.opts.recv_timeout
+    }
+
+    /// Reaches `task` again after it restarted (a new incarnation); the
+    /// graph must then be registered again ([`Master::register`]) so that
+    /// every task knows the new incarnation.
+    pub fn reconnect(&mut self, task: TaskId) -> Result<()> {
+        let i = self.tasks.iter().position(|t| t.task == task).ok_or_else(|| RuntimeError::NoSuchTask {
+            task: task.to_string(),
+            known: self.tasks.iter().map(|t| t.task.to_string()).collect::<Vec<_>>().join(", "),
+        })?;
+        self.tasks[i] = Arc::new(TaskClient::connect_on(&self.spec, task, self.opts.connect_deadline, Arc::clone(&self.runtime))?);
+        self.parts.iter_mut().for_each(|p| *p = None);
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        Ok(())
     }
 
     /// The tasks, in spec order, with their incarnations.

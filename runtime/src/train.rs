@@ -92,9 +92,9 @@ pub struct ClusterTrainReport {
     pub failed_workers: Vec<String>,
     /// Training steps per second (the whole cluster).
     pub steps_per_second: f64,
-    /// Times a task was restarted (fault tolerance is not in this slice: 0).
+    /// Times the PS was restarted after it died.
     pub restarts: u64,
-    /// Steps computed but not applied because of a failure (0).
+    /// Updates done again after restarts (since the checkpoint restored).
     pub steps_lost: u64,
 }
 
@@ -105,17 +105,56 @@ fn config(detail: String) -> RuntimeError {
 /// Trains `cfg` on `data` over the tasks of `spec` (see the module comment).
 /// `cfg.devices` is taken as the number of workers in `spec`.
 pub fn train_on_cluster(data: &Dataset, cfg: &TrainConfig, spec: &ClusterSpec, how: &ClusterTraining) -> Result<ClusterTrainReport> {
-    train_on_cluster_with(data, cfg, spec, how, &|_| {})
+    train_on_cluster_with(data, cfg, spec, how, &Hooks { on_step: &|_| {}, restart: None })
 }
 
-/// [`train_on_cluster`] calling `on_step(updates done)` after each
-/// synchronous update (the launcher's `--kill` uses it).
+/// What the launcher lends a training run.
+pub struct Hooks<'a> {
+    /// Called with the number of updates done after each synchronous
+    /// update and its checkpoint (`--kill` uses it).
+    pub on_step: &'a (dyn Fn(usize) + Sync),
+    /// Starts a task again after it died. Given, a synchronous run (without
+    /// backup workers) whose PS dies restarts it, registers the graph
+    /// again, restores the newest checkpoint (or initializes) and goes on
+    /// from there; `restarts` and `steps_lost` count this.
+    pub restart: Option<&'a (dyn Fn(TaskId) -> Result<()> + Sync)>,
+}
+
+/// The chief's duty after each synchronous update: a checkpoint every
+/// `every` updates (variables fetched from the PS), then the caller's hook.
+struct Chief<'a> {
+    manager: Option<CheckpointManager>,
+    every: usize,
+    variables: Vec<Output>,
+    meta: BTreeMap<String, String>,
+    on_step: &'a (dyn Fn(usize) + Sync),
+    progress: std::sync::atomic::AtomicUsize,
+}
+
+impl Chief<'_> {
+    fn after(&self, master: &Master, steps: usize) -> Result<()> {
+        self.progress.store(steps, std::sync::atomic::Ordering::Relaxed);
+        if let Some(m) = &self.manager
+            && steps % self.every.max(1) == 0
+        {
+            let values = master.run(&[], &self.variables.iter().collect::<Vec<_>>(), &[])?;
+            let named: Vec<(String, Tensor)> = self.variables.iter().map(|v| v.name()).zip(values).collect();
+            let mut meta = self.meta.clone();
+            meta.insert("step".into(), steps.to_string());
+            m.save_values(&named, steps as u64, &meta)?;
+        }
+        (self.on_step)(steps);
+        Ok(())
+    }
+}
+
+/// [`train_on_cluster`] with the launcher's [`Hooks`].
 pub fn train_on_cluster_with(
     data: &Dataset,
     cfg: &TrainConfig,
     spec: &ClusterSpec,
     how: &ClusterTraining,
-    on_step: &(dyn Fn(usize) + Sync),
+    hooks: &Hooks<'_>,
 ) -> Result<ClusterTrainReport> {
     let (mode, backup) = (how.mode, how.backup);
     let start = Instant::now();
@@ -181,43 +220,80 @@ pub fn train_on_cluster_with(
             (Built::Async(ag), init)
         }
     };
+    // restore ops: every variable assigned from a placeholder on ps:0
+    let variables = g.variables();
+    let rg = g.device(&ps0.device().to_string()).scope("restore");
+    let mut restore_feeds = Vec::with_capacity(variables.len());
+    let mut assigns = Vec::with_capacity(variables.len());
+    for v in &variables {
+        let ph = rg.placeholder(&v.name(), v.dtype(), v.tensor_type().shape)?;
+        assigns.push(rg.assign(v, &ph)?);
+        restore_feeds.push((v.name(), ph));
+    }
+    let restore = rg.group("all", &assigns.iter().collect::<Vec<_>>())?;
     master.register(&g)?;
     master.run(&[], &[], &[&init])?;
-    let master = master;
-    let variables = g.variables();
-    // after each synchronous update: the caller's hook, then the chief's
-    // checkpoint (the master plays the chief)
-    let after = |steps: usize| -> Result<()> {
-        on_step(steps);
-        if let (Some(m), Some(c)) = (&manager, &how.checkpoint)
-            && steps % c.every.max(1) == 0
-        {
-            let values = master.run(&[], &variables.iter().collect::<Vec<_>>(), &[])?;
-            let named: Vec<(String, Tensor)> = variables.iter().map(|v| v.name()).zip(values).collect();
-            let meta: BTreeMap<String, String> = [
-                ("step", steps.to_string()),
-                ("seed", cfg.seed.to_string()),
-                ("batch", cfg.batch.to_string()),
-                ("workers", n.to_string()),
-                ("backup", backup.to_string()),
-            ]
+    let chief = Chief {
+        manager,
+        every: how.checkpoint.as_ref().map_or(1, |c| c.every),
+        variables,
+        meta: [("seed", cfg.seed.to_string()), ("batch", cfg.batch.to_string()), ("workers", n.to_string()), ("backup", backup.to_string())]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
-            .collect();
-            m.save_values(&named, steps as u64, &meta)?;
-        }
-        Ok(())
+            .collect(),
+        on_step: hooks.on_step,
+        progress: std::sync::atomic::AtomicUsize::new(0),
     };
+    let (mut restarts, mut steps_lost) = (0u64, 0u64);
     let train_start = Instant::now();
     let (steps, train_loss, eval) = match built {
         Built::Backup(bg) => {
-            let (steps, loss, d, f) = run_backup(&master, &bg, &train_set, &cfg, needed, &after)?;
+            let (steps, loss, d, f) = run_backup(&master, &bg, &train_set, &cfg, needed, &|k| chief.after(&master, k))?;
             dropped = d;
             failed = f.iter().map(|&w| workers[w].to_string()).collect();
             (steps, loss, [bg.eval_x, bg.eval_y, bg.eval_accuracy, bg.eval_loss])
         }
         Built::Sync(sg) => {
-            let (steps, loss) = run_sync(&master, &sg, &train_set, &cfg, n, &after)?;
+            let mut from = 0usize;
+            let (steps, loss) = loop {
+                let r = run_sync(&master, &sg, &train_set, &cfg, n, from, &|k| chief.after(&master, k));
+                let ps_died = matches!(&r, Err(RuntimeError::Rpc { task, .. }) if *task == ps0.to_string());
+                match (r, hooks.restart) {
+                    (Ok(x), _) => break x,
+                    (Err(_), Some(restart)) if ps_died && restarts < 3 => {
+                        // the PS and its variables are gone: a new run of it,
+                        // the graph registered again (every task learns its
+                        // incarnation), the newest checkpoint restored
+                        restart(ps0)?;
+                        master.reconnect(ps0)?;
+                        master.register(&g)?;
+                        let latest = match &chief.manager {
+                            Some(m) => m.steps()?.last().copied(),
+                            None => None,
+                        };
+                        match (latest, &chief.manager) {
+                            (Some(step), Some(m)) => {
+                                let ck = flowlab_engine::checkpoint::read(&m.path(step))?;
+                                let mut feeds = Vec::with_capacity(restore_feeds.len());
+                                for (name, ph) in &restore_feeds {
+                                    let t = ck.tensors.get(name).ok_or_else(|| config(format!("checkpoint of step {step} has no variable '{name}'")))?;
+                                    feeds.push((ph, t));
+                                }
+                                master.run(&feeds, &[], &[&restore])?;
+                                from = step as usize;
+                            }
+                            _ => {
+                                master.run(&[], &[], &[&init])?;
+                                from = 0;
+                            }
+                        }
+                        let done = chief.progress.load(std::sync::atomic::Ordering::Relaxed);
+                        steps_lost += done.saturating_sub(from) as u64;
+                        restarts += 1;
+                    }
+                    (Err(e), _) => return Err(e),
+                }
+            };
             (steps, loss, [sg.eval_x, sg.eval_y, sg.eval_accuracy, sg.eval_loss])
         }
         Built::Async(ag) => {
@@ -234,17 +310,34 @@ pub fn train_on_cluster_with(
     r.backup = backup;
     r.dropped_gradients = dropped;
     r.failed_workers = failed;
+    r.restarts = restarts;
+    r.steps_lost = steps_lost;
     Ok(r)
 }
 
 /// Synchronous steps: every batch split over the workers, one update each.
 /// Returns (steps, mean training loss of the last epoch).
-fn run_sync(master: &Master, sg: &ShardedGraph, train_set: &Dataset, cfg: &TrainConfig, n: usize, after: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<(usize, f64)> {
+/// The first `from` updates are skipped (done before a restart; the
+/// shuffles still run so later epochs see the same order).
+#[allow(clippy::too_many_arguments)]
+fn run_sync(
+    master: &Master,
+    sg: &ShardedGraph,
+    train_set: &Dataset,
+    cfg: &TrainConfig,
+    n: usize,
+    from: usize,
+    after: &(dyn Fn(usize) -> Result<()> + Sync),
+) -> Result<(usize, f64)> {
     let mut batches = Batches::new(train_set.len(), cfg, n);
     let (mut steps, mut train_loss) = (0usize, f64::NAN);
     for _ in 0..cfg.epochs {
         let (mut sum, mut count) = (0.0, 0usize);
         for idx in batches.next_epoch() {
+            if steps < from {
+                steps += 1;
+                continue;
+            }
             let shard = idx.len() / n;
             let mut tensors: Vec<(Tensor, Tensor)> = Vec::with_capacity(n);
             for i in 0..n {
@@ -582,7 +675,7 @@ mod tests {
             }
         };
         let how = ClusterTraining { backup: 1, ..Default::default() };
-        let got = train_on_cluster_with(&data, &cfg, &spec, &how, &kill).unwrap();
+        let got = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &kill, restart: None }).unwrap();
         let want = train(&data, &cfg).unwrap();
         assert_eq!(got.failed_workers, ["worker:2"], "{got:?}");
         assert!(got.report.steps > 20 && got.report.steps as u64 * 2 + got.dropped_gradients == want.steps as u64 * 2, "{got:?}");
@@ -601,7 +694,7 @@ mod tests {
         let t = std::time::Instant::now();
         // Recvs would wait 30 s: the master's AbortStep ends the PS's step at once
         let how = ClusterTraining { master: MasterOptions { recv_timeout: Duration::from_secs(30), ..Default::default() }, ..Default::default() };
-        let e = train_on_cluster_with(&data, &cfg, &spec, &how, &kill).unwrap_err().to_string();
+        let e = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &kill, restart: None }).unwrap_err().to_string();
         let w1 = TaskId::new(Job::Worker, 1);
         assert!(e.starts_with(&format!("task {w1} at {}: RunGraph step 7", spec.address(w1).unwrap())), "{e}");
         assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
@@ -639,5 +732,52 @@ mod tests {
         let how = ClusterTraining { mode: Mode::Async, checkpoint: Some(ck("async")), ..Default::default() };
         let e = train_on_cluster(&data, &cfg, &spec, &how).unwrap_err().to_string();
         assert!(e.contains("not with async"), "{e}");
+    }
+
+    #[test]
+    fn a_dead_ps_restarts_from_the_last_checkpoint_and_ends_as_if_never_stopped() {
+        use flowlab_programs::train::CheckpointConfig;
+        let spec = local_spec(2);
+        let servers: Vec<std::sync::Mutex<Option<TaskServer>>> = spec
+            .tasks()
+            .map(|(t, _)| std::sync::Mutex::new(Some(TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap())))
+            .collect();
+        let data = digits();
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 2;
+        let how = ClusterTraining { checkpoint: Some(CheckpointConfig { dir: dir.path().into(), every: 20, keep: 2, resume: false }), ..Default::default() };
+        let ps = TaskId::new(Job::Ps, 0);
+        let first = servers[0].lock().unwrap().as_ref().unwrap().incarnation;
+        // ps:0 dies after update 30 (its checkpoint of update 20 stays), once
+        let killed = std::sync::atomic::AtomicBool::new(false);
+        let kill = |steps: usize| {
+            if steps == 30 && !killed.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                drop(servers[0].lock().unwrap().take());
+            }
+        };
+        let restart = |t: TaskId| -> Result<()> {
+            assert_eq!(t, ps);
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            let listener = loop {
+                match bind_task(&spec, t) {
+                    Ok(l) => break l,
+                    Err(e) if std::time::Instant::now() > deadline => return Err(e),
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            };
+            *servers[0].lock().unwrap() = Some(TaskServer::start(&spec, t, listener)?);
+            Ok(())
+        };
+        let got = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &kill, restart: Some(&restart) }).unwrap();
+        assert_ne!(servers[0].lock().unwrap().as_ref().unwrap().incarnation, first);
+        assert_eq!((got.restarts, got.steps_lost), (1, 10), "{got:?}");
+        // the checkpoint holds every variable and slot, the replay the same
+        // batches: the end is the uninterrupted run's, bit for bit
+        cfg.devices = 2;
+        let want = train(&data, &cfg).unwrap();
+        assert_eq!(got.report.steps, want.steps);
+        assert_eq!(got.report.accuracy.to_bits(), want.accuracy.to_bits(), "{got:?} vs {want:?}");
+        assert_eq!(got.report.loss.to_bits(), want.loss.to_bits(), "{got:?} vs {want:?}");
     }
 }

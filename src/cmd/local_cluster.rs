@@ -55,6 +55,22 @@ pub struct LocalCluster {
     tasks: Vec<Task>,
 }
 
+/// Starts `flowlab server` for task `id` of the spec in `file`, its
+/// stderr appended to `log`.
+fn spawn_task(file: &std::path::Path, id: TaskId, log: &std::path::Path) -> anyhow::Result<Child> {
+    let exe = std::env::current_exe().context("finding the flowlab binary to start the tasks")?;
+    let err = std::fs::OpenOptions::new().create(true).append(true).open(log).with_context(|| format!("opening {}", log.display()))?;
+    Command::new(&exe)
+        .args(["server", "--cluster"])
+        .arg(file)
+        .args(["--job", id.job.name(), "--task", &id.index.to_string(), "--parent", &std::process::id().to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .with_context(|| format!("starting task {id}: {}", exe.display()))
+}
+
 impl LocalCluster {
     /// Writes a spec with `ps` PS and `workers` worker tasks on free
     /// loopback ports and starts one `flowlab server` per task.
@@ -78,20 +94,10 @@ impl LocalCluster {
         let mut cluster = LocalCluster { spec, dir, tasks: Vec::new() };
         let file = cluster.dir.join("cluster.yaml");
         std::fs::write(&file, cluster.spec.to_yaml()).with_context(|| format!("writing {}", file.display()))?;
-        let exe = std::env::current_exe().context("finding the flowlab binary to start the tasks")?;
         let ids: Vec<TaskId> = cluster.spec.tasks().map(|(t, _)| t).collect();
         for id in ids {
             let log = cluster.dir.join(format!("{}-{}.log", id.job, id.index));
-            let err = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-            let child = Command::new(&exe)
-                .args(["server", "--cluster"])
-                .arg(&file)
-                .args(["--job", id.job.name(), "--task", &id.index.to_string(), "--parent", &std::process::id().to_string()])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(err)
-                .spawn()
-                .with_context(|| format!("starting task {id}: {}", exe.display()))?;
+            let child = spawn_task(&file, id, &log)?;
             cluster.tasks.push(Task { id, child, log });
         }
         Ok(cluster)
@@ -108,6 +114,18 @@ impl LocalCluster {
             }
         }
         false
+    }
+
+    /// Starts task `id` again (after it died) on its address.
+    pub fn restart_task(&mut self, id: TaskId) -> anyhow::Result<()> {
+        let file = self.dir.join("cluster.yaml");
+        let t = self.tasks.iter_mut().find(|t| t.id == id).with_context(|| format!("no task {id} to restart"))?;
+        if matches!(t.child.try_wait(), Ok(None)) {
+            let _ = t.child.kill();
+        }
+        let _ = t.child.wait();
+        t.child = spawn_task(&file, id, &t.log)?;
+        Ok(())
     }
 
     /// Tasks that have exited, each with its status and the end of its log.

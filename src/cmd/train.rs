@@ -10,7 +10,7 @@ use flowlab_programs::datasets::{Dataset, load_digits, parse_digits};
 use flowlab_engine::{EmulatedLink, EngineError};
 use flowlab_programs::train::{CheckpointConfig, ModelKind, ParallelPlacement, TrainConfig, train};
 use flowlab_hw::CommFormat;
-use flowlab_runtime::{ClusterSpec, ClusterTraining, Job, MasterOptions, Mode, train_on_cluster_with};
+use flowlab_runtime::{ClusterSpec, ClusterTraining, Hooks, Job, MasterOptions, Mode, TaskId, train_on_cluster_with};
 use std::path::PathBuf;
 use std::time::Duration;
 use std::process::ExitCode;
@@ -110,7 +110,9 @@ pub struct TrainArgs {
     /// With --local-cluster: kill a task (SIGKILL) after this many
     /// synchronous updates, e.g. `worker:2@200`. With a backup worker
     /// training goes on without it (the JSON lists it in failed_workers);
-    /// without one it stops, naming the task.
+    /// without one it stops, naming the task. A killed `ps:0` is started
+    /// again and training goes on from the newest checkpoint
+    /// (--checkpoint-dir; from scratch without one).
     #[arg(long, value_name = "TASK@STEP", requires = "local_cluster")]
     kill: Option<String>,
     /// Seconds to keep trying to reach the cluster's tasks.
@@ -344,16 +346,27 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
         bail!("--kill {}: the cluster has no task {task}", args.kill.as_deref().unwrap_or(""));
     }
     let local_cell = std::sync::Mutex::new(local.take());
+    let killed = std::sync::atomic::AtomicBool::new(false);
     let on_step = |steps: usize| {
         if let Some((task, at)) = kill
             && steps == at
+            && !killed.swap(true, std::sync::atomic::Ordering::Relaxed)
             && let Some(l) = local_cell.lock().unwrap_or_else(|e| e.into_inner()).as_mut()
             && l.kill_task(task)
         {
             eprintln!("killed task {task} after update {steps}");
         }
     };
-    let result = train_on_cluster_with(data, &cfg, &spec, &how, &on_step);
+    // a local PS that dies is started again (the run restores its newest checkpoint)
+    let restart = |task: TaskId| -> flowlab_runtime::Result<()> {
+        let mut guard = local_cell.lock().unwrap_or_else(|e| e.into_inner());
+        let l = guard.as_mut().ok_or_else(|| flowlab_runtime::RuntimeError::Engine { message: format!("task {task} is not a local task to restart") })?;
+        l.restart_task(task).map_err(|e| flowlab_runtime::RuntimeError::Engine { message: format!("restarting task {task}: {e:#}") })?;
+        eprintln!("restarted task {task}");
+        Ok(())
+    };
+    let hooks = Hooks { on_step: &on_step, restart: if args.local_cluster.is_some() { Some(&restart) } else { None } };
+    let result = train_on_cluster_with(data, &cfg, &spec, &how, &hooks);
     let mut local = local_cell.into_inner().unwrap_or_else(|e| e.into_inner());
     let r = match result {
         Ok(r) => r,
