@@ -135,7 +135,7 @@ impl Chief<'_> {
     fn after(&self, master: &Master, steps: usize) -> Result<()> {
         self.progress.store(steps, std::sync::atomic::Ordering::Relaxed);
         if let Some(m) = &self.manager
-            && steps % self.every.max(1) == 0
+            && steps.is_multiple_of(self.every.max(1))
         {
             let values = master.run(&[], &self.variables.iter().collect::<Vec<_>>(), &[])?;
             let named: Vec<(String, Tensor)> = self.variables.iter().map(|v| v.name()).zip(values).collect();
