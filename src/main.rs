@@ -43,6 +43,8 @@ enum Command {
     Place(cmd::place::PlaceArgs),
     /// Profile a zoo model's training step on the real engine (op times by shape, host figures).
     Profile(cmd::profile::ProfileArgs),
+    /// Run one task of a cluster (`--cluster FILE --job ps|worker|chief --task N`) until stopped.
+    Server(cmd::server::ServerArgs),
     /// List the catalog of ready experiments (run one with `flowlab run catalog:NAME`).
     List,
 }
@@ -68,6 +70,7 @@ fn main() -> ExitCode {
         Some(Command::Train(args)) => cmd::train::run(args),
         Some(Command::Place(args)) => cmd::place::run(args),
         Some(Command::Profile(args)) => cmd::profile::run(args),
+        Some(Command::Server(args)) => cmd::server::run(args),
     };
     match result {
         Ok(code) => code,

@@ -11,7 +11,7 @@
 //! tensors travel in the configured [`CommFormat`].
 
 use flowlab_engine::{DType, DeviceName, DeviceSet, EngineError, Graph, Optimizer, Output, PartitionOptions, Result, Session, SessionOptions, StepStats, Tensor};
-use flowlab_engine::replicate::data_parallel;
+use flowlab_engine::replicate::{data_parallel, data_parallel_sharded};
 use crate::datasets::Dataset;
 use flowlab_hw::CommFormat;
 use rand::SeedableRng;
@@ -382,7 +382,228 @@ fn build_replicas(g: &Graph, cfg: &TrainConfig, features: usize) -> Result<Train
     Ok(TrainGraph { x, y, loss: r.loss, train_op: r.train_op, eval_loss, eval_accuracy })
 }
 
-fn batch_tensors(d: &Dataset, idx: &[usize]) -> Result<(Tensor, Tensor)> {
+/// The graph of synchronous data parallelism over named devices, each
+/// replica fed its own shard where it runs (between-graph replication over
+/// the tasks of a cluster: the distributed runtime partitions it).
+/// Variables, averaging, the update and the evaluation tower live on the
+/// parameter device. With the same seed and shards it computes what
+/// [`train`] does with `--placement replicas` over as many local devices.
+#[derive(Clone, Debug)]
+pub struct ShardedGraph {
+    /// Per replica: its input and label placeholders, on its device.
+    pub xs: Vec<Output>,
+    pub ys: Vec<Output>,
+    /// Mean of the replica losses (the full-batch loss).
+    pub loss: Output,
+    pub train_op: Output,
+    /// Initializes every variable.
+    pub init: Output,
+    /// Evaluation placeholders and results, on the parameter device.
+    pub eval_x: Output,
+    pub eval_y: Output,
+    pub eval_loss: Output,
+    pub eval_accuracy: Output,
+}
+
+/// Builds [`ShardedGraph`] for `cfg.model` on `g`: variables on `param`,
+/// replica i on `replicas[i]`.
+pub fn build_sharded(g: &Graph, cfg: &TrainConfig, features: usize, param: &DeviceName, replicas: &[DeviceName]) -> Result<ShardedGraph> {
+    let pg = g.device(&param.to_string());
+    let mut xs = Vec::with_capacity(replicas.len());
+    let mut ys = Vec::with_capacity(replicas.len());
+    for (i, d) in replicas.iter().enumerate() {
+        let rg = g.device(&d.to_string());
+        xs.push(rg.placeholder(&format!("x_{i}"), DType::F32, [-1, features as i64])?);
+        ys.push(rg.placeholder(&format!("y_{i}"), DType::I64, [-1])?);
+    }
+    let layers = create_layers(cfg.model, cfg.seed, |_| pg.clone())?;
+    let vars: Vec<&Output> = layers.iter().flat_map(|l| l.vars()).collect();
+    let r = data_parallel_sharded(g, replicas, param, &xs, &ys, &vars, &Optimizer::adam(cfg.learning_rate), |rg, x, y| {
+        Ok(loss_and_accuracy(rg, &forward(rg, &layers, x)?, y)?.0)
+    })?;
+    let eval_x = pg.placeholder("x", DType::F32, [-1, features as i64])?;
+    let eval_y = pg.placeholder("y", DType::I64, [-1])?;
+    let eval = pg.scope("eval");
+    let (eval_loss, eval_accuracy) = loss_and_accuracy(&eval, &forward(&eval, &layers, &eval_x)?, &eval_y)?;
+    let init = g.global_variables_initializer()?;
+    Ok(ShardedGraph { xs, ys, loss: r.loss, train_op: r.train_op, init, eval_x, eval_y, eval_loss, eval_accuracy })
+}
+
+/// The graph of asynchronous data parallelism over named devices: replica
+/// i has its own placeholders, loss and gradients on its device and its own
+/// Adam update on the parameter device, all updates sharing the variables
+/// and one optimizer state there. A worker's step runs only its own update,
+/// on the variables as they are when its step reads them.
+#[derive(Clone, Debug)]
+pub struct AsyncGraph {
+    pub xs: Vec<Output>,
+    pub ys: Vec<Output>,
+    /// Per replica: its batch loss and its update.
+    pub losses: Vec<Output>,
+    pub train_ops: Vec<Output>,
+    pub init: Output,
+    pub eval_x: Output,
+    pub eval_y: Output,
+    pub eval_loss: Output,
+    pub eval_accuracy: Output,
+}
+
+/// Builds [`AsyncGraph`] for `cfg.model` on `g`: variables on `param`,
+/// replica i on `replicas[i]`.
+pub fn build_async(g: &Graph, cfg: &TrainConfig, features: usize, param: &DeviceName, replicas: &[DeviceName]) -> Result<AsyncGraph> {
+    let pg = g.device(&param.to_string());
+    let layers = create_layers(cfg.model, cfg.seed, |_| pg.clone())?;
+    let vars: Vec<&Output> = layers.iter().flat_map(|l| l.vars()).collect();
+    let opt = Optimizer::adam(cfg.learning_rate);
+    let (mut xs, mut ys, mut losses, mut train_ops) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, d) in replicas.iter().enumerate() {
+        let rg = g.device(&d.to_string()).scope(&format!("replica_{i}"));
+        let x = rg.placeholder("x", DType::F32, [-1, features as i64])?;
+        let y = rg.placeholder("y", DType::I64, [-1])?;
+        let loss = loss_and_accuracy(&rg, &forward(&rg, &layers, &x)?, &y)?.0;
+        let grads = rg.gradients(&[&loss], &vars)?;
+        let mut pairs = Vec::with_capacity(vars.len());
+        for (v, gr) in vars.iter().zip(grads) {
+            let gr = gr.ok_or_else(|| EngineError::NoGradient { node: v.name(), op: "the loss does not depend on it".into() })?;
+            pairs.push(((*v).clone(), gr));
+        }
+        train_ops.push(opt.apply_gradients_shared(&pg, &pairs)?);
+        xs.push(x);
+        ys.push(y);
+        losses.push(loss);
+    }
+    let eval_x = pg.placeholder("x", DType::F32, [-1, features as i64])?;
+    let eval_y = pg.placeholder("y", DType::I64, [-1])?;
+    let eval = pg.scope("eval");
+    let (eval_loss, eval_accuracy) = loss_and_accuracy(&eval, &forward(&eval, &layers, &eval_x)?, &eval_y)?;
+    let init = g.global_variables_initializer()?;
+    Ok(AsyncGraph { xs, ys, losses, train_ops, init, eval_x, eval_y, eval_loss, eval_accuracy })
+}
+
+/// The graph of synchronous data parallelism with backup workers
+/// (TensorFlow's SyncReplicasOptimizer): each of the `replicas.len()`
+/// workers computes the gradients of its shard and leaves them in its own
+/// stash variables on the parameter device (`computes[i]`); `apply` then
+/// averages the stashes weighted by the fed scalars `masks` (1 for the
+/// first `needed` workers to finish, 0 for the rest) over `needed`, and
+/// makes one Adam update. With every mask 1 and no backup it computes what
+/// [`ShardedGraph`] does, bit for bit (x * 1 and + 0 are exact).
+#[derive(Clone, Debug)]
+pub struct BackupGraph {
+    pub xs: Vec<Output>,
+    pub ys: Vec<Output>,
+    pub losses: Vec<Output>,
+    /// Per worker: its gradients into its stash (run as a target).
+    pub computes: Vec<Output>,
+    /// Per worker: a scalar f32 placeholder on the parameter device.
+    pub masks: Vec<Output>,
+    pub apply: Output,
+    pub init: Output,
+    pub eval_x: Output,
+    pub eval_y: Output,
+    pub eval_loss: Output,
+    pub eval_accuracy: Output,
+}
+
+/// Builds [`BackupGraph`]: variables, stashes and the update on `param`,
+/// worker i on `replicas[i]`, `needed` gradients per update.
+pub fn build_backup(g: &Graph, cfg: &TrainConfig, features: usize, param: &DeviceName, replicas: &[DeviceName], needed: usize) -> Result<BackupGraph> {
+    if needed == 0 || needed > replicas.len() {
+        return Err(EngineError::Config {
+            key: "sync_backup".into(),
+            detail: format!("{} workers cannot give {needed} gradients per step", replicas.len()),
+        });
+    }
+    let pg = g.device(&param.to_string());
+    let layers = create_layers(cfg.model, cfg.seed, |_| pg.clone())?;
+    let vars: Vec<&Output> = layers.iter().flat_map(|l| l.vars()).collect();
+    let (mut xs, mut ys, mut losses, mut computes, mut masks, mut stashes) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, d) in replicas.iter().enumerate() {
+        let rg = g.device(&d.to_string()).scope(&format!("replica_{i}"));
+        let x = rg.placeholder("x", DType::F32, [-1, features as i64])?;
+        let y = rg.placeholder("y", DType::I64, [-1])?;
+        let loss = loss_and_accuracy(&rg, &forward(&rg, &layers, &x)?, &y)?.0;
+        let grads = rg.gradients(&[&loss], &vars)?;
+        let ps = pg.scope(&format!("stash_{i}"));
+        let mut assigns = Vec::with_capacity(vars.len());
+        let mut mine = Vec::with_capacity(vars.len());
+        for (v, gr) in vars.iter().zip(grads) {
+            let gr = gr.ok_or_else(|| EngineError::NoGradient { node: v.name(), op: "the loss does not depend on it".into() })?;
+            let ty = v.tensor_type();
+            let shape = ty.shape.to_shape().ok_or_else(|| EngineError::Shape { node: v.name(), op: "Variable".into(), detail: "a stash needs a known shape".into() })?;
+            let stash = ps.variable(&v.name(), ps.zeros(ty.dtype, shape)?)?;
+            assigns.push(ps.assign(&stash, &gr)?);
+            mine.push(stash);
+        }
+        computes.push(ps.group("compute", &assigns.iter().collect::<Vec<_>>())?);
+        masks.push(pg.placeholder(&format!("mask_{i}"), DType::F32, [] as [i64; 0])?);
+        stashes.push(mine);
+        xs.push(x);
+        ys.push(y);
+        losses.push(loss);
+    }
+    let avg = pg.scope("average");
+    let mut pairs = Vec::with_capacity(vars.len());
+    for (k, v) in vars.iter().enumerate() {
+        let mut sum: Option<Output> = None;
+        for (i, st) in stashes.iter().enumerate() {
+            let term = avg.mul(&st[k], &masks[i])?;
+            sum = Some(match sum {
+                None => term,
+                Some(acc) => avg.add(&acc, &term)?,
+            });
+        }
+        let sum = sum.ok_or_else(|| EngineError::Tensor("no workers".into()))?;
+        let mean = if needed == 1 { sum } else { avg.mul(&sum, avg.scalar(1.0 / needed as f64, v.dtype())?)? };
+        pairs.push(((*v).clone(), mean));
+    }
+    let apply = Optimizer::adam(cfg.learning_rate).apply_gradients(&pg, &pairs)?;
+    let eval_x = pg.placeholder("x", DType::F32, [-1, features as i64])?;
+    let eval_y = pg.placeholder("y", DType::I64, [-1])?;
+    let eval = pg.scope("eval");
+    let (eval_loss, eval_accuracy) = loss_and_accuracy(&eval, &forward(&eval, &layers, &eval_x)?, &eval_y)?;
+    let init = g.global_variables_initializer()?;
+    Ok(BackupGraph { xs, ys, losses, computes, masks, apply, init, eval_x, eval_y, eval_loss, eval_accuracy })
+}
+
+/// The mini-batches of each epoch: a seeded shuffle of the training set
+/// per epoch, cut into `batch`-sized batches; with `replicas` > 1 the last
+/// batch is cut down to a multiple of `replicas` (dropped if that leaves
+/// nothing) so every replica gets an equal shard. [`train`] and the
+/// distributed runtime draw the same batches for the same config.
+pub struct Batches {
+    rng: ChaCha8Rng,
+    order: Vec<usize>,
+    batch: usize,
+    replicas: usize,
+}
+
+impl Batches {
+    pub fn new(train_examples: usize, cfg: &TrainConfig, replicas: usize) -> Batches {
+        Batches {
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_0f_ba7c4),
+            order: (0..train_examples).collect(),
+            batch: cfg.batch.max(1),
+            replicas: replicas.max(1),
+        }
+    }
+
+    /// The next epoch's batches (example indices).
+    pub fn next_epoch(&mut self) -> Vec<&[usize]> {
+        self.order.shuffle(&mut self.rng);
+        let mut batches: Vec<&[usize]> = self.order.chunks(self.batch).collect();
+        if self.replicas > 1 && let Some(last) = batches.pop() {
+            let keep = last.len() - last.len() % self.replicas;
+            if keep > 0 {
+                batches.push(&last[..keep]);
+            }
+        }
+        batches
+    }
+}
+
+/// The inputs and labels of examples `idx` of `d`.
+pub fn batch_tensors(d: &Dataset, idx: &[usize]) -> Result<(Tensor, Tensor)> {
     let b = d.select(idx);
     Ok((Tensor::from_vec(b.x, [idx.len(), d.features])?, Tensor::from_vec(b.y, [idx.len()])?))
 }
@@ -447,8 +668,7 @@ pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
         resumed_from_step = Some(r.step);
         skipped_checkpoints = r.skipped;
     }
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_0f_ba7c4);
-    let mut order: Vec<usize> = (0..train_set.len()).collect();
+    let mut schedule = Batches::new(train_set.len(), cfg, if replicas { cfg.devices } else { 1 });
     let mut steps = 0u64;
     let mut train_loss = resume.train_loss;
     let mut traced: Vec<StepStats> = Vec::new();
@@ -456,14 +676,7 @@ pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
     for epoch in 0..cfg.epochs {
         // Shuffled even for epochs a resumed run skips, so the order of
         // every later epoch is the one an uninterrupted run uses.
-        order.shuffle(&mut rng);
-        let mut batches: Vec<&[usize]> = order.chunks(cfg.batch).collect();
-        if replicas && let Some(last) = batches.pop() {
-            let keep = last.len() - last.len() % cfg.devices;
-            if keep > 0 {
-                batches.push(&last[..keep]);
-            }
-        }
+        let batches = schedule.next_epoch();
         // The loss sum of this epoch so far: restored when the checkpoint
         // was taken inside it.
         let epoch_start = steps;

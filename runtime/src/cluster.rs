@@ -70,6 +70,25 @@ impl TaskId {
     }
 }
 
+impl TaskId {
+    /// The task's one device: `/job:<job>/replica:0/task:<index>/device:CPU:0`.
+    pub fn device(self) -> flowlab_engine::DeviceName {
+        flowlab_engine::DeviceName::full(self.job.name(), 0, self.index, "CPU", 0)
+    }
+
+    /// The task a device belongs to (`None` when its job is not a cluster
+    /// job or it names no task).
+    pub fn of_device(d: &flowlab_engine::DeviceName) -> Option<TaskId> {
+        Some(TaskId::new(Job::parse(d.job.as_deref()?)?, d.task?))
+    }
+
+    /// Parses `worker:1`.
+    pub fn parse(s: &str) -> Option<TaskId> {
+        let (job, index) = s.split_once(':')?;
+        Some(TaskId::new(Job::parse(job)?, index.parse().ok()?))
+    }
+}
+
 impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.job, self.index)
@@ -201,6 +220,34 @@ impl ClusterSpec {
         Ok(ClusterSpec { tasks })
     }
 
+    /// A fingerprint of the tasks and their addresses (FNV-1a), carried by
+    /// every message so that a task refuses messages of another cluster.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for (t, a) in &self.tasks {
+            for b in format!("{t}={a}\n").bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        h
+    }
+
+    /// The spec as YAML that [`ClusterSpec::from_yaml`] reads back (map form).
+    pub fn to_yaml(&self) -> String {
+        let mut out = String::new();
+        for job in Job::ALL {
+            let tasks: Vec<_> = self.job_tasks(job).collect();
+            if tasks.is_empty() {
+                continue;
+            }
+            out.push_str(&format!("{job}:\n"));
+            for (t, a) in tasks {
+                out.push_str(&format!("  {}: \"{a}\"\n", t.index));
+            }
+        }
+        out
+    }
+
     /// The address of `task`, or an error listing the tasks there are.
     pub fn address(&self, task: TaskId) -> Result<&str> {
         self.tasks.get(&task).map(String::as_str).ok_or_else(|| RuntimeError::NoSuchTask {
@@ -274,6 +321,20 @@ mod tests {
     fn empty_spec_and_two_chiefs_are_refused() {
         assert!(load("{}\n").unwrap_err().to_string().contains("no tasks"));
         assert!(load("chief: [h:1, h:2]\n").unwrap_err().to_string().contains("at most one"));
+    }
+
+    #[test]
+    fn yaml_round_trips_and_the_fingerprint_tells_clusters_apart() {
+        let a = load("ps: [h:1]\nworker: [h:2, h:3]\n").unwrap();
+        let back = load(&a.to_yaml()).unwrap();
+        assert_eq!(back, a);
+        assert_eq!(back.fingerprint(), a.fingerprint());
+        let b = load("ps: [h:1]\nworker: [h:2, h:4]\n").unwrap();
+        assert_ne!(a.fingerprint(), b.fingerprint());
+        let w1 = TaskId::parse("worker:1").unwrap();
+        assert_eq!(w1.device().to_string(), "/job:worker/replica:0/task:1/device:CPU:0");
+        assert_eq!(TaskId::of_device(&w1.device()), Some(w1));
+        assert_eq!(TaskId::parse("workers:1"), None);
     }
 
     #[test]

@@ -35,4 +35,10 @@ pub enum RuntimeError {
     Rpc { task: String, address: String, message: String },
 }
 
+impl From<flowlab_engine::EngineError> for RuntimeError {
+    fn from(e: flowlab_engine::EngineError) -> RuntimeError {
+        RuntimeError::Engine { message: e.to_string() }
+    }
+}
+
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;

@@ -9,15 +9,21 @@
 //! | module | holds |
 //! |---|---|
 //! | `error` | the crate's error type |
+//! | `bench` | `flowlab bench cluster`: transfers and steps over loopback gRPC beside their in-process peers |
 //! | `cluster` | the cluster spec: jobs `chief`, `ps`, `worker` and their task addresses |
 //! | `net` | binding a task's address and reaching another task, with a deadline |
 //! | `wire` | tensors in messages |
-//! | `worker` | a task's gRPC server and the remote rendezvous (`RecvTensor`) |
+//! | `worker` | a task's gRPC server: registered partitions, steps, the rendezvous between tasks |
+//! | `master` | places and partitions a client's graph over the tasks, registers it, runs steps |
+//! | `train` | data-parallel training of the digits recipes over a cluster, synchronous or asynchronous |
 
+mod bench;
 mod cluster;
 mod error;
+mod master;
 mod net;
 mod wire;
+mod train;
 mod worker;
 
 /// Messages and services generated from `proto/flowlab.proto`.
@@ -25,7 +31,10 @@ pub mod pb {
     tonic::include_proto!("flowlab");
 }
 
+pub use bench::{ClusterBenchRecord, bench as bench_cluster};
 pub use cluster::{ClusterSpec, Job, TaskId};
 pub use error::{Result, RuntimeError};
 pub use net::{bind_task, connect_task};
-pub use worker::{RemoteRendezvous, TaskServer, WorkerService};
+pub use master::{Master, MasterOptions};
+pub use train::{ClusterTrainReport, ClusterTraining, Hooks, Mode, train_on_cluster, train_on_cluster_with};
+pub use worker::{StepRendezvous, TaskClient, TaskServer, WorkerService};

@@ -1,4 +1,6 @@
-//! The worker service of a task and its remote rendezvous.
+//! The worker service of a task: its registered graph partitions, the steps
+//! it runs of them, and the rendezvous that moves their tensors between
+//! tasks.
 //!
 //! Contract: a task's Send ops leave tensors in the task's own
 //! [`LocalRendezvous`]; a consumer on another task asks for one with the
@@ -7,14 +9,28 @@
 //! timeout. A key is used once, so a retried step (a new step id) never
 //! receives a tensor of an older step. The tensor travels in the wire form
 //! the Send chose (f32, or the f16/bf16/int8 bytes), and the consumer
-//! decodes it with the engine's own `recv_tensor`, so a remote transfer gives
+//! decodes it with the engine's own Recv kernel, so a remote transfer gives
 //! exactly the bytes an in-process one does.
+//!
+//! `RegisterGraph` keeps a partition (the engine's graph JSON) in a
+//! one-device session of the task's device and returns a handle;
+//! `RunGraph` runs one step of it with a [`StepRendezvous`]: Sends go to the
+//! task's rendezvous, Recvs whose source device is on another task become
+//! `RecvTensor` calls to that task, the others wait locally. Every request
+//! carries the cluster's fingerprint and the incarnation of the task it is
+//! meant for; a task refuses any other, naming both, so a message from
+//! another cluster or for an earlier run of a restarted task never acts.
 
+use std::collections::HashMap;
 use std::net::TcpListener;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowlab_engine::{DType, DeviceName, LocalRendezvous, Rendezvous, RendezvousKey, Shape, Tensor};
+use flowlab_engine::{
+    DType, DeviceName, DeviceSet, EngineError, Graph, LocalRendezvous, RecvCallback, Rendezvous, RendezvousKey, Session,
+    SessionOptions, Shape, Tensor,
+};
 use flowlab_hw::CommFormat;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
@@ -23,12 +39,116 @@ use crate::cluster::{ClusterSpec, TaskId};
 use crate::error::{Result, RuntimeError};
 use crate::pb::worker_client::WorkerClient;
 use crate::pb::worker_server::{Worker, WorkerServer};
-use crate::pb::{RecvTensorRequest, RecvTensorResponse};
+use crate::pb::{
+    AbortStepRequest, AbortStepResponse, Addressee, GetStatusRequest, GetStatusResponse, NamedTensor, RecvTensorRequest, RecvTensorResponse, RegisterGraphRequest,
+    RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
+};
 use crate::wire;
 
-/// The gRPC side of one task: answers `RecvTensor` from its rendezvous.
-pub struct WorkerService {
+/// A number a task draws when it starts: another run of the same task
+/// (a restart) draws another.
+pub(crate) fn new_incarnation() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.finish().max(1)
+}
+
+/// An error and its sources, "outer: inner: innermost" (tonic's own
+/// Display says only "transport error").
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// A millisecond count for a message.
+pub(crate) fn millis(d: Duration) -> u64 {
+    d.as_millis().min(u128::from(u64::MAX)) as u64
+}
+
+/// One registered partition.
+struct Registered {
+    session: Session,
+    graph: Graph,
+    /// The incarnation of each other task, as the master found them.
+    peers: HashMap<TaskId, u64>,
+    recv_timeout: Duration,
+}
+
+/// What one task knows and keeps.
+struct TaskState {
+    task: TaskId,
+    spec: ClusterSpec,
+    cluster: u64,
+    incarnation: u64,
+    device: DeviceName,
     rendezvous: Arc<LocalRendezvous>,
+    graphs: Mutex<HashMap<String, Arc<Registered>>>,
+    next_handle: AtomicU64,
+    /// Channels to the other tasks, made on first use (they connect lazily).
+    channels: Mutex<HashMap<TaskId, Channel>>,
+    /// The rendezvous of the steps running here, by step id, so that
+    /// `AbortStep` can end them.
+    running: Mutex<HashMap<u64, Vec<Arc<StepRendezvous>>>>,
+    /// Steps aborted (with why) before or while they ran here; forgotten
+    /// with the step's keys.
+    aborted: Mutex<HashMap<u64, String>>,
+}
+
+impl TaskState {
+    /// Refuses a request of another cluster, or meant for another
+    /// incarnation of this task (`0` is accepted only where `any_incarnation`).
+    fn admit(&self, to: Option<&Addressee>, any_incarnation: bool) -> std::result::Result<(), Status> {
+        let to = to.ok_or_else(|| Status::invalid_argument(format!("task {}: request names no cluster and incarnation", self.task)))?;
+        if to.cluster != self.cluster {
+            return Err(Status::failed_precondition(format!(
+                "task {}: message from another cluster (cluster {:016x}; this task serves cluster {:016x}): sender and task were started with different cluster specs",
+                self.task, to.cluster, self.cluster
+            )));
+        }
+        if to.incarnation != self.incarnation && !(any_incarnation && to.incarnation == 0) {
+            return Err(Status::failed_precondition(format!(
+                "task {}: message for incarnation {:016x}, this is incarnation {:016x}: the task restarted since the sender last reached it",
+                self.task, to.incarnation, self.incarnation
+            )));
+        }
+        Ok(())
+    }
+
+    /// The channel to `task` (connected on first use).
+    fn channel(&self, task: TaskId) -> Result<Channel> {
+        let mut ch = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = ch.get(&task) {
+            return Ok(c.clone());
+        }
+        let c = endpoint(&self.spec, task, Duration::from_secs(10))?.connect_lazy();
+        ch.insert(task, c.clone());
+        Ok(c)
+    }
+}
+
+/// The endpoint of `task`, with `connect_timeout`.
+fn endpoint(spec: &ClusterSpec, task: TaskId, connect_timeout: Duration) -> Result<Endpoint> {
+    let address = spec.address(task)?;
+    Ok(Endpoint::from_shared(format!("http://{address}"))
+        .map_err(|e| RuntimeError::Rpc { task: task.to_string(), address: address.into(), message: format!("not a valid endpoint: {e}") })?
+        .tcp_nodelay(true)
+        .connect_timeout(connect_timeout))
+}
+
+/// The gRPC side of one task.
+pub struct WorkerService {
+    state: Arc<TaskState>,
 }
 
 fn key_of(r: &RecvTensorRequest) -> std::result::Result<RendezvousKey, Status> {
@@ -36,20 +156,251 @@ fn key_of(r: &RecvTensorRequest) -> std::result::Result<RendezvousKey, Status> {
     Ok(RendezvousKey { src_device: dev(&r.src_device)?, dst_device: dev(&r.dst_device)?, edge: r.edge.clone(), step_id: r.step_id })
 }
 
+/// "node:index" (or "node", index 0) of `graph`.
+fn output_of(graph: &Graph, name: &str) -> flowlab_engine::Result<flowlab_engine::Output> {
+    match name.rsplit_once(':') {
+        Some((n, i)) if i.parse::<usize>().is_ok() => graph.output_by_name(n, i.parse().unwrap_or(0)),
+        _ => graph.output_by_name(name, 0),
+    }
+}
+
+impl WorkerService {
+    fn run_graph_blocking(&self, r: RunGraphRequest) -> std::result::Result<RunGraphResponse, Status> {
+        let st = &self.state;
+        let reg = st.graphs.lock().unwrap_or_else(|e| e.into_inner()).get(&r.handle).cloned().ok_or_else(|| {
+            Status::not_found(format!("task {}: no graph registered under handle `{}`", st.task, r.handle))
+        })?;
+        let bad = |e: EngineError| Status::invalid_argument(format!("task {}: {e}", st.task));
+        let mut feeds = Vec::with_capacity(r.feeds.len());
+        for f in &r.feeds {
+            let t = f.tensor.as_ref().ok_or_else(|| Status::invalid_argument(format!("task {}: feed `{}` without a tensor", st.task, f.name)))?;
+            let t = wire::from_proto(t).map_err(|e| Status::invalid_argument(format!("task {}: feed `{}`: {e}", st.task, f.name)))?;
+            feeds.push((output_of(&reg.graph, &f.name).map_err(bad)?, t));
+        }
+        let fetches = r.fetches.iter().map(|n| output_of(&reg.graph, n)).collect::<flowlab_engine::Result<Vec<_>>>().map_err(bad)?;
+        let targets = r.targets.iter().map(|n| reg.graph.output_by_name(n, 0)).collect::<flowlab_engine::Result<Vec<_>>>().map_err(bad)?;
+        let rdv = Arc::new(StepRendezvous::new(Arc::clone(st), &reg, r.step_id));
+        st.running.lock().unwrap_or_else(|e| e.into_inner()).entry(r.step_id).or_default().push(Arc::clone(&rdv));
+        // an abort that came first
+        if let Some(why) = st.aborted.lock().unwrap_or_else(|e| e.into_inner()).get(&r.step_id).cloned() {
+            rdv.abort(&EngineError::Device(why));
+        }
+        let feed_refs: Vec<_> = feeds.iter().map(|(o, t)| (o, t)).collect();
+        let out = reg.session.run_partition(
+            &feed_refs,
+            &fetches.iter().collect::<Vec<_>>(),
+            &targets.iter().collect::<Vec<_>>(),
+            rdv.as_ref(),
+            r.step_id,
+        );
+        {
+            let mut running = st.running.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(v) = running.get_mut(&r.step_id) {
+                v.retain(|x| !Arc::ptr_eq(x, &rdv));
+                if v.is_empty() {
+                    running.remove(&r.step_id);
+                }
+            }
+        }
+        let out = out.map_err(|e| Status::aborted(format!("task {} step {}: {e}", st.task, r.step_id)))?;
+        let mut fetched = Vec::with_capacity(out.len());
+        for (name, t) in r.fetches.iter().zip(&out) {
+            let tensor = wire::to_proto(t).map_err(|e| Status::internal(format!("task {}: fetch `{name}`: {e}", st.task)))?;
+            fetched.push(NamedTensor { name: name.clone(), tensor: Some(tensor) });
+        }
+        Ok(RunGraphResponse { fetched })
+    }
+}
+
 #[tonic::async_trait]
 impl Worker for WorkerService {
+    async fn get_status(&self, req: Request<GetStatusRequest>) -> std::result::Result<Response<GetStatusResponse>, Status> {
+        let st = &self.state;
+        st.admit(req.get_ref().to.as_ref(), true)?;
+        Ok(Response::new(GetStatusResponse { task: st.task.to_string(), incarnation: st.incarnation, device: st.device.to_string() }))
+    }
+
     async fn recv_tensor(&self, req: Request<RecvTensorRequest>) -> std::result::Result<Response<RecvTensorResponse>, Status> {
         let r = req.into_inner();
+        self.state.admit(r.to.as_ref(), false)?;
         let key = key_of(&r)?;
         let timeout = Duration::from_millis(r.timeout_ms);
-        let rdv = Arc::clone(&self.rendezvous);
-        // the local rendezvous blocks its caller: keep it off the async threads
-        let t = tokio::task::spawn_blocking(move || rdv.recv(&key, timeout))
-            .await
-            .map_err(|e| Status::internal(format!("receive task failed: {e}")))?
-            .map_err(|e| Status::deadline_exceeded(e.to_string()))?;
+        // wait without a thread: the rendezvous calls back when the Send comes
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.state.rendezvous.recv_async(key.clone(), Box::new(move |res| {
+            let _ = tx.send(res);
+        }));
+        let t = match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(Ok(t))) => t,
+            Ok(Ok(Err(e))) => return Err(Status::aborted(e.to_string())),
+            Ok(Err(_)) => return Err(Status::aborted(format!("{key}: the step was cleaned up before its Send ran"))),
+            Err(_) => return Err(Status::deadline_exceeded(format!("{key}: no Send within {timeout:?}"))),
+        };
         let tensor = wire::to_proto(&t).map_err(|e| Status::internal(e.to_string()))?;
         Ok(Response::new(RecvTensorResponse { tensor: Some(tensor) }))
+    }
+
+    async fn register_graph(&self, req: Request<RegisterGraphRequest>) -> std::result::Result<Response<RegisterGraphResponse>, Status> {
+        let st = &self.state;
+        let r = req.into_inner();
+        st.admit(r.to.as_ref(), false)?;
+        let bad = |e: String| Status::invalid_argument(format!("task {}: RegisterGraph: {e}", st.task));
+        let graph = Graph::from_json(r.graph_json.as_bytes(), "the registered graph").map_err(|e| bad(e.to_string()))?;
+        let mut devices = DeviceSet::new();
+        devices.add(&st.device.to_string()).map_err(|e| bad(e.to_string()))?;
+        let recv_timeout = Duration::from_millis(r.recv_timeout_ms.max(1));
+        let session = Session::with_options(&graph, SessionOptions { threads: 1, devices, recv_timeout, ..Default::default() })
+            .map_err(|e| bad(e.to_string()))?;
+        let mut peers = HashMap::new();
+        for p in &r.peers {
+            let t = TaskId::parse(&p.task).ok_or_else(|| bad(format!("peer `{}` is not a task name like worker:1", p.task)))?;
+            st.spec.address(t).map_err(|e| bad(e.to_string()))?;
+            peers.insert(t, p.incarnation);
+        }
+        let handle = format!("{}/graph{}", st.task, st.next_handle.fetch_add(1, Ordering::Relaxed));
+        let reg = Arc::new(Registered { session, graph, peers, recv_timeout });
+        st.graphs.lock().unwrap_or_else(|e| e.into_inner()).insert(handle.clone(), reg);
+        Ok(Response::new(RegisterGraphResponse { handle }))
+    }
+
+    async fn abort_step(&self, req: Request<AbortStepRequest>) -> std::result::Result<Response<AbortStepResponse>, Status> {
+        let st = &self.state;
+        let r = req.into_inner();
+        st.admit(r.to.as_ref(), false)?;
+        let why = format!("step {} aborted by the master: {}", r.step_id, r.reason);
+        st.aborted.lock().unwrap_or_else(|e| e.into_inner()).insert(r.step_id, why.clone());
+        let steps = st.running.lock().unwrap_or_else(|e| e.into_inner()).get(&r.step_id).cloned().unwrap_or_default();
+        for rdv in steps {
+            rdv.abort(&EngineError::Device(why.clone()));
+        }
+        Ok(Response::new(AbortStepResponse {}))
+    }
+
+    async fn run_graph(&self, req: Request<RunGraphRequest>) -> std::result::Result<Response<RunGraphResponse>, Status> {
+        let r = req.into_inner();
+        self.state.admit(r.to.as_ref(), false)?;
+        for &s in &r.finished_steps {
+            self.state.rendezvous.end_step(s);
+            self.state.aborted.lock().unwrap_or_else(|e| e.into_inner()).remove(&s);
+        }
+        let me = WorkerService { state: Arc::clone(&self.state) };
+        // the executor blocks its thread: keep it off the async threads
+        let resp = tokio::task::spawn_blocking(move || me.run_graph_blocking(r))
+            .await
+            .map_err(|e| Status::internal(format!("step thread failed: {e}")))??;
+        Ok(Response::new(resp))
+    }
+}
+
+/// The rendezvous of one step of one task (see the module comment). An
+/// abort ends this step's pending receives only: the task's table lives on.
+pub struct StepRendezvous {
+    state: Arc<TaskState>,
+    peers: HashMap<TaskId, u64>,
+    recv_timeout: Duration,
+    step_id: u64,
+    /// Receivers not yet answered, so that an abort can answer them.
+    pending: Mutex<Vec<Arc<Mutex<Option<RecvCallback>>>>>,
+    aborted: Mutex<Option<String>>,
+}
+
+impl StepRendezvous {
+    fn new(state: Arc<TaskState>, reg: &Registered, step_id: u64) -> StepRendezvous {
+        StepRendezvous {
+            state,
+            peers: reg.peers.clone(),
+            recv_timeout: reg.recv_timeout,
+            step_id,
+            pending: Mutex::new(Vec::new()),
+            aborted: Mutex::new(None),
+        }
+    }
+
+    fn aborted(&self) -> Option<String> {
+        self.aborted.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Asks the producer's task for `key` and answers `fire` with the result.
+    fn recv_remote(&self, src: TaskId, key: RendezvousKey, fire: impl FnOnce(flowlab_engine::Result<Tensor>) + Send + 'static) {
+        let st = &self.state;
+        let fail = |detail: String, key: &RendezvousKey| EngineError::Rendezvous { key: key.to_string(), detail };
+        let address = st.spec.address(src).map(str::to_string).unwrap_or_default();
+        let channel = match st.channel(src) {
+            Ok(c) => c,
+            Err(e) => return fire(Err(fail(e.to_string(), &key))),
+        };
+        let req = RecvTensorRequest {
+            step_id: key.step_id,
+            edge: key.edge.clone(),
+            src_device: key.src_device.to_string(),
+            dst_device: key.dst_device.to_string(),
+            timeout_ms: millis(self.recv_timeout),
+            to: Some(Addressee { cluster: st.cluster, incarnation: self.peers.get(&src).copied().unwrap_or(0) }),
+        };
+        let limit = self.recv_timeout + Duration::from_secs(5);
+        // steps run on the server runtime's blocking threads, which know it
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return fire(Err(fail("no network runtime on this thread".into(), &key)));
+        };
+        handle.spawn(async move {
+            let mut client = WorkerClient::new(channel);
+            let r = match tokio::time::timeout(limit, client.recv_tensor(req)).await {
+                Err(_) => Err(fail(format!("RecvTensor from task {src} at {address}: no answer in {limit:?}"), &key)),
+                Ok(Err(s)) => Err(fail(format!("RecvTensor from task {src} at {address}: {}", s.message()), &key)),
+                Ok(Ok(resp)) => match resp.into_inner().tensor {
+                    None => Err(fail(format!("RecvTensor from task {src} at {address}: answer without a tensor"), &key)),
+                    Some(p) => wire::from_proto(&p).map_err(|e| fail(format!("RecvTensor from task {src}: {e}"), &key)),
+                },
+            };
+            fire(r);
+        });
+    }
+}
+
+impl Rendezvous for StepRendezvous {
+    fn send(&self, key: &RendezvousKey, tensor: Tensor) -> flowlab_engine::Result<()> {
+        if let Some(why) = self.aborted() {
+            return Err(EngineError::Rendezvous { key: key.to_string(), detail: format!("step aborted: {why}") });
+        }
+        self.state.rendezvous.send(key, tensor)
+    }
+
+    fn recv(&self, key: &RendezvousKey, timeout: Duration) -> flowlab_engine::Result<Tensor> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.recv_async(key.clone(), Box::new(move |r| {
+            let _ = tx.send(r);
+        }));
+        rx.recv_timeout(timeout).map_err(|_| EngineError::Rendezvous { key: key.to_string(), detail: format!("no tensor within {timeout:?}") })?
+    }
+
+    fn recv_async(&self, key: RendezvousKey, done: RecvCallback) {
+        if let Some(why) = self.aborted() {
+            return done(Err(EngineError::Rendezvous { key: key.to_string(), detail: format!("step aborted: {why}") }));
+        }
+        let cell = Arc::new(Mutex::new(Some(done)));
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::clone(&cell));
+        let fire = move |r: flowlab_engine::Result<Tensor>| {
+            let done = cell.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(d) = done {
+                d(r);
+            }
+        };
+        match TaskId::of_device(&key.src_device) {
+            Some(src) if src != self.state.task => self.recv_remote(src, key, fire),
+            _ => self.state.rendezvous.recv_async(key, Box::new(fire)),
+        }
+    }
+
+    fn abort(&self, err: &EngineError) {
+        let why = err.to_string();
+        *self.aborted.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        for cell in pending {
+            let done = cell.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(d) = done {
+                d(Err(EngineError::Rendezvous { key: format!("step {}", self.step_id), detail: format!("aborted: {why}") }));
+            }
+        }
     }
 }
 
@@ -58,26 +409,56 @@ impl Worker for WorkerService {
 pub struct TaskServer {
     pub rendezvous: Arc<LocalRendezvous>,
     pub address: std::net::SocketAddr,
-    runtime: tokio::runtime::Runtime,
+    pub task: TaskId,
+    pub incarnation: u64,
+    runtime: Option<tokio::runtime::Runtime>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl TaskServer {
-    /// Serves `listener` (from [`crate::bind_task`]) on a runtime of its own.
-    pub fn start(listener: TcpListener) -> Result<TaskServer> {
-        let io = |e: std::io::Error| RuntimeError::Engine { message: format!("task server: {e}") };
+    /// Serves `task` of `spec` on `listener` (from [`crate::bind_task`]) on
+    /// a runtime of its own, with a fresh incarnation.
+    pub fn start(spec: &ClusterSpec, task: TaskId, listener: TcpListener) -> Result<TaskServer> {
+        let io = |e: std::io::Error| RuntimeError::Engine { message: format!("task {task} server: {e}") };
         let address = listener.local_addr().map_err(io)?;
         listener.set_nonblocking(true).map_err(io)?;
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(io)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(format!("flowlab-{}-{}", task.job, task.index))
+            .enable_all()
+            .build()
+            .map_err(io)?;
+        spec.address(task)?;
         let rendezvous = Arc::new(LocalRendezvous::new());
+        let incarnation = new_incarnation();
+        let state = Arc::new(TaskState {
+            task,
+            spec: spec.clone(),
+            cluster: spec.fingerprint(),
+            incarnation,
+            device: task.device(),
+            rendezvous: Arc::clone(&rendezvous),
+            graphs: Mutex::new(HashMap::new()),
+            next_handle: AtomicU64::new(1),
+            channels: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
+            aborted: Mutex::new(HashMap::new()),
+        });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let svc = WorkerService { rendezvous: Arc::clone(&rendezvous) };
+        let svc = WorkerService { state };
         let listener = {
             let _guard = runtime.enter();
             tokio::net::TcpListener::from_std(listener).map_err(io)?
         };
         runtime.spawn(async move {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            // Server::tcp_nodelay applies only to listeners tonic binds
+            // itself: set it on each accepted stream, or every small answer
+            // waits for the peer's delayed ACK (40 ms on Linux)
+            let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
+                s.inspect(|s| {
+                    let _ = s.set_nodelay(true);
+                })
+            });
             let _ = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
                 .add_service(WorkerServer::new(svc))
@@ -86,13 +467,15 @@ impl TaskServer {
                 })
                 .await;
         });
-        Ok(TaskServer { rendezvous, address, runtime, stop: Some(stop) })
+        Ok(TaskServer { rendezvous, address, task, incarnation, runtime: Some(runtime), stop: Some(stop) })
     }
 
     /// Blocks the calling thread while the server runs (for `flowlab server`).
     pub fn wait(mut self) {
         let stop = self.stop.take();
-        self.runtime.block_on(std::future::pending::<()>());
+        if let Some(rt) = &self.runtime {
+            rt.block_on(std::future::pending::<()>());
+        }
         drop(stop);
     }
 }
@@ -102,43 +485,68 @@ impl Drop for TaskServer {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
+        // in-flight steps may hold blocking threads: do not wait for them
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
     }
 }
 
-/// The consumer's end of transfers from one producer task.
-pub struct RemoteRendezvous {
-    task: TaskId,
-    address: String,
+/// A blocking client of one task's worker service, for the master, tests
+/// and benchmarks. Connecting asks the task for its incarnation, which
+/// every later call carries.
+pub struct TaskClient {
+    pub task: TaskId,
+    pub address: String,
+    pub incarnation: u64,
+    pub device: DeviceName,
+    cluster: u64,
     client: WorkerClient<Channel>,
-    runtime: tokio::runtime::Runtime,
+    runtime: Arc<tokio::runtime::Runtime>,
 }
 
-impl RemoteRendezvous {
+impl TaskClient {
     /// Connects to `task`, retrying until `deadline` (the task may still be
     /// starting); the error names task and address.
-    pub fn connect(spec: &ClusterSpec, task: TaskId, deadline: Duration) -> Result<RemoteRendezvous> {
+    pub fn connect(spec: &ClusterSpec, task: TaskId, deadline: Duration) -> Result<TaskClient> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| RuntimeError::Rpc {
+            task: task.to_string(),
+            address: spec.address(task).unwrap_or_default().to_string(),
+            message: format!("runtime: {e}"),
+        })?;
+        TaskClient::connect_on(spec, task, deadline, Arc::new(runtime))
+    }
+
+    /// [`TaskClient::connect`] on a runtime shared with other clients (a
+    /// multi-threaded one serves calls to several tasks at once).
+    pub(crate) fn connect_on(spec: &ClusterSpec, task: TaskId, deadline: Duration, runtime: Arc<tokio::runtime::Runtime>) -> Result<TaskClient> {
         let address = spec.address(task)?.to_string();
         let rpc = |message: String| RuntimeError::Rpc { task: task.to_string(), address: address.clone(), message };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| rpc(format!("runtime: {e}")))?;
-        let endpoint = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| rpc(format!("not a valid endpoint: {e}")))?
-            .tcp_nodelay(true)
-            .connect_timeout(deadline);
         let start = Instant::now();
         let mut pause = Duration::from_millis(10);
         let mut attempts = 0u32;
-        let client = loop {
+        let cluster = spec.fingerprint();
+        let to = Some(Addressee { cluster, incarnation: 0 });
+        let (client, status) = loop {
             attempts += 1;
-            match runtime.block_on(endpoint.connect()) {
-                Ok(ch) => break WorkerClient::new(ch),
+            let left = deadline.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
+            let ep = endpoint(spec, task, left)?;
+            let tried = runtime.block_on(async {
+                let ch = ep.connect().await.map_err(|e| error_chain(&e))?;
+                let mut c = WorkerClient::new(ch);
+                match tokio::time::timeout(left, c.get_status(GetStatusRequest { to })).await {
+                    Ok(Ok(s)) => Ok((c, s.into_inner())),
+                    Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => Err(format!("refused: {}", s.message())),
+                    Ok(Err(s)) => Err(s.message().to_string()),
+                    Err(_) => Err("no answer to GetStatus".to_string()),
+                }
+            });
+            match tried {
+                Ok(x) => break x,
+                // another cluster's task answered: waiting will not help
+                Err(e) if e.starts_with("refused: ") => return Err(rpc(e)),
                 Err(e) if start.elapsed() >= deadline => {
-                    return Err(rpc(format!(
-                        "not reachable after {:?} ({attempts} attempts); last error: {e:?}",
-                        start.elapsed()
-                    )));
+                    return Err(rpc(format!("not reachable after {:?} ({attempts} attempts); last error: {e}", start.elapsed())));
                 }
                 Err(_) => {
                     std::thread::sleep(pause.min(deadline.saturating_sub(start.elapsed())));
@@ -146,7 +554,30 @@ impl RemoteRendezvous {
                 }
             }
         };
-        Ok(RemoteRendezvous { task, address, client, runtime })
+        let device = DeviceName::parse(&status.device).map_err(|e| rpc(format!("bad device in GetStatus: {e}")))?;
+        if status.task != task.to_string() {
+            return Err(rpc(format!("the process there is task {}, not {task}", status.task)));
+        }
+        Ok(TaskClient { task, address, incarnation: status.incarnation, device, cluster, client, runtime })
+    }
+
+    /// What every request to this task carries.
+    pub(crate) fn to(&self) -> Option<Addressee> {
+        Some(Addressee { cluster: self.cluster, incarnation: self.incarnation })
+    }
+
+    pub(crate) fn rpc_error(&self, message: String) -> RuntimeError {
+        RuntimeError::Rpc { task: self.task.to_string(), address: self.address.clone(), message }
+    }
+
+    /// The raw gRPC client (a cheap clone) for concurrent calls.
+    pub(crate) fn raw(&self) -> WorkerClient<Channel> {
+        self.client.clone()
+    }
+
+    /// Runs `f` on this client's runtime.
+    pub(crate) fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.runtime.block_on(f)
     }
 
     /// The wire tensor the producer task sent under `key`, waiting at most `timeout`.
@@ -156,17 +587,17 @@ impl RemoteRendezvous {
             edge: key.edge.clone(),
             src_device: key.src_device.to_string(),
             dst_device: key.dst_device.to_string(),
-            timeout_ms: timeout.as_millis().min(u128::from(u64::MAX)) as u64,
+            timeout_ms: millis(timeout),
+            to: self.to(),
         };
         let mut client = self.client.clone();
         let resp = self.runtime.block_on(async move {
             tokio::time::timeout(timeout + Duration::from_secs(5), client.recv_tensor(req)).await
         });
-        let rpc = |message: String| RuntimeError::Rpc { task: self.task.to_string(), address: self.address.clone(), message };
         let resp = resp
-            .map_err(|_| rpc(format!("RecvTensor {key} got no answer in time")))?
-            .map_err(|s| rpc(format!("RecvTensor {key}: {}", s.message())))?;
-        let p = resp.into_inner().tensor.ok_or_else(|| rpc(format!("RecvTensor {key}: answer without a tensor")))?;
+            .map_err(|_| self.rpc_error(format!("RecvTensor {key} got no answer in time")))?
+            .map_err(|s| self.rpc_error(format!("RecvTensor {key}: {}", s.message())))?;
+        let p = resp.into_inner().tensor.ok_or_else(|| self.rpc_error(format!("RecvTensor {key}: answer without a tensor")))?;
         wire::from_proto(&p)
     }
 
@@ -175,9 +606,8 @@ impl RemoteRendezvous {
     pub fn recv_tensor(&mut self, key: &RendezvousKey, format: CommFormat, dtype: DType, shape: &Shape, timeout: Duration) -> Result<Tensor> {
         let wire = self.recv_wire(key, timeout)?;
         let local = LocalRendezvous::new();
-        let engine = |e: flowlab_engine::EngineError| RuntimeError::Engine { message: e.to_string() };
-        local.send(key, wire).map_err(engine)?;
-        flowlab_engine::recv_tensor(&local, key, format, dtype, shape, Duration::ZERO).map_err(engine)
+        local.send(key, wire)?;
+        Ok(flowlab_engine::recv_tensor(&local, key, format, dtype, shape, Duration::ZERO)?)
     }
 }
 
@@ -209,8 +639,8 @@ mod tests {
     fn a_remote_recv_gives_the_in_process_bytes_in_every_format() {
         let spec = cluster();
         let ps = TaskId::new(Job::Ps, 0);
-        let server = TaskServer::start(bind_task(&spec, ps).unwrap()).unwrap();
-        let mut remote = RemoteRendezvous::connect(&spec, ps, Duration::from_secs(10)).unwrap();
+        let server = TaskServer::start(&spec, ps, bind_task(&spec, ps).unwrap()).unwrap();
+        let mut remote = TaskClient::connect(&spec, ps, Duration::from_secs(10)).unwrap();
         let vals: Vec<f32> = (0..1000).map(|i| ((i as f32) * 0.37).sin() * 10.0 - 0.001 * i as f32).collect();
         let t = Tensor::from_vec(vals, vec![10, 100]).unwrap();
         let formats = [CommFormat::F32, CommFormat::F16, CommFormat::Bf16, CommFormat::Int8 { block: None }];
@@ -233,8 +663,8 @@ mod tests {
     fn a_recv_of_another_step_never_gets_the_tensor() {
         let spec = cluster();
         let ps = TaskId::new(Job::Ps, 0);
-        let server = TaskServer::start(bind_task(&spec, ps).unwrap()).unwrap();
-        let mut remote = RemoteRendezvous::connect(&spec, ps, Duration::from_secs(10)).unwrap();
+        let server = TaskServer::start(&spec, ps, bind_task(&spec, ps).unwrap()).unwrap();
+        let mut remote = TaskClient::connect(&spec, ps, Duration::from_secs(10)).unwrap();
         let t = Tensor::from_vec(vec![1.0f32, 2.0], vec![2]).unwrap();
         server.rendezvous.send(&key(7), t.clone()).unwrap();
         // a retried step has a new id: it waits (and times out), not steals step 7's tensor
@@ -247,8 +677,63 @@ mod tests {
     fn connecting_to_an_absent_task_ends_at_the_deadline_naming_it() {
         let spec = cluster();
         let t = Instant::now();
-        let e = RemoteRendezvous::connect(&spec, TaskId::new(Job::Worker, 0), Duration::from_millis(300)).err().unwrap().to_string();
+        let e = TaskClient::connect(&spec, TaskId::new(Job::Worker, 0), Duration::from_millis(300)).err().unwrap().to_string();
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         assert!(e.contains("worker:0") && e.contains(spec.address(TaskId::new(Job::Worker, 0)).unwrap()), "{e}");
+    }
+
+    #[test]
+    fn a_message_from_another_cluster_or_an_older_incarnation_is_refused() {
+        let spec = cluster();
+        let ps = TaskId::new(Job::Ps, 0);
+        let server = TaskServer::start(&spec, ps, bind_task(&spec, ps).unwrap()).unwrap();
+        // another cluster: the same ps address, another worker
+        let other = ClusterSpec::from_tasks([
+            (ps, spec.address(ps).unwrap().to_string()),
+            (TaskId::new(Job::Worker, 0), "127.0.0.1:1".to_string()),
+        ])
+        .unwrap();
+        let t = Instant::now();
+        let e = TaskClient::connect(&other, ps, Duration::from_secs(20)).err().unwrap().to_string();
+        assert!(t.elapsed() < Duration::from_secs(5), "refused at once, not retried: {:?}", t.elapsed());
+        assert!(e.contains("ps:0") && e.contains("another cluster") && e.contains(&format!("{:016x}", spec.fingerprint())), "{e}");
+
+        let mut old = TaskClient::connect(&spec, ps, Duration::from_secs(10)).unwrap();
+        assert_eq!(old.incarnation, server.incarnation);
+        let first = server.incarnation;
+        // the task restarts on its address: a new incarnation
+        drop(server);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let listener = loop {
+            match bind_task(&spec, ps) {
+                Ok(l) => break l,
+                Err(e) if Instant::now() > deadline => panic!("{e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        let server = TaskServer::start(&spec, ps, listener).unwrap();
+        assert_ne!(server.incarnation, first);
+        let t0 = Tensor::from_vec(vec![1.0f32], vec![1]).unwrap();
+        server.rendezvous.send(&key(3), t0).unwrap();
+        // a client that knew the old run is refused, and the tensor stays
+        let mut e = String::new();
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            // the old connection may need a retry to reach the new server
+            match old.recv_wire(&key(3), Duration::from_millis(200)) {
+                Err(err) if err.to_string().contains("incarnation") => {
+                    e = err.to_string();
+                    break;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                Ok(t) => panic!("an old incarnation's request got {t:?}"),
+            }
+        }
+        assert!(
+            e.contains("ps:0") && e.contains(&format!("incarnation {first:016x}")) && e.contains(&format!("{:016x}", server.incarnation)) && e.contains("restarted"),
+            "{e}"
+        );
+        let mut fresh = TaskClient::connect(&spec, ps, Duration::from_secs(10)).unwrap();
+        assert_eq!(fresh.recv_wire(&key(3), Duration::from_secs(5)).unwrap().to_vec::<f32>().unwrap(), [1.0]);
     }
 }

@@ -27,6 +27,8 @@ enum BenchTarget {
     Systolic,
     /// Cluster simulator: event core, 200-worker PS and 1,024-worker ring runs, scaling.
     Sim,
+    /// Distributed runtime: Send/Recv of a small tensor in process and over loopback gRPC, a two-task step, sync MLP steps on 1/2/4 workers.
+    Cluster,
     /// Graph-level simulator: Inception-v3 training (batch 32) on 8xK40: prepare, one step, m_etf placement.
     Graph,
 }
@@ -103,6 +105,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             .map(serde_json::to_value)
             .collect::<Result<_, _>>()?,
         BenchTarget::Sim => flowlab_sim::bench::bench(args.quick)?
+            .iter()
+            .map(serde_json::to_value)
+            .collect::<Result<_, _>>()?,
+        BenchTarget::Cluster => flowlab_runtime::bench_cluster(args.quick)?
             .iter()
             .map(serde_json::to_value)
             .collect::<Result<_, _>>()?,

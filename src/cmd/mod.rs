@@ -3,10 +3,12 @@
 
 pub mod bench;
 pub mod check;
+mod local_cluster;
 pub mod place;
 pub mod profile;
 pub mod report;
 pub mod run;
+pub mod server;
 pub mod systolic;
 pub mod train;
 mod train_lm;

@@ -10,7 +10,9 @@ use flowlab_programs::datasets::{Dataset, load_digits, parse_digits};
 use flowlab_engine::{EmulatedLink, EngineError};
 use flowlab_programs::train::{CheckpointConfig, ModelKind, ParallelPlacement, TrainConfig, train};
 use flowlab_hw::CommFormat;
+use flowlab_runtime::{ClusterSpec, ClusterTraining, Hooks, Job, MasterOptions, Mode, TaskId, train_on_cluster_with};
 use std::path::PathBuf;
+use std::time::Duration;
 use std::process::ExitCode;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -85,6 +87,37 @@ pub struct TrainArgs {
     /// Print the result as one JSON object on the last line.
     #[arg(long)]
     json: bool,
+    /// Train over a local cluster of `flowlab server` processes on loopback
+    /// ports, e.g. `ps=1,workers=2`: synchronous data parallelism with the
+    /// variables and the update on ps:0 and each worker computing the
+    /// gradients of its shard of every batch. The tasks are stopped at the end.
+    #[arg(long, value_name = "ps=P,workers=W", conflicts_with_all = ["devices", "cluster", "trace", "link"])]
+    local_cluster: Option<String>,
+    /// Train over the tasks of a running cluster (each started with
+    /// `flowlab server --cluster FILE --job J --task N`), as --local-cluster does.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["devices", "trace", "link"])]
+    cluster: Option<PathBuf>,
+    /// With --local-cluster or --cluster: asynchronous training (each worker
+    /// applies its own gradients on the PS when it has them, without
+    /// waiting for the others) instead of synchronous.
+    #[arg(long = "async")]
+    asynchronous: bool,
+    /// With --local-cluster or --cluster, synchronous: this many of the
+    /// workers are backups; each update averages the first `workers - B`
+    /// gradients computed on the current variables and drops the rest.
+    #[arg(long, value_name = "B", default_value_t = 0, conflicts_with = "asynchronous")]
+    sync_backup: usize,
+    /// With --local-cluster: kill a task (SIGKILL) after this many
+    /// synchronous updates, e.g. `worker:2@200`. With a backup worker
+    /// training goes on without it (the JSON lists it in failed_workers);
+    /// without one it stops, naming the task. A killed `ps:0` is started
+    /// again and training goes on from the newest checkpoint
+    /// (--checkpoint-dir; from scratch without one).
+    #[arg(long, value_name = "TASK@STEP", requires = "local_cluster")]
+    kill: Option<String>,
+    /// Seconds to keep trying to reach the cluster's tasks.
+    #[arg(long, default_value_t = 30.0)]
+    connect_timeout: f64,
     /// lstm-lm: `shakespeare` (59,620 words of tinyshakespeare, shipped),
     /// `markov` (a generated corpus of 60,000 words whose best perplexity is
     /// known), or a text file of words separated by white space.
@@ -231,8 +264,17 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if args.asynchronous && args.local_cluster.is_none() && args.cluster.is_none() {
+        bail!("--async trains over a cluster: add --local-cluster ps=P,workers=W or --cluster FILE");
+    }
+    if args.sync_backup > 0 && args.local_cluster.is_none() && args.cluster.is_none() {
+        bail!("--sync-backup trains over a cluster: add --local-cluster ps=P,workers=W or --cluster FILE");
+    }
     let cfg = config(&args)?;
     let (data, source) = load_data(&args.data)?;
+    if args.local_cluster.is_some() || args.cluster.is_some() {
+        return train_cluster(&args, cfg, &data, &source);
+    }
     let r = train(&data, &cfg).map_err(|e| match e {
         e @ EngineError::Config { .. } => for_cli(e),
         e => anyhow::Error::from(e).context("training"),
@@ -268,6 +310,107 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         if let Some(t) = &args.trace {
             println!("trace of the last training steps written to {}", t.display());
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--local-cluster` / `--cluster`: the master runs here, the tasks in
+/// their own processes (started here and stopped at the end for
+/// `--local-cluster`).
+fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source: &str) -> anyhow::Result<ExitCode> {
+    if !(args.connect_timeout.is_finite() && args.connect_timeout > 0.0) {
+        bail!("--connect-timeout: must be a positive number of seconds (got {})", args.connect_timeout);
+    }
+    let kill = args.kill.as_deref().map(super::local_cluster::parse_kill).transpose()?;
+    let mut local = match &args.local_cluster {
+        Some(shape) => {
+            let (ps, workers) = super::local_cluster::parse_shape(shape)?;
+            Some(super::local_cluster::LocalCluster::start(ps, workers)?)
+        }
+        None => None,
+    };
+    let spec = match (&local, &args.cluster) {
+        (Some(l), _) => l.spec.clone(),
+        (None, Some(file)) => ClusterSpec::from_file(file)?,
+        (None, None) => bail!("give --local-cluster or --cluster"),
+    };
+    let workers = spec.job_tasks(Job::Worker).count();
+    if spec.job_tasks(Job::Ps).count() == 0 || workers == 0 {
+        bail!("the cluster needs at least one ps task and one worker task");
+    }
+    let mode = if args.asynchronous { Mode::Async } else { Mode::Sync };
+    if args.sync_backup >= workers {
+        bail!("--sync-backup {}: the cluster has {workers} workers, so at most {} can be backups", args.sync_backup, workers - 1);
+    }
+    // a synchronous step splits each batch over the gradients it needs
+    cfg.devices = if mode == Mode::Sync { workers - args.sync_backup } else { 1 };
+    cfg.placement = ParallelPlacement::Replicas;
+    cfg.validate().map_err(for_cli)?;
+    if args.resume {
+        bail!("--resume: a cluster run does not resume from its checkpoints yet (they hold the variables and optimizer slots; restore is issue 16's next step)");
+    }
+    let how = ClusterTraining {
+        checkpoint: cfg.checkpoint.clone(),
+        mode,
+        backup: args.sync_backup,
+        master: MasterOptions { connect_deadline: Duration::from_secs_f64(args.connect_timeout), ..Default::default() },
+    };
+    if let Some((task, _)) = kill
+        && spec.address(task).is_err()
+    {
+        bail!("--kill {}: the cluster has no task {task}", args.kill.as_deref().unwrap_or(""));
+    }
+    let local_cell = std::sync::Mutex::new(local.take());
+    let killed = std::sync::atomic::AtomicBool::new(false);
+    let on_step = |steps: usize| {
+        if let Some((task, at)) = kill
+            && steps == at
+            && !killed.swap(true, std::sync::atomic::Ordering::Relaxed)
+            && let Some(l) = local_cell.lock().unwrap_or_else(|e| e.into_inner()).as_mut()
+            && l.kill_task(task)
+        {
+            eprintln!("killed task {task} after update {steps}");
+        }
+    };
+    // a local PS that dies is started again (the run restores its newest checkpoint)
+    let restart = |task: TaskId| -> flowlab_runtime::Result<()> {
+        let mut guard = local_cell.lock().unwrap_or_else(|e| e.into_inner());
+        let l = guard.as_mut().ok_or_else(|| flowlab_runtime::RuntimeError::Engine { message: format!("task {task} is not a local task to restart") })?;
+        l.restart_task(task).map_err(|e| flowlab_runtime::RuntimeError::Engine { message: format!("restarting task {task}: {e:#}") })?;
+        eprintln!("restarted task {task}");
+        Ok(())
+    };
+    let hooks = Hooks { on_step: &on_step, restart: if args.local_cluster.is_some() { Some(&restart) } else { None } };
+    let result = train_on_cluster_with(data, &cfg, &spec, &how, &hooks);
+    let mut local = local_cell.into_inner().unwrap_or_else(|e| e.into_inner());
+    let r = match result {
+        Ok(r) => r,
+        Err(e) => {
+            // a task that died says why in its log
+            let exited = local.as_mut().map(|l| l.exited()).unwrap_or_default();
+            let notes: String = exited.iter().map(|x| format!("\n  {x}")).collect();
+            return Err(anyhow::anyhow!("training over the cluster: {e}{notes}"));
+        }
+    };
+    drop(local);
+    if args.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        println!(
+            "{:?} on {}: held-out accuracy {:.2}% ({} of {} examples), held-out loss {:.4}, {} steps in {:.2} s",
+            cfg.model,
+            source,
+            r.report.accuracy * 100.0,
+            (r.report.accuracy * r.report.test_examples as f64).round() as usize,
+            r.report.test_examples,
+            r.report.loss,
+            r.report.steps,
+            r.report.seconds
+        );
+        println!(
+            "cluster: {} ps, {} workers ({} backup), {} ({:.1} steps/s), {} gradients dropped, {} restarts, {} steps lost",
+            r.ps, r.workers, r.backup, r.mode, r.steps_per_second, r.dropped_gradients, r.restarts, r.steps_lost
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -27,7 +27,8 @@
 use crate::error::{EngineError, Result};
 use crate::runtime::executor::{Prepared, Resources};
 use crate::runtime::multi_device::{LocalDevice, MultiPlan};
-use crate::ops::sendrecv::CommCounters;
+use crate::ops::sendrecv::{CommCounters, StepComm};
+use crate::framework::rendezvous::Rendezvous;
 use crate::graph::{Graph, NodeId, Output};
 use crate::tensor::TensorType;
 use crate::framework::{LinkMap, Queue, QueueSpec, Resource, VarSlot};
@@ -357,6 +358,73 @@ impl Session {
         }
     }
 
+    /// Runs one step of a partition: a graph the partitioner cut, whose
+    /// Send and Recv nodes move tensors through `rdv` under `step_id`
+    /// (the distributed runtime's task rendezvous, which reaches the other
+    /// tasks). The session must have exactly one device: a task runs its
+    /// own partition, the other partitions run in other processes. Send
+    /// nodes run only when `targets` name them (the caller knows which
+    /// transfers the step needs); a Recv waits at most the session's
+    /// `recv_timeout`. A failure aborts `rdv` (the caller scopes it to the
+    /// step) and returns the first error.
+    pub fn run_partition(
+        &self,
+        feeds: &[(&Output, &Tensor)],
+        fetches: &[&Output],
+        targets: &[&Output],
+        rdv: &dyn Rendezvous,
+        step_id: u64,
+    ) -> Result<Vec<Tensor>> {
+        if self.devices.len() != 1 {
+            return Err(EngineError::Device(format!(
+                "run_partition needs a session of one device (a task's own), this one has {}",
+                self.devices.len()
+            )));
+        }
+        for (o, _) in feeds {
+            self.check_graph(o, "feed")?;
+        }
+        for o in fetches.iter().chain(targets) {
+            self.check_graph(o, "fetch")?;
+        }
+        let key: RunKey = (
+            feeds.iter().map(|(o, _)| (o.node, o.index)).collect(),
+            fetches.iter().map(|o| (o.node, o.index)).collect(),
+            targets.iter().map(|o| o.node).collect(),
+        );
+        let plan = self.prepared(key)?;
+        let Plan::Local(p) = &*plan else {
+            return Err(EngineError::Device("run_partition: a one-device session prepared a multi-device plan".into()));
+        };
+        let mut values = Vec::with_capacity(feeds.len());
+        for ((_, t), (name, ty)) in feeds.iter().zip(&p.feed_types) {
+            if t.dtype() != ty.dtype || !ty.shape.accepts(t.shape()) {
+                return Err(EngineError::FeedMismatch {
+                    node: name.clone(),
+                    expected: ty.to_string(),
+                    got: format!("{}{}", t.dtype(), t.shape()),
+                });
+            }
+            values.push((*t).clone());
+        }
+        let comm = StepComm {
+            rdv,
+            step_id,
+            recv_timeout: self.recv_timeout,
+            counters: &self.counters,
+            start: std::time::Instant::now(),
+            trace: None,
+            first_error: Mutex::new(None),
+            links: None,
+        };
+        let d = &self.devices[0];
+        let r = p.run(&values, self.threads, d.pool.as_ref(), false, Some(&comm), &d.label);
+        if let Some(e) = comm.first_error.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            return Err(e);
+        }
+        r.map(|(v, _)| v)
+    }
+
     fn prepared(&self, key: RunKey) -> Result<Arc<Plan>> {
         if let Some(p) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(p.clone());
@@ -438,5 +506,49 @@ impl Session {
         if let Resource::Rng(r) = self.state.rng(name) {
             *r.lock().unwrap_or_else(|e| e.into_inner()) = value;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::rendezvous::LocalRendezvous;
+    use crate::runtime::partition::partition;
+
+    /// `[1, 2, 3]` on one task's device, doubled on another's: the two
+    /// partitions run in two one-device sessions joined by one rendezvous,
+    /// as two task processes are.
+    #[test]
+    fn two_partitions_in_two_sessions_meet_through_a_given_rendezvous() {
+        let (a, b) = ("/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0");
+        let g = Graph::new();
+        let c = g.device(a).constant(Tensor::from_vec(vec![1.0f32, 2.0, 3.0], vec![3]).unwrap()).unwrap();
+        let y = g.device(b).add(&c, &c).unwrap();
+        let mut set = DeviceSet::new();
+        set.add(a).unwrap();
+        set.add(b).unwrap();
+        let parts = partition(&g, &DefaultPlacer.place(&g, &set).unwrap()).unwrap();
+        let session = |p: &crate::runtime::partition::Partition, timeout: Duration| {
+            let mut one = DeviceSet::new();
+            one.add(&p.device.to_string()).unwrap();
+            Session::with_options(&p.graph, SessionOptions { threads: 1, devices: one, recv_timeout: timeout, ..Default::default() }).unwrap()
+        };
+        let (pa, pb) = (&parts[0], &parts[1]);
+        let (sa, sb) = (session(pa, Duration::from_secs(10)), session(pb, Duration::from_millis(50)));
+        let send = pa.graph.output_by_name(&pa.sends[0].send_node, 0).unwrap();
+        let yb = pb.graph.output_by_name(&y.name(), 0).unwrap();
+        let rdv = LocalRendezvous::new();
+        std::thread::scope(|s| {
+            s.spawn(|| sa.run_partition(&[], &[], &[&send], &rdv, 7).unwrap());
+            let out = sb.run_partition(&[], &[&yb], &[], &rdv, 7).unwrap();
+            assert_eq!(out[0].to_vec::<f32>().unwrap(), [2.0, 4.0, 6.0]);
+        });
+        // step 8's Send never ran: the Recv gives up naming the key
+        let e = sb.run_partition(&[], &[&yb], &[], &rdv, 8).unwrap_err().to_string();
+        assert!(e.contains(&format!("'{}:0' from {a} to {b} (step 8)", c.name())), "{e}");
+        // a session of several devices is refused
+        let two = Session::with_options(&g, SessionOptions { devices: set, ..Default::default() }).unwrap();
+        let e = two.run_partition(&[], &[&y], &[], &rdv, 9).unwrap_err().to_string();
+        assert!(e.contains("one device") && e.contains("has 2"), "{e}");
     }
 }

@@ -179,6 +179,21 @@ pub fn save_with(sess: &Session, path: &Path, metadata: &BTreeMap<String, String
     })
 }
 
+/// Saves `tensors` (variables by name, e.g. fetched from the tasks of a
+/// cluster) to `path` in one atomic commit, like [`save_with`] does for a
+/// session's variables; no random-op counters.
+pub fn save_tensors(path: &Path, tensors: &[(String, Tensor)], metadata: &BTreeMap<String, String>) -> Result<CheckpointInfo> {
+    let mut vars = tensors.to_vec();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    let bytes = encode(&vars, &BTreeMap::new(), metadata, path)?;
+    write_atomic(path, &bytes)?;
+    Ok(CheckpointInfo {
+        variables: vars.iter().map(|(n, t)| (n.clone(), t.dtype(), t.dims().to_vec())).collect(),
+        rng_counters: BTreeMap::new(),
+        metadata: metadata.clone(),
+    })
+}
+
 /// Restores the checkpoint at `path` into `sess`, all or nothing: every
 /// variable of the graph must be in the file with its declared dtype and
 /// shape, and every tensor in the file must be a variable of the graph;
@@ -272,12 +287,26 @@ impl CheckpointManager {
     pub fn save(&self, sess: &Session, step: u64, metadata: &BTreeMap<String, String>) -> Result<PathBuf> {
         let path = self.path(step);
         save_with(sess, &path, metadata)?;
+        self.prune()?;
+        Ok(path)
+    }
+
+    /// Saves `tensors` (see [`save_tensors`]) as the checkpoint of `step`,
+    /// then keeps the newest `keep` as [`CheckpointManager::save`] does.
+    pub fn save_values(&self, tensors: &[(String, Tensor)], step: u64, metadata: &BTreeMap<String, String>) -> Result<PathBuf> {
+        let path = self.path(step);
+        save_tensors(&path, tensors, metadata)?;
+        self.prune()?;
+        Ok(path)
+    }
+
+    fn prune(&self) -> Result<()> {
         let steps = self.steps()?;
         for old in &steps[..steps.len().saturating_sub(self.keep)] {
             let p = self.path(*old);
             std::fs::remove_file(&p).map_err(|e| EngineError::io(&p, e))?;
         }
-        Ok(path)
+        Ok(())
     }
 
     /// Restores the newest checkpoint that reads intact and fits the graph;

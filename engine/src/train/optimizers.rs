@@ -52,7 +52,27 @@ impl Optimizer {
 
     /// Appends the update for given (variable, gradient) pairs.
     pub fn apply_gradients(&self, g: &Graph, pairs: &[(Output, Output)]) -> Result<Output> {
+        self.build_update(g, pairs, false)
+    }
+
+    /// Like [`apply_gradients`](Self::apply_gradients), except that the
+    /// slots and the step counter an earlier `apply_gradients_shared` of
+    /// this optimizer made for these variables are reused, not duplicated:
+    /// several update ops (one per asynchronous worker) then share one
+    /// optimizer state, as TensorFlow's between-graph replicas share the
+    /// slot variables on the parameter server.
+    pub fn apply_gradients_shared(&self, g: &Graph, pairs: &[(Output, Output)]) -> Result<Output> {
+        self.build_update(g, pairs, true)
+    }
+
+    fn build_update(&self, g: &Graph, pairs: &[(Output, Output)], shared: bool) -> Result<Output> {
         let s = g.scope(self.name());
+        let slot = |g: &Graph, v: &Output, opt: &str, what: &str| -> Result<Output> {
+            if shared && let Ok(o) = g.output_by_name(&format!("{}/{opt}/{what}", v.name()), 0) && o.op() == "Variable" {
+                return Ok(o);
+            }
+            slot(g, v, opt, what)
+        };
         let mut updates = Vec::new();
         match *self {
             Optimizer::Sgd { lr } => {
@@ -78,9 +98,14 @@ impl Optimizer {
                     let t = match steps.iter().find(|(d, _)| *d == dt) {
                         Some((_, t)) => t.clone(),
                         None => {
-                            let name = unique_name(g, &format!("{}/step_{}", self.name(), dt));
-                            let zero = g.zeros(dt, Shape::scalar())?;
-                            let var = g.variable(&name, zero)?;
+                            let base = format!("{}/shared_step_{}", self.name(), dt);
+                            let var = match g.output_by_name(&base, 0) {
+                                Ok(v) if shared && v.op() == "Variable" => v,
+                                _ => {
+                                    let name = if shared { base } else { unique_name(g, &format!("{}/step_{}", self.name(), dt)) };
+                                    g.variable(&name, g.zeros(dt, Shape::scalar())?)?
+                                }
+                            };
                             let one = s.scalar(1.0, dt)?;
                             let t = s.assign_add(&var, &one)?;
                             steps.push((dt, t.clone()));
@@ -126,4 +151,32 @@ fn slot(g: &Graph, v: &Output, opt: &str, what: &str) -> Result<Output> {
     })?;
     let zero = g.zeros(t.dtype, shape)?;
     g.variable(&format!("{}/{opt}/{what}", v.name()), zero)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::session::Session;
+    use crate::tensor::Tensor;
+
+    /// Two Adam updates of one variable from two gradients (two
+    /// asynchronous workers) share its slots and step counter.
+    #[test]
+    fn shared_updates_share_one_optimizer_state() {
+        let g = Graph::new();
+        let v = g.variable("v", g.constant(Tensor::from_vec(vec![1.0f32, 2.0], vec![2]).unwrap()).unwrap()).unwrap();
+        let opt = Optimizer::adam(0.1);
+        let grad = |k: f32| g.constant(Tensor::from_vec(vec![0.5f32 + k, -1.0], vec![2]).unwrap()).unwrap();
+        let ups: Vec<Output> = (0..2).map(|k| opt.apply_gradients_shared(&g, &[(v.clone(), grad(k as f32))]).unwrap()).collect();
+        // v, its m and v slots, one step counter
+        assert_eq!(g.variables().len(), 4);
+        let sess = Session::new(&g).unwrap();
+        sess.run(&[], &[], &[&g.global_variables_initializer().unwrap()]).unwrap();
+        sess.run(&[], &[], &[&ups[0]]).unwrap();
+        sess.run(&[], &[], &[&ups[1]]).unwrap();
+        assert_eq!(sess.variable_value("Adam/shared_step_f32").unwrap().scalar_f64().unwrap(), 2.0);
+        // the unshared form refuses a second state for the same variable
+        let e = opt.apply_gradients(&g, &[(v.clone(), grad(3.0))]).unwrap_err();
+        assert!(matches!(e, EngineError::DuplicateName(ref n) if n == "v/Adam/m"), "{e:?}");
+    }
 }

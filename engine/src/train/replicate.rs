@@ -41,6 +41,27 @@ pub struct Replicated {
     pub gradients: Vec<Output>,
 }
 
+/// The replica devices and variables both callers need.
+fn check_args(devices: &[DeviceName], vars: &[&Output]) -> Result<()> {
+    if devices.is_empty() {
+        return Err(EngineError::Tensor("data_parallel needs at least one replica device".into()));
+    }
+    if vars.is_empty() {
+        return Err(EngineError::Tensor("data_parallel needs at least one variable to train".into()));
+    }
+    for v in vars {
+        if v.op() != "Variable" {
+            return Err(EngineError::Attr {
+                node: v.name(),
+                op: v.op(),
+                attr: "vars".into(),
+                detail: "data_parallel trains outputs of Variable nodes only".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Builds `devices.len()` replicas of `model` (see the module comment).
 /// `model(g, x_shard, y_shard)` returns the replica's scalar loss; `g` is a
 /// handle requesting the replica's device and naming nodes `replica_<i>/...`.
@@ -58,27 +79,42 @@ pub fn data_parallel<F>(
 where
     F: Fn(&Graph, &Output, &Output) -> Result<Output>,
 {
-    if devices.is_empty() {
-        return Err(EngineError::Tensor("data_parallel needs at least one replica device".into()));
-    }
-    if vars.is_empty() {
-        return Err(EngineError::Tensor("data_parallel needs at least one variable to train".into()));
-    }
-    for v in vars {
-        if v.op() != "Variable" {
-            return Err(EngineError::Attr {
-                node: v.name(),
-                op: v.op(),
-                attr: "vars".into(),
-                detail: "data_parallel trains outputs of Variable nodes only".into(),
-            });
-        }
-    }
+    check_args(devices, vars)?;
     let n = devices.len();
     let pg = g.device(&param_device.to_string());
     let input = pg.scope("replicas");
     let (xs, ys) = if n == 1 { (vec![x.clone()], vec![y.clone()]) } else { (input.split(x, n, 0)?, input.split(y, n, 0)?) };
+    data_parallel_sharded(g, devices, param_device, &xs, &ys, vars, optimizer, model)
+}
 
+/// [`data_parallel`] with the inputs already sharded: replica i reads
+/// `xs[i]` and `ys[i]` wherever they are (between-graph replication feeds
+/// each worker its own batch on its own device). Same gradient averaging
+/// and update as [`data_parallel`], which splits one batch and calls this.
+#[allow(clippy::too_many_arguments)]
+pub fn data_parallel_sharded<F>(
+    g: &Graph,
+    devices: &[DeviceName],
+    param_device: &DeviceName,
+    xs: &[Output],
+    ys: &[Output],
+    vars: &[&Output],
+    optimizer: &Optimizer,
+    model: F,
+) -> Result<Replicated>
+where
+    F: Fn(&Graph, &Output, &Output) -> Result<Output>,
+{
+    check_args(devices, vars)?;
+    let n = devices.len();
+    if xs.len() != n || ys.len() != n {
+        return Err(EngineError::Tensor(format!(
+            "data_parallel_sharded: {n} replica devices but {} input and {} label shards",
+            xs.len(),
+            ys.len()
+        )));
+    }
+    let pg = g.device(&param_device.to_string());
     let vars_before = g.variables().len();
     let mut replica_losses = Vec::with_capacity(n);
     let mut replica_grads: Vec<Vec<Output>> = Vec::with_capacity(n);

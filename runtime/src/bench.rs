@@ -1,0 +1,183 @@
+//! `flowlab bench cluster`: what a transfer and a step cost over gRPC on
+//! loopback, beside their in-process peers, measured in one run.
+//!
+//! The task servers run in this process (each on its own runtime and
+//! threads, talking over loopback TCP as separate processes would), so the
+//! figures are the protocol's cost without process scheduling noise; the
+//! steps/s of real task processes come from `flowlab train --local-cluster`.
+//! Every figure is the median over `reps` batches of repetitions after a
+//! warm-up batch.
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use flowlab_engine::{DType, DeviceName, Graph, LocalRendezvous, Rendezvous, RendezvousKey, Tensor};
+use flowlab_hw::CommFormat;
+use flowlab_programs::train::{ModelKind, TrainConfig, build_sharded};
+use serde::Serialize;
+
+use crate::cluster::{ClusterSpec, Job, TaskId};
+use crate::error::Result;
+use crate::master::{Master, MasterOptions};
+use crate::net::bind_task;
+use crate::worker::{TaskClient, TaskServer};
+
+/// One row of `flowlab bench cluster`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClusterBenchRecord {
+    pub name: String,
+    /// Median time of one repetition, in microseconds.
+    pub median_us: f64,
+    /// Repetitions per second at the median.
+    pub per_second: f64,
+}
+
+/// Median over `reps` batches of `iters` runs of `f` (after one warm-up
+/// batch), per run, in seconds.
+fn median_per_run(reps: usize, iters: usize, mut f: impl FnMut(usize) -> Result<()>) -> Result<f64> {
+    let mut i = 0;
+    for _ in 0..iters {
+        f(i)?;
+        i += 1;
+    }
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        for _ in 0..iters {
+            f(i)?;
+            i += 1;
+        }
+        times.push(t.elapsed().as_secs_f64() / iters as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+fn record(name: &str, secs: f64) -> ClusterBenchRecord {
+    ClusterBenchRecord { name: name.into(), median_us: secs * 1e6, per_second: 1.0 / secs }
+}
+
+/// A spec of `ps` and `workers` tasks on free loopback ports.
+fn loopback_spec(ps: u32, workers: u32) -> Result<ClusterSpec> {
+    let mut tasks = Vec::new();
+    let mut hold = Vec::new();
+    for (job, n) in [(Job::Ps, ps), (Job::Worker, workers)] {
+        for i in 0..n {
+            let l = TcpListener::bind("127.0.0.1:0").map_err(|e| crate::RuntimeError::Engine { message: format!("loopback port: {e}") })?;
+            let port = l.local_addr().map_err(|e| crate::RuntimeError::Engine { message: e.to_string() })?.port();
+            tasks.push((TaskId::new(job, i), format!("127.0.0.1:{port}")));
+            hold.push(l);
+        }
+    }
+    drop(hold);
+    ClusterSpec::from_tasks(tasks).map_err(|message| crate::RuntimeError::Engine { message })
+}
+
+fn start_all(spec: &ClusterSpec) -> Result<Vec<TaskServer>> {
+    spec.tasks().map(|(t, _)| TaskServer::start(spec, t, bind_task(spec, t)?)).collect()
+}
+
+fn key(src: &DeviceName, dst: &DeviceName, step: u64) -> RendezvousKey {
+    RendezvousKey { src_device: src.clone(), dst_device: dst.clone(), edge: "t:0".into(), step_id: step }
+}
+
+/// Runs every row; `quick` does fewer repetitions.
+pub fn bench(quick: bool) -> Result<Vec<ClusterBenchRecord>> {
+    let (reps, iters) = if quick { (3, 200) } else { (15, 2000) };
+    let small = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], vec![4])?;
+    let ps = TaskId::new(Job::Ps, 0);
+    let w0 = TaskId::new(Job::Worker, 0);
+    let (src, dst) = (ps.device(), w0.device());
+    let mut rows = Vec::new();
+
+    // the peer: the engine's own in-process Send/Recv pair
+    let local = LocalRendezvous::new();
+    let secs = median_per_run(reps, iters, |i| {
+        let k = key(&src, &dst, i as u64);
+        flowlab_engine::send_tensor(&local, &k, &small, CommFormat::F32)?;
+        flowlab_engine::recv_tensor(&local, &k, CommFormat::F32, DType::F32, small.shape(), Duration::from_secs(5))?;
+        local.end_step(i as u64);
+        Ok(())
+    })?;
+    rows.push(record("send_recv_4xf32_in_process", secs));
+
+    // the same pair between two tasks: Send on the producer's task, a
+    // RecvTensor call over loopback gRPC from the consumer
+    let spec = loopback_spec(1, 1)?;
+    let servers = start_all(&spec)?;
+    let mut client = TaskClient::connect(&spec, ps, Duration::from_secs(10))?;
+    let producer = &servers[0].rendezvous;
+    let secs = median_per_run(reps, iters / 4, |i| {
+        let k = key(&src, &dst, i as u64);
+        flowlab_engine::send_tensor(producer.as_ref(), &k, &small, CommFormat::F32)?;
+        let wire = client.recv_wire(&k, Duration::from_secs(5))?;
+        let one = LocalRendezvous::new();
+        one.send(&k, wire)?;
+        flowlab_engine::recv_tensor(&one, &k, CommFormat::F32, DType::F32, small.shape(), Duration::ZERO)?;
+        producer.end_step(i as u64);
+        Ok(())
+    })?;
+    rows.push(record("send_recv_4xf32_grpc_loopback", secs));
+
+    // a whole step driven by the master: a Send on worker:0, its Recv on
+    // ps:0 (two RunGraph calls and one RecvTensor)
+    let g = Graph::new();
+    let c = g.device(&w0.device().to_string()).constant(small.clone())?;
+    let out = g.device(&ps.device().to_string()).identity(&c)?;
+    let mut master = Master::connect(&spec, MasterOptions::default())?;
+    master.register(&g)?;
+    let secs = median_per_run(reps, iters / 10, |_| master.run(&[], &[&out], &[]).map(drop))?;
+    rows.push(record("step_send_recv_4xf32_2tasks", secs));
+    drop(master);
+    drop(servers);
+
+    // synchronous training steps of the digits MLP, batch 64 split over the workers
+    for workers in [1u32, 2, 4] {
+        let spec = loopback_spec(1, workers)?;
+        let _servers = start_all(&spec)?;
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.batch = 64;
+        let g = Graph::new();
+        let devices: Vec<_> = (0..workers).map(|i| TaskId::new(Job::Worker, i).device()).collect();
+        let sg = build_sharded(&g, &cfg, 64, &ps.device(), &devices)?;
+        let mut master = Master::connect(&spec, MasterOptions::default())?;
+        master.register(&g)?;
+        master.run(&[], &[], &[&sg.init])?;
+        let shard = 64 / workers as usize;
+        let x = Tensor::from_vec((0..shard * 64).map(|i| (i % 17) as f32 / 16.0).collect::<Vec<f32>>(), vec![shard, 64])?;
+        let y = Tensor::from_vec((0..shard).map(|i| (i % 10) as i64).collect::<Vec<i64>>(), vec![shard])?;
+        let mut feeds = Vec::new();
+        for i in 0..workers as usize {
+            feeds.push((&sg.xs[i], &x));
+            feeds.push((&sg.ys[i], &y));
+        }
+        let secs = median_per_run(reps, iters / 20, |_| master.run(&feeds, &[&sg.loss], &[&sg.train_op]).map(drop))?;
+        rows.push(record(&format!("mlp_sync_step_b64_{workers}workers"), secs));
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_row_is_measured() {
+        let rows = super::bench(true).unwrap();
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "send_recv_4xf32_in_process",
+                "send_recv_4xf32_grpc_loopback",
+                "step_send_recv_4xf32_2tasks",
+                "mlp_sync_step_b64_1workers",
+                "mlp_sync_step_b64_2workers",
+                "mlp_sync_step_b64_4workers"
+            ]
+        );
+        for r in &rows {
+            assert!(r.median_us > 0.0 && r.median_us < 1e6 && (r.per_second * r.median_us - 1e6).abs() < 1.0, "{r:?}");
+        }
+        // a network round trip costs more than a table lookup
+        assert!(rows[1].median_us > rows[0].median_us, "{rows:?}");
+    }
+}

@@ -1,0 +1,783 @@
+//! Data-parallel training of the digits recipes over a cluster (sections
+//! 4.4 and 5 of the TensorFlow paper): synchronous with 0 backup workers, or
+//! asynchronous.
+//!
+//! Contract, synchronous ([`Mode::Sync`]). The model's variables, the gradient average and the one Adam
+//! update per step live on `ps:0`; worker `i` is fed shard `i` of each
+//! batch on its own device, computes its gradients there and sends them to
+//! the PS. The batches, the shards and the initial values are those of
+//! `flowlab train --devices N --placement replicas` with N = the number of
+//! workers, so the run computes what that in-process run computes, bit for
+//! bit (same kernels on the same shapes; tested).
+//!
+//! Asynchronous ([`Mode::Async`]): each worker has its own update op on the
+//! PS (one shared Adam state) and runs its steps in its own thread of the
+//! master, without waiting for the others: worker `i` takes batches `i`,
+//! `i + N`, ... of each epoch's schedule (whole `cfg.batch` batches, the
+//! single-process schedule), and reads the variables as the other workers
+//! have left them. The epochs are kept (all workers finish an epoch before
+//! the next starts), so a run takes as many steps as one process does.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use flowlab_engine::checkpoint::CheckpointManager;
+
+use flowlab_engine::{EngineError, Graph, Output, PartitionOptions, Tensor};
+use flowlab_programs::datasets::Dataset;
+use flowlab_programs::train::{
+    AsyncGraph, BackupGraph, Batches, ParallelPlacement, ShardedGraph, TrainConfig, TrainReport, batch_tensors, build_async, build_backup,
+    build_sharded, split_holdout,
+};
+use serde::Serialize;
+
+use crate::cluster::{ClusterSpec, Job, TaskId};
+use crate::error::{Result, RuntimeError};
+use crate::master::{Master, MasterOptions};
+
+/// How workers combine their gradients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// All workers' gradients averaged into one update per step.
+    Sync,
+    /// Each worker applies its own gradients when it has them.
+    Async,
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::Sync => "sync",
+            Mode::Async => "async",
+        })
+    }
+}
+
+/// How to train over a cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterTraining {
+    pub mode: Mode,
+    /// Synchronous only: backup workers. Each update averages the first
+    /// `workers - backup` gradients computed on the current variables; the
+    /// rest are dropped (TensorFlow's SyncReplicasOptimizer).
+    pub backup: usize,
+    pub master: MasterOptions,
+    /// Synchronous only: save the variables (fetched from the PS) into
+    /// `dir` every `every` updates, atomically, the newest `keep` kept.
+    pub checkpoint: Option<flowlab_programs::train::CheckpointConfig>,
+}
+
+impl Default for ClusterTraining {
+    fn default() -> Self {
+        ClusterTraining { mode: Mode::Sync, backup: 0, master: MasterOptions::default(), checkpoint: None }
+    }
+}
+
+/// What `flowlab train --local-cluster` prints: the single-process report
+/// plus the cluster's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClusterTrainReport {
+    #[serde(flatten)]
+    pub report: TrainReport,
+    pub mode: Mode,
+    pub ps: usize,
+    pub workers: usize,
+    /// Backup workers (synchronous mode).
+    pub backup: usize,
+    /// Gradients computed but not applied: those of backup workers that
+    /// came after the first `workers - backup` of their step.
+    pub dropped_gradients: u64,
+    /// Workers that died during training (backup mode goes on without them).
+    pub failed_workers: Vec<String>,
+    /// Training steps per second (the whole cluster).
+    pub steps_per_second: f64,
+    /// Times the PS was restarted after it died.
+    pub restarts: u64,
+    /// Updates done again after restarts (since the checkpoint restored).
+    pub steps_lost: u64,
+}
+
+fn config(detail: String) -> RuntimeError {
+    RuntimeError::Engine { message: detail }
+}
+
+/// Trains `cfg` on `data` over the tasks of `spec` (see the module comment).
+/// `cfg.devices` is taken as the number of workers in `spec`.
+pub fn train_on_cluster(data: &Dataset, cfg: &TrainConfig, spec: &ClusterSpec, how: &ClusterTraining) -> Result<ClusterTrainReport> {
+    train_on_cluster_with(data, cfg, spec, how, &Hooks { on_step: &|_| {}, restart: None })
+}
+
+/// What the launcher lends a training run.
+pub struct Hooks<'a> {
+    /// Called with the number of updates done after each synchronous
+    /// update and its checkpoint (`--kill` uses it).
+    pub on_step: &'a (dyn Fn(usize) + Sync),
+    /// Starts a task again after it died. Given, a synchronous run (without
+    /// backup workers) whose PS dies restarts it, registers the graph
+    /// again, restores the newest checkpoint (or initializes) and goes on
+    /// from there; `restarts` and `steps_lost` count this.
+    pub restart: Option<&'a (dyn Fn(TaskId) -> Result<()> + Sync)>,
+}
+
+/// The chief's duty after each synchronous update: a checkpoint every
+/// `every` updates (variables fetched from the PS), then the caller's hook.
+struct Chief<'a> {
+    manager: Option<CheckpointManager>,
+    every: usize,
+    variables: Vec<Output>,
+    meta: BTreeMap<String, String>,
+    on_step: &'a (dyn Fn(usize) + Sync),
+    progress: std::sync::atomic::AtomicUsize,
+}
+
+impl Chief<'_> {
+    fn after(&self, master: &Master, steps: usize) -> Result<()> {
+        self.progress.store(steps, std::sync::atomic::Ordering::Relaxed);
+        if let Some(m) = &self.manager
+            && steps.is_multiple_of(self.every.max(1))
+        {
+            let values = master.run(&[], &self.variables.iter().collect::<Vec<_>>(), &[])?;
+            let named: Vec<(String, Tensor)> = self.variables.iter().map(|v| v.name()).zip(values).collect();
+            let mut meta = self.meta.clone();
+            meta.insert("step".into(), steps.to_string());
+            m.save_values(&named, steps as u64, &meta)?;
+        }
+        (self.on_step)(steps);
+        Ok(())
+    }
+}
+
+/// [`train_on_cluster`] with the launcher's [`Hooks`].
+pub fn train_on_cluster_with(
+    data: &Dataset,
+    cfg: &TrainConfig,
+    spec: &ClusterSpec,
+    how: &ClusterTraining,
+    hooks: &Hooks<'_>,
+) -> Result<ClusterTrainReport> {
+    let (mode, backup) = (how.mode, how.backup);
+    let start = Instant::now();
+    let workers: Vec<TaskId> = spec.job_tasks(Job::Worker).map(|(t, _)| t).collect();
+    let ps: Vec<TaskId> = spec.job_tasks(Job::Ps).map(|(t, _)| t).collect();
+    let Some(&ps0) = ps.first() else {
+        return Err(config("the cluster has no ps task to hold the variables".into()));
+    };
+    if workers.is_empty() {
+        return Err(config("the cluster has no worker task".into()));
+    }
+    if backup > 0 && (mode != Mode::Sync || backup >= workers.len()) {
+        return Err(RuntimeError::Engine {
+            message: format!("{backup} backup workers need synchronous training and more than {backup} workers (got {})", workers.len()),
+        });
+    }
+    let needed = workers.len() - backup;
+    let mut cfg = cfg.clone();
+    // a synchronous step splits each batch into one shard per needed
+    // gradient; async workers take whole batches
+    cfg.devices = if mode == Mode::Sync { needed } else { 1 };
+    cfg.placement = ParallelPlacement::Replicas;
+    cfg.validate()?;
+    cfg.devices = workers.len();
+    let (train_set, test_set) = split_holdout(data, cfg.seed);
+    if train_set.is_empty() || test_set.is_empty() {
+        return Err(config(format!("{} examples are too few to hold a fifth out", data.len())));
+    }
+    let g = Graph::new();
+    let devices: Vec<_> = workers.iter().map(|t| t.device()).collect();
+    let opts = how.master.clone();
+    let mut master = Master::connect(spec, MasterOptions { partition: PartitionOptions { format: cfg.comm, ..Default::default() }, ..opts })?;
+    let mut dropped = 0u64;
+    let mut failed: Vec<String> = Vec::new();
+    let n = workers.len();
+    if how.checkpoint.is_some() && mode != Mode::Sync {
+        return Err(config("checkpoints are taken between synchronous updates: not with async training".into()));
+    }
+    let manager = match &how.checkpoint {
+        Some(c) => Some(CheckpointManager::new(&c.dir, c.keep)?),
+        None => None,
+    };
+    /// The graph of the mode.
+    enum Built {
+        Sync(ShardedGraph),
+        Backup(BackupGraph),
+        Async(AsyncGraph),
+    }
+    let (built, init) = match mode {
+        Mode::Sync if backup > 0 => {
+            let bg = build_backup(&g, &cfg, data.features, &ps0.device(), &devices, needed)?;
+            let init = bg.init.clone();
+            (Built::Backup(bg), init)
+        }
+        Mode::Sync => {
+            let sg = build_sharded(&g, &cfg, data.features, &ps0.device(), &devices)?;
+            let init = sg.init.clone();
+            (Built::Sync(sg), init)
+        }
+        Mode::Async => {
+            let ag = build_async(&g, &cfg, data.features, &ps0.device(), &devices)?;
+            let init = ag.init.clone();
+            (Built::Async(ag), init)
+        }
+    };
+    // restore ops: every variable assigned from a placeholder on ps:0
+    let variables = g.variables();
+    let rg = g.device(&ps0.device().to_string()).scope("restore");
+    let mut restore_feeds = Vec::with_capacity(variables.len());
+    let mut assigns = Vec::with_capacity(variables.len());
+    for v in &variables {
+        let ph = rg.placeholder(&v.name(), v.dtype(), v.tensor_type().shape)?;
+        assigns.push(rg.assign(v, &ph)?);
+        restore_feeds.push((v.name(), ph));
+    }
+    let restore = rg.group("all", &assigns.iter().collect::<Vec<_>>())?;
+    master.register(&g)?;
+    master.run(&[], &[], &[&init])?;
+    let chief = Chief {
+        manager,
+        every: how.checkpoint.as_ref().map_or(1, |c| c.every),
+        variables,
+        meta: [("seed", cfg.seed.to_string()), ("batch", cfg.batch.to_string()), ("workers", n.to_string()), ("backup", backup.to_string())]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        on_step: hooks.on_step,
+        progress: std::sync::atomic::AtomicUsize::new(0),
+    };
+    let (mut restarts, mut steps_lost) = (0u64, 0u64);
+    let train_start = Instant::now();
+    let (steps, train_loss, eval) = match built {
+        Built::Backup(bg) => {
+            let (steps, loss, d, f) = run_backup(&master, &bg, &train_set, &cfg, needed, &|k| chief.after(&master, k))?;
+            dropped = d;
+            failed = f.iter().map(|&w| workers[w].to_string()).collect();
+            (steps, loss, [bg.eval_x, bg.eval_y, bg.eval_accuracy, bg.eval_loss])
+        }
+        Built::Sync(sg) => {
+            let mut from = 0usize;
+            let (steps, loss) = loop {
+                let r = run_sync(&master, &sg, &train_set, &cfg, n, from, &|k| chief.after(&master, k));
+                let ps_died = matches!(&r, Err(RuntimeError::Rpc { task, .. }) if *task == ps0.to_string());
+                match (r, hooks.restart) {
+                    (Ok(x), _) => break x,
+                    (Err(_), Some(restart)) if ps_died && restarts < 3 => {
+                        // the PS and its variables are gone: a new run of it,
+                        // the graph registered again (every task learns its
+                        // incarnation), the newest checkpoint restored
+                        restart(ps0)?;
+                        master.reconnect(ps0)?;
+                        master.register(&g)?;
+                        let latest = match &chief.manager {
+                            Some(m) => m.steps()?.last().copied(),
+                            None => None,
+                        };
+                        match (latest, &chief.manager) {
+                            (Some(step), Some(m)) => {
+                                let ck = flowlab_engine::checkpoint::read(&m.path(step))?;
+                                let mut feeds = Vec::with_capacity(restore_feeds.len());
+                                for (name, ph) in &restore_feeds {
+                                    let t = ck.tensors.get(name).ok_or_else(|| config(format!("checkpoint of step {step} has no variable '{name}'")))?;
+                                    feeds.push((ph, t));
+                                }
+                                master.run(&feeds, &[], &[&restore])?;
+                                from = step as usize;
+                            }
+                            _ => {
+                                master.run(&[], &[], &[&init])?;
+                                from = 0;
+                            }
+                        }
+                        let done = chief.progress.load(std::sync::atomic::Ordering::Relaxed);
+                        steps_lost += done.saturating_sub(from) as u64;
+                        restarts += 1;
+                    }
+                    (Err(e), _) => return Err(e),
+                }
+            };
+            (steps, loss, [sg.eval_x, sg.eval_y, sg.eval_accuracy, sg.eval_loss])
+        }
+        Built::Async(ag) => {
+            let (steps, loss) = run_async(&master, &ag, &train_set, &cfg, n)?;
+            (steps, loss, [ag.eval_x, ag.eval_y, ag.eval_accuracy, ag.eval_loss])
+        }
+    };
+    let [eval_x, eval_y, eval_accuracy, eval_loss] = eval;
+    let train_seconds = train_start.elapsed().as_secs_f64();
+    let all: Vec<usize> = (0..test_set.len()).collect();
+    let (tx, ty) = batch_tensors(&test_set, &all)?;
+    let out = master.run(&[(&eval_x, &tx), (&eval_y, &ty)], &[&eval_accuracy, &eval_loss], &[])?;
+    let mut r = finish(out, steps, train_loss, start, train_seconds, &cfg, &train_set, &test_set, mode, ps.len(), n)?;
+    r.backup = backup;
+    r.dropped_gradients = dropped;
+    r.failed_workers = failed;
+    r.restarts = restarts;
+    r.steps_lost = steps_lost;
+    Ok(r)
+}
+
+/// Synchronous steps: every batch split over the workers, one update each.
+/// Returns (steps, mean training loss of the last epoch).
+/// The first `from` updates are skipped (done before a restart; the
+/// shuffles still run so later epochs see the same order).
+#[allow(clippy::too_many_arguments)]
+fn run_sync(
+    master: &Master,
+    sg: &ShardedGraph,
+    train_set: &Dataset,
+    cfg: &TrainConfig,
+    n: usize,
+    from: usize,
+    after: &(dyn Fn(usize) -> Result<()> + Sync),
+) -> Result<(usize, f64)> {
+    let mut batches = Batches::new(train_set.len(), cfg, n);
+    let (mut steps, mut train_loss) = (0usize, f64::NAN);
+    for _ in 0..cfg.epochs {
+        let (mut sum, mut count) = (0.0, 0usize);
+        for idx in batches.next_epoch() {
+            if steps < from {
+                steps += 1;
+                continue;
+            }
+            let shard = idx.len() / n;
+            let mut tensors: Vec<(Tensor, Tensor)> = Vec::with_capacity(n);
+            for i in 0..n {
+                tensors.push(batch_tensors(train_set, &idx[i * shard..(i + 1) * shard])?);
+            }
+            let mut feeds: Vec<(&Output, &Tensor)> = Vec::with_capacity(2 * n);
+            for (i, (x, y)) in tensors.iter().enumerate() {
+                feeds.push((&sg.xs[i], x));
+                feeds.push((&sg.ys[i], y));
+            }
+            let out = master.run(&feeds, &[&sg.loss], &[&sg.train_op])?;
+            let loss = out.first().ok_or_else(|| config("the step fetched no loss".into()))?.scalar_f64()?;
+            sum += loss * idx.len() as f64;
+            count += idx.len();
+            steps += 1;
+            after(steps)?;
+        }
+        train_loss = sum / count.max(1) as f64;
+    }
+    Ok((steps, train_loss))
+}
+
+/// Asynchronous steps: one thread per worker, worker `i` on batches `i`,
+/// `i + n`, ... of each epoch. Returns (steps, mean training loss of the
+/// last epoch, each batch's loss as its worker's step saw it).
+fn run_async(master: &Master, ag: &AsyncGraph, train_set: &Dataset, cfg: &TrainConfig, n: usize) -> Result<(usize, f64)> {
+    let mut batches = Batches::new(train_set.len(), cfg, 1);
+    let (mut steps, mut train_loss) = (0usize, f64::NAN);
+    for _ in 0..cfg.epochs {
+        let epoch = batches.next_epoch();
+        let results: Vec<Result<(f64, usize, usize)>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|i| {
+                    let epoch = &epoch;
+                    s.spawn(move || -> Result<(f64, usize, usize)> {
+                        let (mut sum, mut count, mut steps) = (0.0, 0usize, 0usize);
+                        for idx in epoch.iter().skip(i).step_by(n) {
+                            let (x, y) = batch_tensors(train_set, idx)?;
+                            let out = master.run(&[(&ag.xs[i], &x), (&ag.ys[i], &y)], &[&ag.losses[i]], &[&ag.train_ops[i]])?;
+                            let loss = out.first().ok_or_else(|| config("the step fetched no loss".into()))?.scalar_f64()?;
+                            sum += loss * idx.len() as f64;
+                            count += idx.len();
+                            steps += 1;
+                        }
+                        Ok((sum, count, steps))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(config("a worker's step thread panicked".into())))).collect()
+        });
+        let (mut sum, mut count) = (0.0, 0usize);
+        for r in results {
+            let (s, c, k) = r?;
+            sum += s;
+            count += c;
+            steps += k;
+        }
+        train_loss = sum / count.max(1) as f64;
+    }
+    Ok((steps, train_loss))
+}
+
+/// One shard of a batch, waiting for a worker.
+struct Shard {
+    epoch: usize,
+    idx: Vec<usize>,
+}
+
+/// A worker's compute finished: (worker, the step it was launched for,
+/// its loss, examples, epoch).
+type Done = (usize, u64, Result<f64>, usize, usize);
+
+/// Synchronous steps with backup workers: every idle worker gets the next
+/// shard (`cfg.batch / needed` examples) and computes on the current
+/// variables; the first `needed` to finish are averaged into the update
+/// (their masks 1), later ones, and the shards they held, are dropped.
+/// Returns (steps, mean training loss of the last epoch, dropped gradients).
+/// A worker whose computation fails (its task died) is not asked again;
+/// training goes on while `needed` workers live.
+fn run_backup(
+    master: &Master,
+    bg: &BackupGraph,
+    train_set: &Dataset,
+    cfg: &TrainConfig,
+    needed: usize,
+    after: &(dyn Fn(usize) -> Result<()> + Sync),
+) -> Result<(usize, f64, u64, Vec<usize>)> {
+    let workers = bg.xs.len();
+    let mut shards = std::collections::VecDeque::new();
+    let mut batches = Batches::new(train_set.len(), cfg, needed);
+    for epoch in 0..cfg.epochs {
+        for idx in batches.next_epoch() {
+            let len = idx.len() / needed;
+            for k in 0..needed {
+                shards.push_back(Shard { epoch, idx: idx[k * len..(k + 1) * len].to_vec() });
+            }
+        }
+    }
+    let wait = master.recv_timeout() + Duration::from_secs(10);
+    let (tx, rx) = std::sync::mpsc::channel::<Done>();
+    let mut failed = Vec::new();
+    let r = std::thread::scope(|s| -> Result<(usize, f64, u64)> {
+        let launch = |w: usize, step: u64, shard: Shard, busy: &mut Vec<bool>| {
+            busy[w] = true;
+            let tx = tx.clone();
+            s.spawn(move || {
+                let r = (|| -> Result<f64> {
+                    let (x, y) = batch_tensors(train_set, &shard.idx)?;
+                    let out = master.run(&[(&bg.xs[w], &x), (&bg.ys[w], &y)], &[&bg.losses[w]], &[&bg.computes[w]])?;
+                    Ok(out.first().ok_or_else(|| config("the step fetched no loss".into()))?.scalar_f64()?)
+                })();
+                let _ = tx.send((w, step, r, shard.idx.len(), shard.epoch));
+            });
+        };
+        let mut busy = vec![false; workers];
+        // workers whose computation failed (their task died): never asked again
+        let mut dead: Vec<Option<String>> = vec![None; workers];
+        let (mut steps, mut dropped) = (0usize, 0u64);
+        let (mut last_sum, mut last_n) = (0.0, 0usize);
+        let mut step = 0u64;
+        'steps: loop {
+            step += 1;
+            let mut in_flight = 0usize;
+            for w in 0..workers {
+                if !busy[w] && dead[w].is_none() && let Some(sh) = shards.pop_front() {
+                    launch(w, step, sh, &mut busy);
+                    in_flight += 1;
+                }
+            }
+            let mut fresh: Vec<(usize, f64, usize, usize)> = Vec::with_capacity(needed);
+            while fresh.len() < needed {
+                if in_flight == 0 && busy.iter().all(|b| !b) {
+                    // out of data (or workers): too few gradients for one more update
+                    dropped += fresh.len() as u64;
+                    break 'steps;
+                }
+                let (w, st, r, n, epoch) = rx.recv_timeout(wait).map_err(|_| config(format!("no worker finished a computation in {wait:?}")))?;
+                busy[w] = false;
+                if st == step {
+                    in_flight -= 1;
+                }
+                match r {
+                    Ok(loss) if st == step => fresh.push((w, loss, n, epoch)),
+                    // computed on variables an update has since changed
+                    Ok(_) => dropped += 1,
+                    Err(e) => {
+                        dropped += 1;
+                        dead[w] = Some(e.to_string());
+                        let live = dead.iter().filter(|d| d.is_none()).count();
+                        if live < needed {
+                            let why: Vec<String> = dead.iter().flatten().cloned().collect();
+                            return Err(config(format!(
+                                "{live} workers left, {needed} needed per update: {}",
+                                why.join("; ")
+                            )));
+                        }
+                    }
+                }
+                // keep enough computations going for this step
+                while fresh.len() + in_flight < needed {
+                    let Some(w2) = (0..workers).find(|&k| !busy[k] && dead[k].is_none()) else { break };
+                    let Some(sh) = shards.pop_front() else { break };
+                    launch(w2, step, sh, &mut busy);
+                    in_flight += 1;
+                }
+            }
+            let masks: Vec<Tensor> = (0..workers)
+                .map(|w| Tensor::from_vec(vec![if fresh.iter().any(|f| f.0 == w) { 1.0f32 } else { 0.0 }], Vec::<usize>::new()))
+                .collect::<flowlab_engine::Result<_>>()?;
+            let feeds: Vec<(&Output, &Tensor)> = bg.masks.iter().zip(&masks).collect();
+            master.run(&feeds, &[], &[&bg.apply])?;
+            steps += 1;
+            after(steps)?;
+            for (_, loss, n, epoch) in fresh {
+                if epoch + 1 == cfg.epochs {
+                    last_sum += loss * n as f64;
+                    last_n += n;
+                }
+            }
+        }
+        failed = dead.iter().enumerate().filter(|(_, d)| d.is_some()).map(|(w, _)| w).collect();
+        // the stragglers' last computations: bounded, then dropped
+        while busy.iter().any(|b| *b) {
+            let (w, _, _, _, _) = rx.recv_timeout(wait).map_err(|_| config(format!("a worker did not finish in {wait:?}")))?;
+            busy[w] = false;
+            dropped += 1;
+        }
+        Ok((steps, last_sum / last_n.max(1) as f64, dropped))
+    })?;
+    Ok((r.0, r.1, r.2, failed))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    out: Vec<Tensor>,
+    steps: usize,
+    train_loss: f64,
+    start: Instant,
+    train_seconds: f64,
+    cfg: &TrainConfig,
+    train_set: &Dataset,
+    test_set: &Dataset,
+    mode: Mode,
+    ps: usize,
+    n: usize,
+) -> Result<ClusterTrainReport> {
+    let scalar = |i: usize| -> Result<f64> {
+        Ok(out.get(i).ok_or_else(|| RuntimeError::from(EngineError::Tensor("evaluation fetched too few values".into())))?.scalar_f64()?)
+    };
+    let report = TrainReport {
+        model: cfg.model,
+        accuracy: scalar(0)?,
+        loss: scalar(1)?,
+        train_loss,
+        steps,
+        epochs: cfg.epochs,
+        seconds: start.elapsed().as_secs_f64(),
+        seconds_per_epoch: train_seconds / cfg.epochs as f64,
+        train_examples: train_set.len(),
+        test_examples: test_set.len(),
+        devices: n,
+        placement: ParallelPlacement::Replicas,
+        comm: cfg.comm,
+        transfers: None,
+        bytes_sent: None,
+        bytes_f32: None,
+        resumed_from_step: None,
+        skipped_checkpoints: Vec::new(),
+    };
+    Ok(ClusterTrainReport {
+        report,
+        mode,
+        ps,
+        workers: n,
+        backup: 0,
+        dropped_gradients: 0,
+        failed_workers: Vec::new(),
+        steps_per_second: steps as f64 / train_seconds.max(1e-9),
+        restarts: 0,
+        steps_lost: 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::bind_task;
+    use crate::worker::TaskServer;
+    use flowlab_programs::train::{ModelKind, train};
+    use std::net::TcpListener;
+
+    pub(crate) fn local_spec(workers: u32) -> ClusterSpec {
+        let port = || TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut tasks = vec![(TaskId::new(Job::Ps, 0), format!("127.0.0.1:{}", port()))];
+        for i in 0..workers {
+            tasks.push((TaskId::new(Job::Worker, i), format!("127.0.0.1:{}", port())));
+        }
+        ClusterSpec::from_tasks(tasks).unwrap()
+    }
+
+    fn digits() -> Dataset {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/digits.csv.gz");
+        flowlab_programs::datasets::load_digits(&path).unwrap()
+    }
+
+    #[test]
+    fn one_ps_and_two_workers_compute_what_two_local_replicas_do() {
+        let spec = local_spec(2);
+        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let data = digits();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 2;
+        let got = train_on_cluster(&data, &cfg, &spec, &ClusterTraining::default()).unwrap();
+        cfg.devices = 2;
+        let want = train(&data, &cfg).unwrap();
+        assert_eq!(got.report.steps, want.steps);
+        assert_eq!((got.workers, got.ps, got.mode), (2, 1, Mode::Sync));
+        // the same batches, shards, initial values and the same kernels on
+        // the same shapes: bit for bit what the in-process run computes
+        assert_eq!(got.report.train_loss.to_bits(), want.train_loss.to_bits(), "{got:?} vs {want:?}");
+        assert_eq!(got.report.accuracy.to_bits(), want.accuracy.to_bits(), "{got:?} vs {want:?}");
+        assert_eq!(got.report.loss.to_bits(), want.loss.to_bits(), "{got:?} vs {want:?}");
+        assert!(got.report.accuracy > 0.85, "{got:?}");
+    }
+
+    #[test]
+    fn asynchronous_workers_reach_the_single_process_accuracy() {
+        let spec = local_spec(2);
+        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let data = digits();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 3;
+        let got = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { mode: Mode::Async, ..Default::default() }).unwrap();
+        let want = train(&data, &cfg).unwrap();
+        // every batch of the one-process schedule, once per epoch
+        assert_eq!((got.report.steps, got.mode, got.workers), (want.steps, Mode::Async, 2));
+        // stale reads change the path, not where it ends: 2 points (7 of
+        // the 359 held-out examples)
+        assert!((got.report.accuracy - want.accuracy).abs() <= 0.02, "{got:?} vs {want:?}");
+        assert!(got.report.accuracy > 0.9, "{got:?}");
+    }
+
+    #[test]
+    fn a_backup_worker_leaves_the_accuracy_and_every_shard_is_applied_or_dropped() {
+        let spec = local_spec(3);
+        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let data = digits();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 3;
+        let got = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { backup: 1, ..Default::default() }).unwrap();
+        let want = train(&data, &cfg).unwrap();
+        assert_eq!((got.mode, got.workers, got.backup), (Mode::Sync, 3, 1));
+        // 2 gradients per update from shards of 16: every shard of the
+        // one-process schedule (2 per batch of 32) is applied or dropped
+        assert_eq!(got.report.steps as u64 * 2 + got.dropped_gradients, want.steps as u64 * 2, "{got:?}");
+        assert!(got.dropped_gradients > 0, "a third worker's gradient is never needed: {got:?}");
+        // fewer updates (dropped shards) on staler data: within 2 points
+        assert!((got.report.accuracy - want.accuracy).abs() <= 0.02, "{got:?} vs {want:?}");
+    }
+
+    #[test]
+    fn a_dead_worker_does_not_stop_training_with_a_backup() {
+        let spec = local_spec(3);
+        let servers: Vec<std::sync::Mutex<Option<TaskServer>>> = spec
+            .tasks()
+            .map(|(t, _)| std::sync::Mutex::new(Some(TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap())))
+            .collect();
+        let data = digits();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 3;
+        // worker:2 (the last task) stops serving after update 20
+        let kill = |steps: usize| {
+            if steps == 20 {
+                drop(servers[3].lock().unwrap().take());
+            }
+        };
+        let how = ClusterTraining { backup: 1, ..Default::default() };
+        let got = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &kill, restart: None }).unwrap();
+        let want = train(&data, &cfg).unwrap();
+        assert_eq!(got.failed_workers, ["worker:2"], "{got:?}");
+        assert!(got.report.steps > 20 && got.report.steps as u64 * 2 + got.dropped_gradients == want.steps as u64 * 2, "{got:?}");
+        assert!((got.report.accuracy - want.accuracy).abs() <= 0.02, "{got:?} vs {want:?}");
+        // without a backup the same death ends training, naming the task
+        let spec = local_spec(2);
+        let servers: Vec<std::sync::Mutex<Option<TaskServer>>> = spec
+            .tasks()
+            .map(|(t, _)| std::sync::Mutex::new(Some(TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap())))
+            .collect();
+        let kill = |steps: usize| {
+            if steps == 5 {
+                drop(servers[2].lock().unwrap().take());
+            }
+        };
+        let t = std::time::Instant::now();
+        // Recvs would wait 30 s: the master's AbortStep ends the PS's step at once
+        let how = ClusterTraining { master: MasterOptions { recv_timeout: Duration::from_secs(30), ..Default::default() }, ..Default::default() };
+        let e = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &kill, restart: None }).unwrap_err().to_string();
+        let w1 = TaskId::new(Job::Worker, 1);
+        assert!(e.starts_with(&format!("task {w1} at {}: RunGraph step 7", spec.address(w1).unwrap())), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn the_chiefs_checkpoints_hold_what_the_in_process_run_saves() {
+        use flowlab_programs::train::CheckpointConfig;
+        let spec = local_spec(2);
+        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let data = digits();
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 1;
+        let ck = |sub: &str| CheckpointConfig { dir: dir.path().join(sub), every: 20, keep: 5, resume: false };
+        let how = ClusterTraining { checkpoint: Some(ck("cluster")), ..Default::default() };
+        let got = train_on_cluster(&data, &cfg, &spec, &how).unwrap();
+        assert_eq!(got.report.steps, 45);
+        cfg.devices = 2;
+        cfg.checkpoint = Some(ck("local"));
+        train(&data, &cfg).unwrap();
+        let mine = CheckpointManager::new(&dir.path().join("cluster"), 5).unwrap();
+        assert_eq!(mine.steps().unwrap(), [20, 40]);
+        for step in [20, 40] {
+            let a = flowlab_engine::checkpoint::read(&mine.path(step)).unwrap();
+            let b = flowlab_engine::checkpoint::read(&CheckpointManager::new(&dir.path().join("local"), 5).unwrap().path(step)).unwrap();
+            assert_eq!(a.tensors.keys().collect::<Vec<_>>(), b.tensors.keys().collect::<Vec<_>>());
+            for (name, t) in &a.tensors {
+                let bits = |x: &Tensor| x.to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(t), bits(&b.tensors[name]), "{name} at step {step}");
+            }
+            assert_eq!(a.metadata["step"], step.to_string());
+        }
+        // no checkpoint between asynchronous updates
+        let how = ClusterTraining { mode: Mode::Async, checkpoint: Some(ck("async")), ..Default::default() };
+        let e = train_on_cluster(&data, &cfg, &spec, &how).unwrap_err().to_string();
+        assert!(e.contains("not with async"), "{e}");
+    }
+
+    #[test]
+    fn a_dead_ps_restarts_from_the_last_checkpoint_and_ends_as_if_never_stopped() {
+        use flowlab_programs::train::CheckpointConfig;
+        let spec = local_spec(2);
+        let servers: Vec<std::sync::Mutex<Option<TaskServer>>> = spec
+            .tasks()
+            .map(|(t, _)| std::sync::Mutex::new(Some(TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap())))
+            .collect();
+        let data = digits();
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 2;
+        let how = ClusterTraining { checkpoint: Some(CheckpointConfig { dir: dir.path().into(), every: 20, keep: 2, resume: false }), ..Default::default() };
+        let ps = TaskId::new(Job::Ps, 0);
+        let first = servers[0].lock().unwrap().as_ref().unwrap().incarnation;
+        // ps:0 dies after update 30 (its checkpoint of update 20 stays), once
+        let killed = std::sync::atomic::AtomicBool::new(false);
+        let kill = |steps: usize| {
+            if steps == 30 && !killed.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                drop(servers[0].lock().unwrap().take());
+            }
+        };
+        let restart = |t: TaskId| -> Result<()> {
+            assert_eq!(t, ps);
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            let listener = loop {
+                match bind_task(&spec, t) {
+                    Ok(l) => break l,
+                    Err(e) if std::time::Instant::now() > deadline => return Err(e),
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            };
+            *servers[0].lock().unwrap() = Some(TaskServer::start(&spec, t, listener)?);
+            Ok(())
+        };
+        let got = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &kill, restart: Some(&restart) }).unwrap();
+        assert_ne!(servers[0].lock().unwrap().as_ref().unwrap().incarnation, first);
+        assert_eq!((got.restarts, got.steps_lost), (1, 10), "{got:?}");
+        // the checkpoint holds every variable and slot, the replay the same
+        // batches: the end is the uninterrupted run's, bit for bit
+        cfg.devices = 2;
+        let want = train(&data, &cfg).unwrap();
+        assert_eq!(got.report.steps, want.steps);
+        assert_eq!(got.report.accuracy.to_bits(), want.accuracy.to_bits(), "{got:?} vs {want:?}");
+        assert_eq!(got.report.loss.to_bits(), want.loss.to_bits(), "{got:?} vs {want:?}");
+    }
+}

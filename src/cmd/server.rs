@@ -1,0 +1,64 @@
+//! `flowlab server --cluster FILE --job J --task N`: one task process of a
+//! cluster. It binds its address from the cluster spec (errors name the task
+//! and the address), serves the worker service (graph partitions, steps,
+//! tensors for the other tasks) and runs until it is stopped.
+
+use anyhow::{Context, bail};
+use clap::Args;
+use flowlab_runtime::{ClusterSpec, Job, TaskId, TaskServer, bind_task};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct ServerArgs {
+    /// The cluster spec (YAML: jobs chief, ps, worker with their task addresses).
+    #[arg(long)]
+    cluster: PathBuf,
+    /// This task's job: chief, ps or worker.
+    #[arg(long)]
+    job: String,
+    /// This task's index in its job.
+    #[arg(long)]
+    task: u32,
+    /// For launchers: the process id of the launcher; this task ends when
+    /// that process does (Linux), so no task outlives a killed launcher.
+    #[arg(long, hide = true)]
+    parent: Option<u32>,
+}
+
+/// Ends this process when `parent` ends (Linux: the kernel sends SIGKILL).
+fn exit_with_parent(parent: u32) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with PR_SET_PDEATHSIG and a signal number changes only
+    // this process's death signal; getppid cannot fail.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+        // the launcher may have died before the call
+        if libc::getppid() as u32 != parent {
+            std::process::exit(1);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = parent;
+}
+
+pub fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
+    if let Some(p) = args.parent {
+        exit_with_parent(p);
+    }
+    let Some(job) = Job::parse(&args.job) else {
+        bail!("--job {}: expected chief, ps or worker", args.job);
+    };
+    let task = TaskId::new(job, args.task);
+    let spec = ClusterSpec::from_file(&args.cluster)?;
+    let listener = bind_task(&spec, task)?;
+    let server = TaskServer::start(&spec, task, listener).with_context(|| format!("starting task {task}"))?;
+    eprintln!(
+        "flowlab server: task {task} (incarnation {:016x}) serving on {} for cluster {}",
+        server.incarnation,
+        server.address,
+        args.cluster.display()
+    );
+    server.wait();
+    Ok(ExitCode::SUCCESS)
+}
