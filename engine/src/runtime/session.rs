@@ -316,32 +316,7 @@ impl Session {
         targets: &[&Output],
         trace: bool,
     ) -> Result<(Vec<Tensor>, Option<StepStats>)> {
-        for (o, _) in feeds {
-            self.check_graph(o, "feed")?;
-        }
-        for o in fetches {
-            self.check_graph(o, "fetch")?;
-        }
-        for o in targets {
-            self.check_graph(o, "target")?;
-        }
-        let key: RunKey = (
-            feeds.iter().map(|(o, _)| (o.node, o.index)).collect(),
-            fetches.iter().map(|o| (o.node, o.index)).collect(),
-            targets.iter().map(|o| o.node).collect(),
-        );
-        let plan = self.prepared(key)?;
-        let mut values = Vec::with_capacity(feeds.len());
-        for ((_, t), (name, ty)) in feeds.iter().zip(plan.feed_types()) {
-            if t.dtype() != ty.dtype || !ty.shape.accepts(t.shape()) {
-                return Err(EngineError::FeedMismatch {
-                    node: name.clone(),
-                    expected: ty.to_string(),
-                    got: format!("{}{}", t.dtype(), t.shape()),
-                });
-            }
-            values.push((*t).clone());
-        }
+        let (plan, values) = self.plan_with_feeds(feeds, fetches, targets)?;
         match &*plan {
             Plan::Local(p) => {
                 // No snapshot here: keeping the old values would turn every
@@ -381,32 +356,10 @@ impl Session {
                 self.devices.len()
             )));
         }
-        for (o, _) in feeds {
-            self.check_graph(o, "feed")?;
-        }
-        for o in fetches.iter().chain(targets) {
-            self.check_graph(o, "fetch")?;
-        }
-        let key: RunKey = (
-            feeds.iter().map(|(o, _)| (o.node, o.index)).collect(),
-            fetches.iter().map(|o| (o.node, o.index)).collect(),
-            targets.iter().map(|o| o.node).collect(),
-        );
-        let plan = self.prepared(key)?;
+        let (plan, values) = self.plan_with_feeds(feeds, fetches, targets)?;
         let Plan::Local(p) = &*plan else {
             return Err(EngineError::Device("run_partition: a one-device session prepared a multi-device plan".into()));
         };
-        let mut values = Vec::with_capacity(feeds.len());
-        for ((_, t), (name, ty)) in feeds.iter().zip(&p.feed_types) {
-            if t.dtype() != ty.dtype || !ty.shape.accepts(t.shape()) {
-                return Err(EngineError::FeedMismatch {
-                    node: name.clone(),
-                    expected: ty.to_string(),
-                    got: format!("{}{}", t.dtype(), t.shape()),
-                });
-            }
-            values.push((*t).clone());
-        }
         let comm = StepComm {
             rdv,
             step_id,
@@ -423,6 +376,38 @@ impl Session {
             return Err(e);
         }
         r.map(|(v, _)| v)
+    }
+
+    /// The (cached) plan of a step and its feed values, each feed checked
+    /// against the type the plan expects.
+    fn plan_with_feeds(&self, feeds: &[(&Output, &Tensor)], fetches: &[&Output], targets: &[&Output]) -> Result<(Arc<Plan>, Vec<Tensor>)> {
+        for (o, _) in feeds {
+            self.check_graph(o, "feed")?;
+        }
+        for o in fetches {
+            self.check_graph(o, "fetch")?;
+        }
+        for o in targets {
+            self.check_graph(o, "target")?;
+        }
+        let key: RunKey = (
+            feeds.iter().map(|(o, _)| (o.node, o.index)).collect(),
+            fetches.iter().map(|o| (o.node, o.index)).collect(),
+            targets.iter().map(|o| o.node).collect(),
+        );
+        let plan = self.prepared(key)?;
+        let mut values = Vec::with_capacity(feeds.len());
+        for ((_, t), (name, ty)) in feeds.iter().zip(plan.feed_types()) {
+            if t.dtype() != ty.dtype || !ty.shape.accepts(t.shape()) {
+                return Err(EngineError::FeedMismatch {
+                    node: name.clone(),
+                    expected: ty.to_string(),
+                    got: format!("{}{}", t.dtype(), t.shape()),
+                });
+            }
+            values.push((*t).clone());
+        }
+        Ok((plan, values))
     }
 
     fn prepared(&self, key: RunKey) -> Result<Arc<Plan>> {

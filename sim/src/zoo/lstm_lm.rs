@@ -29,12 +29,8 @@ pub(crate) fn build(o: &ZooOptions) -> Result<ModelGraph> {
         return build_dynamic(o, vocab, hidden, layers, steps);
     }
     let (b, t) = (o.batch as i64, steps as i64);
-    let mut net = Net::new(o.seed);
+    let (mut net, tokens, targets, embedding) = start(o, vocab, hidden, steps)?;
     let g = net.g.clone();
-    let tokens = g.placeholder("tokens", DType::I64, [b, t])?;
-    let targets = g.placeholder("targets", DType::I64, [b, t])?;
-
-    let embedding = net.param(&g, "embedding", &[vocab, hidden], Init::Uniform(INIT_SCALE))?;
     let emb = g.scope("embedding_lookup");
     let inputs = emb.gather(&embedding, &tokens)?;
     let inputs: Vec<Output> =
@@ -121,12 +117,9 @@ pub(crate) fn build(o: &ZooOptions) -> Result<ModelGraph> {
 /// per-step loss. Variables are created in the unrolled model's order, so a
 /// seed gives both the same weights.
 fn build_dynamic(o: &ZooOptions, vocab: usize, hidden: usize, layers: usize, steps: usize) -> Result<ModelGraph> {
-    let (b, t) = (o.batch as i64, steps as i64);
-    let mut net = Net::new(o.seed);
+    let t = steps as i64;
+    let (mut net, tokens, targets, embedding) = start(o, vocab, hidden, steps)?;
     let g = net.g.clone();
-    let tokens = g.placeholder("tokens", DType::I64, [b, t])?;
-    let targets = g.placeholder("targets", DType::I64, [b, t])?;
-    let embedding = net.param(&g, "embedding", &[vocab, hidden], Init::Uniform(INIT_SCALE))?;
     let emb = g.scope("embedding_lookup");
     // [batch, time, hidden] -> [time, batch, hidden]: step i is row i.
     let inputs = emb.transpose(emb.gather(&embedding, &tokens)?, &[1, 0, 2])?;
@@ -167,4 +160,16 @@ fn build_dynamic(o: &ZooOptions, vocab: usize, hidden: usize, layers: usize, ste
     let loss = g.op("Mul").name("loss").input(&out[1]).input(g.scalar(1.0 / steps as f64, DType::F32)?).build()?;
     let opt = o.optimizer.clone().unwrap_or(Optimizer::Sgd { lr: 1.0 });
     net.finish("lstm_lm", o.batch, vec![tokens, targets], loss, &opt)
+}
+
+/// Both variants' first nodes, in the same order (so a seed gives both the
+/// same weights): the token and target placeholders and the embedding.
+fn start(o: &ZooOptions, vocab: usize, hidden: usize, steps: usize) -> Result<(Net, Output, Output, Output)> {
+    let (b, t) = (o.batch as i64, steps as i64);
+    let mut net = Net::new(o.seed);
+    let g = net.g.clone();
+    let tokens = g.placeholder("tokens", DType::I64, [b, t])?;
+    let targets = g.placeholder("targets", DType::I64, [b, t])?;
+    let embedding = net.param(&g, "embedding", &[vocab, hidden], Init::Uniform(INIT_SCALE))?;
+    Ok((net, tokens, targets, embedding))
 }
