@@ -4,7 +4,10 @@
 Runs SCALE-Sim (pip: scalesim==3.0.0, numpy<2.4) in-process and
 `flowlab systolic --scalesim-compat --json` as a subprocess on one config and
 one topology, prints per-layer compute cycles from both and the wall-clock
-times, and exits non-zero unless every layer's compute cycles are equal.
+times, and exits non-zero unless every layer's compute cycles are equal and,
+in compat mode, its Total, Stall and incl.-prefetch cycles and DRAM ifmap and
+filter reads and ofmap writes too (compat mode replays SCALE-Sim's memory
+system whenever the config gives a DRAM bandwidth, as these configs do).
 
     python3 bench/scalesim/compare.py --flowlab target/release/flowlab \
         --array 32 --dataflow ws --select res5a_branch1,fc1000
