@@ -421,12 +421,46 @@ pub fn build_sharded(g: &Graph, cfg: &TrainConfig, features: usize, param: &Devi
     let r = data_parallel_sharded(g, replicas, param, &xs, &ys, &vars, &Optimizer::adam(cfg.learning_rate), |rg, x, y| {
         Ok(loss_and_accuracy(rg, &forward(rg, &layers, x)?, y)?.0)
     })?;
+    let (eval_x, eval_y, eval_loss, eval_accuracy) = eval_tower(&pg, &layers, features)?;
+    let init = g.global_variables_initializer()?;
+    Ok(ShardedGraph { xs, ys, loss: r.loss, train_op: r.train_op, init, eval_x, eval_y, eval_loss, eval_accuracy })
+}
+
+/// The evaluation placeholders, loss and accuracy on the parameter device.
+fn eval_tower(pg: &Graph, layers: &[Layer], features: usize) -> Result<(Output, Output, Output, Output)> {
     let eval_x = pg.placeholder("x", DType::F32, [-1, features as i64])?;
     let eval_y = pg.placeholder("y", DType::I64, [-1])?;
     let eval = pg.scope("eval");
-    let (eval_loss, eval_accuracy) = loss_and_accuracy(&eval, &forward(&eval, &layers, &eval_x)?, &eval_y)?;
-    let init = g.global_variables_initializer()?;
-    Ok(ShardedGraph { xs, ys, loss: r.loss, train_op: r.train_op, init, eval_x, eval_y, eval_loss, eval_accuracy })
+    let (eval_loss, eval_accuracy) = loss_and_accuracy(&eval, &forward(&eval, layers, &eval_x)?, &eval_y)?;
+    Ok((eval_x, eval_y, eval_loss, eval_accuracy))
+}
+
+/// Replica `i` on device `d`: its placeholders, its batch loss, and the
+/// gradient of that loss for each variable (an error names a variable the
+/// loss does not depend on).
+#[allow(clippy::type_complexity)]
+fn replica_gradients(
+    g: &Graph,
+    i: usize,
+    d: &DeviceName,
+    layers: &[Layer],
+    vars: &[&Output],
+    features: usize,
+) -> Result<(Output, Output, Output, Vec<(Output, Output)>)> {
+    let rg = g.device(&d.to_string()).scope(&format!("replica_{i}"));
+    let x = rg.placeholder("x", DType::F32, [-1, features as i64])?;
+    let y = rg.placeholder("y", DType::I64, [-1])?;
+    let loss = loss_and_accuracy(&rg, &forward(&rg, layers, &x)?, &y)?.0;
+    let grads = rg.gradients(&[&loss], vars)?;
+    let pairs = vars
+        .iter()
+        .zip(grads)
+        .map(|(v, gr)| {
+            gr.map(|gr| ((*v).clone(), gr))
+                .ok_or_else(|| EngineError::NoGradient { node: v.name(), op: "the loss does not depend on it".into() })
+        })
+        .collect::<Result<_>>()?;
+    Ok((x, y, loss, pairs))
 }
 
 /// The graph of asynchronous data parallelism over named devices: replica
@@ -457,25 +491,13 @@ pub fn build_async(g: &Graph, cfg: &TrainConfig, features: usize, param: &Device
     let opt = Optimizer::adam(cfg.learning_rate);
     let (mut xs, mut ys, mut losses, mut train_ops) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (i, d) in replicas.iter().enumerate() {
-        let rg = g.device(&d.to_string()).scope(&format!("replica_{i}"));
-        let x = rg.placeholder("x", DType::F32, [-1, features as i64])?;
-        let y = rg.placeholder("y", DType::I64, [-1])?;
-        let loss = loss_and_accuracy(&rg, &forward(&rg, &layers, &x)?, &y)?.0;
-        let grads = rg.gradients(&[&loss], &vars)?;
-        let mut pairs = Vec::with_capacity(vars.len());
-        for (v, gr) in vars.iter().zip(grads) {
-            let gr = gr.ok_or_else(|| EngineError::NoGradient { node: v.name(), op: "the loss does not depend on it".into() })?;
-            pairs.push(((*v).clone(), gr));
-        }
+        let (x, y, loss, pairs) = replica_gradients(g, i, d, &layers, &vars, features)?;
         train_ops.push(opt.apply_gradients_shared(&pg, &pairs)?);
         xs.push(x);
         ys.push(y);
         losses.push(loss);
     }
-    let eval_x = pg.placeholder("x", DType::F32, [-1, features as i64])?;
-    let eval_y = pg.placeholder("y", DType::I64, [-1])?;
-    let eval = pg.scope("eval");
-    let (eval_loss, eval_accuracy) = loss_and_accuracy(&eval, &forward(&eval, &layers, &eval_x)?, &eval_y)?;
+    let (eval_x, eval_y, eval_loss, eval_accuracy) = eval_tower(&pg, &layers, features)?;
     let init = g.global_variables_initializer()?;
     Ok(AsyncGraph { xs, ys, losses, train_ops, init, eval_x, eval_y, eval_loss, eval_accuracy })
 }
@@ -519,20 +541,15 @@ pub fn build_backup(g: &Graph, cfg: &TrainConfig, features: usize, param: &Devic
     let vars: Vec<&Output> = layers.iter().flat_map(|l| l.vars()).collect();
     let (mut xs, mut ys, mut losses, mut computes, mut masks, mut stashes) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (i, d) in replicas.iter().enumerate() {
-        let rg = g.device(&d.to_string()).scope(&format!("replica_{i}"));
-        let x = rg.placeholder("x", DType::F32, [-1, features as i64])?;
-        let y = rg.placeholder("y", DType::I64, [-1])?;
-        let loss = loss_and_accuracy(&rg, &forward(&rg, &layers, &x)?, &y)?.0;
-        let grads = rg.gradients(&[&loss], &vars)?;
+        let (x, y, loss, pairs) = replica_gradients(g, i, d, &layers, &vars, features)?;
         let ps = pg.scope(&format!("stash_{i}"));
         let mut assigns = Vec::with_capacity(vars.len());
         let mut mine = Vec::with_capacity(vars.len());
-        for (v, gr) in vars.iter().zip(grads) {
-            let gr = gr.ok_or_else(|| EngineError::NoGradient { node: v.name(), op: "the loss does not depend on it".into() })?;
+        for (v, gr) in &pairs {
             let ty = v.tensor_type();
             let shape = ty.shape.to_shape().ok_or_else(|| EngineError::Shape { node: v.name(), op: "Variable".into(), detail: "a stash needs a known shape".into() })?;
             let stash = ps.variable(&v.name(), ps.zeros(ty.dtype, shape)?)?;
-            assigns.push(ps.assign(&stash, &gr)?);
+            assigns.push(ps.assign(&stash, gr)?);
             mine.push(stash);
         }
         computes.push(ps.group("compute", &assigns.iter().collect::<Vec<_>>())?);
@@ -558,10 +575,7 @@ pub fn build_backup(g: &Graph, cfg: &TrainConfig, features: usize, param: &Devic
         pairs.push(((*v).clone(), mean));
     }
     let apply = Optimizer::adam(cfg.learning_rate).apply_gradients(&pg, &pairs)?;
-    let eval_x = pg.placeholder("x", DType::F32, [-1, features as i64])?;
-    let eval_y = pg.placeholder("y", DType::I64, [-1])?;
-    let eval = pg.scope("eval");
-    let (eval_loss, eval_accuracy) = loss_and_accuracy(&eval, &forward(&eval, &layers, &eval_x)?, &eval_y)?;
+    let (eval_x, eval_y, eval_loss, eval_accuracy) = eval_tower(&pg, &layers, features)?;
     let init = g.global_variables_initializer()?;
     Ok(BackupGraph { xs, ys, losses, computes, masks, apply, init, eval_x, eval_y, eval_loss, eval_accuracy })
 }

@@ -306,7 +306,7 @@ struct ReadBuffer {
 }
 
 impl ReadBuffer {
-    fn new(name: &'static str, order: &[i64], addresses: u64, sram_words: u64, bandwidth: u64) -> Result<ReadBuffer, HwError> {
+    fn new(name: &'static str, order: &[i64], addresses: u64, sram_words: u64, bandwidth: u64) -> ReadBuffer {
         let active_words = sram_words.div_ceil(2);
         let prefetch_words = sram_words - active_words;
         let per_set = sram_words.div_ceil(100);
@@ -341,7 +341,7 @@ impl ReadBuffer {
         let sets = seen / per_set + 1;
         let active_sets = sets.min(active_words.div_ceil(per_set));
         let prefetch_sets = (sets - active_sets).min(prefetch_words.div_ceil(per_set));
-        Ok(ReadBuffer {
+        ReadBuffer {
             name,
             bandwidth,
             active_words,
@@ -357,7 +357,7 @@ impl ReadBuffer {
             started: false,
             accesses: 0,
             first_rows: 0,
-        })
+        }
     }
 
     fn hit(&self, addr: i64) -> Result<bool, HwError> {
@@ -427,7 +427,7 @@ impl ReadBuffer {
 /// `bandwidth` words once its active half is full.
 struct WriteBuffer {
     bandwidth: u64,
-    total_words: i64,
+    /// The active half: a drain starts once fewer words than this are free.
     active_words: i64,
     drain_words: u64,
     free: i64,
@@ -450,7 +450,6 @@ impl WriteBuffer {
         let active = sram_words.div_ceil(2);
         WriteBuffer {
             bandwidth,
-            total_words: sram_words as i64,
             active_words: active as i64,
             drain_words: sram_words - active,
             free: sram_words as i64,
@@ -512,12 +511,11 @@ impl WriteBuffer {
                 if self.free <= 0 {
                     current = self.drain_end;
                 }
-            } else if self.free < self.total_words - self.drain_words as i64 {
+            } else if self.free < self.active_words {
                 self.flush(true);
                 self.drain_end = self.drain(current)?;
             }
         }
-        debug_assert!(self.active_words == self.total_words - self.drain_words as i64);
         Ok(current)
     }
 
@@ -578,9 +576,8 @@ pub(crate) fn replay(cfg: &ArrayConfig, layer: &Layer, map: &Mapping) -> Result<
     let [ifmap_bw, filter_bw, ofmap_bw] = cfg.dram_bandwidths().map(|b| b.unwrap_or(u64::MAX).max(1));
     let words = |kib: u64| kib * 1024;
     let (ifmap_order, filter_order) = orders.prefetch();
-    let mut ifmap =
-        ReadBuffer::new("ifmap", &ifmap_order, op.ifmap_words(), words(cfg.ifmap_sram_kib), ifmap_bw)?;
-    let mut filter = ReadBuffer::new("filter", &filter_order, op.k * op.n, words(cfg.filter_sram_kib), filter_bw)?;
+    let mut ifmap = ReadBuffer::new("ifmap", &ifmap_order, op.ifmap_words(), words(cfg.ifmap_sram_kib), ifmap_bw);
+    let mut filter = ReadBuffer::new("filter", &filter_order, op.k * op.n, words(cfg.filter_sram_kib), filter_bw);
     drop((ifmap_order, filter_order));
     let mut ofmap = WriteBuffer::new(words(cfg.ofmap_sram_kib), ofmap_bw);
 

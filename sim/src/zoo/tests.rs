@@ -194,12 +194,17 @@ fn random_feeds(m: &ModelGraph, ids: usize, rng: &mut ChaCha8Rng) -> Vec<Tensor>
 }
 
 /// Runs `steps` training steps on one fixed random batch; returns the losses.
+/// A one-thread session of `m` with its variables initialized.
+fn open_session(m: &ModelGraph) -> Session {
+    let sess = Session::with_options(&m.graph, SessionOptions { threads: 1, ..Default::default() }).unwrap();
+    sess.run(&[], &[], &[&m.graph.global_variables_initializer().unwrap()]).unwrap();
+    sess
+}
+
 fn train_losses(m: &ModelGraph, ids: usize, steps: usize) -> Vec<f64> {
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let feeds = random_feeds(m, ids, &mut rng);
-    let sess = Session::with_options(&m.graph, SessionOptions { threads: 1, ..Default::default() }).unwrap();
-    let init = m.graph.global_variables_initializer().unwrap();
-    sess.run(&[], &[], &[&init]).unwrap();
+    let sess = open_session(m);
     let pairs: Vec<_> = m.inputs.iter().zip(&feeds).collect();
     // A sampled loss is noisy (new candidates every step): watch the full
     // softmax's loss, evaluated before each step.
@@ -280,12 +285,7 @@ fn a_carried_lstm_state_continues_the_stream_exactly() {
     let m = build_with("lstm_lm", &o).unwrap();
     assert_eq!(m.params, long.params, "the same trainable weights");
     assert_eq!(m.non_trainable_params as usize, 2 * 2 * b * 6, "h and c per layer");
-    let open = |m: &ModelGraph| {
-        let sess = Session::with_options(&m.graph, SessionOptions { threads: 1, ..Default::default() }).unwrap();
-        sess.run(&[], &[], &[&m.graph.global_variables_initializer().unwrap()]).unwrap();
-        sess
-    };
-    let (s8, s4) = (open(&long), open(&m));
+    let (s8, s4) = (open_session(&long), open_session(&m));
     // Train the long unroll until its predictions lean on context (small
     // initial weights predict nearly uniformly whatever the state), then
     // give the carrying model the same weights.
@@ -344,8 +344,7 @@ fn the_while_loop_lstm_equals_the_unrolled_one() {
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     let feeds = random_feeds(&unrolled, 15, &mut rng);
     let run = |m: &ModelGraph| {
-        let sess = Session::with_options(&m.graph, SessionOptions { threads: 1, ..Default::default() }).unwrap();
-        sess.run(&[], &[], &[&m.graph.global_variables_initializer().unwrap()]).unwrap();
+        let sess = open_session(m);
         let pairs: Vec<_> = m.inputs.iter().zip(&feeds).collect();
         let losses: Vec<f64> =
             (0..3).map(|_| sess.run(&pairs, &[&m.loss], &[&m.train_op]).unwrap()[0].scalar_f64().unwrap()).collect();
