@@ -3,7 +3,6 @@
 //! kernel (convolution, its gradients) reduces to these calls.
 
 use super::scalar::Float;
-use super::transpose::transpose_block;
 use rayon::prelude::*;
 
 /// A matrix operand as gemm sees it: element `(i, j)` at `ptr + i*rs + j*cs`.
@@ -110,12 +109,20 @@ pub(crate) fn gemm_strided<T: Float>(
     let parallel = threads > 1 && m.saturating_mul(n).saturating_mul(k) >= PARALLEL_MIN_MACS && m * n > GEMM_SMALL_OUTPUT;
     let parallelism = if parallel { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
     if trans_b && m >= TRANSPOSED_PROBLEM_MIN_ROWS && k.is_multiple_of(ALIASING_STRIDE) {
-        // b's rows lie a multiple of 512 bytes apart: gemm's packing reads
-        // them as slowly in either role, so b is transposed first (in 8 x 8
-        // blocks that keep 8 cache lines live) into [k, n].
-        let mut bt = vec![T::ZERO; b.len()];
-        transpose_block(b, k, &mut bt, n, k, n);
-        return gemm_strided(a, &bt, c, m, n, k, trans_a, false, accumulate, threads);
+        // b's rows lie a multiple of 512 bytes apart, which gemm's packing
+        // reads slowly in either role: they are first copied a cache line
+        // further apart, and b is read as the right operand from the copy.
+        let rs = k + ALIASING_PAD;
+        let mut padded = vec![T::ZERO; n * rs];
+        for (dst, src) in padded.chunks_exact_mut(rs).zip(b.chunks_exact(k)) {
+            dst[..k].copy_from_slice(src);
+        }
+        let av = View::of(a, if trans_a { m } else { k }, trans_a);
+        let bv = View { ptr: padded.as_ptr(), rs: 1, cs: rs as isize };
+        // SAFETY: element (i, j) of op(b) is padded[j*rs + i] with i < k and
+        // j < n, inside the n*rs copy; a and c as below.
+        unsafe { gemm_block(m, n, k, av, bv, c.as_mut_ptr(), n as isize, accumulate, parallelism) };
+        return;
     }
     if trans_b && m >= TRANSPOSED_PROBLEM_MIN_ROWS {
         // Cᵀ = op(b)ᵀ · op(a)ᵀ: b, stored [n, k], is read row by row as
@@ -156,8 +163,15 @@ const TRANSPOSED_PROBLEM_MIN_ROWS: usize = 16;
 /// across its rows slows down by 2-4x (rows 512 bytes apart and multiples
 /// map into few cache sets): [64, 1024] x [3136, 1024]ᵀ took 13.1 ms as the
 /// transposed problem and 8.5 ms with b transposed first, against 6.0 ms
-/// and 7.5 ms at k = 1,000.
+/// and 7.5 ms at k = 1,000. Copying b's rows 64 bytes apart and reading the
+/// copy directly took 5.9-6.4 ms against 6.6-7.0 ms for the transposed
+/// problem over the same copy, and 6.4-6.6 ms for copies of 96 or 256 rows
+/// at a time (interleaved, min of 40, `matmul` at one thread; the forward
+/// [64, 3136] x [3136, 1024] took 4.6-4.8 ms).
 const ALIASING_STRIDE: usize = 128;
+
+/// Elements added to each row of such an operand (64 bytes of f32).
+const ALIASING_PAD: usize = 16;
 
 /// gemm 0.19 takes its "horizontal" small-output path (a different
 /// summation order over k) when the output has at most 16 x 16 elements and

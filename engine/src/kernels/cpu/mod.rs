@@ -15,6 +15,7 @@ pub mod pool;
 pub(crate) mod reduce;
 pub mod scalar;
 pub(crate) mod transpose;
+pub(crate) mod vectorize;
 
 pub use conv::{Conv2dGeom, Padding, conv2d, conv2d_backprop_filter, conv2d_backprop_input};
 pub use matmul::{batch_matmul, matmul};

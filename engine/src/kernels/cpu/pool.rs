@@ -9,6 +9,7 @@
 
 use super::conv::{Padding, window_axis};
 use super::scalar::Float;
+use super::vectorize::vectorized;
 use rayon::prelude::*;
 
 /// Every size a pooling kernel needs, validated once by the op layer.
@@ -40,6 +41,10 @@ impl Pool2dGeom {
         if !fits(input_nhwc) || !fits([batch, out_h, out_w, channels]) || ksize[0].checked_mul(ksize[1]).is_none() {
             return Err(format!("input {input_nhwc:?} with window {ksize:?} gives sizes larger than this machine can address"));
         }
+        // max_pool_grad numbers a window's positions with u32.
+        if ksize[0] * ksize[1] > u32::MAX as usize {
+            return Err(format!("window {ksize:?} has more than 2^32 positions"));
+        }
         Ok(Self {
             batch,
             in_h,
@@ -61,6 +66,16 @@ impl Pool2dGeom {
     }
     pub fn output_len(&self) -> usize {
         self.batch * self.out_h * self.out_w * self.channels
+    }
+
+    /// True when every input position lies in exactly one window: windows
+    /// as wide as their stride, reaching past the input's end.
+    fn windows_tile_the_input(&self) -> bool {
+        let covers = |k: usize, stride: usize, out: usize, pad: usize, len: usize| {
+            k == stride && out.checked_mul(k).is_some_and(|end| end.saturating_sub(pad) >= len)
+        };
+        covers(self.k_h, self.stride_h, self.out_h, self.pad_top, self.in_h)
+            && covers(self.k_w, self.stride_w, self.out_w, self.pad_left, self.in_w)
     }
 
     /// Input rows `[y0, y1)` covered by output row `oy`, clipped to the image.
@@ -115,7 +130,7 @@ pub fn max_pool<T: Float>(input: &[T], out: &mut [T], g: &Pool2dGeom) {
     debug_assert_eq!(input.len(), g.input_len());
     debug_assert_eq!(out.len(), g.output_len());
     let c = g.channels;
-    for_output_rows(out, g, |r, orow| {
+    for_output_rows(out, g, |r, orow| vectorized(#[inline(always)] || {
         let (b, oy) = (r / g.out_h, r % g.out_h);
         let (y0, y1) = g.rows(oy);
         for ox in 0..g.out_w {
@@ -134,45 +149,85 @@ pub fn max_pool<T: Float>(input: &[T], out: &mut [T], g: &Pool2dGeom) {
                 }
             }
         }
-    });
+    }));
 }
 
 /// Gradient of [`max_pool`]: each window's upstream gradient goes to the
 /// first position (row-major within the window) holding its maximum, as
 /// TensorFlow's CPU kernel does; overlapping windows add up. Overwrites
 /// `grad_in`.
+///
+/// A window's argmax is found for all channels at once, channel innermost
+/// with branch-free updates (so the compiler vectorises it), then the
+/// gradients are scattered. Searching channel by channel, the previous
+/// form, read the window at a stride of `channels` and took 2.9 / 1.4 ms for
+/// the CNN's two pools at batch 64 (`cargo bench --bench cnn_kernels`).
 pub fn max_pool_grad<T: Float>(input: &[T], grad_out: &[T], grad_in: &mut [T], g: &Pool2dGeom) {
     debug_assert_eq!(input.len(), g.input_len());
     debug_assert_eq!(grad_out.len(), g.output_len());
     debug_assert_eq!(grad_in.len(), g.input_len());
     let c = g.channels;
-    for_input_images(grad_in, g, |b, gin| {
-        gin.fill(T::ZERO);
+    let tiles = g.windows_tile_the_input();
+    for_input_images(grad_in, g, |b, gin| vectorized(#[inline(always)] || {
+        if !tiles {
+            gin.fill(T::ZERO);
+        }
         let img = &input[b * g.in_h * g.in_w * c..][..g.in_h * g.in_w * c];
+        // Per channel: the largest value seen in the window and the index
+        // (row-major within the window) of the first position holding it.
+        // u32 indices keep the select as wide as the f32 compare.
+        let mut best = vec![T::ZERO; c];
+        let mut at = vec![0u32; c];
         for oy in 0..g.out_h {
             let (y0, y1) = g.rows(oy);
             for ox in 0..g.out_w {
                 let (x0, x1) = g.cols(ox);
-                let go = &grad_out[((b * g.out_h + oy) * g.out_w + ox) * c..][..c];
-                for ch in 0..c {
-                    let mut best = T::NEG_INFINITY;
-                    let mut at = usize::MAX;
-                    for y in y0..y1 {
-                        for x in x0..x1 {
-                            let i = (y * g.in_w + x) * c + ch;
-                            if at == usize::MAX || img[i] > best {
-                                best = img[i];
-                                at = i;
+                if y0 == y1 || x0 == x1 {
+                    continue;
+                }
+                // The window's first position wins until a strictly larger
+                // value comes (a NaN there is kept; a later NaN never wins).
+                best.copy_from_slice(&img[(y0 * g.in_w + x0) * c..][..c]);
+                at.fill(0);
+                let mut k = 0u32;
+                for y in y0..y1 {
+                    for x in x0..x1 {
+                        if k > 0 {
+                            let src = &img[(y * g.in_w + x) * c..][..c];
+                            for ((bv, av), &s) in best.iter_mut().zip(at.iter_mut()).zip(src) {
+                                let wins = s > *bv;
+                                *bv = if wins { s } else { *bv };
+                                *av = if wins { k } else { *av };
                             }
                         }
+                        k += 1;
                     }
-                    if at != usize::MAX {
-                        gin[at] += go[ch];
+                }
+                let go = &grad_out[((b * g.out_h + oy) * g.out_w + ox) * c..][..c];
+                if tiles {
+                    // This window alone covers its positions: write each
+                    // once (the gradient or zero) instead of zeroing the
+                    // image first and adding.
+                    let mut k = 0u32;
+                    for y in y0..y1 {
+                        for x in x0..x1 {
+                            let dst = &mut gin[(y * g.in_w + x) * c..][..c];
+                            for ((d, &a), &gv) in dst.iter_mut().zip(at.iter()).zip(go) {
+                                *d = if a == k { gv } else { T::ZERO };
+                            }
+                            k += 1;
+                        }
+                    }
+                } else {
+                    let width = (x1 - x0) as u32;
+                    for (ch, (&a, &gv)) in at.iter().zip(go).enumerate() {
+                        let (y, x) = (y0 + (a / width) as usize, x0 + (a % width) as usize);
+                        gin[(y * g.in_w + x) * c + ch] += gv;
                     }
                 }
             }
         }
-    });
+    }));
 }
 
 /// Average pooling: each output is the mean of the inputs inside its window,
@@ -181,7 +236,7 @@ pub fn avg_pool<T: Float>(input: &[T], out: &mut [T], g: &Pool2dGeom) {
     debug_assert_eq!(input.len(), g.input_len());
     debug_assert_eq!(out.len(), g.output_len());
     let c = g.channels;
-    for_output_rows(out, g, |r, orow| {
+    for_output_rows(out, g, |r, orow| vectorized(#[inline(always)] || {
         let (b, oy) = (r / g.out_h, r % g.out_h);
         let (y0, y1) = g.rows(oy);
         for ox in 0..g.out_w {
@@ -202,7 +257,7 @@ pub fn avg_pool<T: Float>(input: &[T], out: &mut [T], g: &Pool2dGeom) {
                 o.iter_mut().for_each(|v| *v *= inv);
             }
         }
-    });
+    }));
 }
 
 /// Gradient of [`avg_pool`]: each window's upstream gradient, divided by the
@@ -212,7 +267,7 @@ pub fn avg_pool_grad<T: Float>(grad_out: &[T], grad_in: &mut [T], g: &Pool2dGeom
     debug_assert_eq!(grad_out.len(), g.output_len());
     debug_assert_eq!(grad_in.len(), g.input_len());
     let c = g.channels;
-    for_input_images(grad_in, g, |b, gin| {
+    for_input_images(grad_in, g, |b, gin| vectorized(#[inline(always)] || {
         gin.fill(T::ZERO);
         for oy in 0..g.out_h {
             let (y0, y1) = g.rows(oy);
@@ -234,7 +289,7 @@ pub fn avg_pool_grad<T: Float>(grad_out: &[T], grad_in: &mut [T], g: &Pool2dGeom
                 }
             }
         }
-    });
+    }));
 }
 
 #[cfg(test)]
@@ -277,12 +332,15 @@ mod tests {
     fn cases() -> Vec<([usize; 4], [usize; 2], [usize; 2], Padding)> {
         vec![
             ([2, 6, 7, 3], [2, 2], [2, 2], Padding::Valid),
+            // Windows that tile the input (the odd width padded on the right).
+            ([2, 6, 7, 3], [2, 2], [2, 2], Padding::Same),
             ([2, 6, 7, 3], [3, 3], [2, 2], Padding::Same),
             ([1, 5, 5, 2], [3, 3], [1, 1], Padding::Same),
             ([3, 8, 5, 1], [2, 3], [3, 1], Padding::Valid),
             ([1, 4, 4, 2], [4, 4], [3, 3], Padding::Same),
-            // Large enough to take the parallel path.
+            // Large enough to take the parallel path, overlapping and tiling.
             ([4, 64, 64, 8], [3, 3], [2, 2], Padding::Same),
+            ([4, 64, 64, 8], [2, 2], [2, 2], Padding::Same),
         ]
     }
 
@@ -295,6 +353,14 @@ mod tests {
         assert_eq!(e, "VALID padding: window width 3 is larger than the input width 2");
         let e = Pool2dGeom::new([1, 4, 4, 2], [0, 2], [1, 1], Padding::Same).unwrap_err();
         assert_eq!(e, "window height size must be at least 1, got 0");
+        // Tiling: SAME 2x2/2 over 7 pads one column; VALID leaves it out;
+        // 3x3/2 windows overlap.
+        let tiles = |w, k, s, p| Pool2dGeom::new([1, 6, w, 1], k, s, p).unwrap().windows_tile_the_input();
+        assert!(tiles(7, [2, 2], [2, 2], Padding::Same));
+        assert!(!tiles(7, [2, 2], [2, 2], Padding::Valid));
+        assert!(tiles(6, [2, 2], [2, 2], Padding::Valid));
+        assert!(!tiles(7, [3, 3], [2, 2], Padding::Same));
+        assert!(!tiles(7, [2, 2], [3, 3], Padding::Valid));
     }
 
     #[test]
@@ -334,6 +400,18 @@ mod tests {
         assert_eq!(gin, [0.0, 2.5, 0.0, 0.0]);
     }
 
+    #[test]
+    fn max_pool_grad_keeps_a_leading_nan_and_skips_later_ones_per_channel() {
+        // Two channels over one 2x2 window: channel 0 starts with NaN (it
+        // wins, as nothing compares greater), channel 1 has a NaN later
+        // (never greater) and its maximum at position 2.
+        let g = Pool2dGeom::new([1, 2, 2, 2], [2, 2], [2, 2], Padding::Valid).unwrap();
+        let x = [f64::NAN, 1.0, 5.0, f64::NAN, 7.0, 4.0, 1.0, 2.0];
+        let mut gin = [9.0f64; 8];
+        max_pool_grad(&x, &[1.5, 2.5], &mut gin, &g);
+        assert_eq!(gin, [1.5, 0.0, 0.0, 0.0, 0.0, 2.5, 0.0, 0.0]);
+    }
+
     fn dot(a: &[f64], b: &[f64]) -> f64 {
         a.iter().zip(b).map(|(x, y)| x * y).sum()
     }
@@ -370,18 +448,19 @@ mod tests {
 
     #[test]
     fn parallel_gradients_agree_with_the_adjoint_identity() {
-        let (inp, k, s, p) = cases()[5];
-        let g = Pool2dGeom::new(inp, k, s, p).unwrap();
-        let x = random::<f64>(g.input_len(), 41);
-        let y = random::<f64>(g.output_len(), 42);
-        let mut o = vec![0.0; g.output_len()];
-        avg_pool(&x, &mut o, &g);
-        let mut d = vec![0.0; g.input_len()];
-        avg_pool_grad(&y, &mut d, &g);
-        assert!((dot(&o, &y) - dot(&x, &d)).abs() < 1e-9);
-        // Max pooling is piecewise linear: <maxpool(x), y> = <x, dmax(x, y)>.
-        max_pool(&x, &mut o, &g);
-        max_pool_grad(&x, &y, &mut d, &g);
-        assert!((dot(&o, &y) - dot(&x, &d)).abs() < 1e-9);
+        for (inp, k, s, p) in cases().into_iter().rev().take(2) {
+            let g = Pool2dGeom::new(inp, k, s, p).unwrap();
+            let x = random::<f64>(g.input_len(), 41);
+            let y = random::<f64>(g.output_len(), 42);
+            let mut o = vec![0.0; g.output_len()];
+            avg_pool(&x, &mut o, &g);
+            let mut d = vec![0.0; g.input_len()];
+            avg_pool_grad(&y, &mut d, &g);
+            assert!((dot(&o, &y) - dot(&x, &d)).abs() < 1e-9);
+            // Max pooling is piecewise linear: <maxpool(x), y> = <x, dmax(x, y)>.
+            max_pool(&x, &mut o, &g);
+            max_pool_grad(&x, &y, &mut d, &g);
+            assert!((dot(&o, &y) - dot(&x, &d)).abs() < 1e-9);
+        }
     }
 }
