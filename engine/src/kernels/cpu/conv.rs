@@ -17,6 +17,7 @@
 
 use super::matmul::gemm_strided;
 use super::scalar::Float;
+use super::vectorize::vectorized;
 use rayon::prelude::*;
 
 /// TensorFlow's padding schemes, with its exact output-size and offset rules.
@@ -274,7 +275,7 @@ fn col2im<T: Float>(dpatches: &[T], grad_in: &mut [T], first_row: usize, g: &Con
     let rows = dpatches.len() / kl.max(1);
     let first_img = first_row / image_rows;
     let last_img = (first_row + rows).div_ceil(image_rows);
-    let add_image = |b: usize, img: &mut [T]| {
+    let add_image = |b: usize, img: &mut [T]| vectorized(#[inline(always)] || {
         let lo = (b * image_rows).max(first_row);
         let hi = ((b + 1) * image_rows).min(first_row + rows);
         for pos in lo..hi {
@@ -299,7 +300,7 @@ fn col2im<T: Float>(dpatches: &[T], grad_in: &mut [T], first_row: usize, g: &Con
                 }
             }
         }
-    };
+    });
     let imgs = &mut grad_in[first_img * image_len..last_img * image_len];
     if threads > 1 && last_img - first_img > 1 {
         imgs.par_chunks_mut(image_len).enumerate().for_each(|(i, img)| add_image(first_img + i, img));
@@ -443,6 +444,8 @@ mod tests {
             ([2, 4, 5, 6], [1, 1, 6, 3], [1, 1], Padding::Same),
             ([2, 5, 5, 3], [1, 1, 3, 2], [2, 2], Padding::Valid),
             ([1, 3, 3, 1], [5, 5, 1, 2], [1, 1], Padding::Same),
+            // Even windows at unit stride: SAME pads less before than after.
+            ([2, 5, 6, 3], [4, 2, 3, 2], [1, 1], Padding::Same),
         ]
     }
 

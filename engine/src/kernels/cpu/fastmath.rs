@@ -95,22 +95,10 @@ fn map_plain(x: &mut [f32], f: impl Fn(f32) -> f32) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn map_avx2(x: &mut [f32], f: impl Fn(f32) -> f32) {
-    map_plain(x, f)
-}
-
 /// `x[i] = f(x[i])`, with the AVX2 build of the loop where the CPU has it.
 #[inline(always)]
 fn map_in_place(x: &mut [f32], f: impl Fn(f32) -> f32) {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2 (checked just above).
-        unsafe { map_avx2(x, f) };
-        return;
-    }
-    map_plain(x, f)
+    super::vectorize::vectorized(#[inline(always)] || map_plain(x, f))
 }
 
 /// e^x of every element, in place.
