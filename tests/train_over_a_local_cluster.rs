@@ -94,6 +94,16 @@ fn one_ps_and_two_worker_processes_in_sync_reach_the_single_process_accuracy() {
     assert!(num(&cluster, "steps_per_second") > 0.0, "{cluster}");
     let left = tasks_of(launcher);
     assert!(left.is_empty(), "tasks left running after the launcher ended: {left:?}");
+    // the variables sharded over two PS processes: the same numbers again,
+    // and each PS holds some of them
+    let (sharded, launcher) = train_json(&["--local-cluster", "ps=2,workers=2"]);
+    for k in ["accuracy", "loss", "train_loss"] {
+        assert_eq!(sharded[k], replicas[k], "{k}: 2 PS {sharded} vs in-process {replicas}");
+    }
+    let bytes = sharded["variable_bytes"].as_object().unwrap_or_else(|| panic!("no variable_bytes: {sharded}"));
+    assert_eq!(bytes.keys().collect::<Vec<_>>(), ["ps:0", "ps:1"], "{sharded}");
+    assert!(bytes.values().all(|b| b.as_u64().unwrap_or(0) > 0), "{sharded}");
+    assert!(tasks_of(launcher).is_empty(), "tasks left running: {:?}", tasks_of(launcher));
 }
 
 #[test]
@@ -159,9 +169,10 @@ fn a_killed_ps_restarts_from_the_last_checkpoint_and_ends_as_if_never_stopped() 
     let ck = dir.path().join("ck").to_string_lossy().into_owned();
     let (replicas, _) = train_json(&["--devices", "2"]);
     let (cluster, launcher) = train_json(&[
-        "--local-cluster", "ps=1,workers=2", "--checkpoint-dir", &ck, "--checkpoint-every", "20", "--kill", "ps:0@30",
+        "--local-cluster", "ps=2,workers=2", "--checkpoint-dir", &ck, "--checkpoint-every", "20", "--kill", "ps:1@30",
     ]);
-    // killed after update 30, the newest checkpoint is of update 20
+    // the second of two PS tasks killed after update 30, the newest
+    // checkpoint is of update 20 and every variable comes back from it
     assert_eq!((cluster["restarts"].as_u64(), cluster["steps_lost"].as_u64()), (Some(1), Some(10)), "{cluster}");
     // every variable and optimizer slot restored, the same batches replayed:
     // the uninterrupted run's numbers, bit for bit

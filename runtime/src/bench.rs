@@ -139,7 +139,7 @@ pub fn bench(quick: bool) -> Result<Vec<ClusterBenchRecord>> {
         cfg.batch = 64;
         let g = Graph::new();
         let devices: Vec<_> = (0..workers).map(|i| TaskId::new(Job::Worker, i).device()).collect();
-        let sg = build_sharded(&g, &cfg, 64, &ps.device(), &devices)?;
+        let sg = build_sharded(&g, &cfg, 64, &[ps.device()], &devices)?;
         let mut master = Master::connect(&spec, MasterOptions::default())?;
         master.register(&g)?;
         master.run(&[], &[], &[&sg.init])?;

@@ -35,6 +35,6 @@ pub use bench::{ClusterBenchRecord, bench as bench_cluster};
 pub use cluster::{ClusterSpec, Job, TaskId};
 pub use error::{Result, RuntimeError};
 pub use net::{bind_task, connect_task};
-pub use master::{Master, MasterOptions};
+pub use master::{Master, MasterOptions, Traffic};
 pub use train::{ClusterTrainReport, ClusterTraining, Hooks, Mode, train_on_cluster, train_on_cluster_with};
 pub use worker::{StepRendezvous, TaskClient, TaskServer, WorkerService};

@@ -88,9 +88,10 @@ pub struct TrainArgs {
     #[arg(long)]
     json: bool,
     /// Train over a local cluster of `flowlab server` processes on loopback
-    /// ports, e.g. `ps=1,workers=2`: synchronous data parallelism with the
-    /// variables and the update on ps:0 and each worker computing the
-    /// gradients of its shard of every batch. The tasks are stopped at the end.
+    /// ports, e.g. `ps=2,workers=2`: synchronous data parallelism with the
+    /// variables sharded over the PS tasks (greedy by size, each update on
+    /// its variable's task) and each worker computing the gradients of its
+    /// shard of every batch. The tasks are stopped at the end.
     #[arg(long, value_name = "ps=P,workers=W", conflicts_with_all = ["devices", "cluster", "trace", "link"])]
     local_cluster: Option<String>,
     /// Train over the tasks of a running cluster (each started with
@@ -110,8 +111,8 @@ pub struct TrainArgs {
     /// With --local-cluster: kill a task (SIGKILL) after this many
     /// synchronous updates, e.g. `worker:2@200`. With a backup worker
     /// training goes on without it (the JSON lists it in failed_workers);
-    /// without one it stops, naming the task. A killed `ps:0` is started
-    /// again and training goes on from the newest checkpoint
+    /// without one it stops, naming the task. A killed PS task (e.g.
+    /// `ps:1@30`) is started again and training goes on from the newest checkpoint
     /// (--checkpoint-dir; from scratch without one).
     #[arg(long, value_name = "TASK@STEP", requires = "local_cluster")]
     kill: Option<String>,
