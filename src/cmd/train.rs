@@ -6,7 +6,7 @@
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use flowlab_programs::datasets::{Dataset, load_digits, parse_digits};
+use flowlab_programs::datasets::{Dataset, load_digits};
 use flowlab_engine::{EmulatedLink, EngineError};
 use flowlab_programs::train::{CheckpointConfig, ModelKind, ParallelPlacement, TrainConfig, train};
 use flowlab_hw::CommFormat;
@@ -170,13 +170,12 @@ fn for_cli(e: EngineError) -> anyhow::Error {
 
 /// The UCI optical digits (`data/digits.csv.gz`, 57 kB), built into the
 /// binary so `--data digits` works from any directory.
-const DIGITS_GZ: &[u8] = include_bytes!("../../data/digits.csv.gz");
 
 /// The data set named by `--data`: `digits` (built in) or a CSV file, and
 /// how to name it in messages.
 fn load_data(arg: &str) -> anyhow::Result<(Dataset, String)> {
     if arg == "digits" {
-        let data = parse_digits("digits (built in)", DIGITS_GZ).context("loading the built-in digits")?;
+        let data = flowlab_programs::datasets::builtin_digits().context("loading the built-in digits")?;
         Ok((data, "digits".to_string()))
     } else {
         let path = PathBuf::from(arg);
@@ -326,7 +325,7 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
     let mut local = match &args.local_cluster {
         Some(shape) => {
             let (ps, workers) = super::local_cluster::parse_shape(shape)?;
-            Some(super::local_cluster::LocalCluster::start(ps, workers)?)
+            Some(super::local_cluster::start(ps, workers)?)
         }
         None => None,
     };
