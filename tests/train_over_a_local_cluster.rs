@@ -240,3 +240,29 @@ fn a_task_whose_address_is_taken_names_task_and_address() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("task worker:3 is not in the cluster spec (ps:0, worker:0)"), "{}", describe(&out));
 }
+
+/// `flowlab run` of a `kind: distributed` point: its tasks are real
+/// `flowlab server` processes (the runner is given the binary), the row
+/// holds the measurement, the calibration and the prediction, and no task
+/// outlives the run.
+#[test]
+fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("d.yaml");
+    std::fs::write(&file, "name: d\nkind: distributed\nseed: 1\nbase:\n  workers: 2\n  epochs: 1\n  calibration_reps: 2\n").expect("write");
+    let out_dir = dir.path().join("out");
+    let child = spawn(&["run", &file.to_string_lossy(), "--out", &out_dir.to_string_lossy()]);
+    let pid = child.id();
+    let out = finish(child, Duration::from_secs(120));
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = std::fs::read_to_string(out_dir.join("results.jsonl")).expect("results.jsonl");
+    let row: Value = serde_json::from_str(text.lines().next().unwrap_or_default()).expect("a JSON row");
+    let m = &row["metrics"];
+    assert_eq!((num(m, "processes"), num(m, "steps")), (1.0, 45.0), "{row}");
+    // 2 workers: each fetches the 9,610 parameters, sends as many
+    // gradients and its loss (4 bytes each value)
+    assert_eq!(num(m, "bytes_per_step"), 2.0 * (2.0 * 4.0 * 9610.0 + 4.0), "{row}");
+    assert!(num(m, "accuracy") > 0.8 && num(m, "predicted_step_s") > 0.0, "{row}");
+    assert_eq!(num(m, "error"), (num(m, "predicted_step_s") - num(m, "measured_step_s")) / num(m, "measured_step_s"), "{row}");
+    assert!(tasks_of(pid).is_empty(), "tasks left running: {:?}", tasks_of(pid));
+}

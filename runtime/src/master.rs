@@ -12,7 +12,9 @@
 //! signature it works out, once, which nodes the step runs (the engine's
 //! `step_nodes`), which tasks take part, which feeds, fetches and targets
 //! each gets, and which Send nodes must run (those whose Recv is part of the
-//! step); then every step gets a fresh step id and one `RunGraph` per taking
+//! step); then every step gets a fresh step id (a master's ids start after
+//! the highest any task has run, so a second master on the same tasks
+//! never meets the keys the first one's steps left) and one `RunGraph` per taking
 //! part task, all at once. When a task fails, the master aborts the step on
 //! the others (`AbortStep`: their Recvs end at once instead of at their
 //! timeout), collects their answers and returns the first error, naming
@@ -122,6 +124,8 @@ impl Master {
             tasks.push(Arc::new(TaskClient::connect_on(spec, task, left, Arc::clone(&runtime))?));
         }
         let n = tasks.len();
+        // after every step an earlier master ran on these tasks
+        let first_step = tasks.iter().map(|t| t.last_step).max().unwrap_or(0) + 1;
         Ok(Master {
             spec: spec.clone(),
             tasks,
@@ -131,7 +135,7 @@ impl Master {
             placement: None,
             parts: (0..n).map(|_| None).collect(),
             cache: Mutex::new(HashMap::new()),
-            next_step: AtomicU64::new(1),
+            next_step: AtomicU64::new(first_step),
             finished: Mutex::new(vec![Vec::new(); n]),
             fed_fetched: AtomicU64::new(0),
         })

@@ -293,6 +293,48 @@ pub fn train_on_cluster_with(
     let times: Times = std::sync::Mutex::new(Vec::new());
     let traffic_before = master.traffic();
     let (mut restarts, mut steps_lost) = (0u64, 0u64);
+    let mut resumed: (Option<u64>, Vec<String>) = (None, Vec::new());
+    if how.checkpoint.as_ref().is_some_and(|c| c.resume) && (mode != Mode::Sync || backup > 0) {
+        return Err(config("resume: a cluster run resumes synchronous training without backup workers only".into()));
+    }
+    // The newest checkpoint that reads intact, written by a run with the
+    // same settings, restored into every PS task: (its step, the newer
+    // files skipped and why); None when there is none.
+    let restore_newest = |master: &Master| -> Result<Option<(usize, Vec<String>)>> {
+        let Some(m) = &chief.manager else { return Ok(None) };
+        let mut skipped = Vec::new();
+        for step in m.steps()?.into_iter().rev() {
+            let path = m.path(step);
+            let ck = match flowlab_engine::checkpoint::read(&path) {
+                Ok(ck) => ck,
+                Err(e) => {
+                    skipped.push(e.to_string());
+                    continue;
+                }
+            };
+            for (key, want) in &chief.meta {
+                if let Some(got) = ck.metadata.get(key)
+                    && got != want
+                {
+                    return Err(config(format!(
+                        "checkpoint {} was written by a run with {key} {got}, this run has {key} {want}: resume with the same settings or another checkpoint folder",
+                        path.display()
+                    )));
+                }
+            }
+            let mut feeds = Vec::with_capacity(restore_feeds.len());
+            for (name, ph) in &restore_feeds {
+                let t = ck.tensors.get(name).ok_or_else(|| config(format!("checkpoint {} has no variable '{name}'", path.display())))?;
+                feeds.push((ph, t));
+            }
+            master.run(&feeds, &[], &[&restore])?;
+            return Ok(Some((step as usize, skipped)));
+        }
+        match skipped.first() {
+            Some(e) => Err(config(format!("no checkpoint in {} reads intact: {e}", how.checkpoint.as_ref().map(|c| c.dir.display().to_string()).unwrap_or_default()))),
+            None => Ok(None),
+        }
+    };
     let train_start = Instant::now();
     let (steps, train_loss, eval) = match built {
         Built::Backup(bg) => {
@@ -303,6 +345,12 @@ pub fn train_on_cluster_with(
         }
         Built::Sync(sg) => {
             let mut from = 0usize;
+            if how.checkpoint.as_ref().is_some_and(|c| c.resume)
+                && let Some((step, skipped)) = restore_newest(&master)?
+            {
+                from = step;
+                resumed = (Some(step as u64), skipped);
+            }
             let (steps, loss) = loop {
                 let r = run_sync(&master, &sg, &train_set, &cfg, n, from, &times, &|k| chief.after(&master, k));
                 let dead_ps = match &r {
@@ -319,26 +367,13 @@ pub fn train_on_cluster_with(
                         restart(dead)?;
                         master.reconnect(dead)?;
                         master.register(&g)?;
-                        let latest = match &chief.manager {
-                            Some(m) => m.steps()?.last().copied(),
-                            None => None,
-                        };
-                        match (latest, &chief.manager) {
-                            (Some(step), Some(m)) => {
-                                let ck = flowlab_engine::checkpoint::read(&m.path(step))?;
-                                let mut feeds = Vec::with_capacity(restore_feeds.len());
-                                for (name, ph) in &restore_feeds {
-                                    let t = ck.tensors.get(name).ok_or_else(|| config(format!("checkpoint of step {step} has no variable '{name}'")))?;
-                                    feeds.push((ph, t));
-                                }
-                                master.run(&feeds, &[], &[&restore])?;
-                                from = step as usize;
-                            }
-                            _ => {
+                        from = match restore_newest(&master)? {
+                            Some((step, _)) => step,
+                            None => {
                                 master.run(&[], &[], &[&init])?;
-                                from = 0;
+                                0
                             }
-                        }
+                        };
                         let done = chief.progress.load(std::sync::atomic::Ordering::Relaxed);
                         steps_lost += done.saturating_sub(from) as u64;
                         restarts += 1;
@@ -366,6 +401,7 @@ pub fn train_on_cluster_with(
     r.restarts = restarts;
     r.steps_lost = steps_lost;
     r.variable_bytes = variable_bytes;
+    (r.report.resumed_from_step, r.report.skipped_checkpoints) = resumed;
     let times = times.into_inner().unwrap_or_else(|e| e.into_inner());
     (r.step_p10_s, r.step_p50_s, r.step_p90_s) = (percentile(&times, 0.1), percentile(&times, 0.5), percentile(&times, 0.9));
     let per = |x: u64, y: u64| x.saturating_sub(y) as f64 / steps.max(1) as f64;
@@ -855,6 +891,36 @@ mod tests {
         let how = ClusterTraining { mode: Mode::Async, checkpoint: Some(ck("async")), ..Default::default() };
         let e = train_on_cluster(&data, &cfg, &spec, &how).unwrap_err().to_string();
         assert!(e.contains("not with async"), "{e}");
+    }
+
+    #[test]
+    fn a_resumed_cluster_run_ends_as_if_never_stopped() {
+        use flowlab_programs::train::CheckpointConfig;
+        let spec = local_spec_ps(2, 2);
+        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let data = digits();
+        let dir = tempfile::tempdir().unwrap();
+        let ck = |resume: bool| CheckpointConfig { dir: dir.path().into(), every: 20, keep: 2, resume };
+        // a first run stops after 1 epoch (45 updates; checkpoints 20, 40)
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 1;
+        train_on_cluster(&data, &cfg, &spec, &ClusterTraining { checkpoint: Some(ck(false)), ..Default::default() }).unwrap();
+        // a newer, torn file is skipped and named
+        std::fs::write(CheckpointManager::new(dir.path(), 2).unwrap().path(45), b"torn").unwrap();
+        cfg.epochs = 2;
+        let got = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { checkpoint: Some(ck(true)), ..Default::default() }).unwrap();
+        assert_eq!(got.report.resumed_from_step, Some(40), "{got:?}");
+        assert_eq!(got.report.skipped_checkpoints.len(), 1, "{got:?}");
+        let mut want_cfg = cfg.clone();
+        want_cfg.devices = 2;
+        let want = train(&data, &want_cfg).unwrap();
+        assert_eq!(got.report.steps, want.steps);
+        assert_eq!(got.report.accuracy.to_bits(), want.accuracy.to_bits(), "{got:?} vs {want:?}");
+        assert_eq!(got.report.loss.to_bits(), want.loss.to_bits(), "{got:?} vs {want:?}");
+        // another batch size refuses the folder, naming the setting
+        cfg.batch = 16;
+        let e = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { checkpoint: Some(ck(true)), ..Default::default() }).unwrap_err().to_string();
+        assert!(e.contains("with batch 32, this run has batch 16"), "{e}");
     }
 
     #[test]

@@ -107,6 +107,8 @@ struct TaskState {
     /// (in the communication format sent): the traffic between tasks.
     served: AtomicU64,
     served_bytes: AtomicU64,
+    /// The highest step id run here.
+    last_step: AtomicU64,
 }
 
 impl TaskState {
@@ -227,6 +229,7 @@ impl Worker for WorkerService {
             device: st.device.to_string(),
             recv_tensor_served: st.served.load(Ordering::Relaxed),
             recv_tensor_bytes: st.served_bytes.load(Ordering::Relaxed),
+            last_step_id: st.last_step.load(Ordering::Relaxed),
         }))
     }
 
@@ -295,6 +298,7 @@ impl Worker for WorkerService {
             self.state.rendezvous.end_step(s);
             self.state.aborted.lock().unwrap_or_else(|e| e.into_inner()).remove(&s);
         }
+        self.state.last_step.fetch_max(r.step_id, Ordering::Relaxed);
         let me = WorkerService { state: Arc::clone(&self.state) };
         // the executor blocks its thread: keep it off the async threads
         let resp = tokio::task::spawn_blocking(move || me.run_graph_blocking(r))
@@ -457,6 +461,7 @@ impl TaskServer {
             aborted: Mutex::new(HashMap::new()),
             served: AtomicU64::new(0),
             served_bytes: AtomicU64::new(0),
+            last_step: AtomicU64::new(0),
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let svc = WorkerService { state };
@@ -514,6 +519,8 @@ pub struct TaskClient {
     pub address: String,
     pub incarnation: u64,
     pub device: DeviceName,
+    /// The highest step id the task had run when this client connected.
+    pub last_step: u64,
     cluster: u64,
     client: WorkerClient<Channel>,
     runtime: Arc<tokio::runtime::Runtime>,
@@ -572,7 +579,7 @@ impl TaskClient {
         if status.task != task.to_string() {
             return Err(rpc(format!("the process there is task {}, not {task}", status.task)));
         }
-        Ok(TaskClient { task, address, incarnation: status.incarnation, device, cluster, client, runtime })
+        Ok(TaskClient { task, address, incarnation: status.incarnation, device, last_step: status.last_step_id, cluster, client, runtime })
     }
 
     /// What every request to this task carries.

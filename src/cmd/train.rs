@@ -346,8 +346,8 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
     cfg.devices = if mode == Mode::Sync { workers - args.sync_backup } else { 1 };
     cfg.placement = ParallelPlacement::Replicas;
     cfg.validate().map_err(for_cli)?;
-    if args.resume {
-        bail!("--resume: a cluster run does not resume from its checkpoints yet (they hold the variables and optimizer slots; restore is issue 16's next step)");
+    if args.resume && (mode != Mode::Sync || args.sync_backup > 0) {
+        bail!("--resume: a cluster run resumes synchronous training without backup workers only (drop --async / --sync-backup)");
     }
     let how = ClusterTraining {
         checkpoint: cfg.checkpoint.clone(),
@@ -393,6 +393,12 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
         }
     };
     drop(local);
+    if let Some(step) = r.report.resumed_from_step {
+        for s in &r.report.skipped_checkpoints {
+            eprintln!("skipped an unreadable checkpoint: {s}");
+        }
+        eprintln!("resumed from the checkpoint of step {step}");
+    }
     if args.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
