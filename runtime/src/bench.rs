@@ -199,7 +199,7 @@ pub fn measure_loopback(bytes: usize, reps: usize) -> Result<LoopbackFigures> {
     let floats = (bytes / 4).max(4);
     let large = Tensor::from_vec((0..floats).map(|i| (i % 7) as f32).collect::<Vec<f32>>(), vec![floats])?;
     let recv_small_s = recv(&small, 50)?;
-    let recv_large_s = recv(&large, 10)?;
+    let recv_large_s = recv(&large, 20)?;
     let g = Graph::new();
     let a = g.device(&ps.device().to_string()).constant(small.clone())?;
     let b = g.device(&w0.device().to_string()).constant(small)?;

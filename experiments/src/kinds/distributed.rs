@@ -16,6 +16,7 @@
 //!   epochs: 2
 //!   kill: worker:2@20     # optional, sync: stop a task after update 20
 //!   checkpoint_every: 10  # optional, sync: checkpoints (a killed PS restarts from the newest)
+//!   calibration_reps: 5   # timed batches per calibration figure (the median is kept)
 //! ```
 //!
 //! What is measured, what is calibrated and what is predicted:
@@ -29,7 +30,8 @@
 //!   the PS update (gradient average and Adam) the same way; the loopback
 //!   link from a `RecvTensor` of 16 bytes (its time is the simulator's path
 //!   latency, half on each of the star's two hops) and of the model's
-//!   gradient bytes (the added bytes over the added time is the link rate);
+//!   gradient bytes, at least a megabyte (the added bytes over the added
+//!   time is the link rate);
 //!   `step_overhead_s`, a master-driven step that runs one `RunGraph` on
 //!   each of two tasks and moves nothing.
 //! - predicted: the cluster simulator's step times for the same workers,
@@ -303,7 +305,9 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     // calibration, in this sitting, before the run
     let (compute_s, apply_s) = calibrate_compute(&cfg, &data, shard, p.calibration_reps)?;
     let grad_bytes = cfg.comm.bytes_for(total as u64) as usize;
-    let link = flowlab_runtime::measure_loopback(grad_bytes.max(1024), p.calibration_reps).map_err(|e| format!("calibrating loopback: {e}"))?;
+    // the rate from at least a megabyte, so that the added time stands well
+    // above the jitter of a small RecvTensor
+    let link = flowlab_runtime::measure_loopback(grad_bytes.max(1 << 20), p.calibration_reps).map_err(|e| format!("calibrating loopback: {e}"))?;
 
     // the real run
     let ck_dir = tempfile::tempdir().map_err(|e| format!("checkpoint folder: {e}"))?;
