@@ -94,6 +94,16 @@ fn one_ps_and_two_worker_processes_in_sync_reach_the_single_process_accuracy() {
     assert!(num(&cluster, "steps_per_second") > 0.0, "{cluster}");
     let left = tasks_of(launcher);
     assert!(left.is_empty(), "tasks left running after the launcher ended: {left:?}");
+    // the variables sharded over two PS processes: the same numbers again,
+    // and each PS holds some of them
+    let (sharded, launcher) = train_json(&["--local-cluster", "ps=2,workers=2"]);
+    for k in ["accuracy", "loss", "train_loss"] {
+        assert_eq!(sharded[k], replicas[k], "{k}: 2 PS {sharded} vs in-process {replicas}");
+    }
+    let bytes = sharded["variable_bytes"].as_object().unwrap_or_else(|| panic!("no variable_bytes: {sharded}"));
+    assert_eq!(bytes.keys().collect::<Vec<_>>(), ["ps:0", "ps:1"], "{sharded}");
+    assert!(bytes.values().all(|b| b.as_u64().unwrap_or(0) > 0), "{sharded}");
+    assert!(tasks_of(launcher).is_empty(), "tasks left running: {:?}", tasks_of(launcher));
 }
 
 #[test]
@@ -159,9 +169,10 @@ fn a_killed_ps_restarts_from_the_last_checkpoint_and_ends_as_if_never_stopped() 
     let ck = dir.path().join("ck").to_string_lossy().into_owned();
     let (replicas, _) = train_json(&["--devices", "2"]);
     let (cluster, launcher) = train_json(&[
-        "--local-cluster", "ps=1,workers=2", "--checkpoint-dir", &ck, "--checkpoint-every", "20", "--kill", "ps:0@30",
+        "--local-cluster", "ps=2,workers=2", "--checkpoint-dir", &ck, "--checkpoint-every", "20", "--kill", "ps:1@30",
     ]);
-    // killed after update 30, the newest checkpoint is of update 20
+    // the second of two PS tasks killed after update 30, the newest
+    // checkpoint is of update 20 and every variable comes back from it
     assert_eq!((cluster["restarts"].as_u64(), cluster["steps_lost"].as_u64()), (Some(1), Some(10)), "{cluster}");
     // every variable and optimizer slot restored, the same batches replayed:
     // the uninterrupted run's numbers, bit for bit
@@ -228,4 +239,30 @@ fn a_task_whose_address_is_taken_names_task_and_address() {
     let out = finish(spawn(&["server", "--cluster", &file, "--job", "worker", "--task", "3"]), Duration::from_secs(30));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("task worker:3 is not in the cluster spec (ps:0, worker:0)"), "{}", describe(&out));
+}
+
+/// `flowlab run` of a `kind: distributed` point: its tasks are real
+/// `flowlab server` processes (the runner is given the binary), the row
+/// holds the measurement, the calibration and the prediction, and no task
+/// outlives the run.
+#[test]
+fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("d.yaml");
+    std::fs::write(&file, "name: d\nkind: distributed\nseed: 1\nbase:\n  workers: 2\n  epochs: 1\n  calibration_reps: 2\n").expect("write");
+    let out_dir = dir.path().join("out");
+    let child = spawn(&["run", &file.to_string_lossy(), "--out", &out_dir.to_string_lossy()]);
+    let pid = child.id();
+    let out = finish(child, Duration::from_secs(120));
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = std::fs::read_to_string(out_dir.join("results.jsonl")).expect("results.jsonl");
+    let row: Value = serde_json::from_str(text.lines().next().unwrap_or_default()).expect("a JSON row");
+    let m = &row["metrics"];
+    assert_eq!((num(m, "processes"), num(m, "steps")), (1.0, 45.0), "{row}");
+    // 2 workers: each fetches the 9,610 parameters, sends as many
+    // gradients and its loss (4 bytes each value)
+    assert_eq!(num(m, "bytes_per_step"), 2.0 * (2.0 * 4.0 * 9610.0 + 4.0), "{row}");
+    assert!(num(m, "accuracy") > 0.8 && num(m, "predicted_step_s") > 0.0, "{row}");
+    assert_eq!(num(m, "error"), (num(m, "predicted_step_s") - num(m, "measured_step_s")) / num(m, "measured_step_s"), "{row}");
+    assert!(tasks_of(pid).is_empty(), "tasks left running: {:?}", tasks_of(pid));
 }

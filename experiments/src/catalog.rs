@@ -63,6 +63,11 @@ const ENTRIES: &[CatalogEntry] = &[
         summary: "The simulator against the real engine: 3 models x 8 placers on 2 CPUs, 2 emulated links, f32/int8, roofline and profile predictors",
         text: include_str!("../catalog/validate-placement.yaml"),
     },
+    CatalogEntry {
+        name: "distributed-loopback",
+        summary: "The cluster simulator against real PS/worker processes on loopback: digits MLP, 1/2/4 workers, 1/2 PS, sync and async",
+        text: include_str!("../catalog/distributed-loopback.yaml"),
+    },
 ];
 
 /// Every catalog entry.

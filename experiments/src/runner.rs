@@ -66,6 +66,10 @@ pub struct RunOptions {
     /// Discard earlier results instead of resuming.
     pub fresh: bool,
     pub progress: Progress,
+    /// How `distributed` points start their tasks: child processes of a
+    /// binary that serves `server --cluster ...` (`flowlab run` passes its
+    /// own path), or task servers on threads here (the default).
+    pub launcher: flowlab_runtime::Launcher,
 }
 
 impl Default for RunOptions {
@@ -76,6 +80,7 @@ impl Default for RunOptions {
             shard: None,
             fresh: false,
             progress: Progress::Auto,
+            launcher: flowlab_runtime::Launcher::Threads,
         }
     }
 }
@@ -180,7 +185,7 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
             if lock(&first_error).is_some() {
                 return;
             }
-            let row = execute(run);
+            let row = execute(run, &options.launcher);
             let stored = lock(&store).append(&row);
             match stored {
                 Ok(()) => reporter.finished(run, &row),
@@ -237,9 +242,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Runs one point, turning an error or a panic into a failed row.
-fn execute(run: &Run) -> ResultRow {
+fn execute(run: &Run, launcher: &flowlab_runtime::Launcher) -> ResultRow {
     let start = Instant::now();
-    let outcome = catch_unwind(AssertUnwindSafe(|| run.runnable.run(run.seed))).unwrap_or_else(|panic| {
+    let env = crate::kinds::PointEnv { seed: run.seed, launcher: launcher.clone() };
+    let outcome = catch_unwind(AssertUnwindSafe(|| run.runnable.run(&env))).unwrap_or_else(|panic| {
         let message = panic
             .downcast_ref::<&str>()
             .map(|s| s.to_string())

@@ -40,6 +40,12 @@ pub fn load_digits(path: &Path) -> Result<Dataset> {
     parse_digits(&path.display().to_string(), &bytes)
 }
 
+/// The digits set shipped in `data/digits.csv.gz` (1,797 8x8 images),
+/// built into the binary.
+pub fn builtin_digits() -> Result<Dataset> {
+    parse_digits("digits (built in)", include_bytes!("../../data/digits.csv.gz"))
+}
+
 /// Parses the digits CSV from memory; `file` names the source in errors.
 pub fn parse_digits(file: &str, bytes: &[u8]) -> Result<Dataset> {
     let text: Box<dyn BufRead> = if bytes.starts_with(&[0x1f, 0x8b]) {

@@ -216,6 +216,41 @@ enum LayerSpec {
     ConvPool { name: &'static str, cin: usize, cout: usize },
 }
 
+impl LayerSpec {
+    /// (name, W's shape, fan-in + fan-out, units).
+    fn shapes(&self) -> (&'static str, Vec<usize>, usize, usize) {
+        match *self {
+            LayerSpec::Dense { name, inputs, units, .. } => (name, vec![inputs, units], inputs + units, units),
+            LayerSpec::ConvPool { name, cin, cout } => (name, vec![3, 3, cin, cout], (cin + cout) * 9, cout),
+        }
+    }
+}
+
+/// Where each variable of `kind` lives when the variables are spread over
+/// the parameter devices `params`: TensorFlow's greedy load balancing by
+/// size (`replica_device_setter` with `GreedyLoadBalancingStrategy`): the
+/// variables, largest first (ties in creation order), each go to the
+/// least-loaded device so far (ties to the first). The cluster simulator's
+/// `variables:` workload places the same way. Returns (variable name,
+/// elements, index into `params`) in creation order.
+pub fn shard_variables(kind: ModelKind, params: usize) -> Vec<(String, usize, usize)> {
+    let mut vars: Vec<(String, usize, usize)> = Vec::new();
+    for spec in model_layers(kind) {
+        let (name, wshape, _, units) = spec.shapes();
+        vars.push((format!("{name}/w"), wshape.iter().product(), 0));
+        vars.push((format!("{name}/b"), units, 0));
+    }
+    let mut order: Vec<usize> = (0..vars.len()).collect();
+    order.sort_by(|&a, &b| vars[b].1.cmp(&vars[a].1).then(a.cmp(&b)));
+    let mut load = vec![0usize; params.max(1)];
+    for i in order {
+        let k = (0..load.len()).min_by_key(|&k| (load[k], k)).unwrap_or(0);
+        load[k] += vars[i].1;
+        vars[i].2 = k;
+    }
+    vars
+}
+
 fn model_layers(kind: ModelKind) -> Vec<LayerSpec> {
     match kind {
         ModelKind::Mlp => vec![
@@ -239,15 +274,14 @@ struct Layer {
 }
 
 impl Layer {
-    /// Creates the variables (Glorot-uniform W, zero b) on `g`'s device.
-    fn new(g: &Graph, spec: LayerSpec, seed: u64) -> Result<Layer> {
-        let (name, wshape, fan, units): (&str, Vec<usize>, usize, usize) = match spec {
-            LayerSpec::Dense { name, inputs, units, .. } => (name, vec![inputs, units], inputs + units, units),
-            LayerSpec::ConvPool { name, cin, cout } => (name, vec![3, 3, cin, cout], (cin + cout) * 9, cout),
-        };
-        let s = g.scope(name);
+    /// Creates the variables (Glorot-uniform W, zero b): W on `gw`'s
+    /// device, b on `gb`'s.
+    fn new(gw: &Graph, gb: &Graph, spec: LayerSpec, seed: u64) -> Result<Layer> {
+        let (name, wshape, fan, units) = spec.shapes();
         let limit = (6.0 / fan as f64).sqrt();
+        let s = gw.scope(name);
         let w = s.variable("w", s.random_uniform(wshape, DType::F32, -limit, limit, seed)?)?;
+        let s = gb.scope(name);
         let b = s.variable("b", s.zeros(DType::F32, [units])?)?;
         Ok(Layer { spec, w, b })
     }
@@ -277,7 +311,37 @@ impl Layer {
 /// Creates the model's layers; layer i's variables on `device_of(i)`.
 fn create_layers(kind: ModelKind, seed: u64, device_of: impl Fn(usize) -> Graph) -> Result<Vec<Layer>> {
     let seed = seed.wrapping_mul(1000);
-    model_layers(kind).into_iter().enumerate().map(|(i, spec)| Layer::new(&device_of(i), spec, seed + 1 + i as u64)).collect()
+    model_layers(kind)
+        .into_iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            let g = device_of(i);
+            Layer::new(&g, &g, spec, seed + 1 + i as u64)
+        })
+        .collect()
+}
+
+/// Creates the model's layers with their variables sharded over `params`
+/// by [`shard_variables`] (one device: all there). The values are those of
+/// [`create_layers`] with the same seed, wherever they live.
+fn create_sharded_layers(g: &Graph, kind: ModelKind, seed: u64, params: &[DeviceName]) -> Result<Vec<Layer>> {
+    let Some(first) = params.first() else {
+        return Err(EngineError::Config { key: "ps".into(), detail: "no parameter device to hold the variables".into() });
+    };
+    let placed = shard_variables(kind, params.len());
+    let on = |var: String| -> Graph {
+        let k = placed.iter().find(|(n, _, _)| *n == var).map_or(0, |p| p.2);
+        g.device(&params.get(k).unwrap_or(first).to_string())
+    };
+    let seed = seed.wrapping_mul(1000);
+    model_layers(kind)
+        .into_iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            let name = spec.shapes().0;
+            Layer::new(&on(format!("{name}/w")), &on(format!("{name}/b")), spec, seed + 1 + i as u64)
+        })
+        .collect()
 }
 
 fn forward(g: &Graph, layers: &[Layer], x: &Output) -> Result<Output> {
@@ -385,8 +449,10 @@ fn build_replicas(g: &Graph, cfg: &TrainConfig, features: usize) -> Result<Train
 /// The graph of synchronous data parallelism over named devices, each
 /// replica fed its own shard where it runs (between-graph replication over
 /// the tasks of a cluster: the distributed runtime partitions it).
-/// Variables, averaging, the update and the evaluation tower live on the
-/// parameter device. With the same seed and shards it computes what
+/// Variables live on the parameter devices (sharded over several by
+/// [`shard_variables`]), each one's gradient average and update with it;
+/// the loss and the evaluation tower on the first. With the same seed and
+/// shards it computes what
 /// [`train`] does with `--placement replicas` over as many local devices.
 #[derive(Clone, Debug)]
 pub struct ShardedGraph {
@@ -405,9 +471,13 @@ pub struct ShardedGraph {
     pub eval_accuracy: Output,
 }
 
-/// Builds [`ShardedGraph`] for `cfg.model` on `g`: variables on `param`,
-/// replica i on `replicas[i]`.
-pub fn build_sharded(g: &Graph, cfg: &TrainConfig, features: usize, param: &DeviceName, replicas: &[DeviceName]) -> Result<ShardedGraph> {
+/// Builds [`ShardedGraph`] for `cfg.model` on `g`: variables sharded over
+/// `params` ([`shard_variables`]; each one's gradient average and update
+/// with it), the loss and the evaluation tower on `params[0]`, replica i on
+/// `replicas[i]`.
+pub fn build_sharded(g: &Graph, cfg: &TrainConfig, features: usize, params: &[DeviceName], replicas: &[DeviceName]) -> Result<ShardedGraph> {
+    let layers = create_sharded_layers(g, cfg.model, cfg.seed, params)?;
+    let param = &params[0];
     let pg = g.device(&param.to_string());
     let mut xs = Vec::with_capacity(replicas.len());
     let mut ys = Vec::with_capacity(replicas.len());
@@ -416,7 +486,6 @@ pub fn build_sharded(g: &Graph, cfg: &TrainConfig, features: usize, param: &Devi
         xs.push(rg.placeholder(&format!("x_{i}"), DType::F32, [-1, features as i64])?);
         ys.push(rg.placeholder(&format!("y_{i}"), DType::I64, [-1])?);
     }
-    let layers = create_layers(cfg.model, cfg.seed, |_| pg.clone())?;
     let vars: Vec<&Output> = layers.iter().flat_map(|l| l.vars()).collect();
     let r = data_parallel_sharded(g, replicas, param, &xs, &ys, &vars, &Optimizer::adam(cfg.learning_rate), |rg, x, y| {
         Ok(loss_and_accuracy(rg, &forward(rg, &layers, x)?, y)?.0)
@@ -482,11 +551,12 @@ pub struct AsyncGraph {
     pub eval_accuracy: Output,
 }
 
-/// Builds [`AsyncGraph`] for `cfg.model` on `g`: variables on `param`,
-/// replica i on `replicas[i]`.
-pub fn build_async(g: &Graph, cfg: &TrainConfig, features: usize, param: &DeviceName, replicas: &[DeviceName]) -> Result<AsyncGraph> {
-    let pg = g.device(&param.to_string());
-    let layers = create_layers(cfg.model, cfg.seed, |_| pg.clone())?;
+/// Builds [`AsyncGraph`] for `cfg.model` on `g`: variables sharded over
+/// `params` as [`build_sharded`] does (each update op on its variable's
+/// device), replica i on `replicas[i]`.
+pub fn build_async(g: &Graph, cfg: &TrainConfig, features: usize, params: &[DeviceName], replicas: &[DeviceName]) -> Result<AsyncGraph> {
+    let layers = create_sharded_layers(g, cfg.model, cfg.seed, params)?;
+    let pg = g.device(&params[0].to_string());
     let vars: Vec<&Output> = layers.iter().flat_map(|l| l.vars()).collect();
     let opt = Optimizer::adam(cfg.learning_rate);
     let (mut xs, mut ys, mut losses, mut train_ops) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -527,41 +597,43 @@ pub struct BackupGraph {
     pub eval_accuracy: Output,
 }
 
-/// Builds [`BackupGraph`]: variables, stashes and the update on `param`,
-/// worker i on `replicas[i]`, `needed` gradients per update.
-pub fn build_backup(g: &Graph, cfg: &TrainConfig, features: usize, param: &DeviceName, replicas: &[DeviceName], needed: usize) -> Result<BackupGraph> {
+/// Builds [`BackupGraph`]: variables sharded over `params` as
+/// [`build_sharded`] does, each variable's stashes, average and update with
+/// it, the masks on `params[0]`, worker i on `replicas[i]`, `needed`
+/// gradients per update.
+pub fn build_backup(g: &Graph, cfg: &TrainConfig, features: usize, params: &[DeviceName], replicas: &[DeviceName], needed: usize) -> Result<BackupGraph> {
     if needed == 0 || needed > replicas.len() {
         return Err(EngineError::Config {
             key: "sync_backup".into(),
             detail: format!("{} workers cannot give {needed} gradients per step", replicas.len()),
         });
     }
-    let pg = g.device(&param.to_string());
-    let layers = create_layers(cfg.model, cfg.seed, |_| pg.clone())?;
+    let layers = create_sharded_layers(g, cfg.model, cfg.seed, params)?;
+    let pg = g.device(&params[0].to_string());
     let vars: Vec<&Output> = layers.iter().flat_map(|l| l.vars()).collect();
     let (mut xs, mut ys, mut losses, mut computes, mut masks, mut stashes) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (i, d) in replicas.iter().enumerate() {
         let (x, y, loss, pairs) = replica_gradients(g, i, d, &layers, &vars, features)?;
-        let ps = pg.scope(&format!("stash_{i}"));
         let mut assigns = Vec::with_capacity(vars.len());
         let mut mine = Vec::with_capacity(vars.len());
         for (v, gr) in &pairs {
+            let ps = pg.on_device_of(v).scope(&format!("stash_{i}"));
             let ty = v.tensor_type();
             let shape = ty.shape.to_shape().ok_or_else(|| EngineError::Shape { node: v.name(), op: "Variable".into(), detail: "a stash needs a known shape".into() })?;
             let stash = ps.variable(&v.name(), ps.zeros(ty.dtype, shape)?)?;
             assigns.push(ps.assign(&stash, gr)?);
             mine.push(stash);
         }
-        computes.push(ps.group("compute", &assigns.iter().collect::<Vec<_>>())?);
+        computes.push(pg.scope(&format!("stash_{i}")).group("compute", &assigns.iter().collect::<Vec<_>>())?);
         masks.push(pg.placeholder(&format!("mask_{i}"), DType::F32, [] as [i64; 0])?);
         stashes.push(mine);
         xs.push(x);
         ys.push(y);
         losses.push(loss);
     }
-    let avg = pg.scope("average");
     let mut pairs = Vec::with_capacity(vars.len());
     for (k, v) in vars.iter().enumerate() {
+        let avg = pg.on_device_of(v).scope("average");
         let mut sum: Option<Output> = None;
         for (i, st) in stashes.iter().enumerate() {
             let term = avg.mul(&st[k], &masks[i])?;

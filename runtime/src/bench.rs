@@ -139,7 +139,7 @@ pub fn bench(quick: bool) -> Result<Vec<ClusterBenchRecord>> {
         cfg.batch = 64;
         let g = Graph::new();
         let devices: Vec<_> = (0..workers).map(|i| TaskId::new(Job::Worker, i).device()).collect();
-        let sg = build_sharded(&g, &cfg, 64, &ps.device(), &devices)?;
+        let sg = build_sharded(&g, &cfg, 64, &[ps.device()], &devices)?;
         let mut master = Master::connect(&spec, MasterOptions::default())?;
         master.register(&g)?;
         master.run(&[], &[], &[&sg.init])?;
@@ -157,8 +157,72 @@ pub fn bench(quick: bool) -> Result<Vec<ClusterBenchRecord>> {
     Ok(rows)
 }
 
+/// Loopback figures for the cluster simulator's network and fixed step
+/// cost, measured with task servers in this process (see [`measure_loopback`]).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct LoopbackFigures {
+    /// One `RecvTensor` of a 4-float tensor: request, the producer's table,
+    /// answer (seconds; the median).
+    pub recv_small_s: f64,
+    /// The same of a tensor of `bytes` data bytes.
+    pub recv_large_s: f64,
+    pub bytes: usize,
+    /// `bytes / (recv_large_s - recv_small_s)`: the added bytes' rate.
+    pub bytes_per_s: f64,
+    /// A master-driven step with one `RunGraph` on each of two tasks that
+    /// exchange nothing (fetching a constant from each): the fixed cost of
+    /// a step's fan-out and answers.
+    pub step_overhead_s: f64,
+}
+
+/// Measures [`LoopbackFigures`] on a one-PS, one-worker cluster on threads
+/// of this process, `reps` batches of repetitions (median per run).
+pub fn measure_loopback(bytes: usize, reps: usize) -> Result<LoopbackFigures> {
+    let reps = reps.max(1);
+    let ps = TaskId::new(Job::Ps, 0);
+    let w0 = TaskId::new(Job::Worker, 0);
+    let (src, dst) = (ps.device(), w0.device());
+    let spec = loopback_spec(1, 1)?;
+    let servers = start_all(&spec)?;
+    let mut client = TaskClient::connect(&spec, ps, Duration::from_secs(10))?;
+    let producer = &servers[0].rendezvous;
+    let mut recv = |t: &Tensor, iters: usize| -> Result<f64> {
+        median_per_run(reps, iters, |i| {
+            let k = key(&src, &dst, i as u64);
+            flowlab_engine::send_tensor(producer.as_ref(), &k, t, CommFormat::F32)?;
+            client.recv_wire(&k, Duration::from_secs(5))?;
+            producer.end_step(i as u64);
+            Ok(())
+        })
+    };
+    let small = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], vec![4])?;
+    let floats = (bytes / 4).max(4);
+    let large = Tensor::from_vec((0..floats).map(|i| (i % 7) as f32).collect::<Vec<f32>>(), vec![floats])?;
+    let recv_small_s = recv(&small, 50)?;
+    let recv_large_s = recv(&large, 20)?;
+    let g = Graph::new();
+    let a = g.device(&ps.device().to_string()).constant(small.clone())?;
+    let b = g.device(&w0.device().to_string()).constant(small)?;
+    let mut master = Master::connect(&spec, MasterOptions::default())?;
+    master.register(&g)?;
+    let step_overhead_s = median_per_run(reps, 20, |_| master.run(&[], &[&a, &b], &[]).map(drop))?;
+    drop(master);
+    drop(servers);
+    let added = (recv_large_s - recv_small_s).max(1e-9);
+    Ok(LoopbackFigures { recv_small_s, recv_large_s, bytes: floats * 4, bytes_per_s: (floats * 4) as f64 / added, step_overhead_s })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn loopback_figures_are_measured() {
+        let f = super::measure_loopback(1 << 20, 2).unwrap();
+        assert!(f.recv_small_s > 0.0 && f.recv_small_s < 0.1, "{f:?}");
+        // a megabyte takes longer than 16 bytes; the rate is plausible for loopback
+        assert!(f.recv_large_s > f.recv_small_s && f.bytes_per_s > 1e7 && f.bytes_per_s < 1e12, "{f:?}");
+        assert!(f.step_overhead_s > 0.0 && f.step_overhead_s < 0.1, "{f:?}");
+    }
+
     #[test]
     fn every_row_is_measured() {
         let rows = super::bench(true).unwrap();

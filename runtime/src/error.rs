@@ -30,6 +30,9 @@ pub enum RuntimeError {
     /// The engine refused a tensor or a rendezvous operation.
     #[error("{message}")]
     Engine { message: String },
+    /// A local task could not be started.
+    #[error("cannot start task {task}: {message}")]
+    Launch { task: String, message: String },
     /// A gRPC call to another task failed.
     #[error("task {task} at {address}: {message}")]
     Rpc { task: String, address: String, message: String },

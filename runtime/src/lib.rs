@@ -11,6 +11,7 @@
 //! | `error` | the crate's error type |
 //! | `bench` | `flowlab bench cluster`: transfers and steps over loopback gRPC beside their in-process peers |
 //! | `cluster` | the cluster spec: jobs `chief`, `ps`, `worker` and their task addresses |
+//! | `launch` | a local cluster on loopback: tasks as child processes of a given binary, or on threads here |
 //! | `net` | binding a task's address and reaching another task, with a deadline |
 //! | `wire` | tensors in messages |
 //! | `worker` | a task's gRPC server: registered partitions, steps, the rendezvous between tasks |
@@ -20,6 +21,7 @@
 mod bench;
 mod cluster;
 mod error;
+mod launch;
 mod master;
 mod net;
 mod wire;
@@ -31,10 +33,11 @@ pub mod pb {
     tonic::include_proto!("flowlab");
 }
 
-pub use bench::{ClusterBenchRecord, bench as bench_cluster};
+pub use bench::{ClusterBenchRecord, LoopbackFigures, bench as bench_cluster, measure_loopback};
 pub use cluster::{ClusterSpec, Job, TaskId};
 pub use error::{Result, RuntimeError};
+pub use launch::{Launcher, LocalCluster};
 pub use net::{bind_task, connect_task};
-pub use master::{Master, MasterOptions};
+pub use master::{Master, MasterOptions, Traffic};
 pub use train::{ClusterTrainReport, ClusterTraining, Hooks, Mode, train_on_cluster, train_on_cluster_with};
 pub use worker::{StepRendezvous, TaskClient, TaskServer, WorkerService};

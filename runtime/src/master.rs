@@ -12,7 +12,9 @@
 //! signature it works out, once, which nodes the step runs (the engine's
 //! `step_nodes`), which tasks take part, which feeds, fetches and targets
 //! each gets, and which Send nodes must run (those whose Recv is part of the
-//! step); then every step gets a fresh step id and one `RunGraph` per taking
+//! step); then every step gets a fresh step id (a master's ids start after
+//! the highest any task has run, so a second master on the same tasks
+//! never meets the keys the first one's steps left) and one `RunGraph` per taking
 //! part task, all at once. When a task fails, the master aborts the step on
 //! the others (`AbortStep`: their Recvs end at once instead of at their
 //! timeout), collects their answers and returns the first error, naming
@@ -90,6 +92,19 @@ pub struct Master {
     next_step: AtomicU64,
     /// Per task, steps finished whose keys it may forget.
     finished: Mutex<Vec<Vec<u64>>>,
+    /// Data bytes of the tensors fed to and fetched from the tasks.
+    fed_fetched: AtomicU64,
+}
+
+/// Traffic counters of a cluster (see [`Master::traffic`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Tensors moved between tasks (`RecvTensor` answers).
+    pub transfers: u64,
+    /// Their data bytes, in the communication format they travelled in.
+    pub bytes: u64,
+    /// Data bytes of the feeds and fetches between the master and the tasks.
+    pub master_bytes: u64,
 }
 
 impl Master {
@@ -109,6 +124,8 @@ impl Master {
             tasks.push(Arc::new(TaskClient::connect_on(spec, task, left, Arc::clone(&runtime))?));
         }
         let n = tasks.len();
+        // after every step an earlier master ran on these tasks
+        let first_step = tasks.iter().map(|t| t.last_step).max().unwrap_or(0) + 1;
         Ok(Master {
             spec: spec.clone(),
             tasks,
@@ -118,8 +135,9 @@ impl Master {
             placement: None,
             parts: (0..n).map(|_| None).collect(),
             cache: Mutex::new(HashMap::new()),
-            next_step: AtomicU64::new(1),
+            next_step: AtomicU64::new(first_step),
             finished: Mutex::new(vec![Vec::new(); n]),
+            fed_fetched: AtomicU64::new(0),
         })
     }
 
@@ -140,6 +158,27 @@ impl Master {
         self.parts.iter_mut().for_each(|p| *p = None);
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
         Ok(())
+    }
+
+    /// The counters so far: tensors between tasks (summed over the tasks'
+    /// own counts, which restart with a restarted task; a task that does
+    /// not answer, e.g. a dead backup worker, counts nothing) and the
+    /// master's feeds and fetches.
+    pub fn traffic(&self) -> Traffic {
+        let mut t = Traffic { master_bytes: self.fed_fetched.load(Ordering::Relaxed), ..Default::default() };
+        for c in &self.tasks {
+            if let Ok((n, b)) = c.traffic() {
+                t.transfers += n;
+                t.bytes += b;
+            }
+        }
+        t
+    }
+
+    /// The task whose device runs `o`'s node in the registered graph.
+    pub fn task_of(&self, o: &Output) -> Option<TaskId> {
+        let dev = self.placement.as_ref()?.device(o.node_id())?;
+        self.tasks.iter().find(|t| t.device == *dev).map(|t| t.task)
     }
 
     /// The tasks, in spec order, with their incarnations.
@@ -257,6 +296,8 @@ impl Master {
         let plan = self.plan(key)?;
         let step_id = self.next_step.fetch_add(1, Ordering::Relaxed);
         let feeds: Vec<_> = feeds.iter().map(|(_, t)| wire::to_proto(t)).collect::<Result<_>>()?;
+        let fed: usize = plan.tasks.iter().flat_map(|(_, ts)| ts.feeds.iter()).map(|(f, _)| feeds[*f].data.len()).sum();
+        self.fed_fetched.fetch_add(fed as u64, Ordering::Relaxed);
         let mut finished = self.finished.lock().unwrap_or_else(|e| e.into_inner());
         let mut calls = Vec::with_capacity(plan.tasks.len());
         for (pos, (i, ts)) in plan.tasks.iter().enumerate() {
@@ -340,6 +381,7 @@ impl Master {
                 .and_then(|o| o.get(j))
                 .and_then(|n| n.tensor.as_ref())
                 .ok_or_else(|| t.rpc_error(format!("RunGraph step {step_id}: fetch {j} missing from the answer")))?;
+            self.fed_fetched.fetch_add(p.data.len() as u64, Ordering::Relaxed);
             values.push(wire::from_proto(p)?);
         }
         Ok(values)

@@ -96,6 +96,42 @@ pub struct ClusterTrainReport {
     pub restarts: u64,
     /// Updates done again after restarts (since the checkpoint restored).
     pub steps_lost: u64,
+    /// Per PS task, the bytes of the variables it holds (optimizer slots,
+    /// step counters and backup stashes included), from the placement.
+    pub variable_bytes: BTreeMap<String, u64>,
+    /// Step time percentiles, seconds: the master's training `RunGraph`
+    /// round (synchronous), a worker's step (asynchronous), or the time
+    /// from one update to the next (backup workers).
+    pub step_p10_s: f64,
+    pub step_p50_s: f64,
+    pub step_p90_s: f64,
+    /// Tensors moved between tasks per training step (`RecvTensor`
+    /// answers), and their data bytes in the communication format.
+    pub transfers_per_step: f64,
+    pub bytes_per_step: f64,
+    /// Data bytes of the master's feeds and fetches per training step.
+    pub master_bytes_per_step: f64,
+    /// Every step time, seconds (not in the JSON line).
+    #[serde(skip)]
+    pub step_times_s: Vec<f64>,
+}
+
+/// The `q` quantile (0..1) of `v` by the nearest rank; NaN when empty.
+pub fn percentile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let i = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1;
+    s[i]
+}
+
+/// Step times collected from the training threads.
+type Times = std::sync::Mutex<Vec<f64>>;
+
+fn push_time(times: &Times, since: Instant) {
+    times.lock().unwrap_or_else(|e| e.into_inner()).push(since.elapsed().as_secs_f64());
 }
 
 fn config(detail: String) -> RuntimeError {
@@ -185,6 +221,7 @@ pub fn train_on_cluster_with(
     }
     let g = Graph::new();
     let devices: Vec<_> = workers.iter().map(|t| t.device()).collect();
+    let ps_devices: Vec<_> = ps.iter().map(|t| t.device()).collect();
     let opts = how.master.clone();
     let mut master = Master::connect(spec, MasterOptions { partition: PartitionOptions { format: cfg.comm, ..Default::default() }, ..opts })?;
     let mut dropped = 0u64;
@@ -205,32 +242,33 @@ pub fn train_on_cluster_with(
     }
     let (built, init) = match mode {
         Mode::Sync if backup > 0 => {
-            let bg = build_backup(&g, &cfg, data.features, &ps0.device(), &devices, needed)?;
+            let bg = build_backup(&g, &cfg, data.features, &ps_devices, &devices, needed)?;
             let init = bg.init.clone();
             (Built::Backup(bg), init)
         }
         Mode::Sync => {
-            let sg = build_sharded(&g, &cfg, data.features, &ps0.device(), &devices)?;
+            let sg = build_sharded(&g, &cfg, data.features, &ps_devices, &devices)?;
             let init = sg.init.clone();
             (Built::Sync(sg), init)
         }
         Mode::Async => {
-            let ag = build_async(&g, &cfg, data.features, &ps0.device(), &devices)?;
+            let ag = build_async(&g, &cfg, data.features, &ps_devices, &devices)?;
             let init = ag.init.clone();
             (Built::Async(ag), init)
         }
     };
-    // restore ops: every variable assigned from a placeholder on ps:0
+    // restore ops: every variable assigned from a placeholder on its own PS
     let variables = g.variables();
-    let rg = g.device(&ps0.device().to_string()).scope("restore");
+    let pg = g.device(&ps0.device().to_string());
     let mut restore_feeds = Vec::with_capacity(variables.len());
     let mut assigns = Vec::with_capacity(variables.len());
     for v in &variables {
+        let rg = pg.on_device_of(v).scope("restore");
         let ph = rg.placeholder(&v.name(), v.dtype(), v.tensor_type().shape)?;
         assigns.push(rg.assign(v, &ph)?);
         restore_feeds.push((v.name(), ph));
     }
-    let restore = rg.group("all", &assigns.iter().collect::<Vec<_>>())?;
+    let restore = pg.scope("restore").group("all", &assigns.iter().collect::<Vec<_>>())?;
     master.register(&g)?;
     master.run(&[], &[], &[&init])?;
     let chief = Chief {
@@ -244,65 +282,115 @@ pub fn train_on_cluster_with(
         on_step: hooks.on_step,
         progress: std::sync::atomic::AtomicUsize::new(0),
     };
+    let mut variable_bytes: BTreeMap<String, u64> = ps.iter().map(|t| (t.to_string(), 0)).collect();
+    for v in &chief.variables {
+        if let (Some(t), Some(n)) = (master.task_of(v), v.tensor_type().shape.to_shape().map(|s| s.num_elements()))
+            && let Some(b) = variable_bytes.get_mut(&t.to_string())
+        {
+            *b += (n * v.dtype().size_in_bytes()) as u64;
+        }
+    }
+    let times: Times = std::sync::Mutex::new(Vec::new());
+    let traffic_before = master.traffic();
     let (mut restarts, mut steps_lost) = (0u64, 0u64);
+    let mut resumed: (Option<u64>, Vec<String>) = (None, Vec::new());
+    if how.checkpoint.as_ref().is_some_and(|c| c.resume) && (mode != Mode::Sync || backup > 0) {
+        return Err(config("resume: a cluster run resumes synchronous training without backup workers only".into()));
+    }
+    // The newest checkpoint that reads intact, written by a run with the
+    // same settings, restored into every PS task: (its step, the newer
+    // files skipped and why); None when there is none.
+    let restore_newest = |master: &Master| -> Result<Option<(usize, Vec<String>)>> {
+        let Some(m) = &chief.manager else { return Ok(None) };
+        let mut skipped = Vec::new();
+        for step in m.steps()?.into_iter().rev() {
+            let path = m.path(step);
+            let ck = match flowlab_engine::checkpoint::read(&path) {
+                Ok(ck) => ck,
+                Err(e) => {
+                    skipped.push(e.to_string());
+                    continue;
+                }
+            };
+            for (key, want) in &chief.meta {
+                if let Some(got) = ck.metadata.get(key)
+                    && got != want
+                {
+                    return Err(config(format!(
+                        "checkpoint {} was written by a run with {key} {got}, this run has {key} {want}: resume with the same settings or another checkpoint folder",
+                        path.display()
+                    )));
+                }
+            }
+            let mut feeds = Vec::with_capacity(restore_feeds.len());
+            for (name, ph) in &restore_feeds {
+                let t = ck.tensors.get(name).ok_or_else(|| config(format!("checkpoint {} has no variable '{name}'", path.display())))?;
+                feeds.push((ph, t));
+            }
+            master.run(&feeds, &[], &[&restore])?;
+            return Ok(Some((step as usize, skipped)));
+        }
+        match skipped.first() {
+            Some(e) => Err(config(format!("no checkpoint in {} reads intact: {e}", how.checkpoint.as_ref().map(|c| c.dir.display().to_string()).unwrap_or_default()))),
+            None => Ok(None),
+        }
+    };
     let train_start = Instant::now();
     let (steps, train_loss, eval) = match built {
         Built::Backup(bg) => {
-            let (steps, loss, d, f) = run_backup(&master, &bg, &train_set, &cfg, needed, &|k| chief.after(&master, k))?;
+            let (steps, loss, d, f) = run_backup(&master, &bg, &train_set, &cfg, needed, &times, &|k| chief.after(&master, k))?;
             dropped = d;
             failed = f.iter().map(|&w| workers[w].to_string()).collect();
             (steps, loss, [bg.eval_x, bg.eval_y, bg.eval_accuracy, bg.eval_loss])
         }
         Built::Sync(sg) => {
             let mut from = 0usize;
+            if how.checkpoint.as_ref().is_some_and(|c| c.resume)
+                && let Some((step, skipped)) = restore_newest(&master)?
+            {
+                from = step;
+                resumed = (Some(step as u64), skipped);
+            }
             let (steps, loss) = loop {
-                let r = run_sync(&master, &sg, &train_set, &cfg, n, from, &|k| chief.after(&master, k));
-                let ps_died = matches!(&r, Err(RuntimeError::Rpc { task, .. }) if *task == ps0.to_string());
-                match (r, hooks.restart) {
-                    (Ok(x), _) => break x,
-                    (Err(_), Some(restart)) if ps_died && restarts < 3 => {
+                let r = run_sync(&master, &sg, &train_set, &cfg, n, from, &times, &|k| chief.after(&master, k));
+                let dead_ps = match &r {
+                    Err(RuntimeError::Rpc { task, .. }) => ps.iter().copied().find(|p| p.to_string() == *task),
+                    _ => None,
+                };
+                match (r, hooks.restart, dead_ps) {
+                    (Ok(x), _, _) => break x,
+                    (Err(_), Some(restart), Some(dead)) if restarts < 3 => {
                         // the PS and its variables are gone: a new run of it,
                         // the graph registered again (every task learns its
-                        // incarnation), the newest checkpoint restored
-                        restart(ps0)?;
-                        master.reconnect(ps0)?;
+                        // incarnation), the newest checkpoint restored into
+                        // every PS (the others' variables have moved on since)
+                        restart(dead)?;
+                        master.reconnect(dead)?;
                         master.register(&g)?;
-                        let latest = match &chief.manager {
-                            Some(m) => m.steps()?.last().copied(),
-                            None => None,
-                        };
-                        match (latest, &chief.manager) {
-                            (Some(step), Some(m)) => {
-                                let ck = flowlab_engine::checkpoint::read(&m.path(step))?;
-                                let mut feeds = Vec::with_capacity(restore_feeds.len());
-                                for (name, ph) in &restore_feeds {
-                                    let t = ck.tensors.get(name).ok_or_else(|| config(format!("checkpoint of step {step} has no variable '{name}'")))?;
-                                    feeds.push((ph, t));
-                                }
-                                master.run(&feeds, &[], &[&restore])?;
-                                from = step as usize;
-                            }
-                            _ => {
+                        from = match restore_newest(&master)? {
+                            Some((step, _)) => step,
+                            None => {
                                 master.run(&[], &[], &[&init])?;
-                                from = 0;
+                                0
                             }
-                        }
+                        };
                         let done = chief.progress.load(std::sync::atomic::Ordering::Relaxed);
                         steps_lost += done.saturating_sub(from) as u64;
                         restarts += 1;
                     }
-                    (Err(e), _) => return Err(e),
+                    (Err(e), _, _) => return Err(e),
                 }
             };
             (steps, loss, [sg.eval_x, sg.eval_y, sg.eval_accuracy, sg.eval_loss])
         }
         Built::Async(ag) => {
-            let (steps, loss) = run_async(&master, &ag, &train_set, &cfg, n)?;
+            let (steps, loss) = run_async(&master, &ag, &train_set, &cfg, n, &times)?;
             (steps, loss, [ag.eval_x, ag.eval_y, ag.eval_accuracy, ag.eval_loss])
         }
     };
     let [eval_x, eval_y, eval_accuracy, eval_loss] = eval;
     let train_seconds = train_start.elapsed().as_secs_f64();
+    let traffic = master.traffic();
     let all: Vec<usize> = (0..test_set.len()).collect();
     let (tx, ty) = batch_tensors(&test_set, &all)?;
     let out = master.run(&[(&eval_x, &tx), (&eval_y, &ty)], &[&eval_accuracy, &eval_loss], &[])?;
@@ -312,6 +400,15 @@ pub fn train_on_cluster_with(
     r.failed_workers = failed;
     r.restarts = restarts;
     r.steps_lost = steps_lost;
+    r.variable_bytes = variable_bytes;
+    (r.report.resumed_from_step, r.report.skipped_checkpoints) = resumed;
+    let times = times.into_inner().unwrap_or_else(|e| e.into_inner());
+    (r.step_p10_s, r.step_p50_s, r.step_p90_s) = (percentile(&times, 0.1), percentile(&times, 0.5), percentile(&times, 0.9));
+    let per = |x: u64, y: u64| x.saturating_sub(y) as f64 / steps.max(1) as f64;
+    r.transfers_per_step = per(traffic.transfers, traffic_before.transfers);
+    r.bytes_per_step = per(traffic.bytes, traffic_before.bytes);
+    r.master_bytes_per_step = per(traffic.master_bytes, traffic_before.master_bytes);
+    r.step_times_s = times;
     Ok(r)
 }
 
@@ -327,6 +424,7 @@ fn run_sync(
     cfg: &TrainConfig,
     n: usize,
     from: usize,
+    times: &Times,
     after: &(dyn Fn(usize) -> Result<()> + Sync),
 ) -> Result<(usize, f64)> {
     let mut batches = Batches::new(train_set.len(), cfg, n);
@@ -348,7 +446,9 @@ fn run_sync(
                 feeds.push((&sg.xs[i], x));
                 feeds.push((&sg.ys[i], y));
             }
+            let t = Instant::now();
             let out = master.run(&feeds, &[&sg.loss], &[&sg.train_op])?;
+            push_time(times, t);
             let loss = out.first().ok_or_else(|| config("the step fetched no loss".into()))?.scalar_f64()?;
             sum += loss * idx.len() as f64;
             count += idx.len();
@@ -363,7 +463,7 @@ fn run_sync(
 /// Asynchronous steps: one thread per worker, worker `i` on batches `i`,
 /// `i + n`, ... of each epoch. Returns (steps, mean training loss of the
 /// last epoch, each batch's loss as its worker's step saw it).
-fn run_async(master: &Master, ag: &AsyncGraph, train_set: &Dataset, cfg: &TrainConfig, n: usize) -> Result<(usize, f64)> {
+fn run_async(master: &Master, ag: &AsyncGraph, train_set: &Dataset, cfg: &TrainConfig, n: usize, times: &Times) -> Result<(usize, f64)> {
     let mut batches = Batches::new(train_set.len(), cfg, 1);
     let (mut steps, mut train_loss) = (0usize, f64::NAN);
     for _ in 0..cfg.epochs {
@@ -376,7 +476,9 @@ fn run_async(master: &Master, ag: &AsyncGraph, train_set: &Dataset, cfg: &TrainC
                         let (mut sum, mut count, mut steps) = (0.0, 0usize, 0usize);
                         for idx in epoch.iter().skip(i).step_by(n) {
                             let (x, y) = batch_tensors(train_set, idx)?;
+                            let t = Instant::now();
                             let out = master.run(&[(&ag.xs[i], &x), (&ag.ys[i], &y)], &[&ag.losses[i]], &[&ag.train_ops[i]])?;
+                            push_time(times, t);
                             let loss = out.first().ok_or_else(|| config("the step fetched no loss".into()))?.scalar_f64()?;
                             sum += loss * idx.len() as f64;
                             count += idx.len();
@@ -423,6 +525,7 @@ fn run_backup(
     train_set: &Dataset,
     cfg: &TrainConfig,
     needed: usize,
+    times: &Times,
     after: &(dyn Fn(usize) -> Result<()> + Sync),
 ) -> Result<(usize, f64, u64, Vec<usize>)> {
     let workers = bg.xs.len();
@@ -458,6 +561,7 @@ fn run_backup(
         let (mut steps, mut dropped) = (0usize, 0u64);
         let (mut last_sum, mut last_n) = (0.0, 0usize);
         let mut step = 0u64;
+        let mut last_update = Instant::now();
         'steps: loop {
             step += 1;
             let mut in_flight = 0usize;
@@ -509,6 +613,8 @@ fn run_backup(
                 .collect::<flowlab_engine::Result<_>>()?;
             let feeds: Vec<(&Output, &Tensor)> = bg.masks.iter().zip(&masks).collect();
             master.run(&feeds, &[], &[&bg.apply])?;
+            push_time(times, last_update);
+            last_update = Instant::now();
             steps += 1;
             after(steps)?;
             for (_, loss, n, epoch) in fresh {
@@ -578,6 +684,14 @@ fn finish(
         steps_per_second: steps as f64 / train_seconds.max(1e-9),
         restarts: 0,
         steps_lost: 0,
+        variable_bytes: BTreeMap::new(),
+        step_p10_s: f64::NAN,
+        step_p50_s: f64::NAN,
+        step_p90_s: f64::NAN,
+        transfers_per_step: 0.0,
+        bytes_per_step: 0.0,
+        master_bytes_per_step: 0.0,
+        step_times_s: Vec::new(),
     })
 }
 
@@ -590,8 +704,12 @@ mod tests {
     use std::net::TcpListener;
 
     pub(crate) fn local_spec(workers: u32) -> ClusterSpec {
+        local_spec_ps(1, workers)
+    }
+
+    pub(crate) fn local_spec_ps(ps: u32, workers: u32) -> ClusterSpec {
         let port = || TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut tasks = vec![(TaskId::new(Job::Ps, 0), format!("127.0.0.1:{}", port()))];
+        let mut tasks: Vec<(TaskId, String)> = (0..ps).map(|i| (TaskId::new(Job::Ps, i), format!("127.0.0.1:{}", port()))).collect();
         for i in 0..workers {
             tasks.push((TaskId::new(Job::Worker, i), format!("127.0.0.1:{}", port())));
         }
@@ -621,6 +739,47 @@ mod tests {
         assert_eq!(got.report.accuracy.to_bits(), want.accuracy.to_bits(), "{got:?} vs {want:?}");
         assert_eq!(got.report.loss.to_bits(), want.loss.to_bits(), "{got:?} vs {want:?}");
         assert!(got.report.accuracy > 0.85, "{got:?}");
+    }
+
+    #[test]
+    fn variables_sharded_over_two_ps_tasks_train_bit_for_bit_as_on_one() {
+        let data = digits();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 2;
+        let run = |ps: u32, how: &ClusterTraining, cfg: &TrainConfig| {
+            let spec = local_spec_ps(ps, 2 + how.backup as u32);
+            let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+            train_on_cluster(&data, cfg, &spec, how).unwrap()
+        };
+        let one = run(1, &ClusterTraining::default(), &cfg);
+        let two = run(2, &ClusterTraining::default(), &cfg);
+        assert_eq!((two.ps, two.report.steps), (2, one.report.steps));
+        // the same sums in the same order, each update on its variable's task
+        assert_eq!(two.report.train_loss.to_bits(), one.report.train_loss.to_bits(), "{two:?} vs {one:?}");
+        assert_eq!(two.report.accuracy.to_bits(), one.report.accuracy.to_bits(), "{two:?} vs {one:?}");
+        assert_eq!(two.report.loss.to_bits(), one.report.loss.to_bits(), "{two:?} vs {one:?}");
+        // greedy by size: hidden/w (64x128) alone on ps:0; logits/w
+        // (128x10), hidden/b (128) and logits/b (10) on ps:1; each with its
+        // two Adam slots (3 copies) and one f32 step counter per task
+        let want = |elems: u64| elems * 3 * 4 + 4;
+        let bytes: Vec<(String, u64)> = two.variable_bytes.clone().into_iter().collect();
+        assert_eq!(bytes, [("ps:0".to_string(), want(64 * 128)), ("ps:1".to_string(), want(1280 + 128 + 10))]);
+        assert_eq!(one.variable_bytes.values().copied().collect::<Vec<_>>(), [want(64 * 128 + 1280 + 128 + 10)]);
+        // per step each worker fetches the 4 variables, sends back 4
+        // gradients (to the variable's own task) and its loss to ps:0; two
+        // PS tasks add only the control edges of ps:1's 3 updates to the
+        // train op on ps:0 (a 4-byte token each)
+        assert_eq!((one.transfers_per_step, one.bytes_per_step), (18.0, 2.0 * (2.0 * 4.0 * 9610.0 + 4.0)), "{one:?}");
+        assert_eq!((two.transfers_per_step, two.bytes_per_step), (21.0, one.bytes_per_step + 12.0), "{two:?}");
+        assert!(one.step_p10_s <= one.step_p50_s && one.step_p50_s <= one.step_p90_s && one.step_p10_s > 0.0, "{one:?}");
+        // asynchronous, and 3 workers with 1 backup, over two PS tasks
+        cfg.epochs = 3;
+        let want = train(&data, &cfg).unwrap();
+        for how in [ClusterTraining { mode: Mode::Async, ..Default::default() }, ClusterTraining { backup: 1, ..Default::default() }] {
+            let got = run(2, &how, &cfg);
+            assert!((got.report.accuracy - want.accuracy).abs() <= 0.02, "{how:?}: {got:?} vs {want:?}");
+            assert!(got.variable_bytes.values().all(|&b| b > 0), "{got:?}");
+        }
     }
 
     #[test]
@@ -735,9 +894,46 @@ mod tests {
     }
 
     #[test]
-    fn a_dead_ps_restarts_from_the_last_checkpoint_and_ends_as_if_never_stopped() {
+    fn a_resumed_cluster_run_ends_as_if_never_stopped() {
         use flowlab_programs::train::CheckpointConfig;
-        let spec = local_spec(2);
+        let spec = local_spec_ps(2, 2);
+        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let data = digits();
+        let dir = tempfile::tempdir().unwrap();
+        let ck = |resume: bool| CheckpointConfig { dir: dir.path().into(), every: 20, keep: 2, resume };
+        // a first run stops after 1 epoch (45 updates; checkpoints 20, 40)
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 1;
+        train_on_cluster(&data, &cfg, &spec, &ClusterTraining { checkpoint: Some(ck(false)), ..Default::default() }).unwrap();
+        // a newer, torn file is skipped and named
+        std::fs::write(CheckpointManager::new(dir.path(), 2).unwrap().path(45), b"torn").unwrap();
+        cfg.epochs = 2;
+        let got = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { checkpoint: Some(ck(true)), ..Default::default() }).unwrap();
+        assert_eq!(got.report.resumed_from_step, Some(40), "{got:?}");
+        assert_eq!(got.report.skipped_checkpoints.len(), 1, "{got:?}");
+        let mut want_cfg = cfg.clone();
+        want_cfg.devices = 2;
+        let want = train(&data, &want_cfg).unwrap();
+        assert_eq!(got.report.steps, want.steps);
+        assert_eq!(got.report.accuracy.to_bits(), want.accuracy.to_bits(), "{got:?} vs {want:?}");
+        assert_eq!(got.report.loss.to_bits(), want.loss.to_bits(), "{got:?} vs {want:?}");
+        // another batch size refuses the folder, naming the setting
+        cfg.batch = 16;
+        let e = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { checkpoint: Some(ck(true)), ..Default::default() }).unwrap_err().to_string();
+        assert!(e.contains("with batch 32, this run has batch 16"), "{e}");
+    }
+
+    #[test]
+    fn a_dead_ps_restarts_from_the_last_checkpoint_and_ends_as_if_never_stopped() {
+        dead_ps_case(1, 0);
+        // variables sharded over two PS tasks: ps:1 dies, every variable
+        // (ps:0's too, which had moved on) comes back from the checkpoint
+        dead_ps_case(2, 1);
+    }
+
+    fn dead_ps_case(ps_tasks: u32, victim: usize) {
+        use flowlab_programs::train::CheckpointConfig;
+        let spec = local_spec_ps(ps_tasks, 2);
         let servers: Vec<std::sync::Mutex<Option<TaskServer>>> = spec
             .tasks()
             .map(|(t, _)| std::sync::Mutex::new(Some(TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap())))
@@ -747,13 +943,13 @@ mod tests {
         let mut cfg = TrainConfig::new(ModelKind::Mlp);
         cfg.epochs = 2;
         let how = ClusterTraining { checkpoint: Some(CheckpointConfig { dir: dir.path().into(), every: 20, keep: 2, resume: false }), ..Default::default() };
-        let ps = TaskId::new(Job::Ps, 0);
-        let first = servers[0].lock().unwrap().as_ref().unwrap().incarnation;
-        // ps:0 dies after update 30 (its checkpoint of update 20 stays), once
+        let ps = TaskId::new(Job::Ps, victim as u32);
+        let first = servers[victim].lock().unwrap().as_ref().unwrap().incarnation;
+        // the PS task dies after update 30 (its checkpoint of update 20 stays), once
         let killed = std::sync::atomic::AtomicBool::new(false);
         let kill = |steps: usize| {
             if steps == 30 && !killed.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                drop(servers[0].lock().unwrap().take());
+                drop(servers[victim].lock().unwrap().take());
             }
         };
         let restart = |t: TaskId| -> Result<()> {
@@ -766,11 +962,11 @@ mod tests {
                     Err(_) => std::thread::sleep(Duration::from_millis(20)),
                 }
             };
-            *servers[0].lock().unwrap() = Some(TaskServer::start(&spec, t, listener)?);
+            *servers[victim].lock().unwrap() = Some(TaskServer::start(&spec, t, listener)?);
             Ok(())
         };
         let got = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &kill, restart: Some(&restart) }).unwrap();
-        assert_ne!(servers[0].lock().unwrap().as_ref().unwrap().incarnation, first);
+        assert_ne!(servers[victim].lock().unwrap().as_ref().unwrap().incarnation, first);
         assert_eq!((got.restarts, got.steps_lost), (1, 10), "{got:?}");
         // the checkpoint holds every variable and slot, the replay the same
         // batches: the end is the uninterrupted run's, bit for bit

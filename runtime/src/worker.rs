@@ -103,6 +103,12 @@ struct TaskState {
     /// Steps aborted (with why) before or while they ran here; forgotten
     /// with the step's keys.
     aborted: Mutex<HashMap<u64, String>>,
+    /// `RecvTensor` answers this task gave, and their tensors' data bytes
+    /// (in the communication format sent): the traffic between tasks.
+    served: AtomicU64,
+    served_bytes: AtomicU64,
+    /// The highest step id run here.
+    last_step: AtomicU64,
 }
 
 impl TaskState {
@@ -217,7 +223,14 @@ impl Worker for WorkerService {
     async fn get_status(&self, req: Request<GetStatusRequest>) -> std::result::Result<Response<GetStatusResponse>, Status> {
         let st = &self.state;
         st.admit(req.get_ref().to.as_ref(), true)?;
-        Ok(Response::new(GetStatusResponse { task: st.task.to_string(), incarnation: st.incarnation, device: st.device.to_string() }))
+        Ok(Response::new(GetStatusResponse {
+            task: st.task.to_string(),
+            incarnation: st.incarnation,
+            device: st.device.to_string(),
+            recv_tensor_served: st.served.load(Ordering::Relaxed),
+            recv_tensor_bytes: st.served_bytes.load(Ordering::Relaxed),
+            last_step_id: st.last_step.load(Ordering::Relaxed),
+        }))
     }
 
     async fn recv_tensor(&self, req: Request<RecvTensorRequest>) -> std::result::Result<Response<RecvTensorResponse>, Status> {
@@ -237,6 +250,8 @@ impl Worker for WorkerService {
             Err(_) => return Err(Status::deadline_exceeded(format!("{key}: no Send within {timeout:?}"))),
         };
         let tensor = wire::to_proto(&t).map_err(|e| Status::internal(e.to_string()))?;
+        self.state.served.fetch_add(1, Ordering::Relaxed);
+        self.state.served_bytes.fetch_add(tensor.data.len() as u64, Ordering::Relaxed);
         Ok(Response::new(RecvTensorResponse { tensor: Some(tensor) }))
     }
 
@@ -283,6 +298,7 @@ impl Worker for WorkerService {
             self.state.rendezvous.end_step(s);
             self.state.aborted.lock().unwrap_or_else(|e| e.into_inner()).remove(&s);
         }
+        self.state.last_step.fetch_max(r.step_id, Ordering::Relaxed);
         let me = WorkerService { state: Arc::clone(&self.state) };
         // the executor blocks its thread: keep it off the async threads
         let resp = tokio::task::spawn_blocking(move || me.run_graph_blocking(r))
@@ -443,6 +459,9 @@ impl TaskServer {
             channels: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
             aborted: Mutex::new(HashMap::new()),
+            served: AtomicU64::new(0),
+            served_bytes: AtomicU64::new(0),
+            last_step: AtomicU64::new(0),
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let svc = WorkerService { state };
@@ -500,6 +519,8 @@ pub struct TaskClient {
     pub address: String,
     pub incarnation: u64,
     pub device: DeviceName,
+    /// The highest step id the task had run when this client connected.
+    pub last_step: u64,
     cluster: u64,
     client: WorkerClient<Channel>,
     runtime: Arc<tokio::runtime::Runtime>,
@@ -558,7 +579,7 @@ impl TaskClient {
         if status.task != task.to_string() {
             return Err(rpc(format!("the process there is task {}, not {task}", status.task)));
         }
-        Ok(TaskClient { task, address, incarnation: status.incarnation, device, cluster, client, runtime })
+        Ok(TaskClient { task, address, incarnation: status.incarnation, device, last_step: status.last_step_id, cluster, client, runtime })
     }
 
     /// What every request to this task carries.
@@ -578,6 +599,19 @@ impl TaskClient {
     /// Runs `f` on this client's runtime.
     pub(crate) fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.runtime.block_on(f)
+    }
+
+    /// The task's `RecvTensor` answers and their data bytes so far.
+    pub fn traffic(&self) -> Result<(u64, u64)> {
+        let mut client = self.client.clone();
+        let to = self.to();
+        let r = self
+            .runtime
+            .block_on(async move { tokio::time::timeout(Duration::from_secs(2), client.get_status(GetStatusRequest { to })).await })
+            .map_err(|_| self.rpc_error("GetStatus: no answer in 2 s".into()))?
+            .map_err(|s| self.rpc_error(format!("GetStatus: {}", s.message())))?
+            .into_inner();
+        Ok((r.recv_tensor_served, r.recv_tensor_bytes))
     }
 
     /// The wire tensor the producer task sent under `key`, waiting at most `timeout`.

@@ -1,17 +1,12 @@
 //! `--local-cluster ps=P,workers=W`: a cluster of `flowlab server` child
-//! processes on free loopback ports, for `flowlab train`.
-//!
-//! Contract: every child this starts is killed and reaped when the
-//! [`LocalCluster`] is dropped, on every exit path (errors and panics
-//! included), with a bounded wait; a child also dies with its launcher
-//! (Linux), so none outlives a killed `flowlab train`. The spec file and the
-//! children's logs live in a temporary folder removed on drop.
+//! processes on free loopback ports, for `flowlab train`: the runtime's
+//! [`LocalCluster`] (which kills and reaps every child on drop) started
+//! with this binary.
 
 use anyhow::{Context, bail};
-use flowlab_runtime::{ClusterSpec, Job, TaskId};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use flowlab_runtime::{Launcher, LocalCluster, TaskId};
+#[cfg(test)]
+use flowlab_runtime::Job;
 
 /// Parses `ps=1,workers=2` (keys in any order, both required).
 pub fn parse_shape(s: &str) -> anyhow::Result<(u32, u32)> {
@@ -42,123 +37,10 @@ pub fn parse_kill(s: &str) -> anyhow::Result<(TaskId, usize)> {
     Ok((id, step))
 }
 
-struct Task {
-    id: TaskId,
-    child: Child,
-    log: PathBuf,
-}
-
-/// Running `flowlab server` children (see the module comment).
-pub struct LocalCluster {
-    pub spec: ClusterSpec,
-    dir: PathBuf,
-    tasks: Vec<Task>,
-}
-
-/// Starts `flowlab server` for task `id` of the spec in `file`, its
-/// stderr appended to `log`.
-fn spawn_task(file: &std::path::Path, id: TaskId, log: &std::path::Path) -> anyhow::Result<Child> {
+/// Starts a local cluster of `flowlab server` children (this binary).
+pub fn start(ps: u32, workers: u32) -> anyhow::Result<LocalCluster> {
     let exe = std::env::current_exe().context("finding the flowlab binary to start the tasks")?;
-    let err = std::fs::OpenOptions::new().create(true).append(true).open(log).with_context(|| format!("opening {}", log.display()))?;
-    Command::new(&exe)
-        .args(["server", "--cluster"])
-        .arg(file)
-        .args(["--job", id.job.name(), "--task", &id.index.to_string(), "--parent", &std::process::id().to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(err)
-        .spawn()
-        .with_context(|| format!("starting task {id}: {}", exe.display()))
-}
-
-impl LocalCluster {
-    /// Writes a spec with `ps` PS and `workers` worker tasks on free
-    /// loopback ports and starts one `flowlab server` per task.
-    pub fn start(ps: u32, workers: u32) -> anyhow::Result<LocalCluster> {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!("flowlab-cluster-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        // the ports are free now; a task that loses a race for one fails to
-        // bind, and the master's error then carries that task's log
-        let mut tasks = Vec::new();
-        let mut listeners = Vec::new();
-        for (job, n) in [(Job::Ps, ps), (Job::Worker, workers)] {
-            for i in 0..n {
-                let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
-                tasks.push((TaskId::new(job, i), format!("127.0.0.1:{}", l.local_addr()?.port())));
-                listeners.push(l);
-            }
-        }
-        drop(listeners);
-        let spec = ClusterSpec::from_tasks(tasks).map_err(|e| anyhow::anyhow!("local cluster: {e}"))?;
-        let mut cluster = LocalCluster { spec, dir, tasks: Vec::new() };
-        let file = cluster.dir.join("cluster.yaml");
-        std::fs::write(&file, cluster.spec.to_yaml()).with_context(|| format!("writing {}", file.display()))?;
-        let ids: Vec<TaskId> = cluster.spec.tasks().map(|(t, _)| t).collect();
-        for id in ids {
-            let log = cluster.dir.join(format!("{}-{}.log", id.job, id.index));
-            let child = spawn_task(&file, id, &log)?;
-            cluster.tasks.push(Task { id, child, log });
-        }
-        Ok(cluster)
-    }
-
-    /// Kills task `id` (SIGKILL) and reaps it; false when it is not one of
-    /// this cluster's running tasks.
-    pub fn kill_task(&mut self, id: TaskId) -> bool {
-        for t in &mut self.tasks {
-            if t.id == id && matches!(t.child.try_wait(), Ok(None)) {
-                let _ = t.child.kill();
-                let _ = t.child.wait();
-                return true;
-            }
-        }
-        false
-    }
-
-    /// Starts task `id` again (after it died) on its address.
-    pub fn restart_task(&mut self, id: TaskId) -> anyhow::Result<()> {
-        let file = self.dir.join("cluster.yaml");
-        let t = self.tasks.iter_mut().find(|t| t.id == id).with_context(|| format!("no task {id} to restart"))?;
-        if matches!(t.child.try_wait(), Ok(None)) {
-            let _ = t.child.kill();
-        }
-        let _ = t.child.wait();
-        t.child = spawn_task(&file, id, &t.log)?;
-        Ok(())
-    }
-
-    /// Tasks that have exited, each with its status and the end of its log.
-    pub fn exited(&mut self) -> Vec<String> {
-        let mut out = Vec::new();
-        for t in &mut self.tasks {
-            if let Ok(Some(status)) = t.child.try_wait() {
-                let log = std::fs::read_to_string(&t.log).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
-                out.push(format!("task {} exited ({status}): {}", t.id, tail.join(" | ")));
-            }
-        }
-        out
-    }
-}
-
-impl Drop for LocalCluster {
-    fn drop(&mut self) {
-        for t in &mut self.tasks {
-            let _ = t.child.kill();
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        for t in &mut self.tasks {
-            // SIGKILL ends a task at once; the wait only reaps it, bounded
-            while Instant::now() < deadline {
-                match t.child.try_wait() {
-                    Ok(Some(_)) | Err(_) => break,
-                    Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    Ok(LocalCluster::start(&Launcher::Processes(exe), ps, workers)?)
 }
 
 #[cfg(test)]

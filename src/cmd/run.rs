@@ -38,6 +38,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         shard: args.shard,
         fresh: args.fresh,
         progress: Progress::Auto,
+        // `distributed` points start their tasks as `flowlab server` children
+        launcher: std::env::current_exe().map(flowlab_runtime::Launcher::Processes).unwrap_or_default(),
     };
     run_and_report(&experiment, &options)
 }
@@ -49,6 +51,7 @@ pub fn default_job() -> anyhow::Result<ExitCode> {
     let experiment = flowlab_experiments::load(&spec)?;
     let options = RunOptions {
         fresh: true,
+        launcher: std::env::current_exe().map(flowlab_runtime::Launcher::Processes).unwrap_or_default(),
         ..RunOptions::default()
     };
     run_and_report(&experiment, &options)

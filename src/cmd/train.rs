@@ -6,7 +6,7 @@
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use flowlab_programs::datasets::{Dataset, load_digits, parse_digits};
+use flowlab_programs::datasets::{Dataset, load_digits};
 use flowlab_engine::{EmulatedLink, EngineError};
 use flowlab_programs::train::{CheckpointConfig, ModelKind, ParallelPlacement, TrainConfig, train};
 use flowlab_hw::CommFormat;
@@ -88,9 +88,10 @@ pub struct TrainArgs {
     #[arg(long)]
     json: bool,
     /// Train over a local cluster of `flowlab server` processes on loopback
-    /// ports, e.g. `ps=1,workers=2`: synchronous data parallelism with the
-    /// variables and the update on ps:0 and each worker computing the
-    /// gradients of its shard of every batch. The tasks are stopped at the end.
+    /// ports, e.g. `ps=2,workers=2`: synchronous data parallelism with the
+    /// variables sharded over the PS tasks (greedy by size, each update on
+    /// its variable's task) and each worker computing the gradients of its
+    /// shard of every batch. The tasks are stopped at the end.
     #[arg(long, value_name = "ps=P,workers=W", conflicts_with_all = ["devices", "cluster", "trace", "link"])]
     local_cluster: Option<String>,
     /// Train over the tasks of a running cluster (each started with
@@ -110,8 +111,8 @@ pub struct TrainArgs {
     /// With --local-cluster: kill a task (SIGKILL) after this many
     /// synchronous updates, e.g. `worker:2@200`. With a backup worker
     /// training goes on without it (the JSON lists it in failed_workers);
-    /// without one it stops, naming the task. A killed `ps:0` is started
-    /// again and training goes on from the newest checkpoint
+    /// without one it stops, naming the task. A killed PS task (e.g.
+    /// `ps:1@30`) is started again and training goes on from the newest checkpoint
     /// (--checkpoint-dir; from scratch without one).
     #[arg(long, value_name = "TASK@STEP", requires = "local_cluster")]
     kill: Option<String>,
@@ -169,13 +170,12 @@ fn for_cli(e: EngineError) -> anyhow::Error {
 
 /// The UCI optical digits (`data/digits.csv.gz`, 57 kB), built into the
 /// binary so `--data digits` works from any directory.
-const DIGITS_GZ: &[u8] = include_bytes!("../../data/digits.csv.gz");
 
 /// The data set named by `--data`: `digits` (built in) or a CSV file, and
 /// how to name it in messages.
 fn load_data(arg: &str) -> anyhow::Result<(Dataset, String)> {
     if arg == "digits" {
-        let data = parse_digits("digits (built in)", DIGITS_GZ).context("loading the built-in digits")?;
+        let data = flowlab_programs::datasets::builtin_digits().context("loading the built-in digits")?;
         Ok((data, "digits".to_string()))
     } else {
         let path = PathBuf::from(arg);
@@ -325,7 +325,7 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
     let mut local = match &args.local_cluster {
         Some(shape) => {
             let (ps, workers) = super::local_cluster::parse_shape(shape)?;
-            Some(super::local_cluster::LocalCluster::start(ps, workers)?)
+            Some(super::local_cluster::start(ps, workers)?)
         }
         None => None,
     };
@@ -346,8 +346,8 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
     cfg.devices = if mode == Mode::Sync { workers - args.sync_backup } else { 1 };
     cfg.placement = ParallelPlacement::Replicas;
     cfg.validate().map_err(for_cli)?;
-    if args.resume {
-        bail!("--resume: a cluster run does not resume from its checkpoints yet (they hold the variables and optimizer slots; restore is issue 16's next step)");
+    if args.resume && (mode != Mode::Sync || args.sync_backup > 0) {
+        bail!("--resume: a cluster run resumes synchronous training without backup workers only (drop --async / --sync-backup)");
     }
     let how = ClusterTraining {
         checkpoint: cfg.checkpoint.clone(),
@@ -393,6 +393,12 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
         }
     };
     drop(local);
+    if let Some(step) = r.report.resumed_from_step {
+        for s in &r.report.skipped_checkpoints {
+            eprintln!("skipped an unreadable checkpoint: {s}");
+        }
+        eprintln!("resumed from the checkpoint of step {step}");
+    }
     if args.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {

@@ -286,6 +286,16 @@ impl Graph {
         Graph { data: self.data.clone(), scope: Arc::new(s), ops: self.ops }
     }
 
+    /// A handle whose nodes request the device `o`'s node requests (this
+    /// handle's own request when it has none): how an optimizer keeps a
+    /// variable's slots and update, or a restore op, with the variable when
+    /// variables are spread over several devices (TensorFlow's
+    /// `colocate_with`, by device request).
+    pub fn on_device_of(&self, o: &Output) -> Graph {
+        let dev = self.lock().nodes.get(o.node).map(|n| n.device.clone()).unwrap_or_default();
+        if dev.is_empty() || dev == self.scope.device { self.clone() } else { self.device(&dev) }
+    }
+
     /// A handle whose nodes run only after `deps` have.
     pub fn control_dependencies(&self, deps: &[&Output]) -> Result<Graph> {
         let mut s = (*self.scope).clone();

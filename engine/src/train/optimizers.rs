@@ -65,8 +65,13 @@ impl Optimizer {
         self.build_update(g, pairs, true)
     }
 
+    /// Each variable's slots, step counter and update op are built on the
+    /// device the variable requests (`g`'s own when it requests none), as
+    /// TensorFlow colocates them: with variables sharded over several
+    /// parameter servers each update runs where its variable lives. Adam
+    /// keeps one step counter per (device, dtype); all count the same steps,
+    /// so the arithmetic is that of one counter.
     fn build_update(&self, g: &Graph, pairs: &[(Output, Output)], shared: bool) -> Result<Output> {
-        let s = g.scope(self.name());
         let slot = |g: &Graph, v: &Output, opt: &str, what: &str| -> Result<Output> {
             if shared && let Ok(o) = g.output_by_name(&format!("{}/{opt}/{what}", v.name()), 0) && o.op() == "Variable" {
                 return Ok(o);
@@ -77,43 +82,59 @@ impl Optimizer {
         match *self {
             Optimizer::Sgd { lr } => {
                 for (v, gr) in pairs {
+                    let s = g.on_device_of(v).scope(self.name());
                     let lr = s.scalar(lr, v.dtype())?;
                     updates.push(s.apply_gradient_descent(v, &lr, gr)?);
                 }
             }
             Optimizer::Momentum { lr, momentum } => {
                 for (v, gr) in pairs {
-                    let acc = slot(g, v, self.name(), "accum")?;
+                    let gv = g.on_device_of(v);
+                    let s = gv.scope(self.name());
+                    let acc = slot(&gv, v, self.name(), "accum")?;
                     let lr = s.scalar(lr, v.dtype())?;
                     let m = s.scalar(momentum, v.dtype())?;
                     updates.push(s.apply_momentum(v, &acc, &lr, gr, &m)?);
                 }
             }
             Optimizer::Adam { lr, beta1, beta2, epsilon } => {
-                // One step counter per dtype: t += 1 before the updates; the
-                // bias corrections use beta^t.
-                let mut steps: Vec<(crate::tensor::DType, Output)> = Vec::new();
+                // One step counter per (device, dtype): t += 1 before the
+                // updates; the bias corrections use beta^t. The first
+                // device's counter has the one-device name, the k-th
+                // another device's gets `_k`.
+                let mut devices: Vec<String> = Vec::new();
+                let mut steps: Vec<(String, crate::tensor::DType, Output)> = Vec::new();
                 for (v, gr) in pairs {
-                    let dt = v.dtype();
-                    let t = match steps.iter().find(|(d, _)| *d == dt) {
-                        Some((_, t)) => t.clone(),
+                    let gv = g.on_device_of(v);
+                    let s = gv.scope(self.name());
+                    let dev = gv.lock().nodes.get(v.node_id()).map(|n| n.device.clone()).unwrap_or_default();
+                    let k = match devices.iter().position(|d| *d == dev) {
+                        Some(k) => k,
                         None => {
-                            let base = format!("{}/shared_step_{}", self.name(), dt);
+                            devices.push(dev.clone());
+                            devices.len() - 1
+                        }
+                    };
+                    let dt = v.dtype();
+                    let t = match steps.iter().find(|(d, t, _)| *d == dev && *t == dt) {
+                        Some((_, _, t)) => t.clone(),
+                        None => {
+                            let base = if k == 0 { format!("{}/shared_step_{}", self.name(), dt) } else { format!("{}/shared_step_{}_{k}", self.name(), dt) };
                             let var = match g.output_by_name(&base, 0) {
                                 Ok(v) if shared && v.op() == "Variable" => v,
                                 _ => {
                                     let name = if shared { base } else { unique_name(g, &format!("{}/step_{}", self.name(), dt)) };
-                                    g.variable(&name, g.zeros(dt, Shape::scalar())?)?
+                                    gv.variable(&name, gv.zeros(dt, Shape::scalar())?)?
                                 }
                             };
                             let one = s.scalar(1.0, dt)?;
                             let t = s.assign_add(&var, &one)?;
-                            steps.push((dt, t.clone()));
+                            steps.push((dev, dt, t.clone()));
                             t
                         }
                     };
-                    let m = slot(g, v, self.name(), "m")?;
-                    let vv = slot(g, v, self.name(), "v")?;
+                    let m = slot(&gv, v, self.name(), "m")?;
+                    let vv = slot(&gv, v, self.name(), "v")?;
                     let (lr, b1, b2, eps) = (s.scalar(lr, dt)?, s.scalar(beta1, dt)?, s.scalar(beta2, dt)?, s.scalar(epsilon, dt)?);
                     let b1p = s.pow(&b1, &t)?;
                     let b2p = s.pow(&b2, &t)?;
@@ -158,6 +179,41 @@ mod tests {
     use super::*;
     use crate::runtime::session::Session;
     use crate::tensor::Tensor;
+
+    /// Variables on two devices: each one's slots, step counter and update
+    /// on its own device, and the values those of the one-device update.
+    #[test]
+    fn updates_follow_their_variables_devices() {
+        use crate::framework::DeviceSet;
+        use crate::runtime::session::SessionOptions;
+        let run = |split: bool| {
+            let g = Graph::new();
+            let d1 = if split { "/job:localhost/replica:0/task:0/device:CPU:1" } else { "/job:localhost/replica:0/task:0/device:CPU:0" };
+            let a = g.device("/job:localhost/replica:0/task:0/device:CPU:0");
+            let b = g.device(d1);
+            let va = a.variable("a", a.constant(Tensor::from_vec(vec![1.0f32, 2.0], vec![2]).unwrap()).unwrap()).unwrap();
+            let vb = b.variable("b", b.constant(Tensor::from_vec(vec![-3.0f32], vec![1]).unwrap()).unwrap()).unwrap();
+            let ga = a.constant(Tensor::from_vec(vec![0.5f32, -1.0], vec![2]).unwrap()).unwrap();
+            let gb = a.constant(Tensor::from_vec(vec![0.25f32], vec![1]).unwrap()).unwrap();
+            let up = Optimizer::adam(0.1).apply_gradients(&a, &[(va, ga), (vb, gb)]).unwrap();
+            let dev = |n: &str| g.node(g.output_by_name(n, 0).unwrap().node_id()).unwrap().device;
+            assert_eq!(dev("b/Adam/m"), d1);
+            assert_eq!(dev("b/Adam/v"), d1);
+            // one counter per device: the second one's gets `_1`
+            assert_eq!(g.variables().len(), if split { 8 } else { 7 });
+            if split {
+                assert_eq!(dev("Adam/step_f32_1"), d1);
+            }
+            let opts = SessionOptions { threads: 1, devices: DeviceSet::local_cpus(2), ..Default::default() };
+            let sess = Session::with_options(&g, opts).unwrap();
+            sess.run(&[], &[], &[&g.global_variables_initializer().unwrap()]).unwrap();
+            for _ in 0..3 {
+                sess.run(&[], &[], &[&up]).unwrap();
+            }
+            ["a", "b"].map(|n| sess.variable_value(n).unwrap().to_vec::<f32>().unwrap())
+        };
+        assert_eq!(run(true), run(false));
+    }
 
     /// Two Adam updates of one variable from two gradients (two
     /// asynchronous workers) share its slots and step counter.

@@ -10,7 +10,9 @@
 //! - replica i builds its forward pass and loss with the caller's closure on
 //!   a graph handle that requests device i, and its gradients there too;
 //! - the N gradients of each variable are summed on the parameter device and
-//!   scaled by 1/N, then ONE optimizer update is applied there. With equal
+//!   scaled by 1/N, then ONE optimizer update is applied there (a variable
+//!   created on another device, e.g. sharded over parameter servers, has its
+//!   average and update on its own device). With equal
 //!   shards and a loss that is a mean over examples, this is exactly the
 //!   full-batch gradient (up to float rounding).
 //!
@@ -146,8 +148,9 @@ where
         replica_grads.push(gv);
     }
 
-    let avg = pg.scope("average");
-    let mean = |list: Vec<Output>, dtype: DType| -> Result<Output> {
+    // each variable's gradients are averaged where the variable lives (the
+    // parameter device, or its own when variables are sharded)
+    let mean = |avg: &Graph, list: Vec<Output>, dtype: DType| -> Result<Output> {
         let mut it = list.into_iter();
         let first = it.next().ok_or_else(|| EngineError::Tensor("no replica values to average".into()))?;
         let sum = it.try_fold(first, |acc, t| avg.add(&acc, &t))?;
@@ -155,9 +158,9 @@ where
     };
     let mut gradients = Vec::with_capacity(vars.len());
     for (k, v) in vars.iter().enumerate() {
-        gradients.push(mean(replica_grads.iter().map(|gv| gv[k].clone()).collect(), v.dtype())?);
+        gradients.push(mean(&pg.on_device_of(v).scope("average"), replica_grads.iter().map(|gv| gv[k].clone()).collect(), v.dtype())?);
     }
-    let loss = mean(replica_losses.clone(), replica_losses[0].dtype())?;
+    let loss = mean(&pg.scope("average"), replica_losses.clone(), replica_losses[0].dtype())?;
     let pairs: Vec<(Output, Output)> = vars.iter().map(|v| (*v).clone()).zip(gradients.iter().cloned()).collect();
     let train_op = optimizer.apply_gradients(&pg, &pairs)?;
     Ok(Replicated { loss, train_op, replica_losses, gradients })

@@ -9,7 +9,7 @@ use super::{Outcome, TypedKind};
 pub(crate) static CLUSTER: TypedKind<ClusterConfig> = TypedKind {
     name: "cluster",
     validate: |config| config.validate().map_err(|e| e.to_string()),
-    run: run_point,
+    run: |config, env| run_point(config, env.seed),
     metric_names: || {
         ClusterConfig::metric_names()
             .iter()

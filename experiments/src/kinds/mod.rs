@@ -5,6 +5,7 @@
 //! rejected when the file is checked.
 
 mod cluster;
+mod distributed;
 mod placement;
 mod systolic;
 mod validate;
@@ -18,7 +19,15 @@ use crate::diagnostics;
 use crate::error::ExperimentError;
 
 /// Every kind the schema names, in the order the docs list them.
-pub(crate) const ALL_KINDS: &[&str] = &["cluster", "graph", "placement", "systolic", "engine", "validate"];
+pub(crate) const ALL_KINDS: &[&str] = &["cluster", "graph", "placement", "systolic", "engine", "validate", "distributed"];
+
+/// What a point gets besides its parameters.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PointEnv {
+    pub(crate) seed: u64,
+    /// How `distributed` points start their cluster's tasks.
+    pub(crate) launcher: flowlab_runtime::Launcher,
+}
 
 /// What a finished point measured.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -51,7 +60,7 @@ impl PointError {
 
 /// One point, parsed and validated, ready to run.
 pub(crate) trait Runnable: Send + Sync {
-    fn run(&self, seed: u64) -> Result<Outcome, String>;
+    fn run(&self, env: &PointEnv) -> Result<Outcome, String>;
 }
 
 /// An experiment kind.
@@ -83,6 +92,7 @@ pub(crate) fn lookup(name: &str) -> Result<&'static dyn Kind, String> {
         "placement" => Ok(&placement::PLACEMENT),
         "systolic" => Ok(&systolic::SYSTOLIC),
         "validate" => Ok(&validate::VALIDATE),
+        "distributed" => Ok(&distributed::DISTRIBUTED),
         _ if ALL_KINDS.contains(&name) => Err(unavailable(name)),
         _ => Err(format!(
             "unknown kind `{name}`{} (expected one of: {})",
@@ -94,7 +104,7 @@ pub(crate) fn lookup(name: &str) -> Result<&'static dyn Kind, String> {
 
 /// The kinds that can run in this build.
 pub(crate) fn available() -> Vec<&'static str> {
-    vec!["cluster", "placement", "systolic", "validate"]
+    vec!["cluster", "placement", "systolic", "validate", "distributed"]
 }
 
 fn unavailable(name: &str) -> String {
@@ -111,7 +121,7 @@ pub(crate) type Summarize = fn(&[flowlab_reports::ResultRow]) -> (Vec<flowlab_re
 pub(crate) struct TypedKind<C> {
     pub(crate) name: &'static str,
     pub(crate) validate: fn(&C) -> Result<(), String>,
-    pub(crate) run: fn(&C, u64) -> Result<Outcome, String>,
+    pub(crate) run: fn(&C, &PointEnv) -> Result<Outcome, String>,
     pub(crate) metric_names: fn() -> Vec<String>,
     pub(crate) series_names: &'static [&'static str],
     pub(crate) tag_paths: &'static [&'static str],
@@ -129,12 +139,12 @@ struct BaseOnly<C> {
 
 struct Bound<C> {
     config: C,
-    run: fn(&C, u64) -> Result<Outcome, String>,
+    run: fn(&C, &PointEnv) -> Result<Outcome, String>,
 }
 
 impl<C: Send + Sync> Runnable for Bound<C> {
-    fn run(&self, seed: u64) -> Result<Outcome, String> {
-        (self.run)(&self.config, seed)
+    fn run(&self, env: &PointEnv) -> Result<Outcome, String> {
+        (self.run)(&self.config, env)
     }
 }
 

@@ -70,7 +70,7 @@ const METRICS: &[&str] = &[
 pub(crate) static PLACEMENT: TypedKind<PlacementPoint> = TypedKind {
     name: "placement",
     validate: |p| p.validate(),
-    run: run_point,
+    run: |config, env| run_point(config, env.seed),
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &[],
     tag_paths: &[],

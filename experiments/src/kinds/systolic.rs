@@ -53,7 +53,7 @@ const METRICS: &[&str] = &[
 pub(crate) static SYSTOLIC: TypedKind<SystolicPoint> = TypedKind {
     name: "systolic",
     validate: |p| p.array().and(p.layers()).map(|_| ()),
-    run: run_point,
+    run: |config, env| run_point(config, env.seed),
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &[],
     tag_paths: &["workload"],

@@ -124,7 +124,7 @@ const METRICS: &[&str] = &[
 pub(crate) static VALIDATE: TypedKind<ValidatePoint> = TypedKind {
     name: "validate",
     validate: |p| p.validate(),
-    run: run_point,
+    run: |config, env| run_point(config, env.seed),
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &["measured_step_times_s"],
     tag_paths: &[],

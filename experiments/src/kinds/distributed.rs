@@ -1,0 +1,469 @@
+//! `kind: distributed`: one point trains a digits model on a real local
+//! cluster (PS and worker tasks talking gRPC over loopback, the runtime of
+//! `flowlab train --local-cluster`) and runs the cluster simulator on the
+//! same configuration, so that the simulator's sync / async / backup-worker
+//! step times are checked against the runtime's.
+//!
+//! ```yaml
+//! base:
+//!   model: mlp            # mlp (64-128-10) or cnn, on the digits set
+//!   ps: 1                 # PS tasks (variables sharded greedily by size)
+//!   workers: 2            # worker tasks, backups included
+//!   strategy: sync        # sync | async
+//!   backup: 0             # sync: backup workers among `workers`
+//!   comm: f32             # f32 | f16 | bf16 | int8: format of the tensors between tasks
+//!   batch: 32             # examples per update (split over the needed workers in sync)
+//!   epochs: 2
+//!   kill: worker:2@20     # optional, sync: stop a task after update 20
+//!   checkpoint_every: 10  # optional, sync: checkpoints (a killed PS restarts from the newest)
+//!   calibration_reps: 5   # timed batches per calibration figure (the median is kept)
+//! ```
+//!
+//! What is measured, what is calibrated and what is predicted:
+//! - measured (the real run): updates per second, step-time percentiles
+//!   (the master's training round in sync, a worker's step in async, update
+//!   to update with backups), tensors and bytes between tasks per step,
+//!   held-out accuracy and loss.
+//! - calibrated, in the same sitting, before the run: `compute_s`, the time
+//!   of one worker's forward and backward pass on its shard, run in this
+//!   process on one device (the median of timed repetitions); `apply_s`,
+//!   the PS update (gradient average and Adam) the same way; the loopback
+//!   link from a `RecvTensor` of 16 bytes (its time is the simulator's path
+//!   latency, half on each of the star's two hops) and of the model's
+//!   gradient bytes, at least a megabyte (the added bytes over the added
+//!   time is the link rate);
+//!   `step_overhead_s`, a master-driven step that runs one `RunGraph` on
+//!   each of two tasks and moves nothing.
+//! - predicted: the cluster simulator's step times for the same workers,
+//!   PS tasks, strategy, variables (sizes and greedy placement as the
+//!   runtime's) and format, with those figures as its workload (`compute_s`,
+//!   `ps_request_us` = the largest PS share of `apply_s`, `step_overhead_us`)
+//!   and network (a star of loopback links). The simulator moves one
+//!   fetch and one push per PS task; the runtime makes one `RecvTensor`
+//!   per tensor, one after another on a task's one executor thread, so the
+//!   transfers of a worker step beyond 2 (V variables, V gradients, and
+//!   the loss when a synchronous step averages several on ps:0;
+//!   `serial_transfers`) add their measured `RecvTensor` time to
+//!   `step_overhead_us`. `error` is
+//!   (predicted - measured) / measured of the median step time. Not
+//!   modelled: the PS pulling the gradients of several workers one after
+//!   another, and the tasks sharing this machine's cores.
+//!
+//! Tasks are child processes of the `flowlab` binary when the runner is
+//! given it ([`crate::RunOptions::launcher`], which `flowlab run` sets),
+//! else task servers on threads of the runner's process (same gRPC, no
+//! process boundary; `processes` in the row says which). Points time real
+//! runs, so they run one at a time.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use flowlab_engine::{DeviceSet, Graph, Session, SessionOptions, Tensor};
+use flowlab_hw::CommFormat;
+use flowlab_programs::datasets::{Dataset, builtin_digits};
+use flowlab_programs::train::{CheckpointConfig, ModelKind, TrainConfig, batch_tensors, build_backup, local_cpu, shard_variables};
+use flowlab_runtime::{ClusterTraining, Hooks, Job, LocalCluster, MasterOptions, Mode, TaskId, train_on_cluster_with};
+use flowlab_sim::cluster::{ClusterConfig, ModelRef, NetworkConfig, Strategy, Workload, simulate};
+
+use super::{Outcome, PointEnv, TypedKind};
+
+/// One sweep point of a distributed experiment.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DistributedPoint {
+    #[serde(default = "default_model")]
+    model: String,
+    #[serde(default = "one")]
+    ps: usize,
+    #[serde(default = "one")]
+    workers: usize,
+    #[serde(default)]
+    strategy: StrategyName,
+    #[serde(default)]
+    backup: usize,
+    #[serde(default = "default_comm")]
+    comm: String,
+    #[serde(default = "default_batch")]
+    batch: usize,
+    #[serde(default = "default_epochs")]
+    epochs: usize,
+    #[serde(default)]
+    kill: Option<String>,
+    #[serde(default)]
+    checkpoint_every: Option<usize>,
+    /// Batches of timed repetitions per calibration figure.
+    #[serde(default = "default_reps")]
+    calibration_reps: usize,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum StrategyName {
+    #[default]
+    Sync,
+    Async,
+}
+
+fn default_model() -> String {
+    "mlp".into()
+}
+fn one() -> usize {
+    1
+}
+fn default_comm() -> String {
+    "f32".into()
+}
+fn default_batch() -> usize {
+    32
+}
+fn default_epochs() -> usize {
+    2
+}
+fn default_reps() -> usize {
+    5
+}
+
+const MAX_TASKS: usize = 32;
+const MAX_EPOCHS: usize = 1000;
+
+const METRICS: &[&str] = &[
+    "measured_step_s",
+    "measured_p10_s",
+    "measured_p90_s",
+    "predicted_step_s",
+    "error",
+    "abs_error",
+    "steps_per_s",
+    "predicted_steps_per_s",
+    "steps",
+    "accuracy",
+    "loss",
+    "transfers_per_step",
+    "bytes_per_step",
+    "master_bytes_per_step",
+    "dropped_gradients",
+    "failed_workers",
+    "restarts",
+    "steps_lost",
+    "calibrated_compute_s",
+    "calibrated_apply_s",
+    "calibrated_latency_us",
+    "calibrated_link_gbps",
+    "calibrated_step_overhead_us",
+    "serial_transfers",
+    "processes",
+];
+
+pub(crate) static DISTRIBUTED: TypedKind<DistributedPoint> = TypedKind {
+    name: "distributed",
+    validate: |p| p.validate(),
+    run: run_point,
+    metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
+    series_names: &["measured_step_times_s"],
+    tag_paths: &[],
+    exclusive: true,
+    summarize: None,
+};
+
+impl DistributedPoint {
+    fn model_kind(&self) -> Result<ModelKind, String> {
+        match self.model.as_str() {
+            "mlp" => Ok(ModelKind::Mlp),
+            "cnn" => Ok(ModelKind::Cnn),
+            other => Err(format!("invalid parameter `model`: `{other}` is not a digits model (expected mlp or cnn)")),
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        match self.strategy {
+            StrategyName::Sync => Mode::Sync,
+            StrategyName::Async => Mode::Async,
+        }
+    }
+
+    /// Gradients per update.
+    fn needed(&self) -> usize {
+        match self.strategy {
+            StrategyName::Sync => self.workers - self.backup,
+            StrategyName::Async => 1,
+        }
+    }
+
+    fn kill_at(&self) -> Result<Option<(TaskId, usize)>, String> {
+        let Some(k) = &self.kill else { return Ok(None) };
+        let bad = |why: String| format!("invalid parameter `kill`: `{k}`: {why}");
+        let (task, step) = k.split_once('@').ok_or_else(|| bad("expected TASK@STEP, e.g. worker:1@20".into()))?;
+        let id = TaskId::parse(task).ok_or_else(|| bad(format!("`{task}` is not a task like worker:1")))?;
+        let step: usize = step.parse().map_err(|_| bad(format!("`{step}` is not an update number")))?;
+        let count = match id.job {
+            Job::Ps => self.ps,
+            Job::Worker => self.workers,
+            Job::Chief => 0,
+        };
+        if id.index as usize >= count {
+            return Err(bad(format!("the cluster has {} {} tasks", count, id.job)));
+        }
+        Ok(Some((id, step)))
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        self.model_kind()?;
+        for (key, v) in [("ps", self.ps), ("workers", self.workers)] {
+            if v == 0 || v > MAX_TASKS {
+                return Err(format!("invalid parameter `{key}`: must be between 1 and {MAX_TASKS}, got {v}"));
+            }
+        }
+        if self.backup > 0 && (self.strategy != StrategyName::Sync || self.backup >= self.workers) {
+            return Err(format!(
+                "invalid parameter `backup`: {} backup workers need strategy sync and more than {} workers (got {})",
+                self.backup, self.backup, self.workers
+            ));
+        }
+        self.comm.parse::<CommFormat>().map_err(|e| format!("invalid parameter `comm`: {e}"))?;
+        if self.epochs == 0 || self.epochs > MAX_EPOCHS {
+            return Err(format!("invalid parameter `epochs`: must be between 1 and {MAX_EPOCHS}, got {}", self.epochs));
+        }
+        if self.batch == 0 || !self.batch.is_multiple_of(self.needed()) {
+            return Err(format!(
+                "invalid parameter `batch`: must be a positive multiple of the {} gradients per update, got {}",
+                self.needed(),
+                self.batch
+            ));
+        }
+        if self.calibration_reps == 0 || self.calibration_reps > 1000 {
+            return Err(format!("invalid parameter `calibration_reps`: must be between 1 and 1000, got {}", self.calibration_reps));
+        }
+        if self.checkpoint_every == Some(0) {
+            return Err("invalid parameter `checkpoint_every`: must be at least 1".into());
+        }
+        if (self.kill.is_some() || self.checkpoint_every.is_some()) && self.strategy != StrategyName::Sync {
+            return Err("invalid parameter `kill`/`checkpoint_every`: kills and checkpoints happen between synchronous updates (strategy sync)".into());
+        }
+        self.kill_at()?;
+        Ok(())
+    }
+
+    fn train_config(&self, seed: u64) -> Result<TrainConfig, String> {
+        let mut cfg = TrainConfig::new(self.model_kind()?);
+        cfg.epochs = self.epochs;
+        cfg.batch = self.batch;
+        cfg.seed = seed;
+        cfg.comm = self.comm.parse().map_err(|e| format!("invalid parameter `comm`: {e}"))?;
+        Ok(cfg)
+    }
+}
+
+/// Median seconds per run of `f` over `reps` batches of `iters` runs
+/// (after one untimed batch).
+fn median_per_run(reps: usize, iters: usize, mut f: impl FnMut() -> Result<(), String>) -> Result<f64, String> {
+    for _ in 0..iters {
+        f()?;
+    }
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        for _ in 0..iters {
+            f()?;
+        }
+        times.push(t.elapsed().as_secs_f64() / iters as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// One worker's forward and backward pass on its shard, and the PS's
+/// update, timed in this process on one device: (compute_s, apply_s).
+fn calibrate_compute(cfg: &TrainConfig, data: &Dataset, shard: usize, reps: usize) -> Result<(f64, f64), String> {
+    let e = |e: flowlab_engine::EngineError| format!("calibrating the step in process: {e}");
+    let g = Graph::new();
+    let dev = local_cpu(0);
+    let bg = build_backup(&g, cfg, data.features, std::slice::from_ref(&dev), std::slice::from_ref(&dev), 1).map_err(e)?;
+    let sess = Session::with_options(&g, SessionOptions { threads: cfg.threads, devices: DeviceSet::local_cpus(1), ..Default::default() }).map_err(e)?;
+    sess.run(&[], &[], &[&bg.init]).map_err(e)?;
+    let idx: Vec<usize> = (0..shard.min(data.len())).collect();
+    let (x, y) = batch_tensors(data, &idx).map_err(e)?;
+    let compute = median_per_run(reps, 20, || sess.run(&[(&bg.xs[0], &x), (&bg.ys[0], &y)], &[], &[&bg.computes[0]]).map(drop).map_err(e))?;
+    let mask = Tensor::from_vec(vec![1.0f32], Vec::<usize>::new()).map_err(e)?;
+    let apply = median_per_run(reps, 20, || sess.run(&[(&bg.masks[0], &mask)], &[], &[&bg.apply]).map(drop).map_err(e))?;
+    Ok((compute, apply))
+}
+
+fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
+    let data = builtin_digits().map_err(|e| e.to_string())?;
+    let cfg = p.train_config(env.seed)?;
+    let needed = p.needed();
+    let shard = p.batch / needed;
+    let vars = shard_variables(cfg.model, p.ps);
+    let total: usize = vars.iter().map(|v| v.1).sum();
+    let mut per_ps = vec![0usize; p.ps];
+    for v in &vars {
+        per_ps[v.2] += v.1;
+    }
+    let largest = per_ps.iter().copied().max().unwrap_or(total);
+
+    // calibration, in this sitting, before the run
+    let (compute_s, apply_s) = calibrate_compute(&cfg, &data, shard, p.calibration_reps)?;
+    let grad_bytes = cfg.comm.bytes_for(total as u64) as usize;
+    // the rate from at least a megabyte, so that the added time stands well
+    // above the jitter of a small RecvTensor
+    let link = flowlab_runtime::measure_loopback(grad_bytes.max(1 << 20), p.calibration_reps).map_err(|e| format!("calibrating loopback: {e}"))?;
+
+    // the real run
+    let ck_dir = tempfile::tempdir().map_err(|e| format!("checkpoint folder: {e}"))?;
+    let how = ClusterTraining {
+        mode: p.mode(),
+        backup: p.backup,
+        master: MasterOptions { recv_timeout: Duration::from_secs(30), ..Default::default() },
+        checkpoint: p.checkpoint_every.map(|every| CheckpointConfig { dir: ck_dir.path().to_path_buf(), every, keep: 2, resume: false }),
+    };
+    let cluster = LocalCluster::start(&env.launcher, p.ps as u32, p.workers as u32).map_err(|e| e.to_string())?;
+    let spec = cluster.spec.clone();
+    let cluster = Mutex::new(cluster);
+    let kill = p.kill_at()?;
+    let on_step = |steps: usize| {
+        if let Some((task, at)) = kill
+            && steps == at
+        {
+            cluster.lock().unwrap_or_else(|e| e.into_inner()).kill_task(task);
+        }
+    };
+    let restart = |task: TaskId| cluster.lock().unwrap_or_else(|e| e.into_inner()).restart_task(task);
+    let r = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &on_step, restart: Some(&restart) }).map_err(|e| {
+        let exited = cluster.lock().unwrap_or_else(|e| e.into_inner()).exited();
+        format!("training over the local cluster: {e}{}", exited.iter().map(|x| format!("; {x}")).collect::<String>())
+    })?;
+    drop(cluster);
+
+    // the prediction. The simulator moves one fetch and one push per PS
+    // task and worker; the runtime makes one RecvTensor per tensor, one
+    // after another on a task's one executor thread: a worker's step moves
+    // each variable and each gradient, and its loss when a synchronous
+    // step averages several on ps:0 (2V or 2V + 1), of which the
+    // simulator's fetch and push latencies stand for 2
+    let loss_moves = p.strategy == StrategyName::Sync && p.backup == 0 && needed > 1;
+    let serial_extra = (2 * vars.len() + usize::from(loss_moves)).saturating_sub(2);
+    let workload = Workload {
+        variables: vars.iter().map(|v| v.1 as u64).collect(),
+        compute_s,
+        examples_per_step: shard as u64,
+        ps_request_us: apply_s * 1e6 * largest as f64 / total.max(1) as f64,
+        step_overhead_us: (link.step_overhead_s + serial_extra as f64 * link.recv_small_s) * 1e6,
+        ..Workload::default()
+    };
+    let latency_us = link.recv_small_s * 1e6 / 2.0;
+    let link_gbps = link.bytes_per_s * 8.0 / 1e9;
+    let sim_cfg = ClusterConfig {
+        model: ModelRef::Inline(workload),
+        workers: needed as u32,
+        ps: p.ps as u32,
+        strategy: match p.strategy {
+            StrategyName::Sync => Strategy::Sync { backup: p.backup as u32 },
+            StrategyName::Async => Strategy::Async {},
+        },
+        network: NetworkConfig { link_gbps: Some(link_gbps), latency_us: Some(latency_us), ..NetworkConfig::default() },
+        comm: cfg.comm,
+        steps: (r.report.steps as u64).clamp(1, 2000),
+        ..ClusterConfig::default()
+    };
+    sim_cfg.validate().map_err(|e| format!("the simulator's configuration: {e}"))?;
+    let sim = simulate(&sim_cfg, env.seed).map_err(|e| format!("the cluster simulator: {e}"))?;
+    let predicted = sim.step_percentile(0.5);
+    let gradients = sim.examples_committed as f64 / shard as f64;
+    let predicted_steps_per_s = if sim.sim_time_s > 0.0 { gradients / needed as f64 / sim.sim_time_s } else { 0.0 };
+    let measured = r.step_p50_s;
+    let error = (predicted - measured) / measured;
+
+    let mut m = BTreeMap::new();
+    let mut put = |k: &str, v: f64| {
+        m.insert(k.to_string(), v);
+    };
+    put("measured_step_s", measured);
+    put("measured_p10_s", r.step_p10_s);
+    put("measured_p90_s", r.step_p90_s);
+    put("predicted_step_s", predicted);
+    put("error", error);
+    put("abs_error", error.abs());
+    put("steps_per_s", r.steps_per_second);
+    put("predicted_steps_per_s", predicted_steps_per_s);
+    put("steps", r.report.steps as f64);
+    put("accuracy", r.report.accuracy);
+    put("loss", r.report.loss);
+    put("transfers_per_step", r.transfers_per_step);
+    put("bytes_per_step", r.bytes_per_step);
+    put("master_bytes_per_step", r.master_bytes_per_step);
+    put("dropped_gradients", r.dropped_gradients as f64);
+    put("failed_workers", r.failed_workers.len() as f64);
+    put("restarts", r.restarts as f64);
+    put("steps_lost", r.steps_lost as f64);
+    put("calibrated_compute_s", compute_s);
+    put("calibrated_apply_s", apply_s);
+    put("calibrated_latency_us", latency_us);
+    put("calibrated_link_gbps", link_gbps);
+    put("calibrated_step_overhead_us", link.step_overhead_s * 1e6);
+    put("serial_transfers", serial_extra as f64 + 2.0);
+    put("processes", if env.launcher.processes() { 1.0 } else { 0.0 });
+    let mut series = BTreeMap::new();
+    series.insert("measured_step_times_s".to_string(), r.step_times_s);
+    Ok(Outcome { metrics: m, series })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::Kind;
+    use flowlab_runtime::Launcher;
+
+    fn point(yaml: &str) -> Result<Box<dyn crate::kinds::Runnable>, String> {
+        let v: serde_json::Value = serde_saphyr::from_str(yaml).unwrap();
+        DISTRIBUTED.prepare(&v).map_err(|e| e.message().to_string())
+    }
+
+    #[test]
+    fn bad_points_name_the_parameter() {
+        for (yaml, want) in [
+            ("model: resnet", "`model`: `resnet` is not a digits model"),
+            ("workers: 0", "`workers`: must be between 1 and 32"),
+            ("workers: 2\nbackup: 2", "`backup`"),
+            ("strategy: async\nbackup: 1\nworkers: 3", "need strategy sync"),
+            ("comm: f8", "`comm`"),
+            ("workers: 3\nbatch: 32", "multiple of the 3 gradients"),
+            ("kill: worker:3@5\nworkers: 2", "the cluster has 2 worker tasks"),
+            ("kill: worker:1", "TASK@STEP"),
+            ("strategy: async\nkill: worker:0@3", "strategy sync"),
+        ] {
+            let e = point(yaml).err().unwrap_or_else(|| panic!("{yaml} was accepted"));
+            assert!(e.contains(want), "{yaml}: {e}");
+        }
+        let e = point("wokers: 2").err().unwrap();
+        assert!(e.contains("wokers"), "{e}");
+    }
+
+    /// A real cluster (tasks on threads here) against its analytic traffic,
+    /// the in-process accuracy, and a prediction with its error.
+    #[test]
+    fn a_point_measures_the_cluster_and_predicts_it() {
+        let run = point("workers: 2\nps: 2\nepochs: 1\ncalibration_reps: 2").unwrap();
+        let o = run.run(&PointEnv { seed: 1, launcher: Launcher::Threads }).unwrap();
+        let m = &o.metrics;
+        for k in METRICS {
+            assert!(m.get(*k).is_some_and(|v| v.is_finite()), "{k}: {m:?}");
+        }
+        // one epoch of batches of 32 from the 1,438 training examples
+        assert_eq!(m["steps"], 45.0);
+        assert!(m["accuracy"] > 0.8, "{m:?}");
+        // each of the 2 workers fetches the 9,610 parameters and sends as
+        // many gradients, and its loss; 3 control tokens from ps:1 (4 bytes)
+        assert_eq!(m["bytes_per_step"], 2.0 * (2.0 * 4.0 * 9610.0 + 4.0) + 12.0, "{m:?}");
+        assert_eq!(m["error"], (m["predicted_step_s"] - m["measured_step_s"]) / m["measured_step_s"]);
+        assert!(m["predicted_step_s"] > m["calibrated_compute_s"], "{m:?}");
+        assert!(m["measured_p10_s"] <= m["measured_step_s"] && m["measured_step_s"] <= m["measured_p90_s"], "{m:?}");
+        assert_eq!(m["processes"], 0.0);
+        assert_eq!(o.series["measured_step_times_s"].len(), 45);
+        // a worker killed with a backup: training goes on without it
+        let run = point("workers: 3\nbackup: 1\nepochs: 1\ncalibration_reps: 1\nkill: worker:2@10").unwrap();
+        let m = run.run(&PointEnv { seed: 1, launcher: Launcher::Threads }).unwrap().metrics;
+        assert_eq!(m["failed_workers"], 1.0, "{m:?}");
+        assert!(m["steps"] > 10.0, "{m:?}");
+    }
+}

@@ -1,0 +1,241 @@
+//! A local cluster on loopback for `--local-cluster`, experiments and tests:
+//! one task per PS and worker, either as child processes of a given binary
+//! or as task servers on threads of this process.
+//!
+//! Contract: every task this starts is stopped when the [`LocalCluster`] is
+//! dropped, on every exit path (errors and panics included), with a bounded
+//! wait; a child process also dies with its launcher (the binary is started
+//! with `--parent PID`, which `flowlab server` turns into Linux's
+//! `PR_SET_PDEATHSIG`), so none outlives a killed launcher. The spec file
+//! and the children's logs live in a temporary folder removed on drop.
+//!
+//! The binary is the caller's to name ([`Launcher::Processes`]): the
+//! runtime cannot know which executable serves tasks (`flowlab` passes its
+//! own path; a test binary cannot). It must accept
+//! `server --cluster FILE --job J --task N --parent PID`.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::cluster::{ClusterSpec, Job, TaskId};
+use crate::error::{Result, RuntimeError};
+use crate::net::bind_task;
+use crate::worker::TaskServer;
+
+/// How a local cluster's tasks run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Launcher {
+    /// Each task a child process: `BINARY server --cluster ...`.
+    Processes(PathBuf),
+    /// Each task a [`TaskServer`] on threads of this process (still gRPC
+    /// over loopback TCP between tasks, without process start-up).
+    #[default]
+    Threads,
+}
+
+impl Launcher {
+    /// Whether tasks are separate processes.
+    pub fn processes(&self) -> bool {
+        matches!(self, Launcher::Processes(_))
+    }
+}
+
+enum Running {
+    Child(Child),
+    Server(Option<TaskServer>),
+}
+
+struct Task {
+    id: TaskId,
+    running: Running,
+    log: PathBuf,
+}
+
+/// Running local tasks (see the module comment).
+pub struct LocalCluster {
+    pub spec: ClusterSpec,
+    launcher: Launcher,
+    dir: PathBuf,
+    tasks: Vec<Task>,
+}
+
+fn launch_error(task: TaskId, message: String) -> RuntimeError {
+    RuntimeError::Launch { task: task.to_string(), message }
+}
+
+/// Starts `exe server` for task `id` of the spec in `file`, its stderr
+/// appended to `log`.
+fn spawn_task(exe: &Path, file: &Path, id: TaskId, log: &Path) -> Result<Child> {
+    let err = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| launch_error(id, format!("opening {}: {e}", log.display())))?;
+    Command::new(exe)
+        .args(["server", "--cluster"])
+        .arg(file)
+        .args(["--job", id.job.name(), "--task", &id.index.to_string(), "--parent", &std::process::id().to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .map_err(|e| launch_error(id, format!("{}: {e}", exe.display())))
+}
+
+/// Binds `id`'s address, retrying for a while (a killed task's port may
+/// take a moment to come free), and serves it on threads here.
+fn serve_here(spec: &ClusterSpec, id: TaskId) -> Result<TaskServer> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let listener = loop {
+        match bind_task(spec, id) {
+            Ok(l) => break l,
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    TaskServer::start(spec, id, listener)
+}
+
+impl LocalCluster {
+    /// Writes a spec with `ps` PS and `workers` worker tasks on free
+    /// loopback ports and starts every task.
+    pub fn start(launcher: &Launcher, ps: u32, workers: u32) -> Result<LocalCluster> {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!("flowlab-cluster-{}-{nanos}", std::process::id()));
+        let io = |what: String, e: std::io::Error| RuntimeError::Engine { message: format!("local cluster: {what}: {e}") };
+        std::fs::create_dir_all(&dir).map_err(|e| io(format!("creating {}", dir.display()), e))?;
+        // the ports are free now; a task that loses a race for one fails to
+        // bind, and the master's error then carries that task's log
+        let mut tasks = Vec::new();
+        let mut listeners = Vec::new();
+        for (job, n) in [(Job::Ps, ps), (Job::Worker, workers)] {
+            for i in 0..n {
+                let l = TcpListener::bind("127.0.0.1:0").map_err(|e| io("finding a free loopback port".into(), e))?;
+                let port = l.local_addr().map_err(|e| io("finding a free loopback port".into(), e))?.port();
+                tasks.push((TaskId::new(job, i), format!("127.0.0.1:{port}")));
+                listeners.push(l);
+            }
+        }
+        drop(listeners);
+        let spec = ClusterSpec::from_tasks(tasks).map_err(|message| RuntimeError::Engine { message: format!("local cluster: {message}") })?;
+        let mut cluster = LocalCluster { spec, launcher: launcher.clone(), dir, tasks: Vec::new() };
+        let file = cluster.dir.join("cluster.yaml");
+        std::fs::write(&file, cluster.spec.to_yaml()).map_err(|e| io(format!("writing {}", file.display()), e))?;
+        let ids: Vec<TaskId> = cluster.spec.tasks().map(|(t, _)| t).collect();
+        for id in ids {
+            let log = cluster.dir.join(format!("{}-{}.log", id.job, id.index));
+            let running = cluster.launch(id, &log)?;
+            cluster.tasks.push(Task { id, running, log });
+        }
+        Ok(cluster)
+    }
+
+    fn launch(&self, id: TaskId, log: &Path) -> Result<Running> {
+        Ok(match &self.launcher {
+            Launcher::Processes(exe) => Running::Child(spawn_task(exe, &self.dir.join("cluster.yaml"), id, log)?),
+            Launcher::Threads => Running::Server(Some(serve_here(&self.spec, id)?)),
+        })
+    }
+
+    /// Kills task `id` (SIGKILL for a process; a thread-served task stops
+    /// serving at once); false when it is not one of this cluster's
+    /// running tasks.
+    pub fn kill_task(&mut self, id: TaskId) -> bool {
+        for t in &mut self.tasks {
+            if t.id != id {
+                continue;
+            }
+            return match &mut t.running {
+                Running::Child(c) => {
+                    if !matches!(c.try_wait(), Ok(None)) {
+                        return false;
+                    }
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    true
+                }
+                Running::Server(s) => s.take().is_some(),
+            };
+        }
+        false
+    }
+
+    /// Starts task `id` again (after it died) on its address.
+    pub fn restart_task(&mut self, id: TaskId) -> Result<()> {
+        let i = self.tasks.iter().position(|t| t.id == id).ok_or_else(|| launch_error(id, "no such task in this local cluster".into()))?;
+        if let Running::Child(c) = &mut self.tasks[i].running {
+            if matches!(c.try_wait(), Ok(None)) {
+                let _ = c.kill();
+            }
+            let _ = c.wait();
+        }
+        if let Running::Server(s) = &mut self.tasks[i].running {
+            drop(s.take());
+        }
+        let log = self.tasks[i].log.clone();
+        self.tasks[i].running = self.launch(id, &log)?;
+        Ok(())
+    }
+
+    /// Tasks that have exited, each with its status and the end of its log.
+    pub fn exited(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        for t in &mut self.tasks {
+            if let Running::Child(c) = &mut t.running
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                let log = std::fs::read_to_string(&t.log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
+                out.push(format!("task {} exited ({status}): {}", t.id, tail.join(" | ")));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for t in &mut self.tasks {
+            match &mut t.running {
+                Running::Child(c) => {
+                    let _ = c.kill();
+                }
+                Running::Server(s) => drop(s.take()),
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for t in &mut self.tasks {
+            // SIGKILL ends a task at once; the wait only reaps it, bounded
+            if let Running::Child(c) = &mut t.running {
+                while Instant::now() < deadline {
+                    match c.try_wait() {
+                        Ok(Some(_)) | Err(_) => break,
+                        Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_tasks_stop_restart_and_a_missing_binary_is_named() {
+        let mut c = LocalCluster::start(&Launcher::Threads, 1, 1).unwrap();
+        let ps = TaskId::new(Job::Ps, 0);
+        let first = crate::worker::TaskClient::connect(&c.spec, ps, Duration::from_secs(5)).unwrap().incarnation;
+        assert!(c.kill_task(ps));
+        assert!(!c.kill_task(ps), "already stopped");
+        c.restart_task(ps).unwrap();
+        let again = crate::worker::TaskClient::connect(&c.spec, ps, Duration::from_secs(5)).unwrap().incarnation;
+        assert_ne!(first, again);
+        let e = LocalCluster::start(&Launcher::Processes("/nonexistent/flowlab".into()), 1, 1).err().unwrap().to_string();
+        assert!(e.starts_with("cannot start task ps:0: /nonexistent/flowlab"), "{e}");
+    }
+}
