@@ -30,6 +30,10 @@ use std::time::Instant;
 pub enum ModelKind {
     /// 64-128-10, ReLU.
     Mlp,
+    /// 784-512-512-10, ReLU: the MNIST-sized MLP that `flowlab bench
+    /// engine` and `flowlab bench cluster` time (no data set here has its
+    /// 784 features, so it is for synthetic batches only).
+    Mlp784,
     /// conv 3x3x16 - maxpool - conv 3x3x32 - maxpool - dense 10.
     Cnn,
 }
@@ -201,6 +205,7 @@ pub fn split_holdout(data: &Dataset, seed: u64) -> (Dataset, Dataset) {
 fn model_label(kind: ModelKind) -> &'static str {
     match kind {
         ModelKind::Mlp => "mlp",
+        ModelKind::Mlp784 => "mlp784",
         ModelKind::Cnn => "cnn",
     }
 }
@@ -251,11 +256,25 @@ pub fn shard_variables(kind: ModelKind, params: usize) -> Vec<(String, usize, us
     vars
 }
 
+/// Features per example the model reads: the first dense layer's inputs,
+/// or an 8x8 image.
+pub fn model_features(kind: ModelKind) -> usize {
+    match model_layers(kind).first() {
+        Some(LayerSpec::Dense { inputs, .. }) => *inputs,
+        _ => 64,
+    }
+}
+
 fn model_layers(kind: ModelKind) -> Vec<LayerSpec> {
     match kind {
         ModelKind::Mlp => vec![
             LayerSpec::Dense { name: "hidden", inputs: 64, units: 128, relu: true },
             LayerSpec::Dense { name: "logits", inputs: 128, units: 10, relu: false },
+        ],
+        ModelKind::Mlp784 => vec![
+            LayerSpec::Dense { name: "hidden1", inputs: 784, units: 512, relu: true },
+            LayerSpec::Dense { name: "hidden2", inputs: 512, units: 512, relu: true },
+            LayerSpec::Dense { name: "logits", inputs: 512, units: 10, relu: false },
         ],
         ModelKind::Cnn => vec![
             LayerSpec::ConvPool { name: "conv1", cin: 1, cout: 16 },
@@ -720,6 +739,13 @@ fn comm_figures(sess: &Session) -> Option<(u64, u64, u64)> {
 /// equal shard.
 pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
     cfg.validate()?;
+    let wanted = model_features(cfg.model);
+    if data.features != wanted {
+        return Err(EngineError::Config {
+            key: "model".into(),
+            detail: format!("{} takes {wanted} features per example; the data has {}", model_label(cfg.model), data.features),
+        });
+    }
     let start = Instant::now();
     let (train_set, test_set) = split_holdout(data, cfg.seed);
     if train_set.is_empty() || test_set.is_empty() {

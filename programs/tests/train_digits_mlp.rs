@@ -18,3 +18,11 @@ fn mlp_reaches_96_percent_on_held_out_digits() {
     assert!(r.accuracy >= 0.96, "held-out accuracy {} < 0.96", r.accuracy);
     assert!(r.loss < 0.2, "held-out loss {}", r.loss);
 }
+
+#[test]
+fn the_784_feature_mlp_refuses_the_64_feature_digits_naming_both() {
+    let cfg = TrainConfig { epochs: 1, ..TrainConfig::new(ModelKind::Mlp784) };
+    let data = load_digits(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/digits.csv.gz")).unwrap();
+    let e = train(&data, &cfg).unwrap_err().to_string();
+    assert!(e.contains("model") && e.contains("mlp784 takes 784 features per example; the data has 64"), "{e}");
+}

@@ -11,9 +11,9 @@
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use flowlab_engine::{DType, DeviceName, Graph, LocalRendezvous, Rendezvous, RendezvousKey, Tensor};
+use flowlab_engine::{DType, DeviceName, DeviceSet, Graph, LocalRendezvous, Output, Rendezvous, RendezvousKey, Session, SessionOptions, Tensor};
 use flowlab_hw::CommFormat;
-use flowlab_programs::train::{ModelKind, TrainConfig, build_sharded};
+use flowlab_programs::train::{ModelKind, TrainConfig, build_sharded, local_cpu, model_features};
 use serde::Serialize;
 
 use crate::cluster::{ClusterSpec, Job, TaskId};
@@ -154,6 +154,43 @@ pub fn bench(quick: bool) -> Result<Vec<ClusterBenchRecord>> {
         let secs = median_per_run(reps, iters / 20, |_| master.run(&feeds, &[&sg.loss], &[&sg.train_op]).map(drop))?;
         rows.push(record(&format!("mlp_sync_step_b64_{workers}workers"), secs));
     }
+
+    // The 784-512-512-10 MLP, batch 64 of synthetic examples, variables on
+    // a parameter device: one worker's synchronous step in one process over
+    // two devices (the engine's partitioner, in-process Send/Recv, one
+    // thread per device as a task has), then over two tasks (gRPC on
+    // loopback), then with 2 and 4 workers sharing the batch. The first two
+    // give the cluster's overhead over the in-process step.
+    let cfg = TrainConfig { batch: 64, ..TrainConfig::new(ModelKind::Mlp784) };
+    let features = model_features(cfg.model);
+    let batch_of = |n: usize| -> Result<(Tensor, Tensor)> {
+        let x = Tensor::from_vec((0..n * features).map(|i| (i % 29) as f32 / 28.0).collect::<Vec<f32>>(), vec![n, features])?;
+        let y = Tensor::from_vec((0..n).map(|i| (i % 10) as i64).collect::<Vec<i64>>(), vec![n])?;
+        Ok((x, y))
+    };
+    {
+        let g = Graph::new();
+        let sg = build_sharded(&g, &cfg, features, &[local_cpu(0)], &[local_cpu(1)])?;
+        let sess = Session::with_options(&g, SessionOptions { threads: 1, devices: DeviceSet::local_cpus(2), ..Default::default() })?;
+        sess.run(&[], &[], &[&sg.init])?;
+        let (x, y) = batch_of(64)?;
+        let secs = median_per_run(reps, iters / 20, |_| Ok(sess.run(&[(&sg.xs[0], &x), (&sg.ys[0], &y)], &[&sg.loss], &[&sg.train_op]).map(drop)?))?;
+        rows.push(record("mlp784_step_b64_in_process_2devices", secs));
+    }
+    for workers in [1u32, 2, 4] {
+        let spec = loopback_spec(1, workers)?;
+        let _servers = start_all(&spec)?;
+        let g = Graph::new();
+        let devices: Vec<_> = (0..workers).map(|i| TaskId::new(Job::Worker, i).device()).collect();
+        let sg = build_sharded(&g, &cfg, features, &[ps.device()], &devices)?;
+        let mut master = Master::connect(&spec, MasterOptions::default())?;
+        master.register(&g)?;
+        master.run(&[], &[], &[&sg.init])?;
+        let (x, y) = batch_of(64 / workers as usize)?;
+        let feeds: Vec<(&Output, &Tensor)> = sg.xs.iter().zip(&sg.ys).flat_map(|(xi, yi)| [(xi, &x), (yi, &y)]).collect();
+        let secs = median_per_run(reps, iters / 20, |_| master.run(&feeds, &[&sg.loss], &[&sg.train_op]).map(drop))?;
+        rows.push(record(&format!("mlp784_sync_step_b64_{workers}workers"), secs));
+    }
     Ok(rows)
 }
 
@@ -235,7 +272,11 @@ mod tests {
                 "step_send_recv_4xf32_2tasks",
                 "mlp_sync_step_b64_1workers",
                 "mlp_sync_step_b64_2workers",
-                "mlp_sync_step_b64_4workers"
+                "mlp_sync_step_b64_4workers",
+                "mlp784_step_b64_in_process_2devices",
+                "mlp784_sync_step_b64_1workers",
+                "mlp784_sync_step_b64_2workers",
+                "mlp784_sync_step_b64_4workers"
             ]
         );
         for r in &rows {
