@@ -266,3 +266,29 @@ fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
     assert_eq!(num(m, "error"), (num(m, "predicted_step_s") - num(m, "measured_step_s")) / num(m, "measured_step_s"), "{row}");
     assert!(tasks_of(pid).is_empty(), "tasks left running: {:?}", tasks_of(pid));
 }
+
+/// `--link` with `--local-cluster`: every task process is started with the
+/// link, so each tensor between tasks is delayed as over it. One PS and one
+/// worker move 8 tensors per synchronous step, one direction after the
+/// other, so even the fast steps (p10) take at least 8 x latency + bytes x
+/// 8 / bandwidth. A bad value is refused with the in-process message, and
+/// `flowlab server` refuses it the same way.
+#[test]
+fn an_emulated_link_between_task_processes_obeys_its_closed_form() {
+    let (j, launcher) = train_json(&["--local-cluster", "ps=1,workers=1", "--link", "0.1gbps,100us"]);
+    assert_eq!((num(&j, "link_gbps"), num(&j, "link_latency_us")), (0.1, 100.0), "{j}");
+    assert_eq!((num(&j, "transfers_per_step"), num(&j, "bytes_per_step")), (8.0, 2.0 * 4.0 * 9610.0), "{j}");
+    let closed = 8.0 * 100e-6 + num(&j, "bytes_per_step") * 8.0 / 0.1e9;
+    assert!(num(&j, "step_p10_s") >= closed, "p10 {} s under the closed form {closed} s: {j}", num(&j, "step_p10_s"));
+    assert!(tasks_of(launcher).is_empty(), "tasks left running: {:?}", tasks_of(launcher));
+    let refused = |args: &[&str]| {
+        let out = finish(spawn(args), Duration::from_secs(30));
+        assert!(!out.status.success(), "{args:?}: {}", describe(&out));
+        String::from_utf8_lossy(&out.stderr).lines().find(|l| l.contains("--link")).unwrap_or_default().to_string()
+    };
+    let in_process = refused(&["train", "mlp", "--devices", "2", "--link", "5,50"]);
+    assert!(in_process.contains("--link: '5,50': bandwidth needs gbps or mbps"), "{in_process}");
+    assert_eq!(refused(&["train", "mlp", "--local-cluster", "ps=1,workers=1", "--link", "5,50"]), in_process);
+    let file = std::env::temp_dir().join("flowlab-no-such-cluster.yaml");
+    assert_eq!(refused(&["server", "--cluster", &file.to_string_lossy(), "--job", "ps", "--task", "0", "--link", "5,50"]), in_process);
+}

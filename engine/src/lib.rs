@@ -34,7 +34,7 @@ mod tensor;
 pub use error::{EngineError, Result};
 pub use framework::rendezvous::{LocalRendezvous, RecvCallback, Rendezvous, RendezvousKey};
 pub use framework::stats::{CommStats, NodeStats, StepStats, TransferStats};
-pub use framework::{DeviceName, DeviceSet, EmulatedLink, LinkMap};
+pub use framework::{DeviceName, DeviceSet, EmulatedLink, LinkEmulator, LinkMap};
 pub use graph::{AttrValue, Attrs, Graph, IntoOutput, Node, NodeId, OpBuilder, Output, TensorValue};
 pub use ops::sendrecv::{recv_tensor, send_tensor, wire_format};
 pub use ops::control_flow::{DEFAULT_PARALLEL_ITERATIONS, WhileOptions};

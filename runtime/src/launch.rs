@@ -12,7 +12,8 @@
 //! The binary is the caller's to name ([`Launcher::Processes`]): the
 //! runtime cannot know which executable serves tasks (`flowlab` passes its
 //! own path; a test binary cannot). It must accept
-//! `server --cluster FILE --job J --task N --parent PID`.
+//! `server --cluster FILE --job J --task N --parent PID` (and `--link
+//! 1gbps,100us` when the cluster emulates a link between its tasks).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -20,7 +21,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cluster::{ClusterSpec, Job, TaskId};
+use flowlab_engine::EmulatedLink;
+
 use crate::error::{Result, RuntimeError};
+use crate::master::link_arg;
 use crate::net::bind_task;
 use crate::worker::TaskServer;
 
@@ -57,6 +61,8 @@ struct Task {
 pub struct LocalCluster {
     pub spec: ClusterSpec,
     launcher: Launcher,
+    /// The link every task emulates to the others.
+    pub link: Option<EmulatedLink>,
     dir: PathBuf,
     tasks: Vec<Task>,
 }
@@ -67,17 +73,20 @@ fn launch_error(task: TaskId, message: String) -> RuntimeError {
 
 /// Starts `exe server` for task `id` of the spec in `file`, its stderr
 /// appended to `log`.
-fn spawn_task(exe: &Path, file: &Path, id: TaskId, log: &Path) -> Result<Child> {
+fn spawn_task(exe: &Path, file: &Path, id: TaskId, log: &Path, link: Option<EmulatedLink>) -> Result<Child> {
     let err = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .map_err(|e| launch_error(id, format!("opening {}: {e}", log.display())))?;
-    Command::new(exe)
-        .args(["server", "--cluster"])
+    let mut cmd = Command::new(exe);
+    cmd.args(["server", "--cluster"])
         .arg(file)
-        .args(["--job", id.job.name(), "--task", &id.index.to_string(), "--parent", &std::process::id().to_string()])
-        .stdin(Stdio::null())
+        .args(["--job", id.job.name(), "--task", &id.index.to_string(), "--parent", &std::process::id().to_string()]);
+    if let Some(l) = &link {
+        cmd.args(["--link", &link_arg(l)]);
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(err)
         .spawn()
@@ -86,7 +95,7 @@ fn spawn_task(exe: &Path, file: &Path, id: TaskId, log: &Path) -> Result<Child> 
 
 /// Binds `id`'s address, retrying for a while (a killed task's port may
 /// take a moment to come free), and serves it on threads here.
-fn serve_here(spec: &ClusterSpec, id: TaskId) -> Result<TaskServer> {
+fn serve_here(spec: &ClusterSpec, id: TaskId, link: Option<EmulatedLink>) -> Result<TaskServer> {
     let deadline = Instant::now() + Duration::from_secs(5);
     let listener = loop {
         match bind_task(spec, id) {
@@ -95,13 +104,19 @@ fn serve_here(spec: &ClusterSpec, id: TaskId) -> Result<TaskServer> {
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     };
-    TaskServer::start(spec, id, listener)
+    TaskServer::start_with_link(spec, id, listener, link)
 }
 
 impl LocalCluster {
     /// Writes a spec with `ps` PS and `workers` worker tasks on free
     /// loopback ports and starts every task.
     pub fn start(launcher: &Launcher, ps: u32, workers: u32) -> Result<LocalCluster> {
+        LocalCluster::start_with_link(launcher, ps, workers, None)
+    }
+
+    /// [`LocalCluster::start`] with every task emulating `link` to the
+    /// others (restarted tasks too).
+    pub fn start_with_link(launcher: &Launcher, ps: u32, workers: u32, link: Option<EmulatedLink>) -> Result<LocalCluster> {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
         let dir = std::env::temp_dir().join(format!("flowlab-cluster-{}-{nanos}", std::process::id()));
         let io = |what: String, e: std::io::Error| RuntimeError::Engine { message: format!("local cluster: {what}: {e}") };
@@ -120,7 +135,7 @@ impl LocalCluster {
         }
         drop(listeners);
         let spec = ClusterSpec::from_tasks(tasks).map_err(|message| RuntimeError::Engine { message: format!("local cluster: {message}") })?;
-        let mut cluster = LocalCluster { spec, launcher: launcher.clone(), dir, tasks: Vec::new() };
+        let mut cluster = LocalCluster { spec, launcher: launcher.clone(), link, dir, tasks: Vec::new() };
         let file = cluster.dir.join("cluster.yaml");
         std::fs::write(&file, cluster.spec.to_yaml()).map_err(|e| io(format!("writing {}", file.display()), e))?;
         let ids: Vec<TaskId> = cluster.spec.tasks().map(|(t, _)| t).collect();
@@ -134,8 +149,8 @@ impl LocalCluster {
 
     fn launch(&self, id: TaskId, log: &Path) -> Result<Running> {
         Ok(match &self.launcher {
-            Launcher::Processes(exe) => Running::Child(spawn_task(exe, &self.dir.join("cluster.yaml"), id, log)?),
-            Launcher::Threads => Running::Server(Some(serve_here(&self.spec, id)?)),
+            Launcher::Processes(exe) => Running::Child(spawn_task(exe, &self.dir.join("cluster.yaml"), id, log, self.link)?),
+            Launcher::Threads => Running::Server(Some(serve_here(&self.spec, id, self.link)?)),
         })
     }
 

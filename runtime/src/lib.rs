@@ -38,6 +38,6 @@ pub use cluster::{ClusterSpec, Job, TaskId};
 pub use error::{Result, RuntimeError};
 pub use launch::{Launcher, LocalCluster};
 pub use net::{bind_task, connect_task};
-pub use master::{Master, MasterOptions, Traffic};
+pub use master::{Master, MasterOptions, Traffic, link_arg};
 pub use train::{ClusterTrainReport, ClusterTraining, Hooks, Mode, train_on_cluster, train_on_cluster_with};
 pub use worker::{StepRendezvous, TaskClient, TaskServer, WorkerService};

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowlab_engine::{DefaultPlacer, DeviceName, DeviceSet, Graph, NodeId, Output, PartitionOptions, Placement, Placer, Tensor};
+use flowlab_engine::{DefaultPlacer, DeviceName, DeviceSet, EmulatedLink, Graph, NodeId, Output, PartitionOptions, Placement, Placer, Tensor};
 
 use crate::cluster::{ClusterSpec, TaskId};
 use crate::error::{Result, RuntimeError};
@@ -44,11 +44,20 @@ pub struct MasterOptions {
     pub recv_timeout: Duration,
     /// Formats of the cross-task transfers.
     pub partition: PartitionOptions,
+    /// The emulated link every task must delay its tensors by (each task's
+    /// own setting, `flowlab server --link`): a task that emulates another
+    /// one, or none, is refused at connect, naming it.
+    pub link: Option<EmulatedLink>,
 }
 
 impl Default for MasterOptions {
     fn default() -> Self {
-        MasterOptions { connect_deadline: Duration::from_secs(30), recv_timeout: Duration::from_secs(60), partition: PartitionOptions::default() }
+        MasterOptions {
+            connect_deadline: Duration::from_secs(30),
+            recv_timeout: Duration::from_secs(60),
+            partition: PartitionOptions::default(),
+            link: None,
+        }
     }
 }
 
@@ -76,6 +85,25 @@ struct Part {
     handle: String,
     /// (edge "node:output", destination device) -> Send node name.
     sends: HashMap<(String, DeviceName), String>,
+}
+
+/// `--link` as a flag's value: `1gbps,100us`.
+pub fn link_arg(l: &EmulatedLink) -> String {
+    format!("{}gbps,{}us", l.gbps, l.latency_us)
+}
+
+/// Refuses a task whose emulated link is not `want`.
+fn check_link(client: &TaskClient, want: Option<EmulatedLink>) -> Result<()> {
+    if client.link == want {
+        return Ok(());
+    }
+    let name = |l: Option<EmulatedLink>| l.map_or("no link".to_string(), |l| format!("link {}", link_arg(&l)));
+    Err(client.rpc_error(format!(
+        "the task emulates {} but this run expects {}: start it with `flowlab server ... {}`",
+        name(client.link),
+        name(want),
+        want.map_or("(without --link)".to_string(), |l| format!("--link {}", link_arg(&l)))
+    )))
 }
 
 /// Drives a graph over the tasks of a cluster (see the module comment).
@@ -121,7 +149,9 @@ impl Master {
         let mut tasks = Vec::new();
         for (task, _) in spec.tasks() {
             let left = opts.connect_deadline.saturating_sub(start.elapsed()).max(Duration::from_millis(50));
-            tasks.push(Arc::new(TaskClient::connect_on(spec, task, left, Arc::clone(&runtime))?));
+            let client = TaskClient::connect_on(spec, task, left, Arc::clone(&runtime))?;
+            check_link(&client, opts.link)?;
+            tasks.push(Arc::new(client));
         }
         let n = tasks.len();
         // after every step an earlier master ran on these tasks
@@ -154,7 +184,9 @@ impl Master {
             task: task.to_string(),
             known: self.tasks.iter().map(|t| t.task.to_string()).collect::<Vec<_>>().join(", "),
         })?;
-        self.tasks[i] = Arc::new(TaskClient::connect_on(&self.spec, task, self.opts.connect_deadline, Arc::clone(&self.runtime))?);
+        let client = TaskClient::connect_on(&self.spec, task, self.opts.connect_deadline, Arc::clone(&self.runtime))?;
+        check_link(&client, self.opts.link)?;
+        self.tasks[i] = Arc::new(client);
         self.parts.iter_mut().for_each(|p| *p = None);
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
         Ok(())

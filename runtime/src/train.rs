@@ -111,6 +111,11 @@ pub struct ClusterTrainReport {
     pub bytes_per_step: f64,
     /// Data bytes of the master's feeds and fetches per training step.
     pub master_bytes_per_step: f64,
+    /// The emulated link between the tasks (`--link`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_gbps: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_latency_us: Option<f64>,
     /// Every step time, seconds (not in the JSON line).
     #[serde(skip)]
     pub step_times_s: Vec<f64>,
@@ -408,6 +413,7 @@ pub fn train_on_cluster_with(
     r.transfers_per_step = per(traffic.transfers, traffic_before.transfers);
     r.bytes_per_step = per(traffic.bytes, traffic_before.bytes);
     r.master_bytes_per_step = per(traffic.master_bytes, traffic_before.master_bytes);
+    (r.link_gbps, r.link_latency_us) = (how.master.link.map(|l| l.gbps), how.master.link.map(|l| l.latency_us));
     r.step_times_s = times;
     Ok(r)
 }
@@ -691,6 +697,8 @@ fn finish(
         transfers_per_step: 0.0,
         bytes_per_step: 0.0,
         master_bytes_per_step: 0.0,
+        link_gbps: None,
+        link_latency_us: None,
         step_times_s: Vec::new(),
     })
 }
@@ -700,6 +708,7 @@ mod tests {
     use super::*;
     use crate::net::bind_task;
     use crate::worker::TaskServer;
+    use flowlab_engine::EmulatedLink;
     use flowlab_programs::train::{ModelKind, train};
     use std::net::TcpListener;
 
@@ -739,6 +748,64 @@ mod tests {
         assert_eq!(got.report.accuracy.to_bits(), want.accuracy.to_bits(), "{got:?} vs {want:?}");
         assert_eq!(got.report.loss.to_bits(), want.loss.to_bits(), "{got:?} vs {want:?}");
         assert!(got.report.accuracy > 0.85, "{got:?}");
+    }
+
+    /// Tasks emulating a slow link (0.1 Gbit/s, 100 us). A synchronous step
+    /// of 1 PS + 1 worker moves the 4 variables out and the 4 gradients
+    /// back; each direction's transfers queue one behind the other and every
+    /// gradient needs every variable, so no step can be shorter than the
+    /// closed form 8 x latency + bytes x 8 / bandwidth (the emulation is
+    /// never early), and the median step is about the step without the link
+    /// plus that. The numbers are those of the run without the link, and a
+    /// master that expects another link than a task's refuses it, naming it.
+    #[test]
+    fn an_emulated_link_between_tasks_slows_each_step_by_its_closed_form() {
+        let data = digits();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 1;
+        let link = EmulatedLink::new(0.1, 100.0).unwrap();
+        let run = |link: Option<EmulatedLink>| {
+            let spec = local_spec(1);
+            let _servers: Vec<TaskServer> =
+                spec.tasks().map(|(t, _)| TaskServer::start_with_link(&spec, t, bind_task(&spec, t).unwrap(), link).unwrap()).collect();
+            let how = ClusterTraining { master: MasterOptions { link, ..Default::default() }, ..Default::default() };
+            train_on_cluster(&data, &cfg, &spec, &how).unwrap()
+        };
+        let plain = run(None);
+        let slow = run(Some(link));
+        assert_eq!((slow.transfers_per_step, slow.bytes_per_step), (8.0, 2.0 * 4.0 * 9610.0), "{slow:?}");
+        let closed = 8.0 * link.latency_us * 1e-6 + slow.bytes_per_step * 8.0 / (link.gbps * 1e9);
+        let shortest = slow.step_times_s.iter().copied().fold(f64::INFINITY, f64::min);
+        assert_eq!(slow.step_times_s.len(), slow.report.steps);
+        assert!(shortest >= closed, "a step of {shortest} s is shorter than the link allows ({closed} s)");
+        // on top of the step without the link; each of the 8 hand-overs may
+        // wake a little late (the OS's sleep), bounded here by a quarter
+        assert!(
+            slow.step_p50_s <= plain.step_p90_s + 1.25 * closed,
+            "median {} s with the link, p90 {} s without, closed form {closed} s",
+            slow.step_p50_s,
+            plain.step_p90_s
+        );
+        assert_eq!((slow.link_gbps, slow.link_latency_us), (Some(0.1), Some(100.0)));
+        assert_eq!((plain.link_gbps, plain.link_latency_us), (None, None));
+        assert_eq!(slow.report.loss.to_bits(), plain.report.loss.to_bits());
+        assert_eq!(slow.report.accuracy.to_bits(), plain.report.accuracy.to_bits());
+
+        // ps:0 emulates the link, worker:0 none: a master expecting the
+        // link refuses worker:0, one expecting none refuses ps:0
+        let spec = local_spec(1);
+        let ps = TaskId::new(Job::Ps, 0);
+        let w = TaskId::new(Job::Worker, 0);
+        let _a = TaskServer::start_with_link(&spec, ps, bind_task(&spec, ps).unwrap(), Some(link)).unwrap();
+        let _b = TaskServer::start(&spec, w, bind_task(&spec, w).unwrap()).unwrap();
+        let opts = |link| MasterOptions { connect_deadline: Duration::from_secs(10), link, ..Default::default() };
+        let e = Master::connect(&spec, opts(Some(link))).err().unwrap().to_string();
+        assert!(
+            e.contains(&format!("task worker:0 at {}", spec.address(w).unwrap())) && e.contains("emulates no link but this run expects link 0.1gbps,100us"),
+            "{e}"
+        );
+        let e = Master::connect(&spec, opts(None)).err().unwrap().to_string();
+        assert!(e.contains("task ps:0") && e.contains("emulates link 0.1gbps,100us but this run expects no link"), "{e}");
     }
 
     #[test]

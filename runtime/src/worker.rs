@@ -20,6 +20,15 @@
 //! carries the cluster's fingerprint and the incarnation of the task it is
 //! meant for; a task refuses any other, naming both, so a message from
 //! another cluster or for an earlier run of a restarted task never acts.
+//!
+//! Emulated links ([`TaskServer::start_with_link`], `flowlab server
+//! --link`): a Send whose consumer is on another task hands its tensor to
+//! the engine's [`LinkEmulator`], which leaves it in the task's rendezvous
+//! no earlier than latency + bytes / bandwidth after the Send (the
+//! transfers of one direction of a task pair queue one behind the other,
+//! across steps), the engine's rule for devices of one process. The
+//! consumer's `RecvTensor` then fetches it over the real network, so a
+//! transfer takes the emulated time plus the real one.
 
 use std::collections::HashMap;
 use std::net::TcpListener;
@@ -28,8 +37,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flowlab_engine::{
-    DType, DeviceName, DeviceSet, EngineError, Graph, LocalRendezvous, RecvCallback, Rendezvous, RendezvousKey, Session,
-    SessionOptions, Shape, Tensor,
+    DType, DeviceName, DeviceSet, EmulatedLink, EngineError, Graph, LinkEmulator, LinkMap, LocalRendezvous, RecvCallback, Rendezvous,
+    RendezvousKey, Session, SessionOptions, Shape, Tensor,
 };
 use flowlab_hw::CommFormat;
 use tonic::transport::{Channel, Endpoint};
@@ -109,6 +118,10 @@ struct TaskState {
     served_bytes: AtomicU64,
     /// The highest step id run here.
     last_step: AtomicU64,
+    /// The emulated link to every other task, and what delays the tensors
+    /// sent over it.
+    link: Option<EmulatedLink>,
+    links: Option<Arc<LinkEmulator>>,
 }
 
 impl TaskState {
@@ -230,6 +243,8 @@ impl Worker for WorkerService {
             recv_tensor_served: st.served.load(Ordering::Relaxed),
             recv_tensor_bytes: st.served_bytes.load(Ordering::Relaxed),
             last_step_id: st.last_step.load(Ordering::Relaxed),
+            link_gbps: st.link.map_or(0.0, |l| l.gbps),
+            link_latency_us: st.link.map_or(0.0, |l| l.latency_us),
         }))
     }
 
@@ -378,6 +393,16 @@ impl Rendezvous for StepRendezvous {
         if let Some(why) = self.aborted() {
             return Err(EngineError::Rendezvous { key: key.to_string(), detail: format!("step aborted: {why}") });
         }
+        // a tensor for another task crosses the emulated link first
+        let mut tensor = tensor;
+        if let Some(links) = &self.state.links
+            && TaskId::of_device(&key.dst_device).is_some_and(|dst| dst != self.state.task)
+        {
+            match links.send(key, tensor) {
+                None => return Ok(()),
+                Some(t) => tensor = t,
+            }
+        }
         self.state.rendezvous.send(key, tensor)
     }
 
@@ -427,6 +452,9 @@ pub struct TaskServer {
     pub address: std::net::SocketAddr,
     pub task: TaskId,
     pub incarnation: u64,
+    /// The emulated link to every other task, if any.
+    pub link: Option<EmulatedLink>,
+    links: Option<Arc<LinkEmulator>>,
     runtime: Option<tokio::runtime::Runtime>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -435,6 +463,12 @@ impl TaskServer {
     /// Serves `task` of `spec` on `listener` (from [`crate::bind_task`]) on
     /// a runtime of its own, with a fresh incarnation.
     pub fn start(spec: &ClusterSpec, task: TaskId, listener: TcpListener) -> Result<TaskServer> {
+        TaskServer::start_with_link(spec, task, listener, None)
+    }
+
+    /// [`TaskServer::start`] with the tensors this task sends to every other
+    /// task delayed as over `link` (see the module comment).
+    pub fn start_with_link(spec: &ClusterSpec, task: TaskId, listener: TcpListener, link: Option<EmulatedLink>) -> Result<TaskServer> {
         let io = |e: std::io::Error| RuntimeError::Engine { message: format!("task {task} server: {e}") };
         let address = listener.local_addr().map_err(io)?;
         listener.set_nonblocking(true).map_err(io)?;
@@ -446,6 +480,13 @@ impl TaskServer {
             .map_err(io)?;
         spec.address(task)?;
         let rendezvous = Arc::new(LocalRendezvous::new());
+        let links = match link {
+            Some(l) => Some(Arc::new(
+                LinkEmulator::start(LinkMap { all: Some(l), ..Default::default() }, Arc::clone(&rendezvous) as Arc<dyn Rendezvous>)
+                    .map_err(|e| RuntimeError::Engine { message: format!("task {task}: {e}") })?,
+            )),
+            None => None,
+        };
         let incarnation = new_incarnation();
         let state = Arc::new(TaskState {
             task,
@@ -462,6 +503,8 @@ impl TaskServer {
             served: AtomicU64::new(0),
             served_bytes: AtomicU64::new(0),
             last_step: AtomicU64::new(0),
+            link,
+            links: links.clone(),
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let svc = WorkerService { state };
@@ -486,7 +529,7 @@ impl TaskServer {
                 })
                 .await;
         });
-        Ok(TaskServer { rendezvous, address, task, incarnation, runtime: Some(runtime), stop: Some(stop) })
+        Ok(TaskServer { rendezvous, address, task, incarnation, link, links, runtime: Some(runtime), stop: Some(stop) })
     }
 
     /// Blocks the calling thread while the server runs (for `flowlab server`).
@@ -508,6 +551,9 @@ impl Drop for TaskServer {
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
         }
+        if let Some(l) = self.links.take() {
+            l.stop();
+        }
     }
 }
 
@@ -521,6 +567,8 @@ pub struct TaskClient {
     pub device: DeviceName,
     /// The highest step id the task had run when this client connected.
     pub last_step: u64,
+    /// The link the task emulates to the other tasks (`flowlab server --link`).
+    pub link: Option<EmulatedLink>,
     cluster: u64,
     client: WorkerClient<Channel>,
     runtime: Arc<tokio::runtime::Runtime>,
@@ -579,7 +627,12 @@ impl TaskClient {
         if status.task != task.to_string() {
             return Err(rpc(format!("the process there is task {}, not {task}", status.task)));
         }
-        Ok(TaskClient { task, address, incarnation: status.incarnation, device, last_step: status.last_step_id, cluster, client, runtime })
+        let link = if status.link_gbps > 0.0 {
+            Some(EmulatedLink::new(status.link_gbps, status.link_latency_us).map_err(|e| rpc(format!("bad link in GetStatus: {e}")))?)
+        } else {
+            None
+        };
+        Ok(TaskClient { task, address, incarnation: status.incarnation, device, last_step: status.last_step_id, link, cluster, client, runtime })
     }
 
     /// What every request to this task carries.

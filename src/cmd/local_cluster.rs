@@ -4,6 +4,7 @@
 //! with this binary.
 
 use anyhow::{Context, bail};
+use flowlab_engine::EmulatedLink;
 use flowlab_runtime::{Launcher, LocalCluster, TaskId};
 #[cfg(test)]
 use flowlab_runtime::Job;
@@ -37,10 +38,11 @@ pub fn parse_kill(s: &str) -> anyhow::Result<(TaskId, usize)> {
     Ok((id, step))
 }
 
-/// Starts a local cluster of `flowlab server` children (this binary).
-pub fn start(ps: u32, workers: u32) -> anyhow::Result<LocalCluster> {
+/// Starts a local cluster of `flowlab server` children (this binary), each
+/// emulating `link` to the others.
+pub fn start(ps: u32, workers: u32, link: Option<EmulatedLink>) -> anyhow::Result<LocalCluster> {
     let exe = std::env::current_exe().context("finding the flowlab binary to start the tasks")?;
-    Ok(LocalCluster::start(&Launcher::Processes(exe), ps, workers)?)
+    Ok(LocalCluster::start_with_link(&Launcher::Processes(exe), ps, workers, link)?)
 }
 
 #[cfg(test)]

@@ -20,6 +20,13 @@ pub struct ServerArgs {
     /// This task's index in its job.
     #[arg(long)]
     task: u32,
+    /// Emulate a link from this task to every other task, e.g. `1gbps,100us`:
+    /// each tensor sent to another task is handed over no earlier than
+    /// latency + bytes / bandwidth after its Send (one queue per direction
+    /// of a task pair), before the real network carries it. Start every
+    /// task of the cluster with the same --link, and train with it.
+    #[arg(long)]
+    link: Option<String>,
     /// For launchers: the process id of the launcher; this task ends when
     /// that process does (Linux), so no task outlives a killed launcher.
     #[arg(long, hide = true)]
@@ -50,14 +57,16 @@ pub fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         bail!("--job {}: expected chief, ps or worker", args.job);
     };
     let task = TaskId::new(job, args.task);
+    let link = args.link.as_deref().map(super::train::parse_link).transpose()?;
     let spec = ClusterSpec::from_file(&args.cluster)?;
     let listener = bind_task(&spec, task)?;
-    let server = TaskServer::start(&spec, task, listener).with_context(|| format!("starting task {task}"))?;
+    let server = TaskServer::start_with_link(&spec, task, listener, link).with_context(|| format!("starting task {task}"))?;
     eprintln!(
-        "flowlab server: task {task} (incarnation {:016x}) serving on {} for cluster {}",
+        "flowlab server: task {task} (incarnation {:016x}) serving on {} for cluster {}{}",
         server.incarnation,
         server.address,
-        args.cluster.display()
+        args.cluster.display(),
+        link.map_or(String::new(), |l| format!(", emulating a link of {} Gbit/s and {} us to every other task", l.gbps, l.latency_us))
     );
     server.wait();
     Ok(ExitCode::SUCCESS)

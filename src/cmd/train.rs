@@ -66,7 +66,10 @@ pub struct TrainArgs {
     #[arg(long)]
     trace: Option<PathBuf>,
     /// Emulate a link between every pair of devices, e.g. `5gbps,50us`:
-    /// each transfer takes at least latency + bytes / bandwidth.
+    /// each transfer takes at least latency + bytes / bandwidth. With
+    /// --local-cluster, between every pair of tasks (each task is started
+    /// with it); with --cluster, every task must have been started with the
+    /// same `flowlab server --link`.
     #[arg(long)]
     link: Option<String>,
     /// Save a checkpoint (variables, optimizer slots, progress) into this
@@ -92,11 +95,11 @@ pub struct TrainArgs {
     /// variables sharded over the PS tasks (greedy by size, each update on
     /// its variable's task) and each worker computing the gradients of its
     /// shard of every batch. The tasks are stopped at the end.
-    #[arg(long, value_name = "ps=P,workers=W", conflicts_with_all = ["devices", "cluster", "trace", "link"])]
+    #[arg(long, value_name = "ps=P,workers=W", conflicts_with_all = ["devices", "cluster", "trace"])]
     local_cluster: Option<String>,
     /// Train over the tasks of a running cluster (each started with
     /// `flowlab server --cluster FILE --job J --task N`), as --local-cluster does.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["devices", "trace", "link"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["devices", "trace"])]
     cluster: Option<PathBuf>,
     /// With --local-cluster or --cluster: asynchronous training (each worker
     /// applies its own gradients on the PS when it has them, without
@@ -184,6 +187,12 @@ fn load_data(arg: &str) -> anyhow::Result<(Dataset, String)> {
     }
 }
 
+/// `--link` (of `flowlab train` and `flowlab server`): the engine's parser,
+/// its errors naming the flag.
+pub fn parse_link(s: &str) -> anyhow::Result<EmulatedLink> {
+    EmulatedLink::parse(s).map_err(for_cli)
+}
+
 /// Checks the flags that do not depend on the data, with messages naming them.
 fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
     let comm: CommFormat = args.comm.parse().with_context(|| format!("--comm {}", args.comm))?;
@@ -218,7 +227,11 @@ fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
         placement,
         comm,
         trace: args.trace.clone(),
-        link: args.link.as_deref().map(EmulatedLink::parse).transpose().map_err(for_cli)?,
+        // over a cluster the link is the tasks' (train_cluster), not the devices'
+        link: match args.link.as_deref().map(parse_link).transpose()? {
+            Some(_) if args.local_cluster.is_some() || args.cluster.is_some() => None,
+            l => l,
+        },
         checkpoint: args.checkpoint_dir.as_ref().map(|dir| CheckpointConfig {
             dir: dir.clone(),
             every: args.checkpoint_every,
@@ -322,10 +335,11 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
         bail!("--connect-timeout: must be a positive number of seconds (got {})", args.connect_timeout);
     }
     let kill = args.kill.as_deref().map(super::local_cluster::parse_kill).transpose()?;
+    let link = args.link.as_deref().map(parse_link).transpose()?;
     let mut local = match &args.local_cluster {
         Some(shape) => {
             let (ps, workers) = super::local_cluster::parse_shape(shape)?;
-            Some(super::local_cluster::start(ps, workers)?)
+            Some(super::local_cluster::start(ps, workers, link)?)
         }
         None => None,
     };
@@ -353,7 +367,7 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
         checkpoint: cfg.checkpoint.clone(),
         mode,
         backup: args.sync_backup,
-        master: MasterOptions { connect_deadline: Duration::from_secs_f64(args.connect_timeout), ..Default::default() },
+        master: MasterOptions { connect_deadline: Duration::from_secs_f64(args.connect_timeout), link, ..Default::default() },
     };
     if let Some((task, _)) = kill
         && spec.address(task).is_err()

@@ -12,12 +12,19 @@
 //! thread of the step holds the tensor until its time. Sleeping is the
 //! operating system's (tens of microseconds late at most here), never
 //! early.
+//!
+//! Two users: a multi-device session (one [`LinkDelivery`] per step, its
+//! thread ended when the step's partitions finish) and a task of a cluster
+//! ([`LinkEmulator`]: one delivery thread for the task's life in front of
+//! its rendezvous, so a pair's queue spans steps, and concurrent steps of
+//! asynchronous workers share it).
 
 use crate::error::{EngineError, Result};
 use crate::framework::rendezvous::{Rendezvous, RendezvousKey};
 use crate::tensor::Tensor;
+use std::borrow::Cow;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant};
 
@@ -109,7 +116,7 @@ pub(crate) enum Msg {
 
 /// One step's deliveries over emulated links.
 pub(crate) struct LinkDelivery<'a> {
-    links: &'a LinkMap,
+    links: Cow<'a, LinkMap>,
     /// Per (source, destination): when its last transfer is delivered.
     free_at: Mutex<HashMap<(String, String), Instant>>,
     tx: Mutex<Sender<Msg>>,
@@ -119,6 +126,10 @@ pub(crate) struct LinkDelivery<'a> {
 impl<'a> LinkDelivery<'a> {
     /// The step's delivery state and the receiver its thread runs on.
     pub fn new(links: &'a LinkMap) -> (LinkDelivery<'a>, Receiver<Msg>) {
+        LinkDelivery::with(Cow::Borrowed(links))
+    }
+
+    fn with(links: Cow<'a, LinkMap>) -> (LinkDelivery<'a>, Receiver<Msg>) {
         let (tx, rx) = channel();
         (LinkDelivery { links, free_at: Mutex::new(HashMap::new()), tx: Mutex::new(tx), seq: Default::default() }, rx)
     }
@@ -147,6 +158,59 @@ impl<'a> LinkDelivery<'a> {
     /// Ends the delivery thread (after the step's partitions finished).
     pub fn stop(&self) {
         let _ = self.tx.lock().unwrap_or_else(|e| e.into_inner()).send(Msg::Stop);
+    }
+}
+
+/// Emulated links in front of a rendezvous that outlives steps: a task of
+/// a cluster, whose Sends to other tasks' devices leave tensors in its own
+/// rendezvous for the consumers to take. [`LinkEmulator::send`] holds such
+/// a tensor back until its delivery time under the module's contract (the
+/// pair's queue spanning steps), then leaves it in the rendezvous; the
+/// consumer's own fetch of it (a `RecvTensor` call over the real network)
+/// comes on top. The delivery thread ends with [`LinkEmulator::stop`] or
+/// when the emulator is dropped; tensors not yet delivered then are
+/// dropped (their steps are over).
+pub struct LinkEmulator {
+    delivery: LinkDelivery<'static>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl LinkEmulator {
+    /// Starts the delivery thread in front of `rdv`.
+    pub fn start(links: LinkMap, rdv: Arc<dyn Rendezvous>) -> Result<LinkEmulator> {
+        let (delivery, rx) = LinkDelivery::with(Cow::Owned(links));
+        let thread = std::thread::Builder::new()
+            .name("flowlab-links".into())
+            .spawn(move || deliver(rx, rdv.as_ref()))
+            .map_err(|e| EngineError::Device(format!("cannot start the emulated links' delivery thread: {e}")))?;
+        Ok(LinkEmulator { delivery, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// The links emulated.
+    pub fn links(&self) -> &LinkMap {
+        &self.delivery.links
+    }
+
+    /// Takes over `wire`, sent under `key`, when the key's device pair has a
+    /// link (it reaches the rendezvous at its delivery time); gives it back
+    /// when the pair has none (the caller sends it at once).
+    pub fn send(&self, key: &RendezvousKey, wire: Tensor) -> Option<Tensor> {
+        self.delivery.send(key, wire)
+    }
+
+    /// Ends the delivery thread (waiting for it: it ends at once).
+    pub fn stop(&self) {
+        self.delivery.stop();
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for LinkEmulator {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -194,5 +258,41 @@ mod tests {
         // 1 MB at 8 Gbit/s is 1 ms, plus 0.5 ms latency.
         let t = EmulatedLink::new(8.0, 500.0).unwrap().transfer_time(1_000_000);
         assert!((t.as_secs_f64() - 1.5e-3).abs() < 1e-12, "{t:?}");
+    }
+
+    /// A task's emulator: a pair's transfers queue one behind the other
+    /// across steps, another pair is not held up by them, a pair without a
+    /// link is handed back, and nothing arrives early.
+    #[test]
+    fn an_emulator_delivers_in_queue_order_and_never_early() {
+        use crate::framework::rendezvous::LocalRendezvous;
+        use crate::framework::DeviceName;
+        let dev = |s: &str| DeviceName::parse(s).unwrap();
+        let (a, b, c) = (dev("/job:ps/task:0/device:cpu:0"), dev("/job:worker/task:0/device:cpu:0"), dev("/job:worker/task:1/device:cpu:0"));
+        let key = |dst: &DeviceName, step: u64| RendezvousKey { src_device: a.clone(), dst_device: dst.clone(), edge: "w:0".into(), step_id: step };
+        // 0.08 Gbit/s: 10,000 bytes take 1 ms, plus 2 ms latency
+        let mut links = LinkMap { all: None, ..Default::default() };
+        links.pairs.insert((a.to_string(), b.to_string()), EmulatedLink::new(0.08, 2000.0).unwrap());
+        let rdv = Arc::new(LocalRendezvous::new());
+        let em = LinkEmulator::start(links, rdv.clone()).unwrap();
+        let t = Tensor::from_vec(vec![0f32; 2500], vec![2500]).unwrap();
+        let start = Instant::now();
+        // two steps' tensors on a -> b: the second queues behind the first
+        assert!(em.send(&key(&b, 1), t.clone()).is_none());
+        assert!(em.send(&key(&b, 2), t.clone()).is_none());
+        // a -> c has no link: handed back
+        assert!(em.send(&key(&c, 1), t.clone()).is_some());
+        rdv.recv(&key(&b, 1), Duration::from_secs(5)).unwrap();
+        let first = start.elapsed();
+        rdv.recv(&key(&b, 2), Duration::from_secs(5)).unwrap();
+        let second = start.elapsed();
+        assert!(first >= Duration::from_micros(3000), "{first:?}");
+        assert!(second >= Duration::from_micros(6000), "{second:?}");
+        assert!(second < Duration::from_millis(500), "{second:?}");
+        em.stop();
+        // after stop nothing is delivered, and stopping twice is harmless
+        assert!(em.send(&key(&b, 3), t).is_none());
+        drop(em);
+        assert!(rdv.recv(&key(&b, 3), Duration::from_millis(20)).is_err());
     }
 }

@@ -15,6 +15,6 @@ mod resource;
 pub(crate) mod stats;
 
 pub use device::{DeviceName, DeviceSet};
-pub use link::{EmulatedLink, LinkMap};
+pub use link::{EmulatedLink, LinkEmulator, LinkMap};
 pub(crate) use queue::{Queue, QueueSpec};
 pub(crate) use resource::{Resource, VarSlot};

@@ -12,6 +12,7 @@
 //!   strategy: sync        # sync | async
 //!   backup: 0             # sync: backup workers among `workers`
 //!   comm: f32             # f32 | f16 | bf16 | int8: format of the tensors between tasks
+//!   link: { gbps: 1, latency_us: 100 }   # optional: emulated between the tasks, and the simulator's link
 //!   batch: 32             # examples per update (split over the needed workers in sync)
 //!   epochs: 2
 //!   kill: worker:2@20     # optional, sync: stop a task after update 20
@@ -44,7 +45,22 @@
 //!   transfers of a worker step beyond 2 (V variables, V gradients, and
 //!   the loss when a synchronous step averages several on ps:0;
 //!   `serial_transfers`) add their measured `RecvTensor` time to
-//!   `step_overhead_us`. `error` is
+//!   `step_overhead_us`. With `link`, every task delays the tensors it
+//!   sends to another task as over that link (the engine's rule, see
+//!   `flowlab_runtime`'s worker), and the real loopback `RecvTensor`
+//!   follows. One transfer crosses both, so the simulator's path latency
+//!   is the loopback's plus the link's; but the tensors of one direction
+//!   pipeline, as a wire and a host's network stack do: while one is
+//!   fetched over loopback, the next one's emulated time runs. So the
+//!   simulator's rate is the slower of the two (min of the link's and the
+//!   loopback's), and each serial transfer beyond the simulator's 2 adds
+//!   the longer of the link's latency (the emulation queues it per
+//!   tensor) and a loopback `RecvTensor`, not both.
+//!   The emulated links are per task pair (a full mesh: the PS sends to
+//!   two workers at the link's rate each), while the simulator's star
+//!   shares the PS's link among its flows: with several synchronous
+//!   workers the simulator's transfers are slower than the emulated ones.
+//!   `error` is
 //!   (predicted - measured) / measured of the median step time. Not
 //!   modelled: the PS pulling the gradients of several workers one after
 //!   another, and the tasks sharing this machine's cores.
@@ -66,6 +82,7 @@ use flowlab_programs::train::{CheckpointConfig, ModelKind, TrainConfig, batch_te
 use flowlab_runtime::{ClusterTraining, Hooks, Job, LocalCluster, MasterOptions, Mode, TaskId, train_on_cluster_with};
 use flowlab_sim::cluster::{ClusterConfig, ModelRef, NetworkConfig, Strategy, Workload, simulate};
 
+use super::validate::LinkParams;
 use super::{Outcome, PointEnv, TypedKind};
 
 /// One sweep point of a distributed experiment.
@@ -84,6 +101,10 @@ pub(crate) struct DistributedPoint {
     backup: usize,
     #[serde(default = "default_comm")]
     comm: String,
+    /// Emulated between the tasks and given to the simulator; `None`:
+    /// plain loopback.
+    #[serde(default)]
+    link: Option<LinkParams>,
     #[serde(default = "default_batch")]
     batch: usize,
     #[serde(default = "default_epochs")]
@@ -151,6 +172,8 @@ const METRICS: &[&str] = &[
     "calibrated_latency_us",
     "calibrated_link_gbps",
     "calibrated_step_overhead_us",
+    "sim_link_gbps",
+    "sim_latency_us",
     "serial_transfers",
     "processes",
 ];
@@ -221,6 +244,7 @@ impl DistributedPoint {
             ));
         }
         self.comm.parse::<CommFormat>().map_err(|e| format!("invalid parameter `comm`: {e}"))?;
+        self.link.as_ref().map(LinkParams::check).transpose()?;
         if self.epochs == 0 || self.epochs > MAX_EPOCHS {
             return Err(format!("invalid parameter `epochs`: must be between 1 and {MAX_EPOCHS}, got {}", self.epochs));
         }
@@ -290,6 +314,7 @@ fn calibrate_compute(cfg: &TrainConfig, data: &Dataset, shard: usize, reps: usiz
 }
 
 fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
+    let emulated = p.link.as_ref().map(LinkParams::check).transpose()?;
     let data = builtin_digits().map_err(|e| e.to_string())?;
     let cfg = p.train_config(env.seed)?;
     let needed = p.needed();
@@ -314,10 +339,10 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     let how = ClusterTraining {
         mode: p.mode(),
         backup: p.backup,
-        master: MasterOptions { recv_timeout: Duration::from_secs(30), ..Default::default() },
+        master: MasterOptions { recv_timeout: Duration::from_secs(30), link: emulated, ..Default::default() },
         checkpoint: p.checkpoint_every.map(|every| CheckpointConfig { dir: ck_dir.path().to_path_buf(), every, keep: 2, resume: false }),
     };
-    let cluster = LocalCluster::start(&env.launcher, p.ps as u32, p.workers as u32).map_err(|e| e.to_string())?;
+    let cluster = LocalCluster::start_with_link(&env.launcher, p.ps as u32, p.workers as u32, emulated).map_err(|e| e.to_string())?;
     let spec = cluster.spec.clone();
     let cluster = Mutex::new(cluster);
     let kill = p.kill_at()?;
@@ -348,11 +373,20 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         compute_s,
         examples_per_step: shard as u64,
         ps_request_us: apply_s * 1e6 * largest as f64 / total.max(1) as f64,
-        step_overhead_us: (link.step_overhead_s + serial_extra as f64 * link.recv_small_s) * 1e6,
+        // each serial transfer: a RecvTensor over loopback or the emulated
+        // link's latency, whichever is longer (they pipeline)
+        step_overhead_us: link.step_overhead_s * 1e6 + serial_extra as f64 * (link.recv_small_s * 1e6).max(emulated.map_or(0.0, |l| l.latency_us)),
         ..Workload::default()
     };
     let latency_us = link.recv_small_s * 1e6 / 2.0;
     let link_gbps = link.bytes_per_s * 8.0 / 1e9;
+    // a transfer crosses the emulated link and the loopback: both
+    // latencies; the tensors pipeline, so the slower rate (module comment);
+    // the star's path has two hops
+    let (sim_gbps, sim_latency_us) = match emulated {
+        Some(l) => (link_gbps.min(l.gbps), latency_us + l.latency_us / 2.0),
+        None => (link_gbps, latency_us),
+    };
     let sim_cfg = ClusterConfig {
         model: ModelRef::Inline(workload),
         workers: needed as u32,
@@ -361,7 +395,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
             StrategyName::Sync => Strategy::Sync { backup: p.backup as u32 },
             StrategyName::Async => Strategy::Async {},
         },
-        network: NetworkConfig { link_gbps: Some(link_gbps), latency_us: Some(latency_us), ..NetworkConfig::default() },
+        network: NetworkConfig { link_gbps: Some(sim_gbps), latency_us: Some(sim_latency_us), ..NetworkConfig::default() },
         comm: cfg.comm,
         steps: (r.report.steps as u64).clamp(1, 2000),
         ..ClusterConfig::default()
@@ -401,6 +435,8 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     put("calibrated_latency_us", latency_us);
     put("calibrated_link_gbps", link_gbps);
     put("calibrated_step_overhead_us", link.step_overhead_s * 1e6);
+    put("sim_link_gbps", sim_gbps);
+    put("sim_latency_us", sim_latency_us);
     put("serial_transfers", serial_extra as f64 + 2.0);
     put("processes", if env.launcher.processes() { 1.0 } else { 0.0 });
     let mut series = BTreeMap::new();
@@ -431,6 +467,9 @@ mod tests {
             ("kill: worker:3@5\nworkers: 2", "the cluster has 2 worker tasks"),
             ("kill: worker:1", "TASK@STEP"),
             ("strategy: async\nkill: worker:0@3", "strategy sync"),
+            ("link: { gbps: 0, latency_us: 5 }", "`link.gbps`: must be a finite positive"),
+            ("link: { gbps: 1, latency_us: -1 }", "`link.latency_us`"),
+            ("link: { gbps: 1, latency: 5 }", "latency"),
         ] {
             let e = point(yaml).err().unwrap_or_else(|| panic!("{yaml} was accepted"));
             assert!(e.contains(want), "{yaml}: {e}");
@@ -460,6 +499,20 @@ mod tests {
         assert!(m["measured_p10_s"] <= m["measured_step_s"] && m["measured_step_s"] <= m["measured_p90_s"], "{m:?}");
         assert_eq!(m["processes"], 0.0);
         assert_eq!(o.series["measured_step_times_s"].len(), 45);
+        // an emulated slow link: every task delays its tensors, so the
+        // measured step holds the closed form (8 serial transfers of 1 PS
+        // + 1 worker, 76,880 bytes), and the simulator gets the link in
+        // series with the loopback
+        let run = point("link: { gbps: 0.1, latency_us: 100 }\nepochs: 1\ncalibration_reps: 2").unwrap();
+        let m = run.run(&PointEnv { seed: 1, launcher: Launcher::Threads }).unwrap().metrics;
+        assert_eq!(m["bytes_per_step"], 2.0 * 4.0 * 9610.0, "{m:?}");
+        let closed = 8.0 * 100e-6 + m["bytes_per_step"] * 8.0 / 0.1e9;
+        assert!(m["measured_p10_s"] >= closed, "{m:?}");
+        let want_gbps = m["calibrated_link_gbps"].min(0.1);
+        assert!((m["sim_link_gbps"] - want_gbps).abs() < 1e-12 && m["sim_latency_us"] == m["calibrated_latency_us"] + 50.0, "{m:?}");
+        // the simulator's step holds the same closed form, and the
+        // bandwidth-dominated point is predicted within a quarter
+        assert!(m["predicted_step_s"] >= closed && m["abs_error"] < 0.25, "{m:?}");
         // a worker killed with a backup: training goes on without it
         let run = point("workers: 3\nbackup: 1\nepochs: 1\ncalibration_reps: 1\nkill: worker:2@10").unwrap();
         let m = run.run(&PointEnv { seed: 1, launcher: Launcher::Threads }).unwrap().metrics;

@@ -73,11 +73,27 @@ pub(crate) struct ValidatePoint {
     start: Option<String>,
 }
 
+/// `link: { gbps, latency_us }`: an emulated link (kinds `validate` and
+/// `distributed`).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct LinkParams {
-    gbps: f64,
-    latency_us: f64,
+pub(crate) struct LinkParams {
+    pub(crate) gbps: f64,
+    pub(crate) latency_us: f64,
+}
+
+impl LinkParams {
+    /// Refuses a bandwidth that is not finite and positive or a latency
+    /// that is not finite and non-negative, naming the key.
+    pub(crate) fn check(&self) -> Result<EmulatedLink, String> {
+        if !(self.gbps.is_finite() && self.gbps > 0.0) {
+            return Err(format!("invalid parameter `link.gbps`: must be a finite positive number of Gbit/s, got {}", self.gbps));
+        }
+        if !(self.latency_us.is_finite() && self.latency_us >= 0.0) {
+            return Err(format!("invalid parameter `link.latency_us`: must be zero or positive, got {}", self.latency_us));
+        }
+        EmulatedLink::new(self.gbps, self.latency_us).map_err(|e| format!("invalid parameter `link`: {e}"))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
@@ -171,12 +187,7 @@ impl ValidatePoint {
         }
         self.comm_format()?;
         if let Some(l) = &self.link {
-            if !(l.gbps.is_finite() && l.gbps > 0.0) {
-                return Err(format!("invalid parameter `link.gbps`: must be a finite positive number of Gbit/s, got {}", l.gbps));
-            }
-            if !(l.latency_us.is_finite() && l.latency_us >= 0.0) {
-                return Err(format!("invalid parameter `link.latency_us`: must be zero or positive, got {}", l.latency_us));
-            }
+            l.check()?;
         }
         if self.steps == 0 || self.steps > MAX_STEPS {
             return Err(format!("invalid parameter `steps`: must be between 1 and {MAX_STEPS}, got {}", self.steps));
