@@ -114,6 +114,14 @@ pub(crate) fn format_tick(v: f64) -> String {
     significant(v, 3)
 }
 
+/// A tick label on an axis whose range is `range`: a value within a
+/// billionth of the range's width from zero is zero (plotters' tick
+/// arithmetic puts -1.1e-16 where the tick is 0).
+pub(crate) fn format_axis_tick(v: f64, range: &std::ops::Range<f64>) -> String {
+    let width = (range.end - range.start).abs();
+    format_tick(if v.abs() <= width * 1e-9 { 0.0 } else { v })
+}
+
 /// `v` with at most `digits` significant digits, trailing zeros removed.
 fn significant(v: f64, digits: i32) -> String {
     let a = v.abs();
@@ -152,6 +160,14 @@ mod tests {
         assert_eq!(axis_label("link_gbps"), "link (Gb/s)");
         assert_eq!(axis_label("model"), "model");
         assert_eq!(axis_label("_s"), "_s");
+    }
+
+    #[test]
+    fn a_tick_at_rounding_distance_from_zero_reads_zero() {
+        assert_eq!(format_axis_tick(-1.1102230246251565e-16, &(-0.7..1.2)), "0");
+        assert_eq!(format_axis_tick(0.2, &(-0.7..1.2)), "0.2");
+        // A genuinely small value on an axis of small values keeps its digits.
+        assert_eq!(format_axis_tick(2.5e-16, &(0.0..1e-15)), "2.5e-16");
     }
 
     #[test]

@@ -291,7 +291,8 @@ pub(crate) fn padded(lo: f64, hi: f64, log: bool, include_zero: bool) -> (f64, f
     };
     let pad = (hi - lo) * 0.05;
     let lo = if include_zero && lo >= 0.0 { 0.0 } else { lo - pad };
-    (lo, hi + pad)
+    let hi = if include_zero && hi <= 0.0 { 0.0 } else { hi + pad };
+    (lo, hi)
 }
 
 /// An axis whose ticks sit exactly at given values (category positions, or
@@ -469,6 +470,8 @@ mod tests {
     fn padding_includes_zero_and_never_collapses() {
         assert_eq!(padded(10.0, 20.0, false, true), (0.0, 20.5));
         assert_eq!(padded(10.0, 20.0, false, false), (9.5, 20.5));
+        // All below zero: the bars hang from zero at the top.
+        assert_eq!(padded(-20.0, -10.0, false, true), (-20.5, 0.0));
         assert_eq!(padded(5.0, 5.0, false, false), (4.45, 5.55));
         let (lo, hi) = padded(1.0, 100.0, true, true);
         assert!((lo - 1.0 / 100f64.powf(0.05)).abs() < 1e-12 && hi > 100.0);

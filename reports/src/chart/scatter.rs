@@ -13,7 +13,7 @@ use plotters::prelude::*;
 use super::layout::{DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, Marker, Swatch, Ticked, padded};
 use super::xy::log_ticks;
 use super::{FONT, series_colour};
-use crate::labels::{axis_label, format_tick};
+use crate::labels::{axis_label, format_axis_tick};
 use crate::prepare::ScatterData;
 use crate::spec::PlotSpec;
 
@@ -137,15 +137,17 @@ where
         .y_label_area_size(Y_LABEL_AREA)
         .build_cartesian_2d(xs, ys)
         .map_err(err)?;
-    let fmt = |v: &f64| format_tick(*v);
+    let (x_range, y_range) = (chart.x_range(), chart.y_range());
+    let fmt_x = |v: &f64| format_axis_tick(*v, &x_range);
+    let fmt_y = |v: &f64| format_axis_tick(*v, &y_range);
     let x_desc = spec.x_label.clone().unwrap_or_else(|| axis_label(spec.x.as_deref().unwrap_or_default()));
     let y_desc = spec.y_label.clone().unwrap_or_else(|| axis_label(&spec.y));
     chart
         .configure_mesh()
         .x_desc(x_desc)
         .y_desc(y_desc)
-        .x_label_formatter(&fmt)
-        .y_label_formatter(&fmt)
+        .x_label_formatter(&fmt_x)
+        .y_label_formatter(&fmt_y)
         .label_style((FONT, LABEL_SIZE))
         .axis_desc_style((FONT, DESC_SIZE))
         .bold_line_style(BLACK.mix(0.12))

@@ -10,7 +10,7 @@ use plotters::prelude::*;
 
 use super::layout::{CategoryLabels, DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, Swatch, Ticked, padded};
 use super::{FONT, series_colour};
-use crate::labels::{axis_label, format_tick};
+use crate::labels::{axis_label, format_axis_tick};
 use crate::prepare::{XAxis, XyData};
 use crate::spec::{PlotSpec, Reference};
 
@@ -140,7 +140,8 @@ where
         let ys = Ticked::<LogCoord<f64>>::new((y0..y1).log_scale(), log_ticks(y0, y1));
         plot(what, area, xs, ys, y0)
     } else {
-        plot(what, area, xs, y0..y1, y0)
+        // A bar's length is its value: bars rise or hang from zero.
+        plot(what, area, xs, y0..y1, 0.0f64.clamp(y0, y1))
     }
 }
 
@@ -167,11 +168,12 @@ where
         .y_label_area_size(85)
         .build_cartesian_2d(xs, ys)
         .map_err(err)?;
+    let (x_range, y_range) = (chart.x_range(), chart.y_range());
     let x_label = |v: &f64| match categories {
         Some(c) => c.at(*v),
-        None => format_tick(*v),
+        None => format_axis_tick(*v, &x_range),
     };
-    let y_label = |v: &f64| format_tick(*v);
+    let y_label = |v: &f64| format_axis_tick(*v, &y_range);
     let x_desc = spec.x_label.clone().unwrap_or_else(|| axis_label(spec.x.as_deref().unwrap_or_default()));
     let y_desc = spec.y_label.clone().unwrap_or_else(|| axis_label(&spec.y));
     let mut mesh = chart.configure_mesh();
