@@ -449,7 +449,10 @@ pub fn train_on_cluster_with(
             Built::Backup(bg) => {
                 let skip = {
                     let pos = positions.lock().unwrap_or_else(|e| e.into_inner());
-                    pos.get(from).copied().ok_or_else(|| config(format!("no record of the shards taken by update {from}")))?
+                    pos.get(from).copied().ok_or_else(|| config(format!(
+                        "backup workers: the checkpoint restored is of update {from}, which this run never made (a newer checkpoint of an earlier run in {}?): restart from an empty --checkpoint-dir",
+                        how.checkpoint.as_ref().map(|c| c.dir.display().to_string()).unwrap_or_default()
+                    )))?
                 };
                 // shards taken before the restored update and not applied by it
                 // are dropped for good
