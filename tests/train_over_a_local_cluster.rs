@@ -183,6 +183,52 @@ fn a_killed_ps_restarts_from_the_last_checkpoint_and_ends_as_if_never_stopped() 
 }
 
 #[test]
+fn a_killed_ps_restarts_from_the_last_checkpoint_in_asynchronous_training() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ck = dir.path().join("ck").to_string_lossy().into_owned();
+    let (one, _) = train_json(&[]);
+    let (cluster, launcher) = train_json(&[
+        "--local-cluster", "ps=1,workers=2", "--async", "--checkpoint-dir", &ck, "--checkpoint-every", "20", "--kill", "ps:0@30",
+    ]);
+    assert_eq!((cluster["mode"].as_str(), cluster["restarts"].as_u64()), (Some("async"), Some(1)), "{cluster}");
+    // the chief saves between updates (at update 20 or a few after, while
+    // the other worker goes on); the PS dies after update 30: the updates
+    // since that checkpoint are lost, fewer than a restart from scratch
+    // would lose (30)
+    let lost = num(&cluster, "steps_lost");
+    assert!((1.0..30.0).contains(&lost), "{cluster}");
+    // every batch of the one-process schedule applied once in the end
+    assert_eq!(cluster["steps"], one["steps"], "{cluster} vs {one}");
+    // Tolerance as for uninterrupted async workers: 2 points of held-out accuracy.
+    assert!((num(&cluster, "accuracy") - num(&one, "accuracy")).abs() <= 0.02, "{cluster} vs {one}");
+    // each checkpoint file is named by the global update it holds
+    let files: Vec<String> = std::fs::read_dir(&ck).expect("checkpoint dir").flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(!files.is_empty() && files.iter().all(|f| f.starts_with("ckpt-") && f.ends_with(".safetensors")), "{files:?}");
+    assert!(tasks_of(launcher).is_empty(), "tasks left running: {:?}", tasks_of(launcher));
+}
+
+#[test]
+fn a_killed_ps_restarts_from_the_last_checkpoint_with_a_backup_worker() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ck = dir.path().join("ck").to_string_lossy().into_owned();
+    let (one, _) = train_json(&[]);
+    let (cluster, launcher) = train_json(&[
+        "--local-cluster", "ps=1,workers=3", "--sync-backup", "1", "--checkpoint-dir", &ck, "--checkpoint-every", "20", "--kill", "ps:0@30",
+    ]);
+    // killed after update 30, the checkpoint of update 20 restored
+    assert_eq!((cluster["restarts"].as_u64(), cluster["steps_lost"].as_u64()), (Some(1), Some(10)), "{cluster}");
+    assert_eq!(cluster["failed_workers"], serde_json::json!([]), "the PS's death is not a worker's: {cluster}");
+    // training goes on from the shards after update 20: every shard of the
+    // one-process schedule is applied or dropped once
+    let (steps, dropped) = (num(&cluster, "steps"), num(&cluster, "dropped_gradients"));
+    assert_eq!(steps * 2.0 + dropped, num(&one, "steps") * 2.0, "{cluster}");
+    assert!(steps > 30.0, "{cluster}");
+    // Tolerance as for an uninterrupted backup run: 2 points.
+    assert!((num(&cluster, "accuracy") - num(&one, "accuracy")).abs() <= 0.02, "{cluster} vs {one}");
+    assert!(tasks_of(launcher).is_empty(), "tasks left running: {:?}", tasks_of(launcher));
+}
+
+#[test]
 fn no_task_outlives_a_killed_launcher() {
     let mut child = spawn(&["train", "mlp", "--data", "digits", "--epochs", "100000", "--local-cluster", "ps=1,workers=2"]);
     let pid = child.id();

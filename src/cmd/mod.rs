@@ -74,3 +74,17 @@ fn format_number(f: f64) -> String {
         format!("{f:.4}")
     }
 }
+
+/// Ignores SIGPIPE for the rest of the process. `main` restores its default
+/// (a closed stdout pipe ends a filter quietly), but a task or a master
+/// whose peer task died writes into a closed socket with `writev` (hyper),
+/// which raises SIGPIPE: with the default disposition that kills the
+/// survivor instead of failing the one call, and the runtime could not
+/// restart the dead task. The cluster commands call this first.
+pub fn ignore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: sets the disposition of one signal to "ignore"; no handler runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}

@@ -50,6 +50,7 @@ fn exit_with_parent(parent: u32) {
 }
 
 pub fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
+    super::ignore_sigpipe();
     if let Some(p) = args.parent {
         exit_with_parent(p);
     }

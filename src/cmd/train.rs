@@ -76,7 +76,9 @@ pub struct TrainArgs {
     /// directory every --checkpoint-every steps.
     #[arg(long)]
     checkpoint_dir: Option<PathBuf>,
-    /// Steps between checkpoints.
+    /// Steps between checkpoints. Over a cluster the master (chief) saves;
+    /// with --async it stops new updates, waits for those in flight and
+    /// saves the global step it has then (K, or up to workers - 1 more).
     #[arg(long, default_value_t = 100, requires = "checkpoint_dir")]
     checkpoint_every: usize,
     /// How many of the newest checkpoints to keep.
@@ -112,11 +114,12 @@ pub struct TrainArgs {
     #[arg(long, value_name = "B", default_value_t = 0, conflicts_with = "asynchronous")]
     sync_backup: usize,
     /// With --local-cluster: kill a task (SIGKILL) after this many
-    /// synchronous updates, e.g. `worker:2@200`. With a backup worker
-    /// training goes on without it (the JSON lists it in failed_workers);
-    /// without one it stops, naming the task. A killed PS task (e.g.
-    /// `ps:1@30`) is started again and training goes on from the newest checkpoint
-    /// (--checkpoint-dir; from scratch without one).
+    /// updates (global updates with --async), e.g. `worker:2@200`. With a
+    /// backup worker training goes on without it (the JSON lists it in
+    /// failed_workers); without one it stops, naming the task. A killed PS
+    /// task (e.g. `ps:1@30`; sync, --sync-backup or --async) is started again
+    /// and training goes on from the newest checkpoint (--checkpoint-dir;
+    /// from scratch without one).
     #[arg(long, value_name = "TASK@STEP", requires = "local_cluster")]
     kill: Option<String>,
     /// Seconds to keep trying to reach the cluster's tasks.
@@ -331,6 +334,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
 /// their own processes (started here and stopped at the end for
 /// `--local-cluster`).
 fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source: &str) -> anyhow::Result<ExitCode> {
+    super::ignore_sigpipe();
     if !(args.connect_timeout.is_finite() && args.connect_timeout > 0.0) {
         bail!("--connect-timeout: must be a positive number of seconds (got {})", args.connect_timeout);
     }
