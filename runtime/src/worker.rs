@@ -165,6 +165,13 @@ fn endpoint(spec: &ClusterSpec, task: TaskId, connect_timeout: Duration) -> Resu
         .connect_timeout(connect_timeout))
 }
 
+/// A client of a task's service. gRPC caps a message at 4 MB by default;
+/// a tensor is one message (a 3136 x 1024 weight matrix is 12.8 MB), so
+/// neither side limits the size.
+fn worker_client(channel: Channel) -> WorkerClient<Channel> {
+    WorkerClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX)
+}
+
 /// The gRPC side of one task.
 pub struct WorkerService {
     state: Arc<TaskState>,
@@ -374,7 +381,7 @@ impl StepRendezvous {
             return fire(Err(fail("no network runtime on this thread".into(), &key)));
         };
         handle.spawn(async move {
-            let mut client = WorkerClient::new(channel);
+            let mut client = worker_client(channel);
             let r = match tokio::time::timeout(limit, client.recv_tensor(req)).await {
                 Err(_) => Err(fail(format!("RecvTensor from task {src} at {address}: no answer in {limit:?}"), &key)),
                 Ok(Err(s)) => Err(fail(format!("RecvTensor from task {src} at {address}: {}", s.message()), &key)),
@@ -523,7 +530,7 @@ impl TaskServer {
             });
             let _ = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
-                .add_service(WorkerServer::new(svc))
+                .add_service(WorkerServer::new(svc).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX))
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;
                 })
@@ -602,7 +609,7 @@ impl TaskClient {
             let ep = endpoint(spec, task, left)?;
             let tried = runtime.block_on(async {
                 let ch = ep.connect().await.map_err(|e| error_chain(&e))?;
-                let mut c = WorkerClient::new(ch);
+                let mut c = worker_client(ch);
                 match tokio::time::timeout(left, c.get_status(GetStatusRequest { to })).await {
                     Ok(Ok(s)) => Ok((c, s.into_inner())),
                     Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => Err(format!("refused: {}", s.message())),
@@ -744,6 +751,23 @@ mod tests {
             assert_eq!(bits(&got), bits(&want), "{f:?}");
             assert_eq!(got.dims(), t.dims());
         }
+    }
+
+    #[test]
+    fn a_tensor_larger_than_grpcs_default_message_limit_crosses() {
+        // 2 M floats = 8 MB, twice gRPC's usual 4 MB cap on a message: a
+        // dense layer's weights of that size (e.g. 3136 x 1024 = 12.8 MB)
+        // must reach the worker whole.
+        let spec = cluster();
+        let ps = TaskId::new(Job::Ps, 0);
+        let server = TaskServer::start(&spec, ps, bind_task(&spec, ps).unwrap()).unwrap();
+        let mut remote = TaskClient::connect(&spec, ps, Duration::from_secs(10)).unwrap();
+        let n = 2 << 20;
+        let t = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<f32>>(), vec![n]).unwrap();
+        server.rendezvous.send(&key(3), t).unwrap();
+        let got = remote.recv_wire(&key(3), Duration::from_secs(20)).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(got.len(), n);
+        assert!(got.iter().enumerate().all(|(i, &v)| v == i as f32));
     }
 
     #[test]
