@@ -108,10 +108,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(serde_json::to_value)
             .collect::<Result<_, _>>()?,
-        BenchTarget::Cluster => flowlab_runtime::bench_cluster(args.quick)?
-            .iter()
-            .map(serde_json::to_value)
-            .collect::<Result<_, _>>()?,
+        BenchTarget::Cluster => {
+            // task servers and clients in this process close connections as
+            // each case ends; a write into one must fail, not kill the bench
+            super::ignore_sigpipe();
+            flowlab_runtime::bench_cluster(args.quick)?.iter().map(serde_json::to_value).collect::<Result<_, _>>()?
+        }
         BenchTarget::Graph => {
             let model = flowlab_sim::zoo::build("inception_v3", 32)?;
             flowlab_sim::graph::bench::bench_graph("inception_v3_b32", &model.graph, "8xK40", if args.quick { 1 } else { 5 })?

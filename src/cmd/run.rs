@@ -74,6 +74,10 @@ pub fn list() -> anyhow::Result<ExitCode> {
 /// Runs, renders, and says where the report is. The exit status is the
 /// number of failed runs (at most 125), or 1 if only the report failed.
 fn run_and_report(experiment: &Experiment, options: &RunOptions) -> anyhow::Result<ExitCode> {
+    if experiment.kind == "distributed" {
+        // its points talk gRPC to task processes that they kill and restart
+        super::ignore_sigpipe();
+    }
     let summary = flowlab_experiments::run(experiment, options)?;
     print_summary(experiment, &summary);
     let report = flowlab_experiments::render(&summary.out_dir);
