@@ -15,14 +15,25 @@ fn data(n: usize, seed: usize) -> Vec<f32> {
     (0..n).map(|i| ((i * 7 + seed * 13) % 23) as f32 * 0.05 - 0.5).collect()
 }
 
+/// Says why the remaining cases do not run (the bench itself still ends).
+fn skip(why: &str) {
+    eprintln!("cnn_kernels: skipped the remaining cases: {why}");
+}
+
 fn cnn_kernels(c: &mut Criterion) {
     let mut group = c.benchmark_group("cnn_b64");
     group.sample_size(10);
     for threads in [1usize, 2] {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("rayon pool");
+        let pool = match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+            Ok(p) => p,
+            Err(e) => return skip(&format!("a rayon pool of {threads} threads: {e}")),
+        };
         let t = format!("{threads}t");
         for (name, input, filter) in [("conv1", [64, 28, 28, 1], [5, 5, 1, 32]), ("conv2", [64, 14, 14, 32], [5, 5, 32, 64])] {
-            let g = Conv2dGeom::new(input, filter, [1, 1], Padding::Same).expect("geometry");
+            let g = match Conv2dGeom::new(input, filter, [1, 1], Padding::Same) {
+                Ok(g) => g,
+                Err(e) => return skip(&format!("{name}: {e}")),
+            };
             let x = data(g.input_len(), 1);
             let w = data(g.filter_len(), 2);
             let dy = data(g.output_len(), 3);
@@ -44,7 +55,10 @@ fn cnn_kernels(c: &mut Criterion) {
             }
         }
         for (name, input) in [("pool1", [64, 28, 28, 32]), ("pool2", [64, 14, 14, 64])] {
-            let g = Pool2dGeom::new(input, [2, 2], [2, 2], Padding::Same).expect("geometry");
+            let g = match Pool2dGeom::new(input, [2, 2], [2, 2], Padding::Same) {
+                Ok(g) => g,
+                Err(e) => return skip(&format!("{name}: {e}")),
+            };
             let x = data(g.input_len(), 4);
             let dy = data(g.output_len(), 5);
             let mut y = vec![0f32; g.output_len()];

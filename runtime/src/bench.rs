@@ -132,26 +132,9 @@ pub fn bench(quick: bool) -> Result<Vec<ClusterBenchRecord>> {
     drop(servers);
 
     // synchronous training steps of the digits MLP, batch 64 split over the workers
+    let digits = TrainConfig { batch: 64, ..TrainConfig::new(ModelKind::Mlp) };
     for workers in [1u32, 2, 4] {
-        let spec = loopback_spec(1, workers)?;
-        let _servers = start_all(&spec)?;
-        let mut cfg = TrainConfig::new(ModelKind::Mlp);
-        cfg.batch = 64;
-        let g = Graph::new();
-        let devices: Vec<_> = (0..workers).map(|i| TaskId::new(Job::Worker, i).device()).collect();
-        let sg = build_sharded(&g, &cfg, 64, &[ps.device()], &devices)?;
-        let mut master = Master::connect(&spec, MasterOptions::default())?;
-        master.register(&g)?;
-        master.run(&[], &[], &[&sg.init])?;
-        let shard = 64 / workers as usize;
-        let x = Tensor::from_vec((0..shard * 64).map(|i| (i % 17) as f32 / 16.0).collect::<Vec<f32>>(), vec![shard, 64])?;
-        let y = Tensor::from_vec((0..shard).map(|i| (i % 10) as i64).collect::<Vec<i64>>(), vec![shard])?;
-        let mut feeds = Vec::new();
-        for i in 0..workers as usize {
-            feeds.push((&sg.xs[i], &x));
-            feeds.push((&sg.ys[i], &y));
-        }
-        let secs = median_per_run(reps, iters / 20, |_| master.run(&feeds, &[&sg.loss], &[&sg.train_op]).map(drop))?;
+        let secs = sync_step_secs(&digits, workers, reps, iters / 20)?;
         rows.push(record(&format!("mlp_sync_step_b64_{workers}workers"), secs));
     }
 
@@ -161,37 +144,47 @@ pub fn bench(quick: bool) -> Result<Vec<ClusterBenchRecord>> {
     // thread per device as a task has), then over two tasks (gRPC on
     // loopback), then with 2 and 4 workers sharing the batch. The first two
     // give the cluster's overhead over the in-process step.
-    let cfg = TrainConfig { batch: 64, ..TrainConfig::new(ModelKind::Mlp784) };
-    let features = model_features(cfg.model);
-    let batch_of = |n: usize| -> Result<(Tensor, Tensor)> {
-        let x = Tensor::from_vec((0..n * features).map(|i| (i % 29) as f32 / 28.0).collect::<Vec<f32>>(), vec![n, features])?;
-        let y = Tensor::from_vec((0..n).map(|i| (i % 10) as i64).collect::<Vec<i64>>(), vec![n])?;
-        Ok((x, y))
-    };
+    let wide = TrainConfig { batch: 64, ..TrainConfig::new(ModelKind::Mlp784) };
     {
         let g = Graph::new();
-        let sg = build_sharded(&g, &cfg, features, &[local_cpu(0)], &[local_cpu(1)])?;
+        let sg = build_sharded(&g, &wide, model_features(wide.model), &[local_cpu(0)], &[local_cpu(1)])?;
         let sess = Session::with_options(&g, SessionOptions { threads: 1, devices: DeviceSet::local_cpus(2), ..Default::default() })?;
         sess.run(&[], &[], &[&sg.init])?;
-        let (x, y) = batch_of(64)?;
+        let (x, y) = synthetic_batch(wide.batch, model_features(wide.model))?;
         let secs = median_per_run(reps, iters / 20, |_| Ok(sess.run(&[(&sg.xs[0], &x), (&sg.ys[0], &y)], &[&sg.loss], &[&sg.train_op]).map(drop)?))?;
         rows.push(record("mlp784_step_b64_in_process_2devices", secs));
     }
     for workers in [1u32, 2, 4] {
-        let spec = loopback_spec(1, workers)?;
-        let _servers = start_all(&spec)?;
-        let g = Graph::new();
-        let devices: Vec<_> = (0..workers).map(|i| TaskId::new(Job::Worker, i).device()).collect();
-        let sg = build_sharded(&g, &cfg, features, &[ps.device()], &devices)?;
-        let mut master = Master::connect(&spec, MasterOptions::default())?;
-        master.register(&g)?;
-        master.run(&[], &[], &[&sg.init])?;
-        let (x, y) = batch_of(64 / workers as usize)?;
-        let feeds: Vec<(&Output, &Tensor)> = sg.xs.iter().zip(&sg.ys).flat_map(|(xi, yi)| [(xi, &x), (yi, &y)]).collect();
-        let secs = median_per_run(reps, iters / 20, |_| master.run(&feeds, &[&sg.loss], &[&sg.train_op]).map(drop))?;
+        let secs = sync_step_secs(&wide, workers, reps, iters / 20)?;
         rows.push(record(&format!("mlp784_sync_step_b64_{workers}workers"), secs));
     }
     Ok(rows)
+}
+
+/// `n` synthetic examples of `features` values in [0, 1] and their labels.
+fn synthetic_batch(n: usize, features: usize) -> Result<(Tensor, Tensor)> {
+    let x = Tensor::from_vec((0..n * features).map(|i| (i % 17) as f32 / 16.0).collect::<Vec<f32>>(), vec![n, features])?;
+    let y = Tensor::from_vec((0..n).map(|i| (i % 10) as i64).collect::<Vec<i64>>(), vec![n])?;
+    Ok((x, y))
+}
+
+/// Median time of one synchronous step of `cfg`'s model over a PS task and
+/// `workers` worker tasks on loopback (servers on threads of this process),
+/// `cfg.batch` split evenly over the workers.
+fn sync_step_secs(cfg: &TrainConfig, workers: u32, reps: usize, iters: usize) -> Result<f64> {
+    let spec = loopback_spec(1, workers)?;
+    let _servers = start_all(&spec)?;
+    let ps = TaskId::new(Job::Ps, 0);
+    let g = Graph::new();
+    let devices: Vec<_> = (0..workers).map(|i| TaskId::new(Job::Worker, i).device()).collect();
+    let features = model_features(cfg.model);
+    let sg = build_sharded(&g, cfg, features, &[ps.device()], &devices)?;
+    let mut master = Master::connect(&spec, MasterOptions::default())?;
+    master.register(&g)?;
+    master.run(&[], &[], &[&sg.init])?;
+    let (x, y) = synthetic_batch(cfg.batch / workers as usize, features)?;
+    let feeds: Vec<(&Output, &Tensor)> = sg.xs.iter().zip(&sg.ys).flat_map(|(xi, yi)| [(xi, &x), (yi, &y)]).collect();
+    median_per_run(reps, iters, |_| master.run(&feeds, &[&sg.loss], &[&sg.train_op]).map(drop))
 }
 
 /// Loopback figures for the cluster simulator's network and fixed step
