@@ -1,6 +1,7 @@
 //! What one simulated step reports.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// One simulated training step of a placed graph.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,6 +36,11 @@ pub struct DeviceReport {
     pub spec: String,
     pub ops: usize,
     pub busy_seconds: f64,
+    /// Priced time of the device's ops by op class (`conv`, `matmul`, ...),
+    /// before any host contention: where a prediction's time goes, to hold
+    /// it against a real profile of the same step.
+    #[serde(default)]
+    pub op_seconds_by_class: BTreeMap<String, f64>,
     /// busy / step time.
     pub utilization: f64,
     /// Largest sum of live tensors: variables always, others from their

@@ -806,6 +806,10 @@ impl GraphSimulator {
         let g = &self.graph;
         let step = t.step.as_secs_f64();
         let mut over = Vec::new();
+        let mut by_class: Vec<BTreeMap<String, u64>> = vec![BTreeMap::new(); self.ndev];
+        for (i, &d) in dev.iter().enumerate().take(g.len()) {
+            *by_class[d as usize].entry(g.costs[i].class.to_string()).or_insert(0) += self.op_ps(i, d as usize);
+        }
         let devices: Vec<DeviceReport> = self
             .cluster
             .devices()
@@ -825,6 +829,7 @@ impl GraphSimulator {
                     spec: vd.spec.name.clone(),
                     ops: t.ops_per_device[d],
                     busy_seconds: busy,
+                    op_seconds_by_class: by_class[d].iter().map(|(k, &ps)| (k.clone(), SimTime(ps).as_secs_f64())).collect(),
                     utilization: if step > 0.0 { busy / step } else { 0.0 },
                     peak_memory_bytes: t.peak_mem[d],
                     capacity_bytes: vd.capacity_bytes,
@@ -866,7 +871,6 @@ impl GraphSimulator {
             cur = if t.dev_pred[c] != NONE { t.dev_pred[c] } else { t.pred[c] };
         }
         path.reverse();
-        let _ = dev;
         GraphSimReport {
             step_seconds: step,
             step_ps: t.step.0,

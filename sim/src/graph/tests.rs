@@ -432,3 +432,24 @@ fn a_profiled_kernel_runs_at_its_own_contended_speed_beside_another_device() {
     let r = GraphSimulator::new(&g, &cl, &o2).unwrap().simulate(&placement).unwrap();
     assert!((r.step_seconds - cc).abs() < 1e-11, "{}", r.step_seconds);
 }
+
+#[test]
+fn op_time_by_class_splits_each_devices_busy_time_by_what_its_ops_are() {
+    // Neg (1 ms) and Add (2 ms) are elementwise; the placeholder is free.
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![1000])).unwrap();
+    let a = neg(&neg(&x));
+    let s = g.op("Add").input(&a).input(&a).build().unwrap();
+    let far = neg(&s);
+    let cl = cluster(2);
+    let sim = GraphSimulator::new(&g, &cl, &opts()).unwrap();
+    let r = sim.simulate(&place(&g, &cl, 0, &[(&far, 1)])).unwrap();
+    let ms = |d: usize, class: &str| r.devices[d].op_seconds_by_class.get(class).copied().unwrap_or(0.0) * 1e3;
+    assert!((ms(0, "elementwise") - 4.0).abs() < 1e-9, "{:?}", r.devices[0].op_seconds_by_class);
+    assert!((ms(1, "elementwise") - 1.0).abs() < 1e-9, "{:?}", r.devices[1].op_seconds_by_class);
+    assert_eq!(ms(0, "conv") + ms(0, "matmul"), 0.0);
+    for d in &r.devices {
+        let sum: f64 = d.op_seconds_by_class.values().sum();
+        assert!((sum - d.busy_seconds).abs() < 1e-12, "{}: {sum} vs busy {}", d.name, d.busy_seconds);
+    }
+}
