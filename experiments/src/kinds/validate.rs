@@ -447,19 +447,52 @@ fn placement_hash(p: &flowlab_engine::Placement) -> u64 {
 /// against neither concordance nor discordance, as tau-b defines).
 pub(crate) fn kendall_tau(x: &[f64], y: &[f64]) -> Option<f64> {
     let n = x.len().min(y.len());
+    tau_b(n, |i, j| order(x[i], x[j]), |i, j| order(y[i], y[j]))
+}
+
+/// Kendall's tau-b of measured against predicted step times where the
+/// measurement orders a pair only if the two p10-p90 intervals are
+/// disjoint: placements the timed steps cannot tell apart are ties on the
+/// measured side, so the simulator is neither credited nor blamed for
+/// ordering them. `None` when the measurement orders no pair. Returns the
+/// tau and the number of pairs the measurement ordered.
+pub(crate) fn resolved_tau(median: &[f64], p10: &[f64], p90: &[f64], predicted: &[f64]) -> (Option<f64>, usize) {
+    let n = median.len().min(p10.len()).min(p90.len()).min(predicted.len());
+    let measured = |i: usize, j: usize| {
+        let apart = p90[i] < p10[j] || p90[j] < p10[i];
+        if apart { order(median[i], median[j]) } else { 0 }
+    };
+    let resolved = (0..n).flat_map(|i| (i + 1..n).map(move |j| (i, j))).filter(|&(i, j)| measured(i, j) != 0).count();
+    if resolved == 0 {
+        return (None, 0);
+    }
+    (tau_b(n, measured, |i, j| order(predicted[i], predicted[j])), resolved)
+}
+
+fn order(a: f64, b: f64) -> i8 {
+    if a < b {
+        -1
+    } else if a > b {
+        1
+    } else {
+        0
+    }
+}
+
+/// tau-b over `n` items given each side's order of every pair (-1, 0, 1).
+fn tau_b(n: usize, ox: impl Fn(usize, usize) -> i8, oy: impl Fn(usize, usize) -> i8) -> Option<f64> {
     if n < 2 {
         return None;
     }
     let (mut c, mut d, mut tx, mut ty) = (0f64, 0f64, 0f64, 0f64);
     for i in 0..n {
         for j in i + 1..n {
-            let a = (x[i] - x[j]).signum() * if x[i] == x[j] { 0.0 } else { 1.0 };
-            let b = (y[i] - y[j]).signum() * if y[i] == y[j] { 0.0 } else { 1.0 };
-            if a == 0.0 && b == 0.0 {
+            let (a, b) = (ox(i, j), oy(i, j));
+            if a == 0 && b == 0 {
                 continue;
-            } else if a == 0.0 {
+            } else if a == 0 {
                 tx += 1.0;
-            } else if b == 0.0 {
+            } else if b == 0 {
                 ty += 1.0;
             } else if a == b {
                 c += 1.0;
@@ -544,17 +577,38 @@ fn summarize(rows: &[ResultRow]) -> (Vec<SummaryTable>, String) {
         let m: Vec<f64> = rs.iter().map(|r| r.metrics["measured_step_s"]).collect();
         let p: Vec<f64> = rs.iter().map(|r| r.metrics["predicted_step_s"]).collect();
         let tau = kendall_tau(&m, &p);
+        let p10: Vec<f64> = rs.iter().map(|r| r.metrics["measured_p10_s"]).collect();
+        let p90: Vec<f64> = rs.iter().map(|r| r.metrics["measured_p90_s"]).collect();
+        let (rtau, resolved) = resolved_tau(&m, &p10, &p90, &p);
+        let pairs = rs.len() * rs.len().saturating_sub(1) / 2;
         let label: Vec<String> = group_keys.iter().zip(g).filter(|(_, v)| !v.is_empty()).map(|(k, v)| format!("{k}={v}")).collect();
         if let Some(t) = tau {
-            text.push_str(&format!("tau {t:+.2} over {} placements: {}\n", rs.len(), label.join(" ")));
+            let r = rtau.map_or("none".to_string(), |t| format!("{t:+.2}"));
+            text.push_str(&format!(
+                "tau {t:+.2} over {} placements (over the {resolved} of {pairs} pairs the measurement orders: {r}): {}\n",
+                rs.len(),
+                label.join(" ")
+            ));
         }
-        tau_rows.push(vec![serde_json::json!(label.join(" ")), serde_json::json!(rs.len()), tau.map_or(serde_json::Value::Null, |t| serde_json::json!(round(t)))]);
+        let num = |t: Option<f64>| t.map_or(serde_json::Value::Null, |t| serde_json::json!(round(t)));
+        tau_rows.push(vec![
+            serde_json::json!(label.join(" ")),
+            serde_json::json!(rs.len()),
+            num(tau),
+            serde_json::json!(format!("{resolved} of {pairs}")),
+            num(rtau),
+        ]);
     }
     tables.push(SummaryTable {
         title: "Order of placements: Kendall's tau between measured and predicted step times".into(),
-        columns: ["group", "placements", "tau"].map(String::from).to_vec(),
+        columns: ["group", "placements", "tau", "pairs measured apart", "tau over those pairs"].map(String::from).to_vec(),
         rows: tau_rows,
-        note: Some("tau-b over the placers of each group; 1 = the simulator ranks the placements as the engine does".into()),
+        note: Some(
+            "tau-b over the placers of each group; 1 = the simulator ranks the placements as the engine does. \
+             A pair is measured apart when the p10-p90 intervals of its timed steps are disjoint; the last column \
+             counts the other pairs as measured ties"
+                .into(),
+        ),
     });
     // The worst points.
     let mut worst: Vec<&&ResultRow> = ok.iter().collect();
@@ -743,5 +797,22 @@ mod tests {
         let t = kendall_tau(&[1.0, 2.0, 3.0], &[1.0, 1.0, 2.0]).unwrap();
         assert!((t - 2.0 / 6f64.sqrt()).abs() < 1e-12, "{t}");
         assert_eq!(kendall_tau(&[1.0], &[1.0]), None);
+    }
+
+    #[test]
+    fn resolved_tau_counts_overlapping_measurements_as_ties() {
+        // Medians 1, 2, 3; the first two intervals overlap (1.05 < 1.1), so
+        // the measurement orders pairs (0,2) and (1,2) only. Predicted 1.0,
+        // 0.5, 3.0: pair (0,1) is a measured tie (tx), the other two agree.
+        // tau-b = (2 - 0) / sqrt((2 + 0 + 1) * (2 + 0 + 0)) = 2 / sqrt(6).
+        let (med, p10, p90) = ([1.0, 2.0, 3.0], [0.9, 1.05, 2.9], [1.1, 2.1, 3.1]);
+        let (t, resolved) = resolved_tau(&med, &p10, &p90, &[1.0, 0.5, 3.0]);
+        assert_eq!(resolved, 2);
+        assert!((t.unwrap() - 2.0 / 6f64.sqrt()).abs() < 1e-12);
+        // The plain tau on the medians counts (0,1) as discordant: 1/3.
+        assert!((kendall_tau(&med, &[1.0, 0.5, 3.0]).unwrap() - 1.0 / 3.0).abs() < 1e-12);
+        // Nothing measured apart: no tau at all, not a perfect one.
+        let (t, resolved) = resolved_tau(&med, &[0.0; 3], &[9.0; 3], &[3.0, 2.0, 1.0]);
+        assert_eq!((t, resolved), (None, 0));
     }
 }
