@@ -1,0 +1,83 @@
+//! The graph-level simulator's GPU predictions against a real H100 and a
+//! real H200: the measurements in `bench/gpu/h100-2026-11-26.json` and
+//! `h200-2026-11-26.json` (PyTorch twins of the zoo models trained on each
+//! GPU, f32 with TF32 off, each step replayed from a CUDA graph; and the
+//! device's measured GEMM, HBM and PCIe rates, see bench/gpu/README.md) are
+//! an independent reference. The bounds are the accuracy measured when the
+//! files were taken (README, "Against a real GPU"): a change to the cost
+//! model or the catalog that moves a prediction further from the hardware
+//! fails here.
+
+use flowlab_hw::{Catalog, Dtype, OpClass, OpCost};
+use flowlab_sim::graph::{GraphSimulator, SimOptions, VirtualCluster};
+use serde_json::Value;
+
+/// (catalog device, its measurements).
+const MEASURED: [(&str, &str); 2] = [
+    ("h100", include_str!("../../bench/gpu/h100-2026-11-26.json")),
+    ("h200", include_str!("../../bench/gpu/h200-2026-11-26.json")),
+];
+
+fn measured(text: &str) -> Value {
+    serde_json::from_str(text).expect("bench/gpu/*.json is JSON")
+}
+
+#[test]
+fn the_catalog_gpus_run_gemms_and_copies_at_the_measured_rates() {
+    for (device, text) in MEASURED {
+        rates_match(device, &measured(text)["figures"]);
+    }
+}
+
+fn rates_match(device: &str, f: &Value) {
+    let spec = Catalog::builtin().device(device).unwrap().clone();
+    let rate = |n: f64, dtype: Dtype| {
+        let cost = OpCost { flops: 2.0 * n * n * n, bytes: 3.0 * n * n * 4.0, dtype, class: OpClass::Matmul };
+        2.0 * n * n * n / spec.op_time_seconds(&cost, None) / 1e12
+    };
+    let within = |what: &str, predicted: f64, measured: f64, tol: f64| {
+        let e = (predicted - measured) / measured;
+        eprintln!("{device} {what}: predicted {predicted:.1}, measured {measured:.1}, error {:+.1}%", e * 100.0);
+        assert!(e.abs() <= tol, "{device} {what}: predicted {predicted}, measured {measured}");
+    };
+    within("f32 GEMM 4096^3 TFLOP/s", rate(4096.0, Dtype::F32), f["sgemm_4096_tflops"].as_f64().unwrap(), 0.10);
+    within("bf16 GEMM 8192^3 TFLOP/s", rate(8192.0, Dtype::Bf16), f["bf16_gemm_8192_tflops"].as_f64().unwrap(), 0.10);
+    // A 1 GiB copy reads and writes it: the catalog's HBM rate against the
+    // measured one (H100: datasheet 3,350 GB/s, measured 2,973; H200: 4,800
+    // and 4,222).
+    let gib = (1u64 << 30) as f64;
+    let copy = OpCost { flops: 0.0, bytes: 2.0 * gib, dtype: Dtype::F32, class: OpClass::DataMovement };
+    within("HBM copy GB/s", 2.0 * gib / spec.op_time_seconds(&copy, None) / 1e9, f["hbm_copy_gb_s_read_plus_write"].as_f64().unwrap(), 0.15);
+    // Their host link is PCIe 5 x16 (line rate 63 GB/s, measured 55).
+    let pcie = Catalog::builtin().link("pcie5-x16").unwrap().bytes_per_second() / 1e9;
+    within("host to device GB/s", pcie, f["h2d_pinned_gb_s"].as_f64().unwrap(), 0.20);
+}
+
+#[test]
+fn single_gpu_training_steps_are_predicted_within_the_measured_error() {
+    for (device, text) in MEASURED {
+        steps_match(device, &measured(text));
+    }
+}
+
+fn steps_match(device: &str, m: &Value) {
+    let cl = VirtualCluster::parse(&format!("1x{device}")).unwrap();
+    let mut errors = Vec::new();
+    for s in m["steps"].as_array().unwrap() {
+        let model = s["model"].as_str().unwrap();
+        // cuDNN's fused LSTM has no twin in the zoo.
+        let Some(real) = s["graph_median_s"].as_f64().filter(|_| !model.ends_with("_cudnn")) else { continue };
+        let batch = s["batch"].as_u64().unwrap() as usize;
+        let built = flowlab_sim::zoo::build(model, batch).unwrap();
+        let sim = GraphSimulator::new(&built.graph, &cl, &SimOptions { step: Some(built.step()), ..Default::default() }).unwrap();
+        let predicted = sim.simulate_indices(&vec![0u16; sim.graph().len()]).unwrap().step_seconds;
+        let e = (predicted - real) / real;
+        eprintln!("{device} {model:17} b{batch:<4} measured {:8.3} ms  predicted {:8.3} ms  {:+.1}%", real * 1e3, predicted * 1e3, e * 100.0);
+        assert!(e.abs() <= 0.35, "{device} {model} b{batch}: predicted {predicted} s, measured {real} s");
+        errors.push(e.abs());
+    }
+    assert_eq!(errors.len(), 10, "five twins at two batches");
+    let mape = errors.iter().sum::<f64>() / errors.len() as f64;
+    eprintln!("{device} MAPE {:.1}%", mape * 100.0);
+    assert!(mape <= 0.15, "{device} MAPE {mape}");
+}
