@@ -73,6 +73,10 @@ fn many_ops_training(g: &Graph) -> Result<()> {
     let bl = g.variable("lstm_b", g.zeros(DType::F32, [20])?)?;
     let cell = g.lstm_block_cell(&p, g.zeros(DType::F32, [4, 5])?, &a, &wl, &bl, 1.0)?;
     let loss = g.add(&loss, g.reduce_mean(&cell.h, &[], false))?;
+    // Batch norm as one op each way: FusedBatchNorm(Grad).
+    let scale = g.variable("bn_scale", g.fill([5], g.scalar(1.0, DType::F32)?)?)?;
+    let (normed, _, _) = g.fused_batch_norm(&m, &scale, &bias, 1e-3)?;
+    let loss = g.add(&loss, g.reduce_mean(&normed, &[], false))?;
     let vars = [x.clone(), bias.clone(), w.clone(), v.clone(), wl.clone(), bl.clone()];
     let grads = g.gradients(&[&loss], &vars.iter().collect::<Vec<_>>())?;
     let pairs: Vec<(Output, Output)> =
@@ -112,7 +116,7 @@ fn every_arithmetic_op_reports_flops() {
         "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPoolGrad", "AvgPoolGrad", "BiasAddGrad", "ReluGrad",
         "SparseSoftmaxCrossEntropyWithLogits", "SoftmaxCrossEntropyWithLogits", "ApplyAdam", "ApplyMomentum",
         "ApplyGradientDescent", "GatherGrad", "SliceGrad", "ConcatGrad", "ReductionGrad", "MaxReduceGrad", "SumToShape",
-        "LSTMBlockCellGrad",
+        "LSTMBlockCellGrad", "FusedBatchNormGrad",
     ] {
         assert!(seen.contains_key(op), "no {op} node in the test graphs; ops seen: {:?}", seen.keys().collect::<Vec<_>>());
     }

@@ -6,7 +6,9 @@
 //! an independent reference. The bounds are the accuracy measured when the
 //! files were taken (README, "Against a real GPU"): a change to the cost
 //! model or the catalog that moves a prediction further from the hardware
-//! fails here.
+//! fails here. One point set a catalog figure (the H100's convolution
+//! efficiency, from ResNet-50 b32's convolution time); every other point,
+//! the whole H200 file included, was not used to set anything.
 
 use flowlab_hw::{Catalog, Dtype, OpClass, OpCost};
 use flowlab_sim::graph::{GraphSimulator, SimOptions, VirtualCluster};
@@ -70,14 +72,24 @@ fn steps_match(device: &str, m: &Value) {
         let batch = s["batch"].as_u64().unwrap() as usize;
         let built = flowlab_sim::zoo::build(model, batch).unwrap();
         let sim = GraphSimulator::new(&built.graph, &cl, &SimOptions { step: Some(built.step()), ..Default::default() }).unwrap();
-        let predicted = sim.simulate_indices(&vec![0u16; sim.graph().len()]).unwrap().step_seconds;
+        let report = sim.simulate_indices(&vec![0u16; sim.graph().len()]).unwrap();
+        let predicted = report.step_seconds;
         let e = (predicted - real) / real;
         eprintln!("{device} {model:17} b{batch:<4} measured {:8.3} ms  predicted {:8.3} ms  {:+.1}%", real * 1e3, predicted * 1e3, e * 100.0);
-        assert!(e.abs() <= 0.35, "{device} {model} b{batch}: predicted {predicted} s, measured {real} s");
+        assert!(e.abs() <= 0.25, "{device} {model} b{batch}: predicted {predicted} s, measured {real} s");
         errors.push(e.abs());
+        // Where the time goes: the convolutions' kernel time (torch.profiler)
+        // against the simulator's conv-class time, on the points that did
+        // not set the catalog's conv efficiency (H100, ResNet-50 b32).
+        if let Some(conv) = s["by_class_s"]["conv"].as_f64().filter(|&c| c > 0.01 && !(device == "h100" && model == "resnet50" && batch == 32)) {
+            let p = report.devices[0].op_seconds_by_class.get("conv").copied().unwrap_or(0.0);
+            let ec = (p - conv) / conv;
+            eprintln!("{device} {model:17} b{batch:<4} convolutions measured {:8.3} ms  predicted {:8.3} ms  {:+.1}%", conv * 1e3, p * 1e3, ec * 100.0);
+            assert!(ec.abs() <= 0.15, "{device} {model} b{batch}: convolutions predicted {p} s, measured {conv} s");
+        }
     }
     assert_eq!(errors.len(), 10, "five twins at two batches");
     let mape = errors.iter().sum::<f64>() / errors.len() as f64;
     eprintln!("{device} MAPE {:.1}%", mape * 100.0);
-    assert!(mape <= 0.15, "{device} MAPE {mape}");
+    assert!(mape <= 0.10, "{device} MAPE {mape}");
 }

@@ -24,6 +24,7 @@ pub(crate) mod embedding;
 pub(crate) mod math;
 pub(crate) mod matmul;
 pub(crate) mod nn;
+pub(crate) mod batch_norm;
 pub(crate) mod random;
 pub(crate) mod reduce;
 pub(crate) mod rnn;
@@ -190,6 +191,7 @@ pub(crate) fn registry() -> &'static Registry {
         array::register(&mut r);
         matmul::register(&mut r);
         nn::register(&mut r);
+        batch_norm::register(&mut r);
         conv::register(&mut r);
         random::register(&mut r);
         sendrecv::register(&mut r);

@@ -1,12 +1,12 @@
 //! The layer vocabulary the zoo's models share: seeded variables, dense and
-//! convolution layers, batch norm and layer norm composed of primitive ops
-//! (as TensorFlow's non-fused graphs are), and the final assembly of loss,
+//! convolution layers, batch norm (one fused op, as TensorFlow's models run
+//! it) and layer norm (composed of primitive ops), and the final assembly of loss,
 //! gradients, optimizer and batch-norm moving-average updates into one
 //! train op. Trainable and non-trainable variables are tracked apart so a
 //! model's parameter count is exactly the count of what the optimizer updates.
 
 use super::ModelGraph;
-use flowlab_engine::{AttrValue, DType, Graph, Optimizer, Output, Result, Shape};
+use flowlab_engine::{AttrValue, DType, Graph, Optimizer, Output, Result, Shape, Tensor};
 
 /// How a variable's initial value is drawn (every draw is seeded).
 #[derive(Clone, Copy, Debug)]
@@ -146,26 +146,24 @@ impl Net {
     }
 
     /// Training-mode batch normalization over all axes but the last, as
-    /// TensorFlow's non-fused graph computes it: batch mean and variance
-    /// (Mean, Sub, Square, Mean), `(x - mean) · rsqrt(var + eps) · gamma + beta`,
-    /// and moving-average updates of the statistics run with the train op.
+    /// TensorFlow's models run it (`FusedBatchNorm`, one kernel each way):
+    /// batch mean and variance, `(x - mean) · rsqrt(var + eps) · gamma +
+    /// beta`, and moving-average updates of the statistics run with the
+    /// train op.
     pub fn batch_norm(&mut self, g: &Graph, x: &Output, channels: usize, cfg: BnConfig) -> Result<Output> {
         let s = g.scope("BatchNorm");
-        let rank = x.shape().rank() as i64;
-        let axes: Vec<i64> = (0..rank - 1).collect();
         let beta = self.param(&s, "beta", &[channels], Init::Const(0.0))?;
         let gamma = if cfg.scale { Some(self.param(&s, "gamma", &[channels], Init::Const(1.0))?) } else { None };
         let moving_mean = self.state(&s, "moving_mean", &[channels], 0.0)?;
         let moving_var = self.state(&s, "moving_variance", &[channels], 1.0)?;
 
-        let mean = s.reduce_mean(x, &axes, true)?;
-        let centered = s.sub(x, &mean)?;
-        let var = s.reduce_mean(s.square(&centered)?, &axes, true)?;
-        let mut inv = s.rsqrt((&var + cfg.epsilon)?)?;
-        if let Some(gamma) = &gamma {
-            inv = s.mul(&inv, gamma)?;
-        }
-        let y = s.add(s.mul(&centered, &inv)?, &beta)?;
+        // One fused op each way, as TensorFlow's models run it
+        // (`FusedBatchNorm`); a layer without gamma scales by ones.
+        let scale = match &gamma {
+            Some(gamma) => gamma.clone(),
+            None => s.constant(Tensor::from_vec(vec![1f32; channels], [channels])?)?,
+        };
+        let (y, mean, var) = s.fused_batch_norm(x, &scale, &beta, cfg.epsilon)?;
 
         let decay = 1.0 - cfg.momentum;
         for (moving, stat) in [(&moving_mean, &mean), (&moving_var, &var)] {
