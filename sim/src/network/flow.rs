@@ -1656,6 +1656,8 @@ fn join_links(
 /// taken at once in integers, and the step that leaves it is done as is.
 fn repeat_sub(mut r: f64, s: f64, mut count: u32) -> f64 {
     const MANTISSA: u64 = 1 << 52;
+    // Few steps: as is (independent links' chains overlap in the CPU,
+    // which beats the bit work below).
     if count <= 16 {
         for _ in 0..count {
             r = (r - s).max(0.0);
@@ -1663,19 +1665,22 @@ fn repeat_sub(mut r: f64, s: f64, mut count: u32) -> f64 {
         return r;
     }
     while count > 0 {
-        // Outside the range where r / u, s / u are exact and no step
-        // clamps, step as is.
-        if !((1e-200..1e200).contains(&r) && (0.0..1e200).contains(&s)) {
+        // One step, or outside the range where r / u, s / u are exact and
+        // no step clamps: step as is.
+        if count <= 2 || !((1e-200..1e200).contains(&r) && (0.0..1e200).contains(&s)) {
             r = (r - s).max(0.0);
             count -= 1;
             continue;
         }
         let bits = r.to_bits();
-        let exp = ((bits >> 52) & 0x7ff) as i32;
-        // u = 2^(exp - 1075): r = m * u with m the mantissa with its hidden bit.
-        let u = f64::from_bits(((exp - 52) as u64) << 52);
+        let exp = (bits >> 52) & 0x7ff;
+        // r = m * u with u = 2^(exp - 1075) and m the mantissa with its
+        // hidden bit. s / u is computed as s * 2^(1075 - exp): both are the
+        // exact value rounded once, so equal bit for bit, and a product
+        // avoids a division's latency on this hot path.
+        let inv_u = f64::from_bits((2098 - exp) << 52);
         let m = (bits & (MANTISSA - 1)) | MANTISSA;
-        let x = s / u;
+        let x = s * inv_u;
         // x >= 0: truncation is the floor (f64::floor is a libm call on
         // targets without SSE4.1).
         let whole = if x < MANTISSA as f64 { x as u64 } else { u64::MAX };
@@ -1686,30 +1691,26 @@ fn repeat_sub(mut r: f64, s: f64, mut count: u32) -> f64 {
             continue;
         }
         let q = if frac < 0.5 { whole } else { whole + 1 };
-        // Steps whose exact result stays at or above the binade's bottom:
-        // k - 1 < ... with (k - 1) q + x <= m - 2^52.
+        // The j-th step's exact result stays at or above the binade's
+        // bottom while (j - 1) q + x <= m - 2^52 (x not whole: + 1).
         let a = m - MANTISSA;
-        // (q = 0: every step leaves r as it is.)
-        let stays: u64 = if frac == 0.0 {
-            if a < whole {
-                0
-            } else {
-                (a - whole).checked_div(q).map_or(u64::MAX, |k| k + 1)
-            }
-        } else if a < whole + 1 {
-            0
-        } else {
-            (a - whole - 1).checked_div(q).map_or(u64::MAX, |k| k + 1)
-        };
-        if stays == 0 {
+        let need = whole + u64::from(frac != 0.0);
+        if a < need {
             r = (r - s).max(0.0);
             count -= 1;
             continue;
         }
+        // (q = 0: every step leaves r as it is.)
         if q == 0 {
             return r;
         }
-        let k = stays.min(u64::from(count));
+        // Usually every step stays: checked with a product, the division
+        // only when some step leaves the binade.
+        let k = if u64::from(count - 1).saturating_mul(q).saturating_add(need) <= a {
+            u64::from(count)
+        } else {
+            ((a - need) / q + 1).min(u64::from(count))
+        };
         r = f64::from_bits((bits & !(MANTISSA - 1) & !(1 << 63)) | ((m - k * q) & (MANTISSA - 1)));
         count -= k as u32;
     }
@@ -2302,7 +2303,7 @@ mod tests {
         ];
         for _ in 0..20_000 {
             let r = (next() >> 11) as f64 / (1u64 << 53) as f64 * 10f64.powi((next() % 12) as i32);
-            let c = 1 + (next() % 500) as u32;
+            let c = if next() % 2 == 0 { 1 + (next() % 16) as u32 } else { 1 + (next() % 500) as u32 };
             let s = match next() % 4 {
                 // Shares like the filling's: r / n, and off by a few units.
                 0 => r / (1 + next() % 300) as f64,
