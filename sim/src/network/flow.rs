@@ -368,6 +368,13 @@ pub struct FlowNetwork {
     g_moved: Vec<u32>,
     g_movers: Vec<(u32, u32, u32)>,
     g_foreign: Vec<(u32, u32)>,
+    /// Per link: moves onto it in the current batch (0 outside it); the
+    /// links with a count.
+    g_move_count: Vec<u32>,
+    g_touched: Vec<u32>,
+    /// Per batch of moves (from group, to group) and link of their routes:
+    /// (from, to, link, moves).
+    g_move_links: Vec<(u32, u32, u32, u32)>,
     /// Drained flows in propagation, by arrival time.
     arrivals: Arrivals,
     now: SimTime,
@@ -479,6 +486,9 @@ impl FlowNetwork {
             g_moved: Vec::new(),
             g_movers: Vec::new(),
             g_foreign: Vec::new(),
+            g_move_count: vec![0; n],
+            g_touched: Vec::new(),
+            g_move_links: Vec::new(),
             arrivals: Arrivals::default(),
             now: SimTime::ZERO,
             seeds: Vec::new(),
@@ -811,16 +821,18 @@ impl FlowNetwork {
             return false;
         }
         self.g_movers.clear();
+        self.g_move_links.clear();
         if self.try_group_fill() {
             return true;
         }
-        // Undo the moves' counts.
-        while let Some((slot, from, to)) = self.g_movers.pop() {
-            let r = self.flows[slot as usize].route;
-            for &m in self.fabric.route_links(r) {
-                count_out(&mut self.link_groups[m as usize], to);
-                count_in(&mut self.link_groups[m as usize], from);
-            }
+        // Undo the moves' counts, batch by batch in reverse (per link the
+        // same list operations as undoing them one by one).
+        self.g_movers.clear();
+        while let Some((from, to, m, k)) = self.g_move_links.pop() {
+            let list = &mut self.link_groups[m as usize];
+            count_out(list, to, 1);
+            count_in(list, from, k);
+            count_out(list, to, k - 1);
         }
         false
     }
@@ -869,6 +881,9 @@ impl FlowNetwork {
             g_moved,
             g_movers,
             g_foreign,
+            g_move_count,
+            g_touched,
+            g_move_links,
             is_group_link,
             ..
         } = self;
@@ -967,6 +982,11 @@ impl FlowNetwork {
             g_foreign.extend(link_groups[bu].iter().filter(|&&(g, _)| g != b && g_frozen[g as usize] != ge));
             for &(g, mut left) in g_foreign.iter() {
                 let gu = g as usize;
+                // Movers' links, counted per link and applied once per link
+                // below: the same counts, list orders, and charges (all at
+                // this link's share, so `repeat_sub` of k is k single ones)
+                // as moving them one by one, in O(links touched) list work.
+                g_touched.clear();
                 for &Reverse((_, slot, version)) in groups[gu].heap.iter() {
                     if left == 0 {
                         break; // all `g`'s members on this link found
@@ -983,16 +1003,29 @@ impl FlowNetwork {
                     g_movers.push((slot, g, b));
                     left -= 1;
                     for &m in links {
-                        let mu = m as usize;
-                        count_out(&mut link_groups[mu], g);
-                        count_in(&mut link_groups[mu], b);
-                        if g_in[mu] == ge {
-                            if let Some(e) = g_incidence[gu].iter_mut().find(|e| e.0 == m && m != g) {
-                                e.1 -= 1;
-                            }
-                            if m != b {
-                                charge(mu, 1, share, g_residual, g_unfrozen);
-                            }
+                        let c = &mut g_move_count[m as usize];
+                        if *c == 0 {
+                            g_touched.push(m);
+                        }
+                        *c += 1;
+                    }
+                }
+                for &m in g_touched.iter() {
+                    let mu = m as usize;
+                    let k = std::mem::take(&mut g_move_count[mu]);
+                    g_move_links.push((g, b, m, k));
+                    // One by one, the first move out of `g` comes before
+                    // `b` is added, the others after: the same list order.
+                    let list = &mut link_groups[mu];
+                    count_out(list, g, 1);
+                    count_in(list, b, k);
+                    count_out(list, g, k - 1);
+                    if g_in[mu] == ge {
+                        if let Some(e) = g_incidence[gu].iter_mut().find(|e| e.0 == m && m != g) {
+                            e.1 -= k;
+                        }
+                        if m != b {
+                            charge(mu, k, share, g_residual, g_unfrozen);
                         }
                     }
                 }
@@ -1037,8 +1070,8 @@ impl FlowNetwork {
                 }
             }
         }
-        for &(slot, _, to) in g_movers.iter() {
-            for &m in links_of(slot) {
+        for &(_, to, m, _) in g_move_links.iter() {
+            {
                 if m != to && !exact(m as usize, watched) {
                     let t = &mut g_theta[to as usize];
                     *t = t.min(capacity[m as usize] / link_flows[m as usize].len() as f64);
@@ -1103,11 +1136,9 @@ impl FlowNetwork {
                     }
                 }
             }
-            for &(slot, _, to) in g_movers.iter() {
+            for &(_, to, m, _) in g_move_links.iter() {
                 if to as usize == b {
-                    for &m in links_of(slot) {
-                        visit(m, &mut t);
-                    }
+                    visit(m, &mut t);
                 }
             }
             g_theta[b] = t;
@@ -1162,7 +1193,7 @@ impl FlowNetwork {
             g.push(p.target, f, self.generation[f as usize]);
             let r = self.flows[f as usize].route;
             for &m in self.fabric.route_links(r) {
-                count_in(&mut self.link_groups[m as usize], b);
+                count_in(&mut self.link_groups[m as usize], b, 1);
             }
         }
         for i in 0..self.g_movers.len() {
@@ -1181,12 +1212,19 @@ impl FlowNetwork {
                 self.sync_group_link(b);
             }
         }
+        // Movers come in runs from one group: refreshing it once per run
+        // is the same (both calls are idempotent).
+        let mut last = NONE;
         for i in 0..self.g_movers.len() {
-            let from = self.g_movers[i].1 as usize;
-            self.refresh_group(from);
-            self.sync_group_link(from);
+            let from = self.g_movers[i].1;
+            if from != last {
+                last = from;
+                self.refresh_group(from as usize);
+                self.sync_group_link(from as usize);
+            }
         }
         self.g_movers.clear();
+        self.g_move_links.clear();
         // The changed links (in `component`): groups emptied by drains
         // republish their (now absent) drain times.
         for i in 0..self.component.len() {
@@ -1431,7 +1469,7 @@ impl FlowNetwork {
                 generation[f as usize] = generation[f as usize].wrapping_add(1);
                 if *bookkeeping {
                     for &m in fabric.route_links(flows[f as usize].route) {
-                        count_out(&mut link_groups[m as usize], old);
+                        count_out(&mut link_groups[m as usize], old, 1);
                     }
                 }
             }
@@ -1572,7 +1610,7 @@ impl FlowNetwork {
         for k in 0..route.len as usize {
             let l = self.fabric.route_links(route)[k];
             if old != NONE && self.bookkeeping {
-                count_out(&mut self.link_groups[l as usize], old);
+                count_out(&mut self.link_groups[l as usize], old, 1);
             }
             let p = self.link_pos[slot as usize * stride + k] as usize;
             let list = &mut self.link_flows[l as usize];
@@ -1640,7 +1678,7 @@ fn join_links(
     let (is_group_link, watched) = exact;
     for &m in links {
         let m = m as usize;
-        count_in(&mut link_groups[m], g);
+        count_in(&mut link_groups[m], g, 1);
         if m != g as usize && !is_group_link[m] && !watched[m] {
             theta[g as usize] = theta[g as usize].min(capacity[m] / link_flows[m].len() as f64);
         }
@@ -1717,18 +1755,24 @@ fn repeat_sub(mut r: f64, s: f64, mut count: u32) -> f64 {
     r
 }
 
-/// Counts one more member of group `g` in a link's (group, members) list.
-fn count_in(list: &mut Vec<(u32, u32)>, g: u32) {
+/// Counts `k` more members of group `g` in a link's (group, members) list.
+fn count_in(list: &mut Vec<(u32, u32)>, g: u32, k: u32) {
+    if k == 0 {
+        return;
+    }
     match list.iter_mut().find(|e| e.0 == g) {
-        Some(e) => e.1 += 1,
-        None => list.push((g, 1)),
+        Some(e) => e.1 += k,
+        None => list.push((g, k)),
     }
 }
 
-/// Counts one member of group `g` fewer in a link's (group, members) list.
-fn count_out(list: &mut Vec<(u32, u32)>, g: u32) {
+/// Counts `k` members of group `g` fewer in a link's (group, members) list.
+fn count_out(list: &mut Vec<(u32, u32)>, g: u32, k: u32) {
+    if k == 0 {
+        return;
+    }
     if let Some(i) = list.iter().position(|e| e.0 == g) {
-        list[i].1 -= 1;
+        list[i].1 -= k;
         if list[i].1 == 0 {
             list.swap_remove(i);
         }
@@ -1919,7 +1963,7 @@ mod tests {
             let r = net.flows[f as usize].route;
             for &m in &routes[r.start as usize..(r.start + r.len) as usize] {
                 let m = m as usize;
-                count_in(&mut want[m], g);
+                count_in(&mut want[m], g, 1);
                 if m != g as usize && !net.is_group_link[m] && !net.watched[m] {
                     let v = net.capacity[m] / net.link_flows[m].len() as f64;
                     assert!(net.theta[g as usize] <= v, "{what}: group {g} bound {} above link {m}'s {v}", net.theta[g as usize]);
