@@ -64,6 +64,16 @@ const SLOW_AGAIN: u64 = 4;
 /// recomputation once they keep finding the whole network.
 const MAX_WIDE_BACKOFF: u32 = 64;
 
+/// A watched link's fair share must exceed the rate of every group
+/// crossing it by this factor for it to leave the watch list (and the
+/// group path's filling). Only which links the group path fills depends on
+/// it, never the shares (each filling still proves its result or falls
+/// back). 2, as before, kept links in the filling long after they could
+/// matter: 1.05 is 10-25% faster (fat_tree 200 workers, 20 steps: user
+/// 0.94-1.01 s -> 0.83-0.84 s; torus2d 1,024 workers, 1 step: 4.17 ->
+/// 3.09 s).
+const UNWATCH: f64 = 1.05;
+
 /// See `FlowNetwork::group_failures`.
 const GROUP_RETRY: u32 = 8;
 
@@ -320,7 +330,8 @@ pub struct FlowNetwork {
     group_list_pos: Vec<u32>,
     /// Links the group path fills exactly beside the group links (ones
     /// found at or below a crossing group's share): `theta` leaves them
-    /// out. A link stays watched until it carries no flow.
+    /// out. A link stays watched until it carries no flow or its share is
+    /// `UNWATCH` above every group crossing it.
     watched: Vec<bool>,
     watch_list: Vec<u32>,
     /// Whether `link_groups` and `theta` are kept (off after
@@ -901,11 +912,12 @@ impl FlowNetwork {
         let mut i = 0;
         while i < watch_list.len() {
             let w = watch_list[i] as usize;
-            // Unwatched when empty, or (not a group link) at twice the
-            // fastest group crossing it: it joins those groups' bounds.
+            // Unwatched when empty, or (not a group link) with its fair
+            // share `UNWATCH` above the fastest group crossing it: it joins
+            // those groups' bounds.
             let n = link_flows[w].len();
             let v = if n == 0 { f64::INFINITY } else { capacity[w] / n as f64 };
-            let far = !is_group_link[w] && link_groups[w].iter().all(|&(g, _)| 2.0 * groups[g as usize].rate < v);
+            let far = !is_group_link[w] && link_groups[w].iter().all(|&(g, _)| UNWATCH * groups[g as usize].rate < v);
             if n == 0 || far {
                 for &(g, _) in &link_groups[w] {
                     theta[g as usize] = theta[g as usize].min(v);
