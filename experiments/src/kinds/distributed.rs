@@ -15,8 +15,8 @@
 //!   link: { gbps: 1, latency_us: 100 }   # optional: emulated between the tasks, and the simulator's link
 //!   batch: 32             # examples per update (split over the needed workers in sync)
 //!   epochs: 2
-//!   kill: worker:2@20     # optional, sync: stop a task after update 20
-//!   checkpoint_every: 10  # optional, sync: checkpoints (a killed PS restarts from the newest)
+//!   kill: worker:2@20     # optional: stop a task after update 20 (async: a ps task, after global update 20)
+//!   checkpoint_every: 10  # optional: checkpoints (a killed PS restarts from the newest)
 //!   calibration_reps: 5   # timed batches per calibration figure (the median is kept)
 //! ```
 //!
@@ -279,8 +279,17 @@ impl DistributedPoint {
         if self.checkpoint_every == Some(0) {
             return Err("invalid parameter `checkpoint_every`: must be at least 1".into());
         }
-        if (self.kill.is_some() || self.checkpoint_every.is_some()) && self.strategy != StrategyName::Sync {
-            return Err("invalid parameter `kill`/`checkpoint_every`: kills and checkpoints happen between synchronous updates (strategy sync)".into());
+        // asynchronous training has no backup: a dead worker stops it, a
+        // dead PS task is restarted (from the newest checkpoint, taken at
+        // a global update boundary)
+        if self.strategy == StrategyName::Async
+            && let Some((task, _)) = self.kill_at()?
+            && task.job != Job::Ps
+        {
+            return Err(format!(
+                "invalid parameter `kill`: `{}`: with strategy async only a ps task may be killed (it is restarted); a dead worker stops asynchronous training",
+                self.kill.as_deref().unwrap_or_default()
+            ));
         }
         self.kill_at()?;
         Ok(())
@@ -449,9 +458,12 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     let spec = cluster.spec.clone();
     let cluster = Mutex::new(cluster);
     let kill = p.kill_at()?;
+    // once: a restarted run replays the updates after its checkpoint
+    let killed = std::sync::atomic::AtomicBool::new(false);
     let on_step = |steps: usize| {
         if let Some((task, at)) = kill
             && steps == at
+            && !killed.swap(true, std::sync::atomic::Ordering::Relaxed)
         {
             cluster.lock().unwrap_or_else(|e| e.into_inner()).kill_task(task);
         }
@@ -565,7 +577,7 @@ mod tests {
             ("workers: 3\nbatch: 32", "multiple of the 3 gradients"),
             ("kill: worker:3@5\nworkers: 2", "the cluster has 2 worker tasks"),
             ("kill: worker:1", "TASK@STEP"),
-            ("strategy: async\nkill: worker:0@3", "strategy sync"),
+            ("strategy: async\nkill: worker:0@3", "only a ps task may be killed"),
             ("link: { gbps: 0, latency_us: 5 }", "`link.gbps`: must be a finite positive"),
             ("link: { gbps: 1, latency_us: -1 }", "`link.latency_us`"),
             ("link: { gbps: 1, latency: 5 }", "latency"),
@@ -617,5 +629,13 @@ mod tests {
         let m = run.run(&PointEnv { seed: 1, launcher: Launcher::Threads }).unwrap().metrics;
         assert_eq!(m["failed_workers"], 1.0, "{m:?}");
         assert!(m["steps"] > 10.0, "{m:?}");
+        // asynchronous workers, the PS killed after global update 15 and
+        // restarted once from the checkpoint of update 10 (or 11: the other
+        // worker's update in flight when the chief closed the gate); the
+        // run still applies every batch of the epoch once
+        let run = point("strategy: async\nworkers: 2\nepochs: 1\ncalibration_reps: 1\nkill: ps:0@15\ncheckpoint_every: 10").unwrap();
+        let m = run.run(&PointEnv { seed: 1, launcher: Launcher::Threads }).unwrap().metrics;
+        assert_eq!((m["restarts"], m["steps"]), (1.0, 45.0), "{m:?}");
+        assert!((4.0..=6.0).contains(&m["steps_lost"]), "{m:?}");
     }
 }
