@@ -379,8 +379,7 @@ fn predict_inputs(
     // moment's share swung from 0.36 to 1.0 between the points of one
     // sitting while the runs saw the load of the whole sweep; dividing by
     // it predicted 1 PS + 1 worker up to +112%)
-    let share = 1.0;
-    let per_end_us = link.recv_cpu_s * 1e6 * CPU_SHARE_PER_END / share;
+    let per_end_us = link.recv_cpu_s * 1e6 * CPU_SHARE_PER_END;
     // the calibration's empty step runs one RunGraph on each of two tasks;
     // a synchronous step runs one on every worker and PS task, over the
     // `needed` gradients; an asynchronous worker's (or a backup worker's
@@ -389,7 +388,7 @@ fn predict_inputs(
         StrategyName::Sync if p.backup == 0 => (p.workers + p.ps) as f64 / needed as f64,
         _ => (1 + p.ps) as f64,
     };
-    let step_cpu_us = link.step_cpu_s * 1e6 / 2.0 * run_graphs / share;
+    let step_cpu_us = link.step_cpu_s * 1e6 / 2.0 * run_graphs;
     let link_latency_us = emulated.map_or(0.0, |l| l.latency_us);
     // the PS applies one update per `needed` gradients (sync) or per
     // gradient (async); the simulator charges a request at each fetch and
@@ -409,7 +408,7 @@ fn predict_inputs(
         // emulated link delays the tensors of one direction one behind
         // the other, a latency each, where the simulator has 3 (a fetch's
         // request and answer, a push)
-        step_wait_us: (link.step_overhead_s - link.step_cpu_s / share).max(0.0) * 1e6 + transfers.saturating_sub(3) as f64 * link_latency_us,
+        step_wait_us: (link.step_overhead_s - link.step_cpu_s).max(0.0) * 1e6 + transfers.saturating_sub(3) as f64 * link_latency_us,
         ..Workload::default()
     };
     let loopback_gbps = link.bytes_per_s * 8.0 / 1e9;
