@@ -203,6 +203,59 @@ pub struct LoopbackFigures {
     /// exchange nothing (fetching a constant from each): the fixed cost of
     /// a step's fan-out and answers.
     pub step_overhead_s: f64,
+    /// CPU time (every thread of the process: client, both servers) per
+    /// `RecvTensor` of the small tensor: what one transfer costs the
+    /// machine's cores, its two ends together, apart from the waits.
+    pub recv_cpu_s: f64,
+    /// CPU time of the master and both tasks per empty step.
+    pub step_cpu_s: f64,
+    /// The share of a core one busy thread gets now: its CPU time over its
+    /// wall time (1: a core to itself; less while other jobs run on the
+    /// host and the scheduler shares the cores among them).
+    pub core_share: f64,
+}
+
+/// The share of a core one busy thread gets now (see
+/// [`LoopbackFigures::core_share`]): a thread spinning for `batch` each
+/// time (this process's other threads idle), the median over `reps` times.
+fn core_share(reps: usize, batch: Duration) -> f64 {
+    let mut shares: Vec<f64> = (0..reps.max(1))
+        .map(|_| {
+            let cpu0 = process_cpu_s();
+            let t = Instant::now();
+            let mut x = 0u64;
+            while t.elapsed() < batch {
+                for i in 0..1000u64 {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+                }
+            }
+            let wall = t.elapsed().as_secs_f64();
+            ((process_cpu_s() - cpu0) / wall).clamp(0.0, 1.0)
+        })
+        .collect();
+    shares.sort_by(f64::total_cmp);
+    shares[shares.len() / 2]
+}
+
+/// CPU time this process has used so far, seconds (every thread).
+fn process_cpu_s() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return f64::NAN;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// `f`'s wall time per run (as [`median_per_run`]) and the process's CPU
+/// time per run over all the timed runs.
+fn wall_and_cpu(reps: usize, iters: usize, f: impl FnMut(usize) -> Result<()>) -> Result<(f64, f64)> {
+    let cpu0 = process_cpu_s();
+    let wall = median_per_run(reps, iters, f)?;
+    // the warm-up batch ran too: (reps + 1) batches
+    let cpu = (process_cpu_s() - cpu0) / ((reps + 1) * iters) as f64;
+    Ok((wall, cpu))
 }
 
 /// Measures [`LoopbackFigures`] on a one-PS, one-worker cluster on threads
@@ -216,8 +269,8 @@ pub fn measure_loopback(bytes: usize, reps: usize) -> Result<LoopbackFigures> {
     let servers = start_all(&spec)?;
     let mut client = TaskClient::connect(&spec, ps, Duration::from_secs(10))?;
     let producer = &servers[0].rendezvous;
-    let mut recv = |t: &Tensor, iters: usize| -> Result<f64> {
-        median_per_run(reps, iters, |i| {
+    let mut recv = |t: &Tensor, iters: usize| -> Result<(f64, f64)> {
+        wall_and_cpu(reps, iters, |i| {
             let k = key(&src, &dst, i as u64);
             flowlab_engine::send_tensor(producer.as_ref(), &k, t, CommFormat::F32)?;
             client.recv_wire(&k, Duration::from_secs(5))?;
@@ -228,18 +281,19 @@ pub fn measure_loopback(bytes: usize, reps: usize) -> Result<LoopbackFigures> {
     let small = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], vec![4])?;
     let floats = (bytes / 4).max(4);
     let large = Tensor::from_vec((0..floats).map(|i| (i % 7) as f32).collect::<Vec<f32>>(), vec![floats])?;
-    let recv_small_s = recv(&small, 50)?;
-    let recv_large_s = recv(&large, 20)?;
+    let (recv_small_s, recv_cpu_s) = recv(&small, 50)?;
+    let (recv_large_s, _) = recv(&large, 20)?;
     let g = Graph::new();
     let a = g.device(&ps.device().to_string()).constant(small.clone())?;
     let b = g.device(&w0.device().to_string()).constant(small)?;
     let mut master = Master::connect(&spec, MasterOptions::default())?;
     master.register(&g)?;
-    let step_overhead_s = median_per_run(reps, 20, |_| master.run(&[], &[&a, &b], &[]).map(drop))?;
+    let (step_overhead_s, step_cpu_s) = wall_and_cpu(reps, 20, |_| master.run(&[], &[&a, &b], &[]).map(drop))?;
     drop(master);
     drop(servers);
+    let core_share = core_share(reps.min(5), Duration::from_millis(20));
     let added = (recv_large_s - recv_small_s).max(1e-9);
-    Ok(LoopbackFigures { recv_small_s, recv_large_s, bytes: floats * 4, bytes_per_s: (floats * 4) as f64 / added, step_overhead_s })
+    Ok(LoopbackFigures { recv_small_s, recv_large_s, bytes: floats * 4, bytes_per_s: (floats * 4) as f64 / added, step_overhead_s, recv_cpu_s, step_cpu_s, core_share })
 }
 
 #[cfg(test)]
@@ -251,6 +305,13 @@ mod tests {
         // a megabyte takes longer than 16 bytes; the rate is plausible for loopback
         assert!(f.recv_large_s > f.recv_small_s && f.bytes_per_s > 1e7 && f.bytes_per_s < 1e12, "{f:?}");
         assert!(f.step_overhead_s > 0.0 && f.step_overhead_s < 0.1, "{f:?}");
+        // a transfer costs CPU, and the process cannot use more than its
+        // cores' worth of the wall time (4x slack: the CPU is a mean over
+        // every run, the wall time a median)
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        assert!(f.recv_cpu_s > 0.0 && f.recv_cpu_s < 4.0 * cores * f.recv_small_s, "{f:?}");
+        assert!(f.step_cpu_s > 0.0, "{f:?}");
+        assert!(f.core_share > 0.0 && f.core_share <= 1.0, "{f:?}");
     }
 
     #[test]

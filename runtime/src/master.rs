@@ -18,8 +18,9 @@
 //! part task, all at once. When a task fails, the master aborts the step on
 //! the others (`AbortStep`: their Recvs end at once instead of at their
 //! timeout), collects their answers and returns the first error, naming
-//! the failed task; the keys a step left are forgotten on the next
-//! call to each task after the step ended. `run` may be called from several
+//! the failed task (a task that had done its part drops the tensors it
+//! sent for the step at once); the keys a step left are forgotten on the
+//! next call to each task after the step ended. `run` may be called from several
 //! threads at once (asynchronous workers): each call is its own step.
 
 use std::collections::{BTreeSet, HashMap};
@@ -372,10 +373,12 @@ impl Master {
                 errors.push((pos, failed.clone()));
                 if first.is_none() {
                     // the others may wait for this task's tensors: end the
-                    // step there at once, then collect their answers
+                    // step there at once, then collect their answers; the
+                    // ones done already may hold tensors no one will ask
+                    // for, which the abort drops
                     let reason = format!("task {} failed", task_names[pos]);
                     for (p, c, to) in &abort_to {
-                        if *p != pos && out[*p].is_none() {
+                        if *p != pos {
                             let mut c = c.clone();
                             let req = AbortStepRequest { to: *to, step_id, reason: reason.clone() };
                             tokio::spawn(async move {
@@ -426,7 +429,7 @@ mod tests {
     use crate::cluster::Job;
     use crate::net::bind_task;
     use crate::worker::TaskServer;
-    use flowlab_engine::DType;
+    use flowlab_engine::{DType, EmulatedLink};
 
     #[test]
     fn a_failing_task_ends_the_step_on_the_others_at_once() {
@@ -449,5 +452,47 @@ mod tests {
         assert!(e.starts_with(&format!("task worker:0 at {}: RunGraph step 2", spec.address(w0).unwrap())) && e.contains("feed for 'x:0': expected f32[2], got f32[3]"), "{e}");
         // the next step runs as before
         assert_eq!(m.run(&[(&x, &good)], &[&y], &[]).unwrap()[0].to_vec::<f32>().unwrap(), [2.0, 4.0]);
+    }
+
+    /// A step that fails on ps:0 after worker:0 has sent its tensor (or
+    /// handed it to an emulated link that delivers it later): the tensor
+    /// is dropped from worker:0's table when the step is aborted, not kept
+    /// until the master's next call there (which may never come).
+    #[test]
+    fn a_failed_steps_tensors_do_not_stay_in_the_senders_table() {
+        let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        for link in [None, Some(EmulatedLink::new(1.0, 300_000.0).unwrap())] {
+            let (ps, w0) = (TaskId::new(Job::Ps, 0), TaskId::new(Job::Worker, 0));
+            let spec = ClusterSpec::from_tasks([(ps, format!("127.0.0.1:{}", port())), (w0, format!("127.0.0.1:{}", port()))]).unwrap();
+            let servers: Vec<TaskServer> =
+                spec.tasks().map(|(t, _)| TaskServer::start_with_link(&spec, t, bind_task(&spec, t).unwrap(), link).unwrap()).collect();
+            let g = Graph::new();
+            let x = g.device(&w0.device().to_string()).placeholder("x", DType::F32, [2]).unwrap();
+            let z = g.device(&ps.device().to_string()).placeholder("z", DType::F32, [2]).unwrap();
+            let y = g.device(&ps.device().to_string()).add(&x, &z).unwrap();
+            let mut m = Master::connect(&spec, MasterOptions { recv_timeout: Duration::from_secs(30), link, ..Default::default() }).unwrap();
+            m.register(&g).unwrap();
+            let good = Tensor::from_vec(vec![1.0f32, 2.0], vec![2]).unwrap();
+            let bad = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], vec![3]).unwrap();
+            // ps:0 refuses its feed; worker:0's Send of x has run (or its
+            // tensor is on the emulated link for 300 ms)
+            let e = m.run(&[(&x, &good), (&z, &bad)], &[&y], &[]).unwrap_err().to_string();
+            assert!(e.contains("ps:0"), "{e}");
+            let table = &servers.iter().find(|s| s.task == w0).unwrap().rendezvous;
+            // the abort reaches worker:0 at once; an emulated delivery comes
+            // 300 ms after the Send: watch past it
+            let until = Instant::now() + Duration::from_millis(if link.is_some() { 900 } else { 300 });
+            let mut most = 0;
+            let mut last = usize::MAX;
+            while Instant::now() < until || last != 0 {
+                last = table.num_keys();
+                most = most.max(last);
+                assert!(Instant::now() < until + Duration::from_secs(5), "worker:0 still holds {last} keys of the failed step");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert!(most <= 1, "{most}");
+            // the next step runs as before
+            assert_eq!(m.run(&[(&x, &good), (&z, &good)], &[&y], &[]).unwrap()[0].to_vec::<f32>().unwrap(), [2.0, 4.0]);
+        }
     }
 }

@@ -189,7 +189,14 @@ struct Chief<'a> {
     progress: std::sync::atomic::AtomicUsize,
     gate: std::sync::Mutex<Gate>,
     turn: std::sync::Condvar,
+    /// Backup workers: shards taken from the queue when each update was
+    /// applied (index: the update), saved with the checkpoint
+    /// (`shards_taken`) so that a resumed run goes on from there.
+    positions: Option<&'a std::sync::Mutex<Vec<usize>>>,
 }
+
+/// The checkpoint metadata key of a backup-worker run's shard position.
+const SHARDS_TAKEN: &str = "shards_taken";
 
 /// Asynchronous updates and the chief's checkpoints (see [`Chief`]).
 #[derive(Default)]
@@ -212,6 +219,11 @@ impl Chief<'_> {
         let named: Vec<(String, Tensor)> = self.variables.iter().map(|v| v.name()).zip(values).collect();
         let mut meta = self.meta.clone();
         meta.insert("step".into(), at.to_string());
+        if let Some(p) = self.positions
+            && let Some(&taken) = p.lock().unwrap_or_else(|e| e.into_inner()).get(at)
+        {
+            meta.insert(SHARDS_TAKEN.into(), taken.to_string());
+        }
         m.save_values(&named, at as u64, &meta)?;
         Ok(())
     }
@@ -365,11 +377,21 @@ pub fn train_on_cluster_with(
     let restore = pg.scope("restore").group("all", &assigns.iter().collect::<Vec<_>>())?;
     master.register(&g)?;
     master.run(&[], &[], &[&init])?;
+    // backup workers: shards taken from the queue when update k was applied
+    // (index k), so a restart from update k's checkpoint goes on from there
+    let positions = std::sync::Mutex::new(vec![0usize]);
     let chief = Chief {
+        positions: (mode == Mode::Sync && backup > 0).then_some(&positions),
         manager,
         every: how.checkpoint.as_ref().map_or(1, |c| c.every),
         variables,
-        meta: [("seed", cfg.seed.to_string()), ("batch", cfg.batch.to_string()), ("workers", n.to_string()), ("backup", backup.to_string())]
+        meta: [
+            ("seed", cfg.seed.to_string()),
+            ("batch", cfg.batch.to_string()),
+            ("workers", n.to_string()),
+            ("backup", backup.to_string()),
+            ("mode", mode.to_string()),
+        ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
@@ -390,12 +412,10 @@ pub fn train_on_cluster_with(
     let traffic_before = master.traffic();
     let (mut restarts, mut steps_lost) = (0u64, 0u64);
     let mut resumed: (Option<u64>, Vec<String>) = (None, Vec::new());
-    if how.checkpoint.as_ref().is_some_and(|c| c.resume) && (mode != Mode::Sync || backup > 0) {
-        return Err(config("resume: a cluster run resumes synchronous training without backup workers only".into()));
-    }
     // The newest checkpoint that reads intact, written by a run with the
     // same settings, restored into every PS task: (its step, the newer
-    // files skipped and why); None when there is none.
+    // files skipped and why); None when there is none. With backup workers
+    // its shard position goes back into `positions`.
     let restore_newest = |master: &Master| -> Result<Option<(usize, Vec<String>)>> {
         let Some(m) = &chief.manager else { return Ok(None) };
         let mut skipped = Vec::new();
@@ -423,6 +443,20 @@ pub fn train_on_cluster_with(
                 let t = ck.tensors.get(name).ok_or_else(|| config(format!("checkpoint {} has no variable '{name}'", path.display())))?;
                 feeds.push((ph, t));
             }
+            if chief.positions.is_some() {
+                let taken: usize = ck.metadata.get(SHARDS_TAKEN).and_then(|v| v.parse().ok()).ok_or_else(|| {
+                    config(format!(
+                        "checkpoint {} has no `{SHARDS_TAKEN}` (written before backup-worker runs could resume): resume from another checkpoint folder",
+                        path.display()
+                    ))
+                })?;
+                let mut pos = positions.lock().unwrap_or_else(|e| e.into_inner());
+                let at = step as usize;
+                if pos.len() <= at {
+                    pos.resize(at + 1, 0);
+                }
+                pos[at] = taken;
+            }
             master.run(&feeds, &[], &[&restore])?;
             return Ok(Some((step as usize, skipped)));
         }
@@ -439,9 +473,6 @@ pub fn train_on_cluster_with(
         from = step;
         resumed = (Some(step as u64), skipped);
     }
-    // backup workers: shards taken from the queue when update k was applied
-    // (index k), so a restart from update k's checkpoint goes on from there
-    let positions = std::sync::Mutex::new(vec![0usize]);
     let is_ps = |e: &RuntimeError| matches!(e, RuntimeError::Rpc { task, .. } if ps.iter().any(|p| p.to_string() == *task));
     let (steps, train_loss) = loop {
         let r = match &built {
@@ -1171,6 +1202,49 @@ mod tests {
         cfg.batch = 16;
         let e = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { checkpoint: Some(ck(true)), ..Default::default() }).unwrap_err().to_string();
         assert!(e.contains("with batch 32, this run has batch 16"), "{e}");
+    }
+
+    /// `--resume` of the modes whose update order is not fixed: an async
+    /// run and a backup-worker run stopped after one epoch go on from
+    /// their newest checkpoint (the global update it holds; the shards
+    /// taken when it was saved) and, as their uninterrupted runs, apply
+    /// every batch of the one-process schedule (async) or apply or drop
+    /// every shard once (backup workers), within those runs' accuracy
+    /// tolerance of one process.
+    #[test]
+    fn async_and_backup_runs_resume_from_their_newest_checkpoint() {
+        use flowlab_programs::train::CheckpointConfig;
+        let data = digits();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 3;
+        let one = train(&data, &cfg).unwrap();
+        for (workers, how) in [
+            (2, ClusterTraining { mode: Mode::Async, ..Default::default() }),
+            (3, ClusterTraining { backup: 1, ..Default::default() }),
+        ] {
+            let spec = local_spec(workers);
+            let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+            let dir = tempfile::tempdir().unwrap();
+            let ck = |resume: bool| Some(CheckpointConfig { dir: dir.path().into(), every: 20, keep: 2, resume });
+            let mut first = cfg.clone();
+            first.epochs = 1;
+            let a = train_on_cluster(&data, &first, &spec, &ClusterTraining { checkpoint: ck(false), ..how.clone() }).unwrap();
+            let saved = CheckpointManager::new(dir.path(), 2).unwrap().steps().unwrap();
+            let newest = *saved.last().unwrap() as usize;
+            assert!(newest >= 20 && newest <= a.report.steps, "{saved:?} {a:?}");
+            let got = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { checkpoint: ck(true), ..how.clone() }).unwrap();
+            assert_eq!(got.report.resumed_from_step, Some(newest as u64), "{got:?}");
+            if how.mode == Mode::Async {
+                assert_eq!(got.report.steps, one.steps, "{got:?}");
+            } else {
+                assert_eq!(got.report.steps as u64 * 2 + got.dropped_gradients, one.steps as u64 * 2, "{got:?}");
+            }
+            assert!((got.report.accuracy - one.accuracy).abs() <= 0.03, "{got:?} vs {one:?}");
+            // the other mode's folder is refused, naming the setting
+            let other = if how.mode == Mode::Async { ClusterTraining::default() } else { ClusterTraining { mode: Mode::Async, ..Default::default() } };
+            let e = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { checkpoint: ck(true), ..other }).unwrap_err().to_string();
+            assert!(e.contains("this run has"), "{e}");
+        }
     }
 
     #[test]

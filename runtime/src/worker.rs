@@ -109,9 +109,10 @@ struct TaskState {
     /// The rendezvous of the steps running here, by step id, so that
     /// `AbortStep` can end them.
     running: Mutex<HashMap<u64, Vec<Arc<StepRendezvous>>>>,
-    /// Steps aborted (with why) before or while they ran here; forgotten
-    /// with the step's keys.
-    aborted: Mutex<HashMap<u64, String>>,
+    /// Steps aborted (with why) before, while or after they ran here (the
+    /// newest `ABORTED_KEPT`; step ids only grow), shared with the
+    /// delivery of emulated-link tensors.
+    aborted: Arc<Aborted>,
     /// `RecvTensor` answers this task gave, and their tensors' data bytes
     /// (in the communication format sent): the traffic between tasks.
     served: AtomicU64,
@@ -153,6 +154,78 @@ impl TaskState {
         let c = endpoint(&self.spec, task, Duration::from_secs(10))?.connect_lazy();
         ch.insert(task, c.clone());
         Ok(c)
+    }
+}
+
+/// Aborted steps kept per task: a late tensor of one of them (an
+/// emulated link delivers it after the abort) is dropped as long as its
+/// step is among these.
+const ABORTED_KEPT: usize = 4096;
+
+/// The steps aborted on a task, and the one gate between an abort's
+/// cleanup of the task's table and any tensor left in it: a tensor of an
+/// aborted step is never left there, whether it came before the abort (the
+/// cleanup drops it) or after (it is dropped at the door). No consumer
+/// asks for it: the master ends every task's part of a failed step.
+#[derive(Default)]
+pub(crate) struct Aborted {
+    steps: Mutex<std::collections::BTreeMap<u64, String>>,
+}
+
+impl Aborted {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<u64, String>> {
+        self.steps.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn why(&self, step: u64) -> Option<String> {
+        self.lock().get(&step).cloned()
+    }
+
+    /// Marks `step` aborted and drops what `table` holds of it: tensors sent
+    /// and not received, and receivers waiting (their callers learn that
+    /// the step was cleaned up).
+    fn abort(&self, step: u64, why: String, table: &LocalRendezvous) {
+        let mut steps = self.lock();
+        steps.entry(step).or_insert(why);
+        while steps.len() > ABORTED_KEPT {
+            steps.pop_first();
+        }
+        table.end_step(step);
+    }
+
+    /// Leaves `tensor` in `table` unless its step was aborted: `Ok(false)`
+    /// then, and the tensor is dropped.
+    fn deliver(&self, table: &LocalRendezvous, key: &RendezvousKey, tensor: Tensor) -> flowlab_engine::Result<bool> {
+        let steps = self.lock();
+        if steps.contains_key(&key.step_id) {
+            return Ok(false);
+        }
+        table.send(key, tensor)?;
+        drop(steps);
+        Ok(true)
+    }
+}
+
+/// Where an emulated link leaves the tensors it delayed: the task's table,
+/// through [`Aborted::deliver`] (a tensor that arrives after its step was
+/// aborted is dropped).
+struct LinkDelivery {
+    table: Arc<LocalRendezvous>,
+    aborted: Arc<Aborted>,
+}
+
+impl Rendezvous for LinkDelivery {
+    fn send(&self, key: &RendezvousKey, tensor: Tensor) -> flowlab_engine::Result<()> {
+        self.aborted.deliver(&self.table, key, tensor).map(drop)
+    }
+    fn recv(&self, key: &RendezvousKey, timeout: Duration) -> flowlab_engine::Result<Tensor> {
+        self.table.recv(key, timeout)
+    }
+    fn recv_async(&self, key: RendezvousKey, done: RecvCallback) {
+        self.table.recv_async(key, done)
+    }
+    fn abort(&self, err: &EngineError) {
+        self.table.abort(err)
     }
 }
 
@@ -208,7 +281,7 @@ impl WorkerService {
         let rdv = Arc::new(StepRendezvous::new(Arc::clone(st), &reg, r.step_id));
         st.running.lock().unwrap_or_else(|e| e.into_inner()).entry(r.step_id).or_default().push(Arc::clone(&rdv));
         // an abort that came first
-        if let Some(why) = st.aborted.lock().unwrap_or_else(|e| e.into_inner()).get(&r.step_id).cloned() {
+        if let Some(why) = st.aborted.why(r.step_id) {
             rdv.abort(&EngineError::Device(why));
         }
         let feed_refs: Vec<_> = feeds.iter().map(|(o, t)| (o, t)).collect();
@@ -228,7 +301,13 @@ impl WorkerService {
                 }
             }
         }
-        let out = out.map_err(|e| Status::aborted(format!("task {} step {}: {e}", st.task, r.step_id)))?;
+        let out = out.map_err(|e| {
+            // the step failed here: what this task sent for it will not be
+            // asked for (the master aborts the step everywhere)
+            let why = format!("task {} step {}: {e}", st.task, r.step_id);
+            st.aborted.abort(r.step_id, why.clone(), &st.rendezvous);
+            Status::aborted(why)
+        })?;
         let mut fetched = Vec::with_capacity(out.len());
         for (name, t) in r.fetches.iter().zip(&out) {
             let tensor = wire::to_proto(t).map_err(|e| Status::internal(format!("task {}: fetch `{name}`: {e}", st.task)))?;
@@ -305,7 +384,7 @@ impl Worker for WorkerService {
         let r = req.into_inner();
         st.admit(r.to.as_ref(), false)?;
         let why = format!("step {} aborted by the master: {}", r.step_id, r.reason);
-        st.aborted.lock().unwrap_or_else(|e| e.into_inner()).insert(r.step_id, why.clone());
+        st.aborted.abort(r.step_id, why.clone(), &st.rendezvous);
         let steps = st.running.lock().unwrap_or_else(|e| e.into_inner()).get(&r.step_id).cloned().unwrap_or_default();
         for rdv in steps {
             rdv.abort(&EngineError::Device(why.clone()));
@@ -318,7 +397,6 @@ impl Worker for WorkerService {
         self.state.admit(r.to.as_ref(), false)?;
         for &s in &r.finished_steps {
             self.state.rendezvous.end_step(s);
-            self.state.aborted.lock().unwrap_or_else(|e| e.into_inner()).remove(&s);
         }
         self.state.last_step.fetch_max(r.step_id, Ordering::Relaxed);
         let me = WorkerService { state: Arc::clone(&self.state) };
@@ -410,7 +488,10 @@ impl Rendezvous for StepRendezvous {
                 Some(t) => tensor = t,
             }
         }
-        self.state.rendezvous.send(key, tensor)
+        match self.state.aborted.deliver(&self.state.rendezvous, key, tensor)? {
+            true => Ok(()),
+            false => Err(EngineError::Rendezvous { key: key.to_string(), detail: "step aborted on this task".into() }),
+        }
     }
 
     fn recv(&self, key: &RendezvousKey, timeout: Duration) -> flowlab_engine::Result<Tensor> {
@@ -487,9 +568,13 @@ impl TaskServer {
             .map_err(io)?;
         spec.address(task)?;
         let rendezvous = Arc::new(LocalRendezvous::new());
+        let aborted = Arc::new(Aborted::default());
         let links = match link {
             Some(l) => Some(Arc::new(
-                LinkEmulator::start(LinkMap { all: Some(l), ..Default::default() }, Arc::clone(&rendezvous) as Arc<dyn Rendezvous>)
+                LinkEmulator::start(
+                    LinkMap { all: Some(l), ..Default::default() },
+                    Arc::new(LinkDelivery { table: Arc::clone(&rendezvous), aborted: Arc::clone(&aborted) }) as Arc<dyn Rendezvous>,
+                )
                     .map_err(|e| RuntimeError::Engine { message: format!("task {task}: {e}") })?,
             )),
             None => None,
@@ -506,7 +591,7 @@ impl TaskServer {
             next_handle: AtomicU64::new(1),
             channels: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
-            aborted: Mutex::new(HashMap::new()),
+            aborted,
             served: AtomicU64::new(0),
             served_bytes: AtomicU64::new(0),
             last_step: AtomicU64::new(0),

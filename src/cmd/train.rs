@@ -86,7 +86,9 @@ pub struct TrainArgs {
     keep: usize,
     /// Continue from the newest intact checkpoint in --checkpoint-dir (an
     /// empty directory starts from scratch); the result equals a run never
-    /// stopped.
+    /// stopped (bit for bit, but for --async and --sync-backup cluster runs,
+    /// whose order of updates is not fixed: they go on with the batches or
+    /// shards after the checkpoint's).
     #[arg(long, requires = "checkpoint_dir")]
     resume: bool,
     /// Print the result as one JSON object on the last line.
@@ -364,9 +366,6 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
     cfg.devices = if mode == Mode::Sync { workers - args.sync_backup } else { 1 };
     cfg.placement = ParallelPlacement::Replicas;
     cfg.validate().map_err(for_cli)?;
-    if args.resume && (mode != Mode::Sync || args.sync_backup > 0) {
-        bail!("--resume: a cluster run resumes synchronous training without backup workers only (drop --async / --sync-backup)");
-    }
     let how = ClusterTraining {
         checkpoint: cfg.checkpoint.clone(),
         mode,

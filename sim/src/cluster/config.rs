@@ -41,6 +41,12 @@ pub struct ClusterConfig {
     pub failures: Option<Failures>,
     #[serde(default)]
     pub checkpoint: Option<Checkpoint>,
+    /// The tasks share one host of this many cores (a local cluster on one
+    /// machine): each worker's step overhead and compute and each PS
+    /// request hold one core while they run, first come first served. Absent:
+    /// every task has a machine of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cores: Option<u32>,
     /// Memory of each PS task, for the shard-size check.
     #[serde(default = "default_ps_memory_gb")]
     pub ps_memory_gb: f64,
@@ -89,6 +95,12 @@ impl Strategy {
     }
 }
 
+/// Most cores of a `host_cores` host.
+pub const MAX_HOST_CORES: u32 = 4096;
+
+/// Most endpoints of a `mesh` (its cables grow with the square).
+pub const MAX_MESH: usize = 256;
+
 /// Topology kind (`network.topology`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -96,6 +108,8 @@ pub enum TopologyKind {
     #[default]
     Star,
     Ring,
+    /// Every pair of endpoints on its own cable (at most `MAX_MESH` endpoints).
+    Mesh,
     Torus2d,
     Torus3d,
     FatTree,
@@ -271,6 +285,7 @@ impl Default for ClusterConfig {
             steps: default_steps(),
             failures: None,
             checkpoint: None,
+            host_cores: None,
             ps_memory_gb: default_ps_memory_gb(),
             max_sim_time_s: default_max_sim_time_s(),
             max_events: default_max_events(),
@@ -361,6 +376,15 @@ impl NetworkConfig {
         Ok(match self.topology {
             TopologyKind::Star => TopologyShape::Star { endpoints: devices },
             TopologyKind::Ring => TopologyShape::Ring { endpoints: devices },
+            TopologyKind::Mesh => {
+                if devices > MAX_MESH {
+                    return Err(SimError::param(
+                        "network.topology",
+                        format!("a mesh of {devices} devices needs a cable per pair; at most {MAX_MESH} devices (use star or fat_tree)"),
+                    ));
+                }
+                TopologyShape::Mesh { endpoints: devices }
+            }
             TopologyKind::Torus2d | TopologyKind::Torus3d => {
                 let n = if self.topology == TopologyKind::Torus2d { 2 } else { 3 };
                 let dims: Vec<usize> = match &self.dims {
@@ -455,6 +479,7 @@ fn topology_name(k: TopologyKind) -> &'static str {
     match k {
         TopologyKind::Star => "star",
         TopologyKind::Ring => "ring",
+        TopologyKind::Mesh => "mesh",
         TopologyKind::Torus2d => "torus2d",
         TopologyKind::Torus3d => "torus3d",
         TopologyKind::FatTree => "fat_tree",
@@ -514,6 +539,7 @@ impl ClusterConfig {
         let devices = self.devices() as f64;
         let hops = match self.network.topology {
             TopologyKind::Star => 2.0,
+            TopologyKind::Mesh => 1.0,
             TopologyKind::Ring => devices / 2.0 + 1.0,
             TopologyKind::Torus2d => 2.0 * devices.sqrt() + 2.0,
             TopologyKind::Torus3d => 3.0 * devices.cbrt() + 2.0,
@@ -576,6 +602,11 @@ impl ClusterConfig {
             }
         }
         positive("ps_memory_gb", self.ps_memory_gb)?;
+        if let Some(c) = self.host_cores
+            && !(1..=MAX_HOST_CORES).contains(&c)
+        {
+            return Err(SimError::param("host_cores", format!("must be between 1 and {MAX_HOST_CORES}, got {c}")));
+        }
         positive("max_sim_time_s", self.max_sim_time_s)?;
         if self.max_sim_time_s >= crate::time::SimTime::MAX_SECS {
             return Err(SimError::param(

@@ -365,3 +365,47 @@ fn zoo_workload_errors_name_the_key() {
     let e = err("model: { dense_params: 10, batch: 8 }\nworkers: 1\nps: 1\n");
     assert!(e.contains("`model`") && e.contains("zoo"), "{e}");
 }
+
+/// A local cluster's three host effects against closed forms: links per
+/// task pair (mesh), tasks sharing a host's cores, one PS message per
+/// tensor. Latency and request cost 0 unless named, so each step is the
+/// one effect alone.
+#[test]
+fn mesh_host_cores_and_per_tensor_costs_match_closed_forms() {
+    let base = "ps: 1\nstrategy: { sync: { backup: 0 } }\nsteps: 3\n";
+    // 2 workers fetch 10 MB each from the PS and push 10 MB back: on a
+    // star both flows share the PS's 10 Gbit/s link (each direction), on
+    // a mesh each pair has its own
+    let bytes = 10e6;
+    let shard = bytes * 8.0 / 10e9;
+    let big = "model: { dense_params: 2500000, ps_request_us: 0 }\nworkers: 2\n";
+    let star = p50(&format!("{base}{big}network: {{ topology: star, link_gbps: 10, latency_us: 0 }}\n"));
+    let mesh = p50(&format!("{base}{big}network: {{ topology: mesh, link_gbps: 10, latency_us: 0 }}\n"));
+    assert!((star - 4.0 * shard).abs() < 1e-9, "{star}");
+    assert!((mesh - 2.0 * shard).abs() < 1e-9, "{mesh}");
+
+    // 4 workers computing 1 ms each on a host of 2 cores: two rounds; on
+    // 4 machines (no host_cores) one. 4 bytes move.
+    let small = "model: { scalar_per_ps: true, compute_s: 0.001, ps_request_us: 0 }\nworkers: 4\n\
+                 network: { link_gbps: 10, latency_us: 0 }\n";
+    let own = p50(&format!("{base}{small}"));
+    let shared = p50(&format!("{base}{small}host_cores: 2\n"));
+    // the 4-byte flows: 4 workers' share the PS's link, 3.2 ns each, out and back
+    let wire = 2.0 * 4.0 * 4.0 * 8.0 / 10e9 + 1e-12;
+    assert!((own - 0.001).abs() < wire, "{own}");
+    assert!((shared - 0.002).abs() < wire, "{shared}");
+
+    // the PS's one message thread: 2 workers, 3 variables on the one PS
+    // task, 10 us per tensor: each fetch and each push holds the PS for
+    // 30 us, one after another, so the step is 2 x 2 x 30 us
+    let per_tensor = "model: { variables: [1, 1, 1], ps_request_us: 0, ps_transfer_us: 10 }\nworkers: 2\n\
+                      network: { link_gbps: 10, latency_us: 0 }\n";
+    let t = p50(&format!("{base}{per_tensor}"));
+    assert!((t - 120e-6).abs() < 1e-8, "{t}");
+
+    // a mesh grows with the square of its endpoints: bounded, named
+    let e = err("model: null\nworkers: 300\nps: 1\nnetwork: { topology: mesh }\n");
+    assert!(e.contains("network.topology") && e.contains("at most 256"), "{e}");
+    let e = err("model: null\nworkers: 1\nps: 1\nhost_cores: 0\n");
+    assert!(e.contains("host_cores"), "{e}");
+}

@@ -90,8 +90,14 @@ struct Sim<'a> {
     shard_bytes: Vec<u64>,
     latency: Vec<SimTime>,
     ps_busy: Vec<SimTime>,
-    ps_request: SimTime,
+    /// Per PS task, its CPU time per request: `ps_request_us` plus
+    /// `ps_transfer_us` per tensor it holds.
+    ps_request: Vec<SimTime>,
+    /// When each core of the shared host is next free (`host_cores`;
+    /// empty: every task has its own CPU).
+    cores: Vec<SimTime>,
     overhead: SimTime,
+    wait: SimTime,
     workers: Vec<WorkerState>,
     groups: Vec<GroupState>,
     transfers: Vec<Transfer>,
@@ -153,6 +159,9 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
         });
     }
     let n = u64::from(cfg.workers);
+    let ps_request = (0..ps)
+        .map(|k| SimTime::from_secs_f64((w.ps_request_us + w.ps_transfer_us * layout.tensors[k] as f64) * 1e-6))
+        .collect();
     let mut sim = Sim {
         cfg,
         comm: cfg.comm,
@@ -165,8 +174,10 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
         shard_bytes: vec![0; workers.len() * ps],
         latency: vec![SimTime::MAX; workers.len() * ps],
         ps_busy: vec![SimTime::ZERO; ps],
-        ps_request: SimTime::from_secs_f64(w.ps_request_us * 1e-6),
+        ps_request,
+        cores: vec![SimTime::ZERO; cfg.host_cores.unwrap_or(0) as usize],
         overhead: SimTime::from_secs_f64(w.step_overhead_us * 1e-6),
+        wait: SimTime::from_secs_f64(w.step_wait_us * 1e-6),
         w,
         workers,
         groups,
@@ -399,11 +410,26 @@ impl Sim<'_> {
         }
     }
 
-    /// FIFO PS CPU: a request arriving at `now` is done at the returned time.
+    /// FIFO PS CPU: a request arriving at `now` is done at the returned
+    /// time. On a shared host it also holds a core.
     fn serve(&mut self, ps: u32, now: SimTime) -> SimTime {
-        let b = &mut self.ps_busy[ps as usize];
-        *b = (*b).max(now) + self.ps_request;
-        *b
+        let from = self.ps_busy[ps as usize].max(now);
+        let d = self.ps_request[ps as usize];
+        let end = self.cpu(from, d);
+        self.ps_busy[ps as usize] = end;
+        end
+    }
+
+    /// CPU work of `d` that may start at `from`: on a shared host it runs on
+    /// the core free first (ties: the lowest), from when that core is free,
+    /// and holds it; else at once. Returns when it ends.
+    fn cpu(&mut self, from: SimTime, d: SimTime) -> SimTime {
+        let Some((i, &free)) = self.cores.iter().enumerate().min_by_key(|&(i, &t)| (t, i)) else {
+            return from + d;
+        };
+        let end = free.max(from) + d;
+        self.cores[i] = end;
+        end
     }
 
     fn involved(&self, w: u32, k: usize) -> bool {
@@ -420,7 +446,7 @@ impl Sim<'_> {
             *bytes = self.comm.bytes_for(self.layout.dense[k]) + self.comm.bytes_for(sparse);
         }
         let epoch = self.workers[w as usize].epoch;
-        let t0 = now + self.overhead;
+        let t0 = self.cpu(now, self.overhead) + self.wait;
         let mut pending = 0;
         for k in 0..self.layout.tasks() {
             if self.involved(w, k) {
@@ -450,7 +476,8 @@ impl Sim<'_> {
         };
         let factor = self.straggler.factor(&mut self.rng, w as usize, now);
         let d = SimTime::from_secs_f64(self.w.compute_s * jitter * factor);
-        self.q.schedule_in(d, Ev::ComputeDone { w, epoch });
+        let end = self.cpu(now, d);
+        self.q.schedule_at(end, Ev::ComputeDone { w, epoch });
     }
 
     fn push(&mut self, w: u32, epoch: u64) -> Result<(), SimError> {
@@ -595,7 +622,7 @@ fn run_allreduce(
     };
     let bytes = cfg.comm.bytes_for(w.allreduce_elements());
     let stages = collective::plan(algo, &ranks, bytes, cfg.network.devices_per_host as usize);
-    let overhead = SimTime::from_secs_f64(w.step_overhead_us * 1e-6);
+    let overhead = SimTime::from_secs_f64((w.step_overhead_us + w.step_wait_us) * 1e-6);
     let max_t = SimTime::from_secs_f64(cfg.max_sim_time_s);
     let mut failures_at: Vec<SimTime> = cfg
         .failures

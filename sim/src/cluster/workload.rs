@@ -45,9 +45,21 @@ pub struct Workload {
     /// PS CPU time per request (fetch or push of one shard), microseconds.
     #[serde(default = "default_ps_request_us")]
     pub ps_request_us: f64,
+    /// PS CPU time per tensor a fetch or push moves, microseconds, on top
+    /// of `ps_request_us`: a runtime that sends one message per tensor (as
+    /// TensorFlow's `RecvTensor`) handles each on the task's one message
+    /// thread, so a request to a task holding 3 variables costs 3 of these.
+    #[serde(default)]
+    pub ps_transfer_us: f64,
     /// Fixed worker time per step (session run, RPC set-up), microseconds.
+    /// On a shared host (`host_cores`) it holds a core.
     #[serde(default)]
     pub step_overhead_us: f64,
+    /// Fixed worker time per step that holds no CPU (waits the model's
+    /// one flow per task does not have, e.g. one link latency per further
+    /// tensor), microseconds, after `step_overhead_us`.
+    #[serde(default)]
+    pub step_wait_us: f64,
     /// A model-zoo graph (`flowlab_sim::zoo`) whose one-device training step,
     /// simulated on `device` by the graph-level simulator, gives `compute_s`,
     /// and whose trainable variables give `dense_params` (the gradient).
@@ -123,7 +135,9 @@ impl Default for Workload {
             compute_sigma: 0.0,
             examples_per_step: 1,
             ps_request_us: default_ps_request_us(),
+            ps_transfer_us: 0.0,
             step_overhead_us: 0.0,
+            step_wait_us: 0.0,
             zoo: None,
             batch: None,
             device: None,
@@ -144,7 +158,9 @@ impl Workload {
         finite_nn("model.compute_s", self.compute_s)?;
         finite_nn("model.compute_sigma", self.compute_sigma)?;
         finite_nn("model.ps_request_us", self.ps_request_us)?;
+        finite_nn("model.ps_transfer_us", self.ps_transfer_us)?;
         finite_nn("model.step_overhead_us", self.step_overhead_us)?;
+        finite_nn("model.step_wait_us", self.step_wait_us)?;
         if self.examples_per_step == 0 {
             return Err(SimError::param("model.examples_per_step", "must be at least 1"));
         }

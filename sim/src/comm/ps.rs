@@ -18,6 +18,10 @@ pub struct EmbeddingShard {
 pub struct PsLayout {
     /// Dense elements held by each task (fetched whole every step).
     pub dense: Vec<u64>,
+    /// Tensors each task holds (the dense partition's share, each whole
+    /// variable, the scalar): a runtime moves one message per tensor, so a
+    /// per-message cost scales with these, not with the elements.
+    pub tensors: Vec<u64>,
     pub embeddings: Vec<EmbeddingShard>,
 }
 
@@ -34,12 +38,15 @@ impl PsLayout {
         embeddings: Vec<EmbeddingShard>,
     ) -> PsLayout {
         let mut dense = vec![0u64; ps];
+        let mut tensors = vec![0u64; ps];
         if ps == 0 {
-            return PsLayout { dense, embeddings };
+            return PsLayout { dense, tensors, embeddings };
         }
         let p = ps as u64;
-        for (k, d) in dense.iter_mut().enumerate() {
-            *d = dense_params / p + u64::from((k as u64) < dense_params % p) + u64::from(scalar_per_ps);
+        for (k, (d, t)) in dense.iter_mut().zip(&mut tensors).enumerate() {
+            let part = dense_params / p + u64::from((k as u64) < dense_params % p);
+            *d = part + u64::from(scalar_per_ps);
+            *t = u64::from(part > 0) + u64::from(scalar_per_ps);
         }
         let mut vars: Vec<u64> = variables.to_vec();
         vars.sort_unstable_by(|a, b| b.cmp(a));
@@ -47,8 +54,9 @@ impl PsLayout {
             // Least loaded; ties to the lowest index, so placement is deterministic.
             let k = (0..ps).min_by_key(|&k| (dense[k], k)).unwrap_or(0);
             dense[k] += v;
+            tensors[k] += 1;
         }
-        PsLayout { dense, embeddings }
+        PsLayout { dense, tensors, embeddings }
     }
 
     pub fn tasks(&self) -> usize {
@@ -95,8 +103,14 @@ mod tests {
         let l = PsLayout::new(2, 0, &[5, 3, 3, 1], false, vec![]);
         // 5 -> t0, 3 -> t1, 3 -> t1 (3 < 5), 1 -> t0 (5 < 6).
         assert_eq!(l.dense, vec![6, 6]);
+        assert_eq!(l.tensors, vec![2, 2]);
         let l = PsLayout::new(4, 0, &[], true, vec![]);
         assert_eq!(l.dense, vec![1, 1, 1, 1]);
+        assert_eq!(l.tensors, vec![1, 1, 1, 1]);
+        // the digits MLP's four variables over two tasks: the 64 x 128
+        // weights alone on one, the other three on the other
+        let l = PsLayout::new(2, 0, &[8192, 1280, 128, 10], false, vec![]);
+        assert_eq!((l.dense.clone(), l.tensors.clone()), (vec![8192, 1418], vec![1, 3]));
     }
 
     #[test]

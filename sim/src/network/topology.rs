@@ -45,6 +45,10 @@ pub enum TopologyShape {
     Star { endpoints: usize },
     /// Endpoints in a ring, each wired to its two neighbours.
     Ring { endpoints: usize },
+    /// Every pair of endpoints wired directly (a cable each), so no two
+    /// flows between different pairs share a link: what per-pair emulated
+    /// links (`flowlab server --link`) give the tasks of a local cluster.
+    Mesh { endpoints: usize },
     /// Endpoints on a 2D or 3D wrap-around grid (dims.len() is 2 or 3).
     Torus { dims: Vec<usize> },
     /// k-ary fat-tree (k even): k pods of k/2 edge and k/2 aggregation
@@ -118,6 +122,15 @@ impl Topology {
                     }
                 }
                 "ring"
+            }
+            TopologyShape::Mesh { endpoints } => {
+                let eps: Vec<_> = (0..*endpoints).map(|_| b.endpoint()).collect();
+                for i in 0..eps.len() {
+                    for j in i + 1..eps.len() {
+                        b.cable(eps[i], eps[j], link);
+                    }
+                }
+                "mesh"
             }
             TopologyShape::Torus { dims } => {
                 let total: usize = dims.iter().product();
