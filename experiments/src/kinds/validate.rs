@@ -450,23 +450,28 @@ pub(crate) fn kendall_tau(x: &[f64], y: &[f64]) -> Option<f64> {
     tau_b(n, |i, j| order(x[i], x[j]), |i, j| order(y[i], y[j]))
 }
 
-/// Kendall's tau-b of measured against predicted step times where the
-/// measurement orders a pair only if the two p10-p90 intervals are
-/// disjoint: placements the timed steps cannot tell apart are ties on the
-/// measured side, so the simulator is neither credited nor blamed for
-/// ordering them. `None` when the measurement orders no pair. Returns the
-/// tau and the number of pairs the measurement ordered.
+/// Kendall's tau (tau-a) of predicted against measured step times over
+/// the pairs the measurement orders, those whose p10-p90 intervals are
+/// disjoint: (concordant - discordant) / such pairs, a pair the prediction
+/// ties counting as neither. Placements the timed steps cannot tell apart
+/// are left out, so the simulator is neither credited nor blamed for how it
+/// orders them. `None` when the measurement orders no pair. Returns the tau
+/// and the number of pairs the measurement ordered.
 pub(crate) fn resolved_tau(median: &[f64], p10: &[f64], p90: &[f64], predicted: &[f64]) -> (Option<f64>, usize) {
     let n = median.len().min(p10.len()).min(p90.len()).min(predicted.len());
-    let measured = |i: usize, j: usize| {
-        let apart = p90[i] < p10[j] || p90[j] < p10[i];
-        if apart { order(median[i], median[j]) } else { 0 }
-    };
-    let resolved = (0..n).flat_map(|i| (i + 1..n).map(move |j| (i, j))).filter(|&(i, j)| measured(i, j) != 0).count();
+    let (mut resolved, mut score) = (0usize, 0i64);
+    for i in 0..n {
+        for j in i + 1..n {
+            if p90[i] < p10[j] || p90[j] < p10[i] {
+                resolved += 1;
+                score += i64::from(order(median[i], median[j]) * order(predicted[i], predicted[j]));
+            }
+        }
+    }
     if resolved == 0 {
         return (None, 0);
     }
-    (tau_b(n, measured, |i, j| order(predicted[i], predicted[j])), resolved)
+    (Some(score as f64 / resolved as f64), resolved)
 }
 
 fn order(a: f64, b: f64) -> i8 {
@@ -606,7 +611,7 @@ fn summarize(rows: &[ResultRow]) -> (Vec<SummaryTable>, String) {
         note: Some(
             "tau-b over the placers of each group; 1 = the simulator ranks the placements as the engine does. \
              A pair is measured apart when the p10-p90 intervals of its timed steps are disjoint; the last column \
-             counts the other pairs as measured ties"
+             is tau-a over those pairs only"
                 .into(),
         ),
     });
@@ -800,15 +805,18 @@ mod tests {
     }
 
     #[test]
-    fn resolved_tau_counts_overlapping_measurements_as_ties() {
+    fn resolved_tau_leaves_out_pairs_the_measurement_cannot_order() {
         // Medians 1, 2, 3; the first two intervals overlap (1.05 < 1.1), so
         // the measurement orders pairs (0,2) and (1,2) only. Predicted 1.0,
-        // 0.5, 3.0: pair (0,1) is a measured tie (tx), the other two agree.
-        // tau-b = (2 - 0) / sqrt((2 + 0 + 1) * (2 + 0 + 0)) = 2 / sqrt(6).
+        // 0.5, 3.0 orders both as measured (pair (0,1), which it gets
+        // wrong, is left out): tau = (2 - 0) / 2.
         let (med, p10, p90) = ([1.0, 2.0, 3.0], [0.9, 1.05, 2.9], [1.1, 2.1, 3.1]);
         let (t, resolved) = resolved_tau(&med, &p10, &p90, &[1.0, 0.5, 3.0]);
-        assert_eq!(resolved, 2);
-        assert!((t.unwrap() - 2.0 / 6f64.sqrt()).abs() < 1e-12);
+        assert_eq!((t, resolved), (Some(1.0), 2));
+        // Predicted 3.0, 0.5, 1.0: (0,2) discordant, (1,2) concordant, and a
+        // tie on the predicted side counts as neither: 0 / 2, then 1 / 2.
+        assert_eq!(resolved_tau(&med, &p10, &p90, &[3.0, 0.5, 1.0]), (Some(0.0), 2));
+        assert_eq!(resolved_tau(&med, &p10, &p90, &[3.0, 0.5, 3.0]), (Some(0.5), 2));
         // The plain tau on the medians counts (0,1) as discordant: 1/3.
         assert!((kendall_tau(&med, &[1.0, 0.5, 3.0]).unwrap() - 1.0 / 3.0).abs() < 1e-12);
         // Nothing measured apart: no tau at all, not a perfect one.
