@@ -66,6 +66,12 @@ fn rows_and_channels(c: &KernelCtx, x: &Tensor, params: &[usize]) -> Result<(usi
     Ok((rows, ch))
 }
 
+/// A per-channel figure accumulated in f64, as a `[C]` tensor of `T`.
+fn per_channel<T: Float + crate::tensor::Element>(v: Vec<f64>) -> Result<Tensor> {
+    let n = v.len();
+    Tensor::from_vec(v.into_iter().map(<T as Float>::from_f64).collect::<Vec<T>>(), [n])
+}
+
 /// Per-channel mean and biased variance, accumulated in f64.
 fn moments<T: Float>(x: &[T], ch: usize, rows: usize) -> (Vec<f64>, Vec<f64>) {
     let mut mean = vec![0f64; ch];
@@ -103,8 +109,7 @@ fn k_fused_batch_norm(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
                 yr[k] = xr[k] * a[k] + b[k];
             }
         }
-        let stat = |v: Vec<f64>| Tensor::from_vec(v.into_iter().map(T::from_f64).collect::<Vec<T>>(), [ch]);
-        Ok(vec![Tensor::from_vec(y, x.shape().clone())?, stat(mean)?, stat(var)?])
+        Ok(vec![Tensor::from_vec(y, x.shape().clone())?, per_channel::<T>(mean)?, per_channel::<T>(var)?])
     })
 }
 
@@ -138,8 +143,7 @@ fn k_fused_batch_norm_grad(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
                 o[k] = T::from_f64(v);
             }
         }
-        let per_channel = |v: Vec<f64>| Tensor::from_vec(v.into_iter().map(T::from_f64).collect::<Vec<T>>(), [ch]);
-        Ok(vec![Tensor::from_vec(dx, x.shape().clone())?, per_channel(sum_dy_xhat)?, per_channel(sum_dy)?])
+        Ok(vec![Tensor::from_vec(dx, x.shape().clone())?, per_channel::<T>(sum_dy_xhat)?, per_channel::<T>(sum_dy)?])
     })
 }
 
