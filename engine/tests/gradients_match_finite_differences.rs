@@ -182,6 +182,18 @@ fn fused_batch_norm_through_its_output_and_its_statistics() {
 }
 
 #[test]
+fn layer_norm_through_its_output_and_its_statistics() {
+    // y alone (the one LayerNormGrad node): x, gamma and beta.
+    check("LayerNorm y", &[&[2, 3, 4], &[4], &[4]], |g, x| Ok(g.layer_norm(&x[0], &x[1], &x[2], 1e-3)?.0));
+    // Through the row statistics too (the extra terms of the gradient).
+    check("LayerNorm y + mean + variance", &[&[5, 3], &[3], &[3]], |g, x| {
+        let (y, mean, var) = g.layer_norm(&x[0], &x[1], &x[2], 1e-3)?;
+        let stats = g.expand_dims(g.add((&mean * 3.0)?, (&var * -2.0)?)?, -1)?;
+        g.add(&y, &stats)
+    });
+}
+
+#[test]
 fn convolution_and_pooling() {
     check("Conv2D SAME", &[&[2, 5, 5, 2], &[3, 3, 2, 3]], |g, x| g.conv2d(&x[0], &x[1], [1, 1], true));
     check("Conv2D VALID stride 2", &[&[1, 6, 5, 2], &[3, 2, 2, 2]], |g, x| g.conv2d(&x[0], &x[1], [2, 2], false));

@@ -77,6 +77,9 @@ fn many_ops_training(g: &Graph) -> Result<()> {
     let scale = g.variable("bn_scale", g.fill([5], g.scalar(1.0, DType::F32)?)?)?;
     let (normed, _, _) = g.fused_batch_norm(&m, &scale, &bias, 1e-3)?;
     let loss = g.add(&loss, g.reduce_mean(&normed, &[], false))?;
+    // Layer norm as one op each way: LayerNorm(Grad).
+    let (lnormed, _, _) = g.layer_norm(&m, &scale, &bias, 1e-6)?;
+    let loss = g.add(&loss, g.reduce_mean(&lnormed, &[], false))?;
     let vars = [x.clone(), bias.clone(), w.clone(), v.clone(), wl.clone(), bl.clone()];
     let grads = g.gradients(&[&loss], &vars.iter().collect::<Vec<_>>())?;
     let pairs: Vec<(Output, Output)> =
@@ -116,7 +119,7 @@ fn every_arithmetic_op_reports_flops() {
         "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPoolGrad", "AvgPoolGrad", "BiasAddGrad", "ReluGrad",
         "SparseSoftmaxCrossEntropyWithLogits", "SoftmaxCrossEntropyWithLogits", "ApplyAdam", "ApplyMomentum",
         "ApplyGradientDescent", "GatherGrad", "SliceGrad", "ConcatGrad", "ReductionGrad", "MaxReduceGrad", "SumToShape",
-        "LSTMBlockCellGrad", "FusedBatchNormGrad",
+        "LSTMBlockCellGrad", "FusedBatchNormGrad", "LayerNormGrad",
     ] {
         assert!(seen.contains_key(op), "no {op} node in the test graphs; ops seen: {:?}", seen.keys().collect::<Vec<_>>());
     }

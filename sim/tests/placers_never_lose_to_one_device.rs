@@ -38,14 +38,16 @@ fn cost_based_placers_are_never_slower_than_one_device() {
     assert!(worse.is_empty(), "{}", worse.join("\n"));
 }
 
-/// ResNet-50 at batch 144 needs about 12.5 GB at its peak on one K40 (12
+/// ResNet-50 at batch 160 needs about 14 GB at its peak on one K40 (12
 /// GB; batch 64 needed 14.2 GB before batch norm was one fused op and now
 /// needs 5.7): the memory-constrained placers split it over 4xK40 so that
 /// every device stays within its 12 GB in the simulator (the reference for
 /// memory).
 #[test]
-fn resnet50_batch_144_fits_on_four_k40s() {
-    let m = zoo::build("resnet50", 144).unwrap();
+fn resnet50_batch_160_fits_on_four_k40s() {
+    // At batch 160 m-SCT's own schedule fitted 12 GB per K40 while the
+    // simulated step peaked at 12.43 GB on one of them.
+    let m = zoo::build("resnet50", 160).unwrap();
     let link = Catalog::builtin().link("pcie3-x16").unwrap().clone();
     let cluster = VirtualCluster::parse("4xK40").unwrap().with_link(link);
     let mut opts = PlacerOptions::new(cluster.clone());

@@ -77,6 +77,10 @@ fn steps_match(device: &str, m: &Value) {
         let e = (predicted - real) / real;
         eprintln!("{device} {model:17} b{batch:<4} measured {:8.3} ms  predicted {:8.3} ms  {:+.1}%", real * 1e3, predicted * 1e3, e * 100.0);
         assert!(e.abs() <= 0.25, "{device} {model} b{batch}: predicted {predicted} s, measured {real} s");
+        // Layer norm fused as PyTorch runs it (before: +14% to +15% at b16).
+        if model == "transformer_base" {
+            assert!(e.abs() <= 0.10, "{device} {model} b{batch}: predicted {predicted} s, measured {real} s");
+        }
         errors.push(e.abs());
         // Where the time goes: the convolutions' kernel time (torch.profiler)
         // against the simulator's conv-class time, on the points that did
@@ -91,5 +95,5 @@ fn steps_match(device: &str, m: &Value) {
     assert_eq!(errors.len(), 10, "five twins at two batches");
     let mape = errors.iter().sum::<f64>() / errors.len() as f64;
     eprintln!("{device} MAPE {:.1}%", mape * 100.0);
-    assert!(mape <= 0.10, "{device} MAPE {mape}");
+    assert!(mape <= 0.075, "{device} MAPE {mape}");
 }

@@ -25,6 +25,7 @@ pub(crate) mod math;
 pub(crate) mod matmul;
 pub(crate) mod nn;
 pub(crate) mod batch_norm;
+pub(crate) mod layer_norm;
 pub(crate) mod random;
 pub(crate) mod reduce;
 pub(crate) mod rnn;
@@ -192,6 +193,7 @@ pub(crate) fn registry() -> &'static Registry {
         matmul::register(&mut r);
         nn::register(&mut r);
         batch_norm::register(&mut r);
+        layer_norm::register(&mut r);
         conv::register(&mut r);
         random::register(&mut r);
         sendrecv::register(&mut r);

@@ -248,12 +248,13 @@ pub(crate) fn tf_greedy_planned(p: &Problem) -> Result<Planned, SimError> {
 
 /// Baechi's m-ETF (see the module comment).
 pub(crate) fn m_etf(p: &Problem) -> Result<Vec<u16>, SimError> {
-    etf(p, false).map(|x| x.dev)
+    etf(p, None).map(|x| x.dev)
 }
 
-/// Baechi's m-SCT (see the module comment).
-pub(crate) fn m_sct(p: &Problem) -> Result<Vec<u16>, SimError> {
-    etf(p, true).map(|x| x.dev)
+/// Baechi's m-SCT (see the module comment) with each node's favourite
+/// child (`sct_lp::favourite_children`, computed once per graph).
+pub(crate) fn m_sct(p: &Problem, fav: &[u32]) -> Result<Vec<u16>, SimError> {
+    etf(p, Some(fav)).map(|x| x.dev)
 }
 
 /// The consumer of each node's largest outgoing data edge (ties: lowest
@@ -277,14 +278,15 @@ pub(crate) fn largest_edge_children(p: &Problem) -> Vec<u32> {
         .collect()
 }
 
-pub(crate) fn etf(p: &Problem, sct: bool) -> Result<Planned, SimError> {
+/// ETF, or SCT when given the favourite children.
+pub(crate) fn etf(p: &Problem, fav: Option<&[u32]>) -> Result<Planned, SimError> {
     let nd = p.ndev;
     let mut s = Schedule::new(p);
     let mut pending: Vec<u32> = (0..p.n).map(|i| p.in_degree(i)).collect();
     // Data-ready time per (ready node, device).
     let mut ready_dr = vec![0u64; p.n * nd];
     let mut heaps: Vec<BinaryHeap<Reverse<(u64, u32)>>> = vec![BinaryHeap::new(); nd];
-    let fav = if sct { super::sct_lp::favourite_children(p)? } else { Vec::new() };
+    let (sct, fav) = (fav.is_some(), fav.unwrap_or(&[]));
     // The favourite child waiting on each device (the last node placed there's).
     let mut urgent: Vec<u32> = vec![u32::MAX; nd];
     let mut placed = 0usize;

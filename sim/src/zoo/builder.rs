@@ -179,11 +179,8 @@ impl Net {
         let s = g.scope(name);
         let gamma = self.param(&s, "gamma", &[d], Init::Const(1.0))?;
         let beta = self.param(&s, "beta", &[d], Init::Const(0.0))?;
-        let mean = s.reduce_mean(x, &[-1], true)?;
-        let centered = s.sub(x, &mean)?;
-        let var = s.reduce_mean(s.square(&centered)?, &[-1], true)?;
-        let inv = s.rsqrt((&var + 1e-6)?)?;
-        s.add(s.mul(s.mul(&centered, &inv)?, &gamma)?, &beta)
+        // One fused op each way, as PyTorch and XLA run it (`LayerNorm`).
+        Ok(s.layer_norm(x, &gamma, &beta, 1e-6)?.0)
     }
 
     /// Mean cross entropy of `logits` [rows, classes] against i64 `labels` [rows].
