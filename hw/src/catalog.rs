@@ -97,6 +97,25 @@ pub struct LinkSpec {
     pub name: String,
     pub bandwidth_gb_s: f64,
     pub latency_us: f64,
+    /// What the bandwidth belongs to (default `pair`).
+    #[serde(default)]
+    pub sharing: LinkSharing,
+}
+
+/// Who shares a link's bandwidth, as the hardware wires it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkSharing {
+    /// Each ordered pair of devices has the bandwidth to itself; transfers
+    /// of one pair and direction queue one behind the other (point-to-point
+    /// wires; the engine's emulated links).
+    #[default]
+    Pair,
+    /// Each device has one port of this bandwidth per direction (its PCIe
+    /// slot, its NVLinks into an NVSwitch, its NIC): everything it sends
+    /// shares the port out, everything it receives the port in, fairly
+    /// (max-min) among the transfers active at once.
+    Port,
 }
 
 impl LinkSpec {

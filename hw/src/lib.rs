@@ -10,7 +10,7 @@ mod profile;
 mod roofline;
 pub mod systolic;
 
-pub use catalog::{Catalog, DeviceSpec, GemmRate, LinkSpec, PeakTflops, SystolicSpec};
+pub use catalog::{Catalog, DeviceSpec, GemmRate, LinkSharing, LinkSpec, PeakTflops, SystolicSpec};
 pub use error::HwError;
 pub use format::{CommFormat, WireCensus};
 pub use profile::{HOST_DEVICE, HOST_LINK, HostMeasurement, ShapeMeasurement, TransferCompute};

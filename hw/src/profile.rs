@@ -8,7 +8,7 @@
 //! string the caller computes the same way when writing and reading (the
 //! simulator's `profile_key`: op, device kind, input and output types).
 
-use crate::catalog::{DeviceSpec, GemmRate, LinkSpec, PeakTflops};
+use crate::catalog::{DeviceSpec, GemmRate, LinkSharing, LinkSpec, PeakTflops};
 use crate::roofline::OpClass;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -143,7 +143,7 @@ impl HostMeasurement {
 
     /// The `in-process` link between two devices of one engine process.
     pub fn link_spec(&self) -> LinkSpec {
-        LinkSpec { name: HOST_LINK.into(), bandwidth_gb_s: self.transfer_bandwidth_gb_s, latency_us: self.transfer_latency_us }
+        LinkSpec { name: HOST_LINK.into(), bandwidth_gb_s: self.transfer_bandwidth_gb_s, latency_us: self.transfer_latency_us, sharing: LinkSharing::Pair }
     }
 
     /// The first value that is not a finite positive number, as (key, value).

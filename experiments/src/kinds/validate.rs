@@ -361,6 +361,8 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
             name: "emulated".into(),
             bandwidth_gb_s: l.gbps / 8.0,
             latency_us: l.latency_us + host.emulated_overhead_us,
+            // One queue per pair and direction, as the engine emulates it.
+            sharing: flowlab_hw::LinkSharing::Pair,
         });
     }
     let mut opts = PlacerOptions::new(cluster.clone());
@@ -712,7 +714,7 @@ mod tests {
         let placer = std::env::var("DIAG_PLACER").unwrap_or("m_etf".into());
         let (model, init) = measure::with_initializer(&model_name, &ZooSizes::default(), batch).unwrap();
         let host = host(1).unwrap();
-        let cluster = VirtualCluster::parse_for_host("2xcpu", &host).unwrap().with_link(LinkSpec { name: "e".into(), bandwidth_gb_s: 10.0 / 8.0, latency_us: 20.0 + host.emulated_overhead_us });
+        let cluster = VirtualCluster::parse_for_host("2xcpu", &host).unwrap().with_link(LinkSpec { name: "e".into(), bandwidth_gb_s: 10.0 / 8.0, latency_us: 20.0 + host.emulated_overhead_us, sharing: flowlab_hw::LinkSharing::Pair });
         let mut opts = PlacerOptions::new(cluster.clone());
         opts.sim.step = Some(model.step());
         opts.sim.transfer_compute = host.transfer_compute.clone();

@@ -10,6 +10,7 @@
 pub mod bench;
 mod cluster;
 mod cost;
+mod ports;
 mod report;
 mod sim_graph;
 mod simulate;

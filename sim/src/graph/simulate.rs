@@ -5,10 +5,14 @@
 //! each output needed on another device becomes ONE transfer per destination
 //! device (as the engine's partitioner makes one Send/Recv pair per tensor
 //! per device); a cross-device control edge becomes a scalar transfer. A
-//! transfer waits for a free copy engine of its source device (at least one)
-//! and takes `latency + bytes / bandwidth` of the pair's link, for the bytes
-//! of its communication format. Events are processed in time order, ties in
-//! scheduling order, so a run is exactly repeatable.
+//! transfer over a `pair` link waits for a free copy engine of its source
+//! device (at least one) and takes `latency + bytes / bandwidth` of the
+//! pair's link, for the bytes of its communication format. A transfer over
+//! a `port` link (PCIe, NVLink into a switch, a NIC) waits its latency, then
+//! shares its sender's port out and its receiver's port in with every
+//! transfer crossing them at once, at max-min fair rates (`ports.rs`).
+//! Events are processed in time order, ties in scheduling order, so a run
+//! is exactly repeatable.
 //!
 //! [`GraphSimulator`] holds everything that does not depend on the placement
 //! (op times per device, wire bytes per tensor), so placers can score many
@@ -16,6 +20,7 @@
 
 use super::cluster::VirtualCluster;
 use super::cost::DeviceCoster;
+use super::ports::SharedPorts;
 use super::report::{DeviceReport, GraphSimReport, LinkReport};
 use super::sim_graph::{SimGraph, StepSpec};
 use crate::error::SimError;
@@ -67,6 +72,11 @@ pub struct GraphSimulator {
     latency_ps: Vec<f64>,
     ps_per_byte: Vec<f64>,
     copy_engines: Vec<usize>,
+    /// Per ordered pair over a `port` link: the sender's port out and the
+    /// receiver's port in, indices into `port_cap`.
+    pair_ports: Vec<Option<(u32, u32)>>,
+    /// Bytes per picosecond of each port.
+    port_cap: Vec<f64>,
     warnings: Vec<String>,
     /// Nodes a shape-keyed profile did not price (empty without one).
     fallback_nodes: Vec<String>,
@@ -93,6 +103,12 @@ enum Event {
     /// transfer `id - nodes` finished on a device that runs its own.
     OpDone(u32),
     TransferDone(u32),
+    /// Transfer `id` over a `port` link has waited its latency and starts
+    /// moving bytes through its ports.
+    PortJoin(u32),
+    /// The earliest end among transfers on ports, if `generation` is still
+    /// the ports' (a transfer joining or leaving changes every rate).
+    PortWake { generation: u32 },
     /// A device finished the Send kernels that followed its last op.
     DeviceFree(u16),
     /// The kernel running on a device under host contention finished, if
@@ -274,6 +290,24 @@ impl GraphSimulator {
             }
         }
         let copy_engines = cluster.devices().iter().map(|d| (d.spec.copy_engines as usize).max(1)).collect();
+        // Ports per (device, direction, link name).
+        let mut pair_ports = vec![None; ndev * ndev];
+        let mut port_cap: Vec<f64> = Vec::new();
+        let mut port_index: HashMap<(usize, bool, String), u32> = HashMap::new();
+        let mut port = |d: usize, out: bool, l: &flowlab_hw::LinkSpec| -> u32 {
+            *port_index.entry((d, out, l.name.clone())).or_insert_with(|| {
+                port_cap.push(l.bytes_per_second() / SimTime::PS_PER_SECOND);
+                (port_cap.len() - 1) as u32
+            })
+        };
+        for a in 0..ndev {
+            for b in (0..ndev).filter(|&b| b != a) {
+                let l = cluster.link(a, b);
+                if l.sharing == flowlab_hw::LinkSharing::Port {
+                    pair_ports[a * ndev + b] = Some((port(a, true, l), port(b, false, l)));
+                }
+            }
+        }
         if let Some((k, e)) = opts.host_contention.iter().enumerate().find(|(_, e)| !(e.is_finite() && **e > 0.0 && **e <= 1.0)) {
             return Err(SimError::param(
                 "host_contention",
@@ -290,6 +324,8 @@ impl GraphSimulator {
             latency_ps,
             ps_per_byte,
             copy_engines,
+            pair_ports,
+            port_cap,
             warnings,
             fallback_nodes,
             send_ps,
@@ -326,6 +362,27 @@ impl GraphSimulator {
     /// Copy engines of device `d` (at least one).
     pub(crate) fn copy_engines(&self, d: usize) -> usize {
         self.copy_engines[d]
+    }
+
+    /// The ports (out of `a`, into `b`) a transfer from `a` to `b` shares,
+    /// when their link is a `port` link.
+    pub(crate) fn ports_of(&self, a: usize, b: usize) -> Option<(usize, usize)> {
+        self.pair_ports[a * self.ndev + b].map(|(o, i)| (o as usize, i as usize))
+    }
+
+    /// A transfer's latency and its time on the wire at full rate, in
+    /// picoseconds, as the replay counts them on `port` links.
+    pub(crate) fn transfer_parts_ps(&self, a: usize, b: usize, bytes: u64) -> (u64, u64) {
+        let k = a * self.ndev + b;
+        (
+            SimTime::from_secs_f64_ceil(self.latency_ps[k] / SimTime::PS_PER_SECOND).0,
+            SimTime::from_secs_f64_ceil(bytes as f64 * self.ps_per_byte[k] / SimTime::PS_PER_SECOND).0,
+        )
+    }
+
+    /// Number of ports in the cluster.
+    pub(crate) fn port_count(&self) -> usize {
+        self.port_cap.len()
     }
 
     /// Time of node `i` on device `d`, in picoseconds.
@@ -457,6 +514,7 @@ impl GraphSimulator {
         let mut busy_ps = vec![0u64; nd];
         let mut ops_per_device = vec![0usize; nd];
         let mut copy_free: Vec<Vec<u64>> = self.copy_engines.iter().map(|&k| vec![0u64; k]).collect();
+        let mut ports = SharedPorts::new(self.port_cap.clone());
         let mut mem = vec![0u64; nd];
         let mut peak_mem = vec![0u64; nd];
         let mut slot_ref = vec![0u32; nslots];
@@ -634,6 +692,51 @@ impl GraphSimulator {
             }};
         }
 
+        // Transfer `x` of `bytes` leaves device `src` for `dst` at `at`:
+        // over a port link it joins the ports after its latency, else it
+        // queues on the sender's first free copy engine.
+        macro_rules! send {
+            ($x:expr, $src:expr, $dst:expr, $bytes:expr, $at:expr) => {{
+                let (x, src, dst, bytes, at): (u32, usize, usize, u64, u64) = ($x, $src, $dst, $bytes, $at);
+                if self.pair_ports[src * nd + dst].is_some() {
+                    let (latency, _) = self.transfer_parts_ps(src, dst, 0);
+                    q.schedule_at(SimTime(at + latency), Event::PortJoin(x));
+                } else {
+                    let end = copy_free[src].iter_mut().min().map_or(0, |f| {
+                        let start = (*f).max(at);
+                        *f = start + self.transfer_ps(src, dst, bytes);
+                        *f
+                    });
+                    q.schedule_at(SimTime(end), Event::TransferDone(x));
+                }
+            }};
+        }
+        // Transfer `x` has crossed its link.
+        macro_rules! transfer_done {
+            ($x:expr, $now:expr) => {{
+                let x: u32 = $x;
+                let now: u64 = $now;
+                let dst = transfers[x as usize].dst as usize;
+                if self.self_driven[dst] {
+                    // The receiving device runs the Recv kernel first,
+                    // before its other ready work (the engine takes
+                    // arrivals between nodes).
+                    pushes += 1;
+                    heaps[dst].push(Reverse((u64::MAX - pushes, n as u32 + x)));
+                    try_start!(dst, now);
+                } else {
+                    deliver!(x as usize, now);
+                }
+            }};
+        }
+        macro_rules! wake_ports {
+            ($now:expr) => {{
+                if let Some(at) = ports.next_end($now) {
+                    q.schedule_at(SimTime(at), Event::PortWake { generation: ports.generation });
+                }
+            }};
+        }
+
         for d in 0..nd {
             try_start!(d, 0);
         }
@@ -643,6 +746,7 @@ impl GraphSimulator {
         while let Some((t, ev)) = q.pop() {
             let now = t.0;
             let ev = match ev {
+                Event::PortWake { generation: gen_ } if gen_ != ports.generation => continue,
                 Event::Kernel { device, generation: gen_ } => {
                     let d = device as usize;
                     if gen_ != generation[d] {
@@ -703,12 +807,7 @@ impl GraphSimulator {
                                 if self_sends {
                                     send_clock += self.send_ps[s];
                                 }
-                                let engine = copy_free[d].iter_mut().min().map_or(0, |f| {
-                                    let start = (*f).max(send_clock);
-                                    *f = start + self.transfer_ps(d, cd, bytes);
-                                    *f
-                                });
-                                q.schedule_at(SimTime(engine), Event::TransferDone(x));
+                                send!(x, d, cd, bytes, send_clock);
                             }
                         }
                         slot_ref[s] = refs;
@@ -735,12 +834,7 @@ impl GraphSimulator {
                             if self_sends {
                                 send_clock += self.control_send_ps;
                             }
-                            let end = copy_free[d].iter_mut().min().map_or(0, |f| {
-                                let start = (*f).max(send_clock);
-                                *f = start + self.transfer_ps(d, cd, bytes);
-                                *f
-                            });
-                            q.schedule_at(SimTime(end), Event::TransferDone(x));
+                            send!(x, d, cd, bytes, send_clock);
                         }
                     }
                     // Inputs this op was the last consumer of are freed.
@@ -776,17 +870,19 @@ impl GraphSimulator {
                 }
                 // Turned into OpDone above.
                 Event::Kernel { .. } => {}
-                Event::TransferDone(x) => {
-                    let dst = transfers[x as usize].dst as usize;
-                    if self.self_driven[dst] {
-                        // The receiving device runs the Recv kernel first,
-                        // before its other ready work (the engine takes
-                        // arrivals between nodes).
-                        pushes += 1;
-                        heaps[dst].push(Reverse((u64::MAX - pushes, n as u32 + x)));
-                        try_start!(dst, now);
-                    } else {
-                        deliver!(x as usize, now);
+                Event::TransferDone(x) => transfer_done!(x, now),
+                Event::PortJoin(x) => {
+                    let tr = transfers[x as usize];
+                    if let Some((o, i)) = self.pair_ports[tr.src as usize * nd + tr.dst as usize] {
+                        ports.join(now, x, o, i, tr.bytes);
+                        wake_ports!(now);
+                    }
+                }
+                Event::PortWake { .. } => {
+                    let done = ports.finish(now);
+                    wake_ports!(now);
+                    for x in done {
+                        transfer_done!(x, now);
                     }
                 }
             }

@@ -3,7 +3,7 @@
 
 use super::*;
 use flowlab_engine::{DType, Graph, Output, PartitionOptions, Placement, Shape};
-use flowlab_hw::{CommFormat, LinkSpec, OpMeasurement, Profile};
+use flowlab_hw::{CommFormat, LinkSharing, LinkSpec, OpMeasurement, Profile};
 
 const MS: u64 = 1_000_000_000; // picoseconds
 
@@ -18,7 +18,7 @@ pub(crate) fn profile() -> Profile {
 
 /// `n` K40s joined by a 1 GB/s link with 10 us latency.
 pub(crate) fn cluster(n: usize) -> VirtualCluster {
-    let link = LinkSpec { name: "test-link".into(), bandwidth_gb_s: 1.0, latency_us: 10.0 };
+    let link = LinkSpec { name: "test-link".into(), bandwidth_gb_s: 1.0, latency_us: 10.0, sharing: LinkSharing::Pair };
     VirtualCluster::parse(&format!("{n}xk40")).unwrap().with_link(link)
 }
 
@@ -328,7 +328,7 @@ fn cpus_run_their_own_send_and_recv_kernels() {
     let x = g.placeholder("x", DType::F32, Shape::new(vec![1000])).unwrap();
     let a = neg(&x);
     let b = neg(&a);
-    let link = LinkSpec { name: "test-link".into(), bandwidth_gb_s: 1.0, latency_us: 10.0 };
+    let link = LinkSpec { name: "test-link".into(), bandwidth_gb_s: 1.0, latency_us: 10.0, sharing: LinkSharing::Pair };
     let cl = VirtualCluster::parse("2xcpu").unwrap().with_link(link);
     assert_eq!(cl.devices()[0].spec.copy_engines, 0, "the catalog CPU has no copy engine");
     let p = place(&g, &cl, 0, &[(&b, 1)]);

@@ -45,9 +45,16 @@ struct Schedule<'a> {
     remaining: Vec<u32>,
     /// Devices holding a received copy of each slot (bit mask).
     copies: Vec<u64>,
-    /// When each copy engine of each device is free (transfers queue on the
-    /// sender's engines, as in the simulator).
+    /// When each copy engine of each device is free (transfers over `pair`
+    /// links queue on the sender's engines, as in the simulator).
     copy_free: Vec<Vec<u64>>,
+    /// When each port is busy (sorted, disjoint intervals): a transfer over
+    /// a `port` link waits its latency, then holds its sender's port out and
+    /// its receiver's port in for its bytes at full rate, in the earliest
+    /// gap both have. The simulator shares a port fairly instead; both keep
+    /// a port busy for the same total time, only the order of the
+    /// transfers' ends differs.
+    port_busy: Vec<Vec<(u64, u64)>>,
     /// Arrival time of each transfer made: (slot, or node + CONTROL for a
     /// control edge; destination device).
     arrival: HashMap<(u64, u16), u64>,
@@ -81,6 +88,7 @@ impl<'a> Schedule<'a> {
             remaining: (0..nslots).map(|s| g.slot_consumers.get(s).len() as u32).collect(),
             copies: vec![0; nslots],
             copy_free: (0..p.ndev).map(|d| vec![0; p.sim.copy_engines(d)]).collect(),
+            port_busy: vec![Vec::new(); p.sim.port_count()],
             arrival: HashMap::new(),
         }
     }
@@ -131,8 +139,33 @@ impl<'a> Schedule<'a> {
         if let Some(&t) = self.arrival.get(&(key, d as u16)) {
             return t;
         }
+        if let Some((o, i)) = self.p.sim.ports_of(e, d) {
+            let (latency, wire) = self.p.sim.transfer_parts_ps(e, d, bytes);
+            return self.port_gap(o, i, self.finish[src] + latency, wire) + wire;
+        }
         let free = self.copy_free[e].iter().copied().min().unwrap_or(0);
         free.max(self.finish[src]) + self.p.sim.transfer_ps(e, d, bytes)
+    }
+
+    /// The earliest time from `t` at which ports `o` and `i` are both free
+    /// for `wire` picoseconds.
+    fn port_gap(&self, o: usize, i: usize, mut t: u64, wire: u64) -> u64 {
+        loop {
+            let mut moved = false;
+            for port in [o, i] {
+                let busy = &self.port_busy[port];
+                let k = busy.partition_point(|iv| iv.1 <= t);
+                if let Some(&(start, end)) = busy.get(k)
+                    && start < t + wire.max(1)
+                {
+                    t = end;
+                    moved = true;
+                }
+            }
+            if !moved {
+                return t;
+            }
+        }
     }
 
     /// When all of `i`'s inputs (placed) would be on device `d`.
@@ -153,12 +186,24 @@ impl<'a> Schedule<'a> {
                 t
             } else {
                 let transfer = self.p.sim.transfer_ps(e, d, bytes);
-                let t = match self.copy_free[e].iter_mut().min() {
-                    Some(f) => {
+                let t = match (self.p.sim.ports_of(e, d), self.copy_free[e].iter_mut().min()) {
+                    (Some((o, i)), _) => {
+                        let (latency, wire) = self.p.sim.transfer_parts_ps(e, d, bytes);
+                        let start = self.port_gap(o, i, self.finish[src] + latency, wire);
+                        for port in [o, i] {
+                            let busy = &mut self.port_busy[port];
+                            let at = busy.partition_point(|iv| iv.0 < start);
+                            if wire > 0 {
+                                busy.insert(at, (start, start + wire));
+                            }
+                        }
+                        start + wire
+                    }
+                    (None, Some(f)) => {
                         *f = (*f).max(self.finish[src]) + transfer;
                         *f
                     }
-                    None => self.finish[src] + transfer,
+                    (None, None) => self.finish[src] + transfer,
                 };
                 self.arrival.insert((key, d as u16), t);
                 t
