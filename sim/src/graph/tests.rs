@@ -107,6 +107,40 @@ fn a_transfer_costs_latency_plus_bytes_over_bandwidth_and_bf16_halves_the_bytes(
     assert_eq!(r.transfer_bytes, 1004, "1,000 int8 values and one f32 scale");
 }
 
+/// `n` K40s on a 1 GB/s, 10 us link shared per device port.
+fn port_cluster(n: usize) -> VirtualCluster {
+    let link = LinkSpec { name: "test-port".into(), bandwidth_gb_s: 1.0, latency_us: 10.0, sharing: LinkSharing::Port };
+    VirtualCluster::parse(&format!("{n}xk40")).unwrap().with_link(link)
+}
+
+#[test]
+fn sends_from_one_device_share_its_port_where_pair_links_let_two_engines_run() {
+    // Device 0 makes two 4 MB tensors at once (x1, x2 are free sources); a
+    // Neg on device 1 reads one, a Neg on device 2 the other.
+    let g = Graph::new();
+    let x1 = g.placeholder("x1", DType::F32, Shape::new(vec![1_000_000])).unwrap();
+    let x2 = g.placeholder("x2", DType::F32, Shape::new(vec![1_000_000])).unwrap();
+    let (y1, y2) = (neg(&x1), neg(&x2));
+    // Pair links, two copy engines: both cross at once, 10 us + 4 ms, then
+    // the Negs (1 ms) run in parallel.
+    let cl = cluster(3);
+    let r = GraphSimulator::new(&g, &cl, &opts()).unwrap().simulate(&place(&g, &cl, 0, &[(&y1, 1), (&y2, 2)])).unwrap();
+    assert_eq!(r.step_ps, 10_000_000 + 4 * MS + MS);
+    // One port out of device 0: each at half the rate, both end at
+    // 10 us + 8 ms (the time of 8 MB through the port), then 1 ms.
+    let cl = port_cluster(3);
+    let r = GraphSimulator::new(&g, &cl, &opts()).unwrap().simulate(&place(&g, &cl, 0, &[(&y1, 1), (&y2, 2)])).unwrap();
+    assert_eq!(r.step_ps, 10_000_000 + 8 * MS + MS);
+    // Two senders into one receiver share its port in: the same 8 ms.
+    let p = place(&g, &cl, 2, &[(&x1, 0), (&x2, 1)]);
+    let r = GraphSimulator::new(&g, &cl, &opts()).unwrap().simulate(&p).unwrap();
+    assert_eq!(r.step_ps, 10_000_000 + 8 * MS + 2 * MS, "both Negs then run on device 2, one after the other");
+    // Disjoint ports: 0 -> 1 and 2 -> 0 cross at full rate each.
+    let p = place(&g, &cl, 0, &[(&y1, 1), (&x2, 2)]);
+    let r = GraphSimulator::new(&g, &cl, &opts()).unwrap().simulate(&p).unwrap();
+    assert_eq!(r.step_ps, 10_000_000 + 4 * MS + MS);
+}
+
 #[test]
 fn control_edges_across_devices_are_scalar_transfers() {
     let g = Graph::new();
