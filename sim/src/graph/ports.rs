@@ -5,17 +5,25 @@
 //! Rates change only when a transfer joins or leaves, so the replay keeps
 //! one pending wake-up: the earliest end at the current rates.
 
-/// A transfer moving bytes through two ports.
-#[derive(Debug, Clone, Copy)]
-struct Flow {
-    /// The replay's transfer id.
-    id: u32,
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// The transfers between one port out and one port in. Max-min gives them
+/// one rate, so the group keeps the bytes served to each of its members
+/// since it was made (`served`) and each member the value of `served` at
+/// which it is done: joining, leaving and the next end cost O(log n) in the
+/// group, and the filling works on groups (at most ports² of them).
+#[derive(Debug, Clone)]
+struct Group {
     out: u32,
     inp: u32,
-    /// Bytes still to move.
-    left: f64,
-    /// Bytes per picosecond.
+    /// Bytes per picosecond of each member.
     rate: f64,
+    served: f64,
+    /// The filling round that froze its rate.
+    frozen: u64,
+    /// (done at `served` = this, as f64 bits; join order; transfer id).
+    members: BinaryHeap<Reverse<(u64, u64, u32)>>,
 }
 
 /// The ports of one cluster and the transfers crossing them.
@@ -23,99 +31,163 @@ struct Flow {
 pub(crate) struct SharedPorts {
     /// Capacity of each port in bytes per picosecond.
     cap: Vec<f64>,
-    flows: Vec<Flow>,
-    /// When `left` was last brought up to date.
+    groups: Vec<Group>,
+    /// Group index per `out * ports + in`.
+    group_of: Vec<u32>,
+    /// Groups with members.
+    active: Vec<u32>,
+    /// When `served` was last brought up to date.
     settled_at: u64,
+    joined: u64,
     /// Changes so far; a wake-up carries the value of its time.
     pub generation: u32,
-    // Scratch for the filling.
+    // Scratch for the filling: spare capacity, unfrozen members and the
+    // active groups of each port.
     spare: Vec<f64>,
-    count: Vec<u32>,
+    count: Vec<f64>,
+    port_groups: Vec<Vec<u32>>,
+    fill_round: u64,
 }
+
+const NO_GROUP: u32 = u32::MAX;
 
 impl SharedPorts {
     pub fn new(cap: Vec<f64>) -> SharedPorts {
         let n = cap.len();
-        SharedPorts { cap, flows: Vec::new(), settled_at: 0, generation: 0, spare: vec![0.0; n], count: vec![0; n] }
+        SharedPorts {
+            cap,
+            groups: Vec::new(),
+            group_of: vec![NO_GROUP; n * n],
+            active: Vec::new(),
+            settled_at: 0,
+            joined: 0,
+            generation: 0,
+            spare: vec![0.0; n],
+            count: vec![0.0; n],
+            port_groups: vec![Vec::new(); n],
+            fill_round: 0,
+        }
     }
 
-    /// Moves every flow's bytes forward to `now` at the current rates.
+    /// Serves every active group up to `now` at the current rates.
     fn settle(&mut self, now: u64) {
         let dt = now.saturating_sub(self.settled_at) as f64;
         if dt > 0.0 {
-            for f in &mut self.flows {
-                f.left = (f.left - f.rate * dt).max(0.0);
+            for &g in &self.active {
+                let g = &mut self.groups[g as usize];
+                g.served += g.rate * dt;
             }
         }
         self.settled_at = self.settled_at.max(now);
     }
 
-    /// Max-min fair rates: raise every unfrozen flow's rate together until
-    /// a port is full, freeze the flows through it, repeat.
-    fn fill(&mut self) {
+    /// Max-min fair rates: raise every unfrozen group's members' rate
+    /// together until a port is full, freeze the groups through it, repeat.
+    /// Called once per instant at which transfers joined or left (the
+    /// replay batches them), before the next end is asked for.
+    pub fn fill(&mut self) {
+        let np = self.cap.len();
         self.spare.copy_from_slice(&self.cap);
-        let mut frozen = vec![false; self.flows.len()];
-        for f in &mut self.flows {
-            f.rate = 0.0;
+        self.count.iter_mut().for_each(|c| *c = 0.0);
+        self.port_groups.iter_mut().for_each(Vec::clear);
+        for &k in &self.active {
+            let g = &self.groups[k as usize];
+            let n = g.members.len() as f64;
+            self.count[g.out as usize] += n;
+            self.count[g.inp as usize] += n;
+            self.port_groups[g.out as usize].push(k);
+            self.port_groups[g.inp as usize].push(k);
         }
-        let mut live = self.flows.len();
+        self.fill_round += 1;
+        let round = self.fill_round;
+        let mut live = self.active.len();
+        let mut level = 0.0;
         while live > 0 {
-            self.count.iter_mut().for_each(|c| *c = 0);
-            for (f, _) in self.flows.iter().zip(&frozen).filter(|(_, z)| !**z) {
-                self.count[f.out as usize] += 1;
-                self.count[f.inp as usize] += 1;
+            let step = (0..np).filter(|&p| self.count[p] > 0.0).map(|p| self.spare[p] / self.count[p]).fold(f64::INFINITY, f64::min);
+            level += step;
+            for p in 0..np {
+                if self.count[p] > 0.0 {
+                    self.spare[p] -= step * self.count[p];
+                }
             }
-            let step = (0..self.cap.len())
-                .filter(|&p| self.count[p] > 0)
-                .map(|p| self.spare[p] / self.count[p] as f64)
-                .fold(f64::INFINITY, f64::min);
-            for p in 0..self.cap.len() {
-                self.spare[p] -= step * self.count[p] as f64;
-            }
-            for (f, z) in self.flows.iter_mut().zip(frozen.iter_mut()).filter(|(_, z)| !**z) {
-                f.rate += step;
-                // A port is full once what is left is a rounding error of
-                // its capacity.
-                let full = |p: u32| self.spare[p as usize] <= self.cap[p as usize] * 1e-12;
-                if full(f.out) || full(f.inp) {
-                    *z = true;
-                    live -= 1;
+            // A port is full once what is left is a rounding error of its
+            // capacity: the groups through it keep the level reached.
+            for p in 0..np {
+                if self.count[p] > 0.0 && self.spare[p] <= self.cap[p] * 1e-12 {
+                    for j in 0..self.port_groups[p].len() {
+                        let k = self.port_groups[p][j] as usize;
+                        let g = &mut self.groups[k];
+                        if g.frozen == round {
+                            continue;
+                        }
+                        g.frozen = round;
+                        g.rate = level;
+                        let n = g.members.len() as f64;
+                        self.count[g.out as usize] -= n;
+                        self.count[g.inp as usize] -= n;
+                        live -= 1;
+                    }
                 }
             }
         }
     }
 
-    /// Transfer `id` of `bytes` joins ports `out` and `inp` at `now`.
+    /// Transfer `id` of `bytes` joins ports `out` and `inp` at `now` (its
+    /// rate is set by the next [`fill`](Self::fill)).
     pub fn join(&mut self, now: u64, id: u32, out: u32, inp: u32, bytes: u64) {
         self.settle(now);
-        self.flows.push(Flow { id, out, inp, left: bytes as f64, rate: 0.0 });
-        self.fill();
+        let slot = out as usize * self.cap.len() + inp as usize;
+        if self.group_of[slot] == NO_GROUP {
+            self.group_of[slot] = self.groups.len() as u32;
+            self.groups.push(Group { out, inp, rate: 0.0, served: 0.0, frozen: 0, members: BinaryHeap::new() });
+        }
+        let k = self.group_of[slot];
+        let g = &mut self.groups[k as usize];
+        if g.members.is_empty() {
+            g.served = 0.0;
+            self.active.push(k);
+        }
+        g.members.push(Reverse(((g.served + bytes as f64).to_bits(), self.joined, id)));
+        self.joined += 1;
         self.generation += 1;
     }
 
     /// The earliest end at the current rates (whole picoseconds, rounded up).
     pub fn next_end(&self, now: u64) -> Option<u64> {
-        self.flows.iter().filter(|f| f.rate > 0.0).map(|f| now.saturating_add((f.left / f.rate).ceil() as u64)).min()
+        self.active
+            .iter()
+            .filter_map(|&g| {
+                let g = &self.groups[g as usize];
+                let Reverse((done, _, _)) = g.members.peek()?;
+                let left = (f64::from_bits(*done) - g.served).max(0.0);
+                (g.rate > 0.0).then(|| now.saturating_add((left / g.rate).ceil() as u64))
+            })
+            .min()
     }
 
     /// At a wake-up: the transfers done by `now` (in joining order), which
-    /// leave their ports; the rest get new rates.
+    /// leave their ports; the rest get new rates at the next `fill`.
     pub fn finish(&mut self, now: u64) -> Vec<u32> {
         self.settle(now);
-        let mut done = Vec::new();
-        // Done: less than one picosecond of work left.
-        self.flows.retain(|f| {
-            let over = f.left <= f.rate;
-            if over {
-                done.push(f.id);
+        let mut done: Vec<(u64, u32)> = Vec::new();
+        for &k in &self.active {
+            let g = &mut self.groups[k as usize];
+            // Done: less than one picosecond of work left.
+            while let Some(&Reverse((at, seq, id))) = g.members.peek()
+                && f64::from_bits(at) - g.served <= g.rate
+            {
+                g.members.pop();
+                done.push((seq, id));
             }
-            !over
-        });
-        if !done.is_empty() {
-            self.fill();
-            self.generation += 1;
         }
-        done
+        if done.is_empty() {
+            return Vec::new();
+        }
+        let groups = &self.groups;
+        self.active.retain(|&k| !groups[k as usize].members.is_empty());
+        self.generation += 1;
+        done.sort_unstable();
+        done.into_iter().map(|(_, id)| id).collect()
     }
 }
 
@@ -139,6 +211,7 @@ mod tests {
                     now = j;
                     let (_, o, i, b) = flows[next];
                     sp.join(now, next as u32, o, i, b);
+                    sp.fill();
                     next += 1;
                 }
                 (Some(w), _) => {
@@ -146,6 +219,7 @@ mod tests {
                     for id in sp.finish(now) {
                         end[id as usize] = now;
                     }
+                    sp.fill();
                 }
                 _ => unreachable!(),
             }

@@ -109,6 +109,9 @@ enum Event {
     /// The earliest end among transfers on ports, if `generation` is still
     /// the ports' (a transfer joining or leaving changes every rate).
     PortWake { generation: u32 },
+    /// Transfers joined or left the ports at this instant: new rates, and
+    /// a wake-up at the earliest end (once per instant, after its joins).
+    PortRates,
     /// A device finished the Send kernels that followed its last op.
     DeviceFree(u16),
     /// The kernel running on a device under host contention finished, if
@@ -515,6 +518,7 @@ impl GraphSimulator {
         let mut ops_per_device = vec![0usize; nd];
         let mut copy_free: Vec<Vec<u64>> = self.copy_engines.iter().map(|&k| vec![0u64; k]).collect();
         let mut ports = SharedPorts::new(self.port_cap.clone());
+        let mut rates_due = false;
         let mut mem = vec![0u64; nd];
         let mut peak_mem = vec![0u64; nd];
         let mut slot_ref = vec![0u32; nslots];
@@ -729,10 +733,11 @@ impl GraphSimulator {
                 }
             }};
         }
-        macro_rules! wake_ports {
+        macro_rules! rates_due {
             ($now:expr) => {{
-                if let Some(at) = ports.next_end($now) {
-                    q.schedule_at(SimTime(at), Event::PortWake { generation: ports.generation });
+                if !rates_due {
+                    rates_due = true;
+                    q.schedule_at(SimTime($now), Event::PortRates);
                 }
             }};
         }
@@ -875,14 +880,26 @@ impl GraphSimulator {
                     let tr = transfers[x as usize];
                     if let Some((o, i)) = self.pair_ports[tr.src as usize * nd + tr.dst as usize] {
                         ports.join(now, x, o, i, tr.bytes);
-                        wake_ports!(now);
+                        rates_due!(now);
                     }
                 }
                 Event::PortWake { .. } => {
                     let done = ports.finish(now);
-                    wake_ports!(now);
+                    if !done.is_empty() {
+                        rates_due!(now);
+                    } else if let Some(at) = ports.next_end(now) {
+                        // Woken a rounding error early: the same rates hold.
+                        q.schedule_at(SimTime(at.max(now + 1)), Event::PortWake { generation: ports.generation });
+                    }
                     for x in done {
                         transfer_done!(x, now);
+                    }
+                }
+                Event::PortRates => {
+                    rates_due = false;
+                    ports.fill();
+                    if let Some(at) = ports.next_end(now) {
+                        q.schedule_at(SimTime(at), Event::PortWake { generation: ports.generation });
                     }
                 }
             }
