@@ -10,7 +10,7 @@
 //! what reaches the statistics into account too (TensorFlow drops it): when
 //! only `y` is differentiated it is the one `FusedBatchNormGrad` node.
 
-use super::{FLOATS, InferCtx, KernelCtx, Registry, same_dtype, with_float};
+use super::{FLOATS, GradCtx, InferCtx, KernelCtx, Registry, same_dtype, with_float};
 use crate::error::Result;
 use crate::graph::{AttrValue, Graph, IntoOutput, Output};
 use crate::kernels::cpu::Float;
@@ -34,8 +34,8 @@ fn infer_channels(c: &InferCtx, x: usize, params: &[usize]) -> Result<Option<usi
     Ok(channels)
 }
 
-/// `epsilon`, which must be finite and not negative.
-fn epsilon(c: &InferCtx) -> Result<f64> {
+/// `epsilon`, which must be finite and not negative (also layer norm's).
+pub(super) fn epsilon(c: &InferCtx) -> Result<f64> {
     let e = c.n.float("epsilon")?;
     if !(e >= 0.0 && e.is_finite()) {
         return Err(c.n.attr_err("epsilon", format!("must be finite and not negative, got {e}")));
@@ -147,6 +147,36 @@ fn k_fused_batch_norm_grad(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     })
 }
 
+/// The gradient of a fused normalization `(x, scale, offset) -> (y, mean,
+/// var)`: one `grad_op` node `(dy, x, scale, mean, var) -> (dx, dscale,
+/// doffset)`, plus, where the statistics are differentiated too, what
+/// reaches them: `through(x, mean, d mean, d var)`, added to dx.
+pub(super) fn fused_grad(
+    c: &GradCtx,
+    grad_op: &str,
+    through: impl Fn(&Output, &Output, &Output, &Output) -> Result<Output>,
+) -> Result<Vec<Option<Output>>> {
+    let eps = c.n.float("epsilon")?;
+    let (x, scale) = (&c.inputs[0], &c.inputs[1]);
+    let (mean, var) = (&c.outputs[1], &c.outputs[2]);
+    let g = c
+        .g
+        .op(grad_op)
+        .input(&c.grads[0])
+        .input(x)
+        .input(scale)
+        .input(mean)
+        .input(var)
+        .attr("epsilon", AttrValue::Float(eps))
+        .build_all()?;
+    let mut dx = g[0].clone();
+    let (gm, gv) = (&c.grads[1], &c.grads[2]);
+    if gm.op() != "ZerosLike" || gv.op() != "ZerosLike" {
+        dx = c.g.add(&dx, through(x, mean, gm, gv)?)?;
+    }
+    Ok(vec![Some(dx), Some(g[1].clone()), Some(g[2].clone())])
+}
+
 pub(crate) fn register(r: &mut Registry) {
     r.def("FusedBatchNorm", 3, Some(3), |c| {
         same_dtype(c, FLOATS)?;
@@ -157,32 +187,15 @@ pub(crate) fn register(r: &mut Registry) {
     // Per element: the mean (1), the centred square (3), then x * a + b (2).
     .flops(|c| 6.0 * c.inputs.first().map_or(0, |(_, s)| s.num_elements()) as f64)
     .grad(|c| {
-        let eps = c.n.float("epsilon")?;
-        let (x, scale) = (&c.inputs[0], &c.inputs[1]);
-        let (mean, var) = (&c.outputs[1], &c.outputs[2]);
-        let g = c
-            .g
-            .op("FusedBatchNormGrad")
-            .input(&c.grads[0])
-            .input(x)
-            .input(scale)
-            .input(mean)
-            .input(var)
-            .attr("epsilon", AttrValue::Float(eps))
-            .build_all()?;
-        let mut dx = g[0].clone();
-        // What reaches the statistics themselves: d mean / dx = 1 / M and
-        // d var / dx = 2 (x - mean) / M, per channel.
-        let (gm, gv) = (&c.grads[1], &c.grads[2]);
-        if gm.op() != "ZerosLike" || gv.op() != "ZerosLike" {
+        fused_grad(c, "FusedBatchNormGrad", |x, mean, gm, gv| {
+            // Per channel: d mean / dx = 1 / M, d var / dx = 2 (x - mean) / M.
             let dims = x.shape();
             let m: Option<usize> = dims.dims()[..dims.rank().saturating_sub(1)].iter().try_fold(1usize, |a, d| d.map(|d| a * d));
             let m = m.ok_or_else(|| c.n.shape_err(format!("the gradient through the batch statistics needs a known shape, got {dims}")))?;
             let centered = c.g.sub(x, mean)?;
             let through = c.g.add(gm, c.g.mul(gv, (centered * 2.0)?)?)?;
-            dx = c.g.add(&dx, (through * (1.0 / m as f64))?)?;
-        }
-        Ok(vec![Some(dx), Some(g[1].clone()), Some(g[2].clone())])
+            through * (1.0 / m as f64)
+        })
     });
     r.cpu("FusedBatchNorm", FLOATS, k_fused_batch_norm);
     r.def("FusedBatchNormGrad", 5, Some(5), |c| {

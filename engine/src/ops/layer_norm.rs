@@ -10,6 +10,7 @@
 //! axis. The gradient takes what reaches the statistics into account too:
 //! when only `y` is differentiated it is the one `LayerNormGrad` node.
 
+use super::batch_norm::{epsilon, fused_grad};
 use super::{FLOATS, InferCtx, KernelCtx, Registry, same_dtype, with_float};
 use crate::error::Result;
 use crate::graph::{AttrValue, Graph, IntoOutput, Output};
@@ -43,15 +44,6 @@ fn infer_features(c: &InferCtx, x: usize, params: &[usize], stats: &[usize]) -> 
 
 fn stat_shape(x: &PartialShape) -> PartialShape {
     PartialShape::new(x.dims()[..x.rank().saturating_sub(1)].to_vec())
-}
-
-/// `epsilon`, which must be finite and not negative.
-fn epsilon(c: &InferCtx) -> Result<f64> {
-    let e = c.n.float("epsilon")?;
-    if !(e >= 0.0 && e.is_finite()) {
-        return Err(c.n.attr_err("epsilon", format!("must be finite and not negative, got {e}")));
-    }
-    Ok(e)
 }
 
 /// Rows and features of a kernel's `x`, checking `params` are `[features]`
@@ -159,33 +151,16 @@ pub(crate) fn register(r: &mut Registry) {
     // (x - mean) * inv * gamma + beta (4).
     .flops(|c| 8.0 * elements(c))
     .grad(|c| {
-        let eps = c.n.float("epsilon")?;
-        let (x, gamma) = (&c.inputs[0], &c.inputs[1]);
-        let (mean, var) = (&c.outputs[1], &c.outputs[2]);
-        let g = c
-            .g
-            .op("LayerNormGrad")
-            .input(&c.grads[0])
-            .input(x)
-            .input(gamma)
-            .input(mean)
-            .input(var)
-            .attr("epsilon", AttrValue::Float(eps))
-            .build_all()?;
-        let mut dx = g[0].clone();
-        // What reaches the statistics themselves: d mean / dx = 1 / D and
-        // d var / dx = 2 (x - mean) / D, per row.
-        let (gm, gv) = (&c.grads[1], &c.grads[2]);
-        if gm.op() != "ZerosLike" || gv.op() != "ZerosLike" {
+        fused_grad(c, "LayerNormGrad", |x, mean, gm, gv| {
+            // Per row: d mean / dx = 1 / D, d var / dx = 2 (x - mean) / D.
             let dims = x.shape();
             let d = dims.dims().last().copied().flatten();
             let d = d.ok_or_else(|| c.n.shape_err(format!("the gradient through the row statistics needs a known last axis, got {dims}")))?;
             let (gm, gv, mean) = (c.g.expand_dims(gm, -1)?, c.g.expand_dims(gv, -1)?, c.g.expand_dims(mean, -1)?);
             let centered = c.g.sub(x, &mean)?;
             let through = c.g.add(&gm, c.g.mul(&gv, (centered * 2.0)?)?)?;
-            dx = c.g.add(&dx, (through * (1.0 / d as f64))?)?;
-        }
-        Ok(vec![Some(dx), Some(g[1].clone()), Some(g[2].clone())])
+            through * (1.0 / d as f64)
+        })
     });
     r.cpu("LayerNorm", FLOATS, k_layer_norm);
     r.def("LayerNormGrad", 5, Some(5), |c| {
