@@ -30,7 +30,9 @@ pub struct PlaceArgs {
     /// Format of cross-device transfers: f32, f16, bf16, int8, int8:<block>.
     #[arg(long, default_value = "f32")]
     comm: String,
-    /// Catalog link between every pair of devices (`in-process`: the one a
+    /// Catalog link of the devices: a `port` link (PCIe, NVLink, Ethernet,
+    /// InfiniBand) gives each device one port per direction shared by its
+    /// transfers, a `pair` link each pair its own (`in-process`: the one a
     /// `--profile` of this host measured).
     #[arg(long, default_value = flowlab_sim::graph::DEFAULT_LINK)]
     link: String,

@@ -7,7 +7,7 @@
 //!   model: inception_v3      # a zoo model: mlp, cnn, resnet50, inception_v3, lstm_lm, transformer, transformer_base, gnmt
 //!   batch: 32
 //!   devices: "4xK40"         # catalog devices, e.g. "2xV100,1xcpu"
-//!   link: pcie3_x16          # optional: the catalog link between every pair
+//!   link: pcie3-x16          # optional: the catalog link of the devices (port links: one port per device and direction)
 //!   placer: m_etf            # single_device | round_robin | default | tf_greedy | m_topo | m_etf | m_sct | local_search
 //!   comm: f32                # optional: f32 | f16 | bf16 | int8 | int8:<block>
 //!   iterations: 2000         # local_search only: number of moves tried
