@@ -5,6 +5,8 @@
 
 use crate::HwError;
 use std::fmt;
+
+use half::slice::HalfFloatSliceExt;
 use std::str::FromStr;
 
 /// A wire format for f32 tensors.
@@ -173,19 +175,33 @@ impl CommFormat {
     /// NaN and infinities survive every format (see [`CommFormat::Int8`] for
     /// their int8 codes).
     pub fn encode(self, values: &[f32]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.bytes_for(values.len() as u64) as usize);
+        // Each format is one tight loop over a sized buffer, so that it
+        // vectorizes: this runs on the sender for every transfer.
+        let mut out = vec![0u8; self.bytes_for(values.len() as u64) as usize];
         match self {
-            CommFormat::F32 => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-            CommFormat::F16 => values
-                .iter()
-                .for_each(|v| out.extend_from_slice(&half::f16::from_f32(*v).to_le_bytes())),
-            CommFormat::Bf16 => values.iter().for_each(|v| out.extend_from_slice(&bf16_truncate(*v).to_le_bytes())),
+            CommFormat::F32 => {
+                for (o, v) in out.chunks_exact_mut(4).zip(values) {
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            CommFormat::F16 => {
+                let mut halves = vec![half::f16::ZERO; values.len()];
+                halves.convert_from_f32_slice(values);
+                for (o, h) in out.chunks_exact_mut(2).zip(&halves) {
+                    o.copy_from_slice(&h.to_le_bytes());
+                }
+            }
+            CommFormat::Bf16 => {
+                for (o, v) in out.chunks_exact_mut(2).zip(values) {
+                    o.copy_from_slice(&bf16_truncate(*v).to_le_bytes());
+                }
+            }
             CommFormat::Int8 { block } => {
                 let b = block.map_or(values.len().max(1), |b| b.max(1) as usize);
-                for chunk in values.chunks(b) {
+                for (chunk, o) in values.chunks(b).zip(out.chunks_mut(b + 4)) {
                     let scale = int8_scale(chunk);
-                    out.extend_from_slice(&scale.to_le_bytes());
-                    out.extend(chunk.iter().map(|v| int8_quantize(*v, scale) as u8));
+                    o[..4].copy_from_slice(&scale.to_le_bytes());
+                    int8_quantize_into(chunk, scale, &mut o[4..]);
                 }
             }
         }
@@ -203,14 +219,27 @@ impl CommFormat {
                 if bytes.len() % w != 0 {
                     return Err(bad(format!("{} bytes is not a multiple of {w}", bytes.len())));
                 }
-                Ok(bytes
-                    .chunks_exact(w)
-                    .map(|c| match self {
-                        CommFormat::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
-                        CommFormat::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f32(),
-                        _ => f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16),
-                    })
-                    .collect())
+                let mut out = vec![0f32; bytes.len() / w];
+                match self {
+                    CommFormat::F32 => {
+                        for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                            *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                        }
+                    }
+                    CommFormat::F16 => {
+                        let halves: Vec<half::f16> = bytes
+                            .chunks_exact(2)
+                            .map(|c| half::f16::from_le_bytes([c[0], c[1]]))
+                            .collect();
+                        halves.convert_to_f32_slice(&mut out);
+                    }
+                    _ => {
+                        for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                            *o = f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16);
+                        }
+                    }
+                }
+                Ok(out)
             }
             CommFormat::Int8 { block } => {
                 let mut out = Vec::with_capacity(bytes.len());
@@ -228,7 +257,9 @@ impl CommFormat {
                         )));
                     }
                     let n = block.map_or(rest.len() - 4, |b| (b.max(1) as usize).min(rest.len() - 4));
-                    out.extend(rest[4..4 + n].iter().map(|q| int8_dequantize(*q as i8, scale)));
+                    let start = out.len();
+                    out.resize(start + n, 0.0);
+                    int8_dequantize_into(&rest[4..4 + n], scale, &mut out[start..]);
                     rest = &rest[4 + n..];
                     index += 1;
                 }
@@ -242,7 +273,25 @@ impl CommFormat {
 /// to the next f32 so that no finite value of the block exceeds 126 steps
 /// (never zero: a subnormal block gets at least the smallest subnormal).
 fn int8_scale(chunk: &[f32]) -> f32 {
-    let max_abs = chunk.iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
+    // Eight running maxima, branch-free, so that the loop vectorizes; NaN
+    // and infinities never win the comparison (the order of a max is free).
+    #[inline(always)]
+    fn keep(m: f32, v: f32) -> f32 {
+        let a = v.abs();
+        let a = if a < f32::INFINITY { a } else { 0.0 };
+        if a > m { a } else { m }
+    }
+    let (rows, rest) = chunk.as_chunks::<8>();
+    let lanes = crate::simd::vectorized(#[inline(always)] || {
+        let mut lanes = [0f32; 8];
+        for row in rows {
+            for j in 0..8 {
+                lanes[j] = keep(lanes[j], row[j]);
+            }
+        }
+        lanes
+    });
+    let max_abs = rest.iter().fold(lanes.iter().fold(0f32, |m, v| keep(m, *v)), |m, v| keep(m, *v));
     if max_abs == 0.0 {
         return 1.0;
     }
@@ -262,6 +311,71 @@ fn int8_quantize(v: f32, scale: f32) -> i8 {
         // In f64: the quotient of two f32 is exact enough that ties round as
         // the real quotient does, and nothing overflows for f32::MAX.
         (f64::from(v) / f64::from(scale)).round().clamp(-INT8_LEVELS, INT8_LEVELS) as i8
+    }
+}
+
+/// [`int8_quantize`] over a block, written so that the loop vectorizes:
+/// the same codes bit for bit (a unit test holds the two together). Round
+/// half away from zero is trunc(q + copysign(0.5 - 2^-54, q)), exact for
+/// every f64, as LLVM itself lowers `round`.
+fn int8_quantize_into(chunk: &[f32], scale: f32, out: &mut [u8]) {
+    const BELOW_HALF: f64 = 0.499_999_999_999_999_94;
+    let s = f64::from(scale);
+    crate::simd::vectorized(
+        #[inline(always)]
+        || {
+            for (o, &v) in out.iter_mut().zip(chunk) {
+                // max/min (not clamp) also turn NaN into a number, replaced below.
+                let q = (f64::from(v) / s).max(-127.0).min(127.0);
+                // SAFETY: |q + 0.5| <= 127.5 is finite and within i32.
+                let r = unsafe { (q + BELOW_HALF.copysign(q)).to_int_unchecked::<i32>() }
+                    .clamp(-126, 126) as i8;
+                let code = if v.is_nan() {
+                    INT8_NAN
+                } else if v == f32::INFINITY {
+                    INT8_POS_INF
+                } else if v == f32::NEG_INFINITY {
+                    INT8_NEG_INF
+                } else {
+                    r
+                };
+                *o = code as u8;
+            }
+        },
+    )
+}
+
+/// [`int8_dequantize`] over a block: a block has one scale, so a large one
+/// is decoded through a table of the 256 codes' values at that scale (bit
+/// for bit the definition, one load per value).
+fn int8_dequantize_into(codes: &[u8], scale: f32, out: &mut [f32]) {
+    if codes.len() < 1024 {
+        let s = f64::from(scale);
+        let max = f64::from(f32::MAX);
+        crate::simd::vectorized(
+            #[inline(always)]
+            || {
+                for (o, &c) in out.iter_mut().zip(codes) {
+                    let q = c as i8;
+                    let v = (f64::from(q) * s).max(-max).min(max) as f32;
+                    let v = if q == INT8_NAN { f32::NAN } else { v };
+                    let v = if q == INT8_POS_INF { f32::INFINITY } else { v };
+                    *o = if q == INT8_NEG_INF {
+                        f32::NEG_INFINITY
+                    } else {
+                        v
+                    };
+                }
+            },
+        );
+        return;
+    }
+    let mut table = [0f32; 256];
+    for (c, t) in table.iter_mut().enumerate() {
+        *t = int8_dequantize(c as u8 as i8, scale);
+    }
+    for (o, &c) in out.iter_mut().zip(codes) {
+        *o = table[usize::from(c)];
     }
 }
 
@@ -559,5 +673,81 @@ mod tests {
         fn int8_bound_holds_on_quantization_ties(v in int8_ties()) {
             check_bound(CommFormat::Int8 { block: None }, &v)?;
         }
+
+        /// The vectorized block kernels give the per-value definitions'
+        /// codes and values bit for bit, on ties and on anything at all.
+        #[test]
+        fn int8_block_kernels_equal_the_per_value_definitions(
+            mut v in proptest::collection::vec(adversarial(), 1..40),
+            ties in int8_ties(),
+            scale_pick in 0usize..4,
+        ) {
+            v.extend(ties);
+            let reference_max = v.iter().filter(|x| x.is_finite()).fold(0f32, |m, x| m.max(x.abs()));
+            let scale = int8_scale(&v);
+            let expected = if reference_max == 0.0 { 1.0 } else {
+                let exact = f64::from(reference_max) / INT8_LEVELS;
+                let s = exact as f32;
+                if f64::from(s) < exact { s.next_up() } else { s }
+            };
+            prop_assert_eq!(scale.to_bits(), expected.to_bits());
+            // Also at scales the block does not pick, where codes clamp.
+            let scale = [scale, 1.0, f32::from_bits(1), 3.5e-3][scale_pick];
+            let mut codes = vec![0u8; v.len()];
+            int8_quantize_into(&v, scale, &mut codes);
+            for (x, c) in v.iter().zip(&codes) {
+                prop_assert_eq!(*c as i8, int8_quantize(*x, scale), "{:e} at scale {:e}", x, scale);
+            }
+        }
+    }
+
+    #[test]
+    fn int8_dequantize_kernel_equals_the_definition_for_every_code() {
+        // Every code once (the direct loop) and four times (the table).
+        for n in [256, 1024] {
+            let codes: Vec<u8> = (0..n).map(|c| (c % 256) as u8).collect();
+            for scale in [
+                1.0f32,
+                0.0,
+                f32::from_bits(1),
+                7.25e-3,
+                f32::MAX / 100.0,
+                f32::MAX,
+            ] {
+                let mut out = vec![0f32; codes.len()];
+                int8_dequantize_into(&codes, scale, &mut out);
+                for (c, y) in codes.iter().zip(&out) {
+                    let want = int8_dequantize(*c as i8, scale);
+                    assert!(
+                        y.to_bits() == want.to_bits() || (y.is_nan() && want.is_nan()),
+                        "code {c} scale {scale:e}: {y} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn int8_rounds_exact_ties_away_from_zero_and_near_ties_to_nearest() {
+        // Scale 1: the code is the value rounded half away from zero.
+        let near = |x: f32, up: bool| if up { x.next_up() } else { x.next_down() };
+        let v = [
+            0.5f32,
+            -0.5,
+            1.5,
+            -1.5,
+            2.5,
+            125.5,
+            -125.5,
+            near(0.5, false),
+            near(0.5, true),
+            near(-2.5, true),
+            126.4,
+            130.0,
+        ];
+        let mut codes = vec![0u8; v.len()];
+        int8_quantize_into(&v, 1.0, &mut codes);
+        let got: Vec<i8> = codes.iter().map(|c| *c as i8).collect();
+        assert_eq!(got, vec![1, -1, 2, -2, 3, 126, -126, 0, 1, -2, 126, 126]);
     }
 }

@@ -8,6 +8,7 @@ mod error;
 mod format;
 mod profile;
 mod roofline;
+pub mod simd;
 pub mod systolic;
 
 pub use catalog::{Catalog, DeviceSpec, GemmRate, LinkSharing, LinkSpec, PeakTflops, SystolicSpec};

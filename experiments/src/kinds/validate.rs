@@ -712,19 +712,22 @@ mod tests {
         let model_name = std::env::var("DIAG_MODEL").unwrap_or("cnn".into());
         let batch: usize = std::env::var("DIAG_BATCH").ok().and_then(|b| b.parse().ok()).unwrap_or(32);
         let placer = std::env::var("DIAG_PLACER").unwrap_or("m_etf".into());
+        let format: CommFormat = std::env::var("DIAG_COMM").unwrap_or("f32".into()).parse().unwrap();
         let (model, init) = measure::with_initializer(&model_name, &ZooSizes::default(), batch).unwrap();
         let host = host(1).unwrap();
         let cluster = VirtualCluster::parse_for_host("2xcpu", &host).unwrap().with_link(LinkSpec { name: "e".into(), bandwidth_gb_s: 10.0 / 8.0, latency_us: 20.0 + host.emulated_overhead_us, sharing: flowlab_hw::LinkSharing::Pair });
         let mut opts = PlacerOptions::new(cluster.clone());
         opts.sim.step = Some(model.step());
         opts.sim.transfer_compute = host.transfer_compute.clone();
+        opts.sim.partition = PartitionOptions { format, ..Default::default() };
         opts.budget = std::time::Duration::ZERO;
         opts.iterations = Some(300);
         let placement = place_timed(&placer, &model.graph, &opts).unwrap().placement;
         let run = |placement: Option<flowlab_engine::Placement>, n: usize| {
             let mut links = LinkMap::default();
             links.all = Some(EmulatedLink::new(10.0, 20.0).unwrap());
-            let o = measure::cpu_options(n, 1, placement, links);
+            let mut o = measure::cpu_options(n, 1, placement, links);
+            o.partition = PartitionOptions { format, ..Default::default() };
             let r = StepRunner::new(model.clone(), &init, o).unwrap();
             for _ in 0..3 {
                 r.step(false).unwrap();
@@ -786,6 +789,12 @@ mod tests {
         v.sort_by(|a, b| (b.1 .1 - b.1 .0).total_cmp(&(a.1 .1 - a.1 .0)));
         for (op, (a, b)) in v.iter().take(12) {
             eprintln!("{op:>28}: alone {a:8.0} us, in two-device step {b:8.0} us ({:+.0}%)", (b / a - 1.0) * 100.0);
+        }
+        let mut nodes: Vec<_> = n2.iter().map(|(k, t2)| (k.clone(), n1.get(k).copied(), *t2)).collect();
+        nodes.sort_by(|a, b| (b.2 - b.1.unwrap_or(0.0)).total_cmp(&(a.2 - a.1.unwrap_or(0.0))));
+        for (node, t1, t2) in nodes.iter().take(15) {
+            let dev = placement.device_of(&model.graph, node).map(|d| d.to_string()).unwrap_or_default();
+            eprintln!("{node:>40} [{dev}]: alone {:8.0} us, in two-device step {t2:8.0} us", t1.unwrap_or(f64::NAN));
         }
         let only2: Vec<_> = n2.keys().filter(|k| !n1.contains_key(*k)).collect();
         let t_only2: f64 = only2.iter().map(|k| n2[*k]).sum();

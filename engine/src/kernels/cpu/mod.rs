@@ -15,7 +15,10 @@ pub mod pool;
 pub(crate) mod reduce;
 pub mod scalar;
 pub(crate) mod transpose;
-pub(crate) mod vectorize;
+/// The AVX2 dispatch of plain loops, shared with the wire formats.
+pub(crate) mod vectorize {
+    pub(crate) use flowlab_hw::simd::vectorized;
+}
 
 pub use conv::{Conv2dGeom, Padding, conv2d, conv2d_backprop_filter, conv2d_backprop_input};
 pub use matmul::{batch_matmul, matmul};
