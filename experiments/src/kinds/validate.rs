@@ -715,17 +715,26 @@ mod tests {
         let format: CommFormat = std::env::var("DIAG_COMM").unwrap_or("f32".into()).parse().unwrap();
         let (model, init) = measure::with_initializer(&model_name, &ZooSizes::default(), batch).unwrap();
         let host = host(1).unwrap();
-        let cluster = VirtualCluster::parse_for_host("2xcpu", &host).unwrap().with_link(LinkSpec { name: "e".into(), bandwidth_gb_s: 10.0 / 8.0, latency_us: 20.0 + host.emulated_overhead_us, sharing: flowlab_hw::LinkSharing::Pair });
+        let gbps: f64 = std::env::var("DIAG_GBPS").ok().and_then(|b| b.parse().ok()).unwrap_or(10.0);
+        let latency_us: f64 = std::env::var("DIAG_LATENCY_US").ok().and_then(|b| b.parse().ok()).unwrap_or(20.0);
+        let cluster = VirtualCluster::parse_for_host("2xcpu", &host).unwrap().with_link(LinkSpec { name: "e".into(), bandwidth_gb_s: gbps / 8.0, latency_us: latency_us + host.emulated_overhead_us, sharing: flowlab_hw::LinkSharing::Pair });
         let mut opts = PlacerOptions::new(cluster.clone());
         opts.sim.step = Some(model.step());
         opts.sim.transfer_compute = host.transfer_compute.clone();
         opts.sim.partition = PartitionOptions { format, ..Default::default() };
         opts.budget = std::time::Duration::ZERO;
         opts.iterations = Some(300);
-        let placement = place_timed(&placer, &model.graph, &opts).unwrap().placement;
+        let prof = measure::profile_model(&measure::ProfileRequest { model: model_name.clone(), sizes: ZooSizes::default(), batch, threads: 1, devices: 2, warmup: 3, steps: 10 }, |_| {}).unwrap();
+        let mut place_opts = opts.clone();
+        if std::env::var("DIAG_PREDICTOR").is_ok_and(|p| p == "profile") {
+            // Placed as a `predictor: profile` point places.
+            place_opts.sim.profile = Some(prof.clone());
+            place_opts.sim.host_contention = host.host_contention(2);
+        }
+        let placement = place_timed(&placer, &model.graph, &place_opts).unwrap().placement;
         let run = |placement: Option<flowlab_engine::Placement>, n: usize| {
             let mut links = LinkMap::default();
-            links.all = Some(EmulatedLink::new(10.0, 20.0).unwrap());
+            links.all = Some(EmulatedLink::new(gbps, latency_us).unwrap());
             let mut o = measure::cpu_options(n, 1, placement, links);
             o.partition = PartitionOptions { format, ..Default::default() };
             let r = StepRunner::new(model.clone(), &init, o).unwrap();
@@ -760,7 +769,6 @@ mod tests {
         let sim = GraphSimulator::new(&model.graph, &cluster, &opts.sim).unwrap();
         let rep = sim.simulate(&placement).unwrap();
         eprintln!("simulated (roofline): {:.0} us", rep.step_seconds * 1e6);
-        let prof = measure::profile_model(&measure::ProfileRequest { model: model_name.clone(), sizes: ZooSizes::default(), batch, threads: 1, devices: 2, warmup: 3, steps: 10 }, |_| {}).unwrap();
         let mut so = opts.sim.clone();
         so.profile = Some(prof);
         for contention in [vec![], host.host_contention(2)] {

@@ -477,11 +477,6 @@ impl GraphSimulator {
         Ok((t.step, fits))
     }
 
-    /// Peak memory per device of one simulated step.
-    pub(crate) fn peak_memory(&self, dev: &[u16]) -> Result<Vec<u64>, SimError> {
-        Ok(self.run(dev)?.peak_mem)
-    }
-
     /// The event-driven replay (see the module contract).
     pub(crate) fn run(&self, dev: &[u16]) -> Result<Trace, SimError> {
         let g = &self.graph;

@@ -25,7 +25,8 @@ pub(crate) struct SearchLimits {
 pub(crate) fn local_search(p: &Problem, start: Vec<u16>, lim: &SearchLimits) -> Result<Vec<u16>, SimError> {
     let clock = Instant::now();
     let movable: Vec<usize> = (0..p.groups.len()).filter(|&k| p.groups[k].allowed.count_ones() > 1).collect();
-    let (t0, fits0) = p.sim.step_time(&start)?;
+    let first = p.replay(&start)?;
+    let (t0, fits0) = (first.step, first.fits);
     if movable.is_empty() {
         return Ok(start);
     }

@@ -99,10 +99,11 @@ impl Rule {
 /// faster (and fits): a user asking a cost-based placer for a placement
 /// expects one no slower than not splitting the graph at all.
 fn no_worse_than_one_device(p: &Problem, dev: Vec<u16>) -> Result<Vec<u16>, SimError> {
+    // In this order each placement is simulated once (see Problem::replay).
+    let split = p.replay(&dev)?;
     let Ok(one) = simple::single_device(p) else { return Ok(dev) };
-    let (split, split_fits) = p.sim.step_time(&dev)?;
-    let (alone, alone_fits) = p.sim.step_time(&one)?;
-    Ok(if alone_fits && (alone < split || !split_fits) { one } else { dev })
+    let alone = p.replay(&one)?;
+    Ok(if alone.fits && (alone.step < split.step || !split.fits) { one } else { dev })
 }
 
 /// How many times a list scheduler is run again with tighter budgets.
@@ -124,7 +125,7 @@ fn within_simulated_memory(p: &mut Problem, place: impl Fn(&Problem) -> Result<V
         let mut round = 0;
         loop {
             let dev = place(p)?;
-            let peak = p.sim.peak_memory(&dev)?;
+            let peak = p.replay(&dev)?.peak;
             let over: Vec<usize> = (0..p.ndev).filter(|&d| peak[d] as f64 > capacity[d]).collect();
             let Some(&worst) = over.iter().max_by(|&&a, &&b| (peak[a] as f64 / capacity[a]).total_cmp(&(peak[b] as f64 / capacity[b]))) else {
                 return Ok(dev);

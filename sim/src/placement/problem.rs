@@ -8,8 +8,10 @@
 
 use crate::error::SimError;
 use crate::graph::GraphSimulator;
+use crate::SimTime;
 use flowlab_engine::{DeviceName, DeviceSet};
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// One colocation group.
 #[derive(Debug, Clone)]
@@ -31,6 +33,18 @@ pub(crate) struct Problem {
     pub capacity: Vec<f64>,
     /// Accelerators first, then CPUs, each in set order (the engine's rule).
     pub priority: Vec<usize>,
+    /// The last placement [`Problem::replay`] simulated, with its result.
+    last_replay: Mutex<Option<(Vec<u16>, Replay)>>,
+}
+
+/// What one simulated step of a placement says about it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Replay {
+    pub step: SimTime,
+    /// Peak bytes per cluster device.
+    pub peak: Vec<u64>,
+    /// Every device's peak within its catalog capacity.
+    pub fits: bool,
 }
 
 fn find(parent: &mut [usize], mut x: usize) -> usize {
@@ -118,7 +132,22 @@ impl Problem {
         let capacity = cluster.devices().iter().map(|d| d.capacity_bytes).collect();
         let mut priority: Vec<usize> = (0..ndev).collect();
         priority.sort_by_key(|&d| (cluster.devices()[d].name.device_type.as_deref() == Some("CPU"), d));
-        Ok(Problem { sim, n, ndev, group_of, groups, capacity, priority })
+        Ok(Problem { sim, n, ndev, group_of, groups, capacity, priority, last_replay: Mutex::new(None) })
+    }
+
+    /// One simulated step of `dev`. The last answer is kept: the memory
+    /// check and the single-device fallback both ask about a placer's final
+    /// placement, and one replay of a large graph costs milliseconds.
+    pub fn replay(&self, dev: &[u16]) -> Result<Replay, SimError> {
+        let mut last = self.last_replay.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, r)) = last.as_ref().filter(|(d, _)| d.as_slice() == dev) {
+            return Ok(r.clone());
+        }
+        let t = self.sim.run(dev)?;
+        let fits = t.peak_mem.iter().zip(self.sim.cluster().devices()).all(|(&p, d)| p as f64 <= d.capacity_bytes);
+        let r = Replay { step: t.step, peak: t.peak_mem, fits };
+        *last = Some((dev.to_vec(), r.clone()));
+        Ok(r)
     }
 
     #[inline]

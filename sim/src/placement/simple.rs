@@ -18,7 +18,7 @@ pub(crate) fn single_device(p: &Problem) -> Result<Vec<u16>, SimError> {
     let mut tried = Vec::new();
     for &(_, home) in &order {
         let dev = all_on(p, home)?;
-        let peaks = p.sim.peak_memory(&dev)?;
+        let peaks = p.replay(&dev)?.peak;
         if (0..p.ndev).all(|d| peaks[d] as f64 <= p.capacity[d]) {
             return Ok(dev);
         }

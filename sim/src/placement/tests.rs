@@ -279,3 +279,25 @@ fn sct_lp_gives_a_child_one_favourite_parent_where_largest_edges_give_two() {
     }
 }
 
+
+/// `Problem::replay` keeps its last answer: asked about another placement
+/// it must simulate that one, not repeat the kept answer.
+#[test]
+fn a_kept_replay_is_never_the_answer_for_another_placement() {
+    use crate::placement::problem::Problem;
+    let (g, _) = wide(2, 4);
+    let cl = cluster(2);
+    let sim = GraphSimulator::new(&g, &cl, &opts()).unwrap();
+    let p = Problem::new(sim, &cl.device_set()).unwrap();
+    let one = vec![0u16; p.n];
+    // Each branch on its own device (nodes are numbered branch by branch).
+    let split: Vec<u16> = (0..p.n).map(|i| u16::from(i >= p.n / 2)).collect();
+    let fresh = |dev: &[u16]| p.sim.run(dev).unwrap();
+    for dev in [&one, &split, &split, &one, &one, &split] {
+        let kept = p.replay(dev).unwrap();
+        let t = fresh(dev);
+        assert_eq!((kept.step, kept.peak.clone()), (t.step, t.peak_mem), "{dev:?}");
+    }
+    // The two placements differ, so a stale answer would have shown.
+    assert!(p.replay(&split).unwrap().step < p.replay(&one).unwrap().step);
+}
