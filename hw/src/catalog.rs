@@ -173,6 +173,45 @@ impl DeviceSpec {
 pub struct Catalog {
     pub devices: Vec<DeviceSpec>,
     pub links: Vec<LinkSpec>,
+    /// Machines whose devices are wired pair by pair (see [`FabricSpec`]).
+    #[serde(default)]
+    pub fabrics: Vec<FabricSpec>,
+}
+
+/// A machine whose devices are joined by point-to-point bricks, a number
+/// per pair, rather than by one kind of link everywhere (DGX-1's hybrid
+/// cube mesh of NVLinks). Pairs without a brick use `otherwise`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FabricSpec {
+    pub name: String,
+    /// Bandwidth per direction of one brick, GB/s.
+    pub brick_gb_s: f64,
+    pub latency_us: f64,
+    /// `bricks[i][j]`: bricks between devices i and j (symmetric, zero
+    /// diagonal); its size is the number of devices the fabric joins.
+    pub bricks: Vec<Vec<u32>>,
+    /// The catalog link of pairs with no brick.
+    pub otherwise: String,
+}
+
+impl FabricSpec {
+    pub fn devices(&self) -> usize {
+        self.bricks.len()
+    }
+
+    /// The link from device `src` to `dst`: their bricks together, to
+    /// themselves (a brick is a wire between the two), or `None` where
+    /// they have none.
+    pub fn pair_link(&self, src: usize, dst: usize) -> Option<LinkSpec> {
+        let n = *self.bricks.get(src)?.get(dst)?;
+        (n > 0).then(|| LinkSpec {
+            name: format!("{}-x{n}", self.name),
+            bandwidth_gb_s: f64::from(n) * self.brick_gb_s,
+            latency_us: self.latency_us,
+            sharing: LinkSharing::Pair,
+        })
+    }
 }
 
 impl Catalog {
@@ -243,6 +282,36 @@ impl Catalog {
                 return Err(bad(format!("links[{}].latency_us", l.name), "must be zero or positive".into()));
             }
         }
+        for f in &self.fabrics {
+            let k = |field: &str| format!("fabrics[{}].{field}", f.name);
+            if !seen.insert(f.name.as_str()) {
+                return Err(bad(k("name"), "a link or fabric already has this name".into()));
+            }
+            positive(k("brick_gb_s"), f.brick_gb_s)?;
+            if !(f.latency_us.is_finite() && f.latency_us >= 0.0) {
+                return Err(bad(k("latency_us"), "must be zero or positive".into()));
+            }
+            let n = f.bricks.len();
+            if n < 2 {
+                return Err(bad(k("bricks"), format!("needs a row per device, at least 2; got {n}")));
+            }
+            for (i, row) in f.bricks.iter().enumerate() {
+                if row.len() != n {
+                    return Err(bad(format!("{}[{i}]", k("bricks")), format!("has {} entries for {n} devices", row.len())));
+                }
+                for (j, &b) in row.iter().enumerate() {
+                    if i == j && b != 0 {
+                        return Err(bad(format!("{}[{i}][{j}]", k("bricks")), "a device has no bricks to itself".into()));
+                    }
+                    if f.bricks[j][i] != b {
+                        return Err(bad(format!("{}[{i}][{j}]", k("bricks")), format!("{b} bricks one way, {} the other", f.bricks[j][i])));
+                    }
+                }
+            }
+            if self.link(&f.otherwise).is_err() {
+                return Err(bad(k("otherwise"), format!("no catalog link `{}`", f.otherwise)));
+            }
+        }
         Ok(())
     }
 
@@ -252,6 +321,15 @@ impl Catalog {
             kind: "device",
             name: name.into(),
             similar: similar_names(name, self.devices.iter().map(|d| d.name.as_str())),
+        })
+    }
+
+    /// The fabric called `name` (case-insensitive).
+    pub fn fabric(&self, name: &str) -> Result<&FabricSpec, HwError> {
+        self.fabrics.iter().find(|f| f.name.eq_ignore_ascii_case(name)).ok_or_else(|| HwError::UnknownName {
+            kind: "fabric",
+            name: name.into(),
+            similar: similar_names(name, self.fabrics.iter().map(|f| f.name.as_str())),
         })
     }
 
@@ -289,6 +367,50 @@ mod tests {
         // Memory-bound: 1 MB at 10 GB/s = 100 us beats 7.2 us of compute.
         let s = d.gemm_seconds(30, 40, 30, 1e6).unwrap();
         assert!((s - 101e-6).abs() < 1e-12, "{s}");
+    }
+
+    /// The DGX-1 matrix against what NVIDIA publishes about the machine:
+    /// six NVLink bricks per V100 (datasheet), two fully connected quads
+    /// joined GPU to GPU (the hybrid cube mesh of the DGX-1 whitepaper), and
+    /// NCCL's topology dump of one (GPU 0's peers on 1, 1, 2, 2 bricks).
+    #[test]
+    fn dgx1_is_a_hybrid_cube_mesh_of_six_bricks_per_gpu() {
+        let f = Catalog::builtin().fabric("DGX1").unwrap();
+        assert_eq!(f.devices(), 8);
+        for (i, row) in f.bricks.iter().enumerate() {
+            assert_eq!(row.iter().sum::<u32>(), 6, "GPU {i}: {row:?}");
+            let quad = |j: usize| j / 4 == i / 4;
+            for (j, &b) in row.iter().enumerate() {
+                let wired = b > 0;
+                let expected = i != j && (quad(j) || j == (i + 4) % 8);
+                assert_eq!(wired, expected, "GPU {i} to {j}: {b} bricks");
+            }
+            let mut peers: Vec<u32> = row.iter().copied().filter(|&b| b > 0).collect();
+            peers.sort_unstable();
+            assert_eq!(peers, [1, 1, 2, 2], "GPU {i}");
+        }
+        let two = f.pair_link(0, 1).unwrap();
+        assert_eq!((two.bandwidth_gb_s, two.sharing), (50.0, LinkSharing::Pair));
+        assert_eq!(f.pair_link(0, 2).unwrap().bandwidth_gb_s, 25.0);
+        assert_eq!(f.pair_link(0, 5), None);
+        assert_eq!(f.pair_link(0, 8), None);
+        assert_eq!(Catalog::builtin().link(&f.otherwise).unwrap().name, "pcie3-x16");
+    }
+
+    #[test]
+    fn a_bad_fabric_is_refused_naming_the_entry() {
+        let text = |bricks: &str, otherwise: &str| {
+            format!(
+                "devices: []\nlinks:\n  - {{ name: pcie, bandwidth_gb_s: 16, latency_us: 1 }}\nfabrics:\n  - {{ name: m, brick_gb_s: 25, latency_us: 1, otherwise: {otherwise}, bricks: {bricks} }}\n"
+            )
+        };
+        let err = |t: String| Catalog::from_yaml_str(&t, Path::new("c.yaml")).unwrap_err().to_string();
+        assert!(Catalog::from_yaml_str(&text("[[0, 1], [1, 0]]", "pcie"), Path::new("c.yaml")).is_ok());
+        assert_eq!(err(text("[[0, 1], [2, 0]]", "pcie")), "c.yaml: fabrics[m].bricks[0][1]: 1 bricks one way, 2 the other");
+        assert_eq!(err(text("[[1, 1], [1, 0]]", "pcie")), "c.yaml: fabrics[m].bricks[0][0]: a device has no bricks to itself");
+        assert_eq!(err(text("[[0, 1], [1]]", "pcie")), "c.yaml: fabrics[m].bricks[1]: has 1 entries for 2 devices");
+        assert_eq!(err(text("[[0, 1], [1, 0]]", "nvlink")), "c.yaml: fabrics[m].otherwise: no catalog link `nvlink`");
+        assert!(err(text("[[0, 1], [1, 0]]", "pcie").replace("name: m", "name: pcie")).contains("fabrics[pcie].name"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ mod roofline;
 pub mod simd;
 pub mod systolic;
 
-pub use catalog::{Catalog, DeviceSpec, GemmRate, LinkSharing, LinkSpec, PeakTflops, SystolicSpec};
+pub use catalog::{Catalog, DeviceSpec, FabricSpec, GemmRate, LinkSharing, LinkSpec, PeakTflops, SystolicSpec};
 pub use error::HwError;
 pub use format::{CommFormat, WireCensus};
 pub use profile::{HOST_DEVICE, HOST_LINK, HostMeasurement, ShapeMeasurement, TransferCompute};

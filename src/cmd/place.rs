@@ -6,7 +6,7 @@
 use anyhow::{Context, bail};
 use clap::Args;
 use flowlab_engine::Graph;
-use flowlab_hw::{Catalog, CommFormat, Profile};
+use flowlab_hw::{CommFormat, Profile};
 use flowlab_sim::graph::{GraphSimReport, GraphSimulator, StepSpec, VirtualCluster};
 use flowlab_sim::placement::{PLACERS, PlacerOptions, place_timed};
 use std::path::{Path, PathBuf};
@@ -33,7 +33,8 @@ pub struct PlaceArgs {
     /// Catalog link of the devices: a `port` link (PCIe, NVLink, Ethernet,
     /// InfiniBand) gives each device one port per direction shared by its
     /// transfers, a `pair` link each pair its own (`in-process`: the one a
-    /// `--profile` of this host measured).
+    /// `--profile` of this host measured); or a catalog fabric, which wires
+    /// its devices pair by pair (`dgx1`: 8 V100s, NVLink hybrid cube mesh).
     #[arg(long, default_value = flowlab_sim::graph::DEFAULT_LINK)]
     link: String,
     /// Measured op times or efficiencies (YAML or JSON; see `hw` docs).
@@ -80,7 +81,7 @@ pub fn run(a: PlaceArgs) -> anyhow::Result<ExitCode> {
     };
     let cluster = match (&host, a.link.as_str()) {
         (Some(h), flowlab_hw::HOST_LINK) => cluster.with_link(h.link_spec()),
-        _ => cluster.with_link(Catalog::builtin().link(&a.link).with_context(|| format!("--link {}", a.link))?.clone()),
+        _ => cluster.wired(&a.link).with_context(|| format!("--link {}", a.link))?,
     };
     let built = Instant::now();
     let (graph, step, params) = load_graph(&a.model, a.batch)?;

@@ -21,7 +21,7 @@
 
 use std::time::Duration;
 
-use flowlab_hw::{Catalog, CommFormat};
+use flowlab_hw::CommFormat;
 use flowlab_sim::graph::{GraphSimulator, VirtualCluster};
 use flowlab_sim::placement::{PLACERS, PlacerOptions, place_timed};
 
@@ -115,10 +115,7 @@ impl PlacementPoint {
         let cluster = VirtualCluster::parse(&self.devices).map_err(|e| format!("invalid parameter `devices`: {e}"))?;
         match &self.link {
             None => Ok(cluster),
-            Some(name) => {
-                let link = Catalog::builtin().link(name).map_err(|e| format!("invalid parameter `link`: {e}"))?;
-                Ok(cluster.with_link(link.clone()))
-            }
+            Some(name) => cluster.wired(name).map_err(|e| format!("invalid parameter `link`: {e}")),
         }
     }
 

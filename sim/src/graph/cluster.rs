@@ -136,6 +136,40 @@ impl VirtualCluster {
         self
     }
 
+    /// The same cluster wired by the catalog's link or fabric called `name`
+    /// (what `--link` and an experiment's `link:` name): a link joins every
+    /// pair; a fabric wires its pairs and needs exactly its number of
+    /// devices.
+    pub fn wired(self, name: &str) -> Result<VirtualCluster, SimError> {
+        let catalog = Catalog::builtin();
+        if let Ok(link) = catalog.link(name) {
+            return Ok(self.with_link(link.clone()));
+        }
+        let Ok(fabric) = catalog.fabric(name) else {
+            let known: Vec<&str> = catalog.links.iter().map(|l| l.name.as_str()).chain(catalog.fabrics.iter().map(|f| f.name.as_str())).collect();
+            return Err(SimError::UnknownLink { name: name.into(), param: "link".into(), reason: format!("no catalog link or fabric of that name (known: {})", known.join(", ")) });
+        };
+        if fabric.devices() != self.devices.len() {
+            return Err(SimError::param(
+                "link",
+                format!("fabric `{}` wires {} devices, the cluster has {}", fabric.name, fabric.devices(), self.devices.len()),
+            ));
+        }
+        let otherwise = catalog
+            .link(&fabric.otherwise)
+            .map_err(|e| SimError::UnknownLink { name: fabric.otherwise.clone(), param: "link".into(), reason: e.to_string() })?
+            .clone();
+        let mut wired = self.with_link(otherwise);
+        for src in 0..fabric.devices() {
+            for dst in 0..fabric.devices() {
+                if let Some(link) = fabric.pair_link(src, dst) {
+                    wired.set_link(src, dst, link)?;
+                }
+            }
+        }
+        Ok(wired)
+    }
+
     /// Sets the link from device `src` to device `dst` (one direction).
     pub fn set_link(&mut self, src: usize, dst: usize, link: LinkSpec) -> Result<(), SimError> {
         for i in [src, dst] {

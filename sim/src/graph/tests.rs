@@ -141,6 +141,33 @@ fn sends_from_one_device_share_its_port_where_pair_links_let_two_engines_run() {
     assert_eq!(r.step_ps, 10_000_000 + 4 * MS + MS);
 }
 
+/// DGX-1's fabric against closed forms: a pair's NVLink bricks are its
+/// own wire (2 x 25 or 25 GB/s, 0.7 us), pairs with none share each GPU's
+/// PCIe 3 port (15.75 GB/s, 1 us).
+#[test]
+fn dgx1_pairs_send_over_their_own_bricks_and_the_rest_share_pcie() {
+    let g = Graph::new();
+    let x1 = g.placeholder("x1", DType::F32, Shape::new(vec![1_000_000])).unwrap();
+    let x2 = g.placeholder("x2", DType::F32, Shape::new(vec![1_000_000])).unwrap();
+    let (y1, y2) = (neg(&x1), neg(&x2));
+    let cl = VirtualCluster::parse("8xV100").unwrap().wired("dgx1").unwrap();
+    let step = |a: usize, b: usize| GraphSimulator::new(&g, &cl, &opts()).unwrap().simulate(&place(&g, &cl, 0, &[(&y1, a), (&y2, b)])).unwrap().step_ps;
+    // 4 MB to GPU 1 (2 bricks: 80 us) and to GPU 2 (1 brick: 160 us) at
+    // once on V100's two copy engines; then the Negs (1 ms) in parallel.
+    assert_eq!(step(1, 2), 700_000 + 160_000_000 + MS);
+    // GPUs 5 and 6 have no brick to GPU 0: both through its PCIe port out,
+    // 8 MB / 15.75 GB/s after 1 us.
+    let pcie = |bytes: f64| 1_000_000.0 + bytes / 15.75e9 * 1e12;
+    assert!((step(5, 6) as f64 - (pcie(8e6) + MS as f64)).abs() < 2_000.0, "{}", step(5, 6));
+    // One over bricks, one over PCIe: separate wires.
+    assert!((step(1, 5) as f64 - (pcie(4e6) + MS as f64)).abs() < 2_000.0, "{}", step(1, 5));
+    // A fabric for another number of devices, or an unknown name, is refused.
+    let e = VirtualCluster::parse("4xV100").unwrap().wired("dgx1").unwrap_err().to_string();
+    assert!(e.contains("fabric `dgx1` wires 8 devices, the cluster has 4"), "{e}");
+    let e = VirtualCluster::parse("8xV100").unwrap().wired("dgx2").unwrap_err().to_string();
+    assert!(e.contains("unknown link `dgx2`") && e.contains("dgx1"), "{e}");
+}
+
 #[test]
 fn control_edges_across_devices_are_scalar_transfers() {
     let g = Graph::new();
