@@ -178,6 +178,11 @@ fn optimizers_take_closed_form_steps() -> Result<()> {
             let v = s.variable_value("w").unwrap().scalar_f64()?;
             assert!((v - e).abs() < 1e-12, "{opt:?}: {v} vs {e}");
         }
+        if let Optimizer::Momentum { .. } = opt {
+            // The accumulator is updated in the same pass as the variable.
+            let a = s.variable_value("w/Momentum/accum").unwrap().scalar_f64()?;
+            assert!((a - 3.4).abs() < 1e-12, "accumulator {a}");
+        }
     }
     // Adam's first step moves by lr (up to epsilon) whatever the gradient scale.
     let g = Graph::new();

@@ -74,6 +74,37 @@ fn update<T: Element>(c: &KernelCtx, slot: &VarSlot, f: impl Fn(&mut [T]) -> Res
     Ok(out)
 }
 
+/// `t`'s elements to write, copied first if anyone else holds them.
+fn owned_slice<T: Element>(t: &mut Tensor) -> Result<&mut [T]> {
+    if t.storage_mut().and_then(|s| T::slice_mut(s)).is_none() {
+        *t = Tensor::from_vec(t.to_vec::<T>()?, t.shape().clone())?;
+    }
+    t.storage_mut()
+        .and_then(|s| T::slice_mut(s))
+        .ok_or_else(|| EngineError::Tensor(format!("a fresh {} tensor is not writable", T::DTYPE)))
+}
+
+/// Updates a variable and one optimizer slot in one pass, `f(var, slot)`,
+/// in place when unshared: a large update is bound by memory traffic, and
+/// two passes read the slot twice. Both are locked at once, always in the
+/// same order, so two such updates never wait on each other.
+fn update_with_slot<T: Element>(c: &KernelCtx, var: &VarSlot, slot: &VarSlot, f: impl Fn(&mut [T], &mut [T])) -> Result<Tensor> {
+    if std::ptr::eq(var, slot) {
+        return Err(c.n.kernel_err(format!("variable '{}' is its own optimizer slot", var.name)));
+    }
+    let (mut var_value, mut slot_value) = if (var as *const VarSlot) < (slot as *const VarSlot) {
+        let v = var.lock();
+        (v, slot.lock())
+    } else {
+        let s = slot.lock();
+        (var.lock(), s)
+    };
+    let v = var_value.as_mut().ok_or_else(|| EngineError::Uninitialized(var.name.clone()))?;
+    let s = slot_value.as_mut().ok_or_else(|| EngineError::Uninitialized(slot.name.clone()))?;
+    f(owned_slice(v)?, owned_slice(s)?);
+    Ok(v.clone())
+}
+
 fn same_len(c: &KernelCtx, var: &VarSlot, t: &Tensor, what: &str) -> Result<()> {
     let cur = var.lock().as_ref().map(|v| v.shape().clone());
     match cur {
@@ -178,14 +209,11 @@ fn k_apply_momentum(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
         let lr: T = scalar(c, 0)?;
         let mom: T = scalar(c, 2)?;
         let gs = g.as_slice::<T>()?;
-        let a = update::<T>(c, acc, |a| {
-            a.iter_mut().zip(gs).for_each(|(a, &g)| *a = *a * mom + g);
-            Ok(())
-        })?;
-        let av = a.as_slice::<T>()?;
-        Ok(vec![update::<T>(c, v, |w| {
-            w.iter_mut().zip(av).for_each(|(w, &a)| *w -= lr * a);
-            Ok(())
+        Ok(vec![update_with_slot::<T>(c, v, acc, |w, a| {
+            for ((w, a), &g) in w.iter_mut().zip(a.iter_mut()).zip(gs) {
+                *a = *a * mom + g;
+                *w -= lr * *a;
+            }
         })?])
     })
 }
