@@ -8,7 +8,8 @@
 //! Every figure is the median over `reps` batches of repetitions after a
 //! warm-up batch.
 
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use flowlab_engine::{DType, DeviceName, DeviceSet, Graph, LocalRendezvous, Output, Rendezvous, RendezvousKey, Session, SessionOptions, Tensor};
@@ -20,7 +21,10 @@ use crate::cluster::{ClusterSpec, Job, TaskId};
 use crate::error::Result;
 use crate::master::{Master, MasterOptions};
 use crate::net::bind_task;
-use crate::worker::{TaskClient, TaskServer};
+use crate::pb::echo_client::EchoClient;
+use crate::pb::echo_server::{Echo, EchoServer};
+use crate::pb::EchoMessage;
+use crate::worker::{TaskClient, TaskServer, client_runtime, endpoint, serve, server_runtime};
 
 /// One row of `flowlab bench cluster`.
 #[derive(Clone, Debug, Serialize)]
@@ -81,6 +85,37 @@ fn key(src: &DeviceName, dst: &DeviceName, step: u64) -> RendezvousKey {
     RendezvousKey { src_device: src.clone(), dst_device: dst.clone(), edge: "t:0".into(), step_id: step }
 }
 
+/// The floors under a remote Send/Recv on this host and the transfer
+/// itself, each the median per run over `reps` batches of `iters`: a bare
+/// TCP round trip between two threads, a gRPC unary call that does
+/// nothing on the tasks' own runtimes, and a 4-float tensor's `RecvTensor`
+/// (Send on the producer's task, the call from the consumer's side).
+pub fn bench_floors(reps: usize, iters: usize) -> Result<Vec<ClusterBenchRecord>> {
+    let mut rows = vec![
+        record("tcp_pingpong_64b_loopback", tcp_pingpong_secs(reps, iters, 64)?),
+        record("tonic_echo_64b_loopback", tonic_echo_secs(reps, iters, 64)?),
+    ];
+    let small = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], vec![4])?;
+    let ps = TaskId::new(Job::Ps, 0);
+    let (src, dst) = (ps.device(), TaskId::new(Job::Worker, 0).device());
+    let spec = loopback_spec(1, 1)?;
+    let servers = start_all(&spec)?;
+    let mut client = TaskClient::connect(&spec, ps, Duration::from_secs(10))?;
+    let producer = &servers[0].rendezvous;
+    let secs = median_per_run(reps, iters, |i| {
+        let k = key(&src, &dst, i as u64);
+        flowlab_engine::send_tensor(producer.as_ref(), &k, &small, CommFormat::F32)?;
+        let wire = client.recv_wire(&k, Duration::from_secs(5))?;
+        let one = LocalRendezvous::new();
+        one.send(&k, wire)?;
+        flowlab_engine::recv_tensor(&one, &k, CommFormat::F32, DType::F32, small.shape(), Duration::ZERO)?;
+        producer.end_step(i as u64);
+        Ok(())
+    })?;
+    rows.push(record("send_recv_4xf32_grpc_loopback", secs));
+    Ok(rows)
+}
+
 /// Runs every row; `quick` does fewer repetitions.
 pub fn bench(quick: bool) -> Result<Vec<ClusterBenchRecord>> {
     let (reps, iters) = if quick { (3, 200) } else { (15, 2000) };
@@ -101,24 +136,10 @@ pub fn bench(quick: bool) -> Result<Vec<ClusterBenchRecord>> {
     })?;
     rows.push(record("send_recv_4xf32_in_process", secs));
 
-    // the same pair between two tasks: Send on the producer's task, a
-    // RecvTensor call over loopback gRPC from the consumer
+    rows.extend(bench_floors(reps, iters / 4)?);
+
     let spec = loopback_spec(1, 1)?;
     let servers = start_all(&spec)?;
-    let mut client = TaskClient::connect(&spec, ps, Duration::from_secs(10))?;
-    let producer = &servers[0].rendezvous;
-    let secs = median_per_run(reps, iters / 4, |i| {
-        let k = key(&src, &dst, i as u64);
-        flowlab_engine::send_tensor(producer.as_ref(), &k, &small, CommFormat::F32)?;
-        let wire = client.recv_wire(&k, Duration::from_secs(5))?;
-        let one = LocalRendezvous::new();
-        one.send(&k, wire)?;
-        flowlab_engine::recv_tensor(&one, &k, CommFormat::F32, DType::F32, small.shape(), Duration::ZERO)?;
-        producer.end_step(i as u64);
-        Ok(())
-    })?;
-    rows.push(record("send_recv_4xf32_grpc_loopback", secs));
-
     // a whole step driven by the master: a Send on worker:0, its Recv on
     // ps:0 (two RunGraph calls and one RecvTensor)
     let g = Graph::new();
@@ -159,6 +180,76 @@ pub fn bench(quick: bool) -> Result<Vec<ClusterBenchRecord>> {
         rows.push(record(&format!("mlp784_sync_step_b64_{workers}workers"), secs));
     }
     Ok(rows)
+}
+
+fn io_error(what: &str) -> impl Fn(std::io::Error) -> crate::RuntimeError + '_ {
+    move |e| crate::RuntimeError::Engine { message: format!("{what}: {e}") }
+}
+
+/// A round trip of `bytes` bytes over loopback TCP (`TCP_NODELAY` both
+/// ends) between this thread and an echoing thread: what the kernel and two
+/// thread wake-ups cost, the floor of any call to another process.
+fn tcp_pingpong_secs(reps: usize, iters: usize, bytes: usize) -> Result<f64> {
+    let io = io_error("TCP ping-pong");
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(&io)?;
+    let addr = listener.local_addr().map_err(&io)?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        let mut buf = vec![0u8; bytes];
+        // until the client closes
+        while s.read_exact(&mut buf).is_ok() {
+            s.write_all(&buf)?;
+        }
+        Ok(())
+    });
+    let mut c = TcpStream::connect(addr).map_err(&io)?;
+    c.set_nodelay(true).map_err(&io)?;
+    let mut buf = vec![7u8; bytes];
+    let secs = median_per_run(reps, iters, |_| {
+        c.write_all(&buf).map_err(&io)?;
+        c.read_exact(&mut buf).map_err(&io)?;
+        Ok(())
+    })?;
+    drop(c);
+    let _ = echo.join();
+    Ok(secs)
+}
+
+/// Answers every call with its own bytes.
+struct EchoService;
+
+#[tonic::async_trait]
+impl Echo for EchoService {
+    async fn echo(&self, req: tonic::Request<EchoMessage>) -> std::result::Result<tonic::Response<EchoMessage>, tonic::Status> {
+        Ok(tonic::Response::new(req.into_inner()))
+    }
+}
+
+/// A unary gRPC call carrying `bytes` bytes each way, served by a task's
+/// runtime and server set-up and made as [`TaskClient`] makes its calls:
+/// the floor of `RecvTensor` (the same protocol stack, no work).
+fn tonic_echo_secs(reps: usize, iters: usize, bytes: usize) -> Result<f64> {
+    let io = io_error("echo server");
+    let spec = loopback_spec(1, 0)?;
+    let task = TaskId::new(Job::Ps, 0);
+    let server = server_runtime("flowlab-echo".into()).map_err(&io)?;
+    let _stop = serve(&server, bind_task(&spec, task)?, tonic::service::Routes::new(EchoServer::new(EchoService))).map_err(&io)?;
+    let rt = client_runtime().map_err(&io)?;
+    let ep = endpoint(&spec, task, Duration::from_secs(10))?;
+    let client = rt.block_on(ep.connect()).map(EchoClient::new).map_err(|e| crate::RuntimeError::Engine { message: format!("echo client: {e}") })?;
+    let msg = EchoMessage { data: vec![7u8; bytes].into() };
+    let secs = median_per_run(reps, iters, |_| {
+        let mut c = client.clone();
+        let req = msg.clone();
+        let r = rt.block_on(async move { tokio::time::timeout(Duration::from_secs(5), c.echo(req)).await });
+        match r {
+            Ok(Ok(a)) if a.get_ref().data.len() == bytes => Ok(()),
+            other => Err(crate::RuntimeError::Engine { message: format!("echo: {other:?}") }),
+        }
+    })?;
+    server.shutdown_background();
+    Ok(secs)
 }
 
 /// `n` synthetic examples of `features` values in [0, 1] and their labels.
@@ -322,6 +413,8 @@ mod tests {
             names,
             [
                 "send_recv_4xf32_in_process",
+                "tcp_pingpong_64b_loopback",
+                "tonic_echo_64b_loopback",
                 "send_recv_4xf32_grpc_loopback",
                 "step_send_recv_4xf32_2tasks",
                 "mlp_sync_step_b64_1workers",
@@ -336,7 +429,9 @@ mod tests {
         for r in &rows {
             assert!(r.median_us > 0.0 && r.median_us < 1e6 && (r.per_second * r.median_us - 1e6).abs() < 1.0, "{r:?}");
         }
-        // a network round trip costs more than a table lookup
+        // a network round trip costs more than a table lookup, and a gRPC
+        // call more than the bare TCP round trip it rides on
         assert!(rows[1].median_us > rows[0].median_us, "{rows:?}");
+        assert!(rows[2].median_us > rows[1].median_us, "{rows:?}");
     }
 }

@@ -36,7 +36,7 @@ pub fn to_proto(t: &Tensor) -> Result<TensorProto> {
         DType::I64 => bytes::<i64>(t)?,
         DType::Bool => t.as_slice::<bool>().map_err(engine)?.iter().map(|&b| u8::from(b)).collect(),
     };
-    Ok(TensorProto { dtype: t.dtype().name().to_string(), dims: t.dims().iter().map(|&d| d as u64).collect(), data })
+    Ok(TensorProto { dtype: t.dtype().name().to_string(), dims: t.dims().iter().map(|&d| d as u64).collect(), data: data.into() })
 }
 
 /// The tensor a message carries.
@@ -95,12 +95,12 @@ mod tests {
 
     #[test]
     fn malformed_messages_are_errors_naming_the_problem() {
-        let p = TensorProto { dtype: "f33".into(), dims: vec![1], data: vec![0; 4] };
+        let p = TensorProto { dtype: "f33".into(), dims: vec![1], data: vec![0; 4].into() };
         assert!(from_proto(&p).unwrap_err().to_string().contains("f33"));
-        let p = TensorProto { dtype: "f32".into(), dims: vec![2, 3], data: vec![0; 20] };
+        let p = TensorProto { dtype: "f32".into(), dims: vec![2, 3], data: vec![0; 20].into() };
         let e = from_proto(&p).unwrap_err().to_string();
         assert!(e.contains("20 bytes") && e.contains("[2, 3]"), "{e}");
-        let p = TensorProto { dtype: "f32".into(), dims: vec![u64::MAX, 4], data: vec![] };
+        let p = TensorProto { dtype: "f32".into(), dims: vec![u64::MAX, 4], data: Vec::<u8>::new().into() };
         assert!(from_proto(&p).is_err());
     }
 }

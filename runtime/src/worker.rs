@@ -230,7 +230,7 @@ impl Rendezvous for LinkDelivery {
 }
 
 /// The endpoint of `task`, with `connect_timeout`.
-fn endpoint(spec: &ClusterSpec, task: TaskId, connect_timeout: Duration) -> Result<Endpoint> {
+pub(crate) fn endpoint(spec: &ClusterSpec, task: TaskId, connect_timeout: Duration) -> Result<Endpoint> {
     let address = spec.address(task)?;
     Ok(Endpoint::from_shared(format!("http://{address}"))
         .map_err(|e| RuntimeError::Rpc { task: task.to_string(), address: address.into(), message: format!("not a valid endpoint: {e}") })?
@@ -533,6 +533,41 @@ impl Rendezvous for StepRendezvous {
     }
 }
 
+/// The runtime a task serves on: one async thread for the network (a step
+/// runs on its blocking threads).
+pub(crate) fn server_runtime(name: String) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name(name).enable_all().build()
+}
+
+/// Serves `routes` on `listener` (a bound std listener) on `runtime` until
+/// the returned sender is dropped or fires.
+pub(crate) fn serve(runtime: &tokio::runtime::Runtime, listener: TcpListener, routes: tonic::service::Routes) -> std::io::Result<tokio::sync::oneshot::Sender<()>> {
+    listener.set_nonblocking(true)?;
+    let listener = {
+        let _guard = runtime.enter();
+        tokio::net::TcpListener::from_std(listener)?
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    runtime.spawn(async move {
+        // Server::tcp_nodelay applies only to listeners tonic binds
+        // itself: set it on each accepted stream, or every small answer
+        // waits for the peer's delayed ACK (40 ms on Linux)
+        let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
+            s.inspect(|s| {
+                let _ = s.set_nodelay(true);
+            })
+        });
+        let _ = tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_routes(routes)
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    Ok(stop)
+}
+
 /// A running task server: its rendezvous and the runtime that serves it.
 /// Dropping it stops the server.
 pub struct TaskServer {
@@ -559,13 +594,7 @@ impl TaskServer {
     pub fn start_with_link(spec: &ClusterSpec, task: TaskId, listener: TcpListener, link: Option<EmulatedLink>) -> Result<TaskServer> {
         let io = |e: std::io::Error| RuntimeError::Engine { message: format!("task {task} server: {e}") };
         let address = listener.local_addr().map_err(io)?;
-        listener.set_nonblocking(true).map_err(io)?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name(format!("flowlab-{}-{}", task.job, task.index))
-            .enable_all()
-            .build()
-            .map_err(io)?;
+        let runtime = server_runtime(format!("flowlab-{}-{}", task.job, task.index)).map_err(io)?;
         spec.address(task)?;
         let rendezvous = Arc::new(LocalRendezvous::new());
         let aborted = Arc::new(Aborted::default());
@@ -598,29 +627,9 @@ impl TaskServer {
             link,
             links: links.clone(),
         });
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let svc = WorkerService { state };
-        let listener = {
-            let _guard = runtime.enter();
-            tokio::net::TcpListener::from_std(listener).map_err(io)?
-        };
-        runtime.spawn(async move {
-            // Server::tcp_nodelay applies only to listeners tonic binds
-            // itself: set it on each accepted stream, or every small answer
-            // waits for the peer's delayed ACK (40 ms on Linux)
-            let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
-                s.inspect(|s| {
-                    let _ = s.set_nodelay(true);
-                })
-            });
-            let _ = tonic::transport::Server::builder()
-                .tcp_nodelay(true)
-                .add_service(WorkerServer::new(svc).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX))
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
+        let routes = tonic::service::Routes::new(WorkerServer::new(svc).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX));
+        let stop = serve(&runtime, listener, routes).map_err(io)?;
         Ok(TaskServer { rendezvous, address, task, incarnation, link, links, runtime: Some(runtime), stop: Some(stop) })
     }
 
@@ -649,6 +658,12 @@ impl Drop for TaskServer {
     }
 }
 
+/// The runtime of a [`TaskClient`] of its own: its calls run on the
+/// calling thread.
+pub(crate) fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()
+}
+
 /// A blocking client of one task's worker service, for the master, tests
 /// and benchmarks. Connecting asks the task for its incarnation, which
 /// every later call carries.
@@ -670,7 +685,7 @@ impl TaskClient {
     /// Connects to `task`, retrying until `deadline` (the task may still be
     /// starting); the error names task and address.
     pub fn connect(spec: &ClusterSpec, task: TaskId, deadline: Duration) -> Result<TaskClient> {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| RuntimeError::Rpc {
+        let runtime = client_runtime().map_err(|e| RuntimeError::Rpc {
             task: task.to_string(),
             address: spec.address(task).unwrap_or_default().to_string(),
             message: format!("runtime: {e}"),
