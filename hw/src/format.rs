@@ -300,7 +300,9 @@ fn int8_scale(chunk: &[f32]) -> f32 {
     if f64::from(s) < exact { s.next_up() } else { s }
 }
 
-fn int8_quantize(v: f32, scale: f32) -> i8 {
+/// The code of `v` when it is not finite (NaN, ±inf), else `finite`.
+#[inline(always)]
+fn int8_code(v: f32, finite: i8) -> i8 {
     if v.is_nan() {
         INT8_NAN
     } else if v == f32::INFINITY {
@@ -308,10 +310,15 @@ fn int8_quantize(v: f32, scale: f32) -> i8 {
     } else if v == f32::NEG_INFINITY {
         INT8_NEG_INF
     } else {
-        // In f64: the quotient of two f32 is exact enough that ties round as
-        // the real quotient does, and nothing overflows for f32::MAX.
-        (f64::from(v) / f64::from(scale)).round().clamp(-INT8_LEVELS, INT8_LEVELS) as i8
+        finite
     }
+}
+
+fn int8_quantize(v: f32, scale: f32) -> i8 {
+    // In f64: the quotient of two f32 is exact enough that ties round as
+    // the real quotient does, and nothing overflows for f32::MAX.
+    let finite = if v.is_finite() { (f64::from(v) / f64::from(scale)).round().clamp(-INT8_LEVELS, INT8_LEVELS) as i8 } else { 0 };
+    int8_code(v, finite)
 }
 
 /// [`int8_quantize`] over a block, written so that the loop vectorizes:
@@ -330,16 +337,7 @@ fn int8_quantize_into(chunk: &[f32], scale: f32, out: &mut [u8]) {
                 // SAFETY: |q + 0.5| <= 127.5 is finite and within i32.
                 let r = unsafe { (q + BELOW_HALF.copysign(q)).to_int_unchecked::<i32>() }
                     .clamp(-126, 126) as i8;
-                let code = if v.is_nan() {
-                    INT8_NAN
-                } else if v == f32::INFINITY {
-                    INT8_POS_INF
-                } else if v == f32::NEG_INFINITY {
-                    INT8_NEG_INF
-                } else {
-                    r
-                };
-                *o = code as u8;
+                *o = int8_code(v, r) as u8;
             }
         },
     )
