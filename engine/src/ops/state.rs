@@ -51,29 +51,6 @@ fn infer_update(c: &InferCtx) -> Result<Vec<TensorType>> {
     Ok(vec![v])
 }
 
-/// Replaces the variable's value by `f(old)`, in place when unshared.
-fn update<T: Element>(c: &KernelCtx, slot: &VarSlot, f: impl Fn(&mut [T]) -> Result<()>) -> Result<Tensor> {
-    let mut guard = slot.lock();
-    let mut t = guard.take().ok_or_else(|| EngineError::Uninitialized(slot.name.clone()))?;
-    let res = match t.storage_mut().and_then(|s| T::slice_mut(s)) {
-        Some(s) => f(s),
-        None => {
-            let mut v = t.to_vec::<T>()?;
-            let r = f(&mut v);
-            t = Tensor::from_vec(v, t.shape().clone())?;
-            r
-        }
-    };
-    let out = t.clone();
-    *guard = Some(t);
-    drop(guard);
-    res.map_err(|e| match e {
-        EngineError::Kernel { detail, .. } => c.n.kernel_err(detail),
-        e => e,
-    })?;
-    Ok(out)
-}
-
 /// `t`'s elements to write, copied first if anyone else holds them.
 fn owned_slice<T: Element>(t: &mut Tensor) -> Result<&mut [T]> {
     if t.storage_mut().and_then(|s| T::slice_mut(s)).is_none() {
@@ -82,6 +59,17 @@ fn owned_slice<T: Element>(t: &mut Tensor) -> Result<&mut [T]> {
     t.storage_mut()
         .and_then(|s| T::slice_mut(s))
         .ok_or_else(|| EngineError::Tensor(format!("a fresh {} tensor is not writable", T::DTYPE)))
+}
+
+/// Replaces the variable's value by `f(old)`, in place when unshared.
+fn update<T: Element>(c: &KernelCtx, slot: &VarSlot, f: impl Fn(&mut [T]) -> Result<()>) -> Result<Tensor> {
+    let mut guard = slot.lock();
+    let t = guard.as_mut().ok_or_else(|| EngineError::Uninitialized(slot.name.clone()))?;
+    f(owned_slice(t)?).map_err(|e| match e {
+        EngineError::Kernel { detail, .. } => c.n.kernel_err(detail),
+        e => e,
+    })?;
+    Ok(t.clone())
 }
 
 /// Updates a variable and one optimizer slot in one pass, `f(var, slot)`,

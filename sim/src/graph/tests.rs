@@ -113,14 +113,20 @@ fn port_cluster(n: usize) -> VirtualCluster {
     VirtualCluster::parse(&format!("{n}xk40")).unwrap().with_link(link)
 }
 
-#[test]
-fn sends_from_one_device_share_its_port_where_pair_links_let_two_engines_run() {
-    // Device 0 makes two 4 MB tensors at once (x1, x2 are free sources); a
-    // Neg on device 1 reads one, a Neg on device 2 the other.
+/// Two 4 MB tensors x1, x2 (free sources) and a Neg of each, y1 and y2.
+fn two_4mb_tensors_and_their_negs() -> (Graph, [Output; 4]) {
     let g = Graph::new();
     let x1 = g.placeholder("x1", DType::F32, Shape::new(vec![1_000_000])).unwrap();
     let x2 = g.placeholder("x2", DType::F32, Shape::new(vec![1_000_000])).unwrap();
     let (y1, y2) = (neg(&x1), neg(&x2));
+    (g, [x1, x2, y1, y2])
+}
+
+#[test]
+fn sends_from_one_device_share_its_port_where_pair_links_let_two_engines_run() {
+    // Device 0 makes two 4 MB tensors at once; a Neg on device 1 reads one,
+    // a Neg on device 2 the other.
+    let (g, [x1, x2, y1, y2]) = two_4mb_tensors_and_their_negs();
     // Pair links, two copy engines: both cross at once, 10 us + 4 ms, then
     // the Negs (1 ms) run in parallel.
     let cl = cluster(3);
@@ -146,10 +152,7 @@ fn sends_from_one_device_share_its_port_where_pair_links_let_two_engines_run() {
 /// PCIe 3 port (15.75 GB/s, 1 us).
 #[test]
 fn dgx1_pairs_send_over_their_own_bricks_and_the_rest_share_pcie() {
-    let g = Graph::new();
-    let x1 = g.placeholder("x1", DType::F32, Shape::new(vec![1_000_000])).unwrap();
-    let x2 = g.placeholder("x2", DType::F32, Shape::new(vec![1_000_000])).unwrap();
-    let (y1, y2) = (neg(&x1), neg(&x2));
+    let (g, [_, _, y1, y2]) = two_4mb_tensors_and_their_negs();
     let cl = VirtualCluster::parse("8xV100").unwrap().wired("dgx1").unwrap();
     let step = |a: usize, b: usize| GraphSimulator::new(&g, &cl, &opts()).unwrap().simulate(&place(&g, &cl, 0, &[(&y1, a), (&y2, b)])).unwrap().step_ps;
     // 4 MB to GPU 1 (2 bricks: 80 us) and to GPU 2 (1 brick: 160 us) at
