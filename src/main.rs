@@ -2,14 +2,8 @@
 //! crate that owns it. No logic lives here beyond printing and turning errors
 //! into messages. One file per command family under `src/cmd/`.
 
+mod alloc;
 mod cmd;
-
-/// mimalloc instead of the system allocator: the engine allocates a tensor
-/// on one device's thread and frees it on another's; glibc's per-thread
-/// arenas then hand out fresh, page-faulting memory step after step, which
-/// made multi-device steps slower and their kernel times unpredictable.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -58,6 +52,7 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    alloc::keep_freed_pages();
     let cli = Cli::parse();
     let result: anyhow::Result<ExitCode> = match cli.command {
         None => cmd::run::default_job(),

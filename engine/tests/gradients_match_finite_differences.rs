@@ -229,6 +229,61 @@ fn sparse_softmax_cross_entropy_has_the_closed_form_loss() {
     assert!((v[1] - (1000.0 + 4f32.ln())).abs() < 1e-3, "{v:?}");
 }
 
+/// Rows of 1,003 classes (125 eight-lane blocks and a remainder of 3) with
+/// logits spread over [-40, 40]: every kernel of the softmax family against
+/// the textbook formulas evaluated in f64, one class at a time.
+#[test]
+fn softmax_family_on_long_rows_matches_an_f64_reference() {
+    let (n, c) = (3usize, 1003usize);
+    let logits: Vec<f32> = (0..n * c).map(|i| ((i * 7919 % 1009) as f32 / 1009.0 - 0.5) * 80.0).collect();
+    let labels: Vec<i64> = vec![0, 517, 1002];
+    let dense: Vec<f32> = (0..n * c).map(|i| if i % c == (i / c) * 300 { 0.75 } else if i % c == 1 { 0.25 } else { 0.0 }).collect();
+    // Reference: p_j = e^(x_j) / sum_k e^(x_k), in f64.
+    let reference = |r: &[f32]| -> Vec<f64> {
+        let m = r.iter().map(|&v| v as f64).fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = r.iter().map(|&v| (v as f64 - m).exp()).collect();
+        let s: f64 = e.iter().sum();
+        e.iter().map(|v| v / s).collect()
+    };
+    let g = Graph::new();
+    let x = g.constant(Tensor::from_vec(logits.clone(), [n, c]).unwrap()).unwrap();
+    let y = g.constant(Tensor::from_vec(labels.clone(), [n]).unwrap()).unwrap();
+    let t = g.constant(Tensor::from_vec(dense.clone(), [n, c]).unwrap()).unwrap();
+    let sm = g.softmax(&x).unwrap();
+    let lsm = g.log_softmax(&x).unwrap();
+    let sparse = g.sparse_softmax_cross_entropy_with_logits(&x, &y).unwrap();
+    let full = g.softmax_cross_entropy_with_logits(&x, &t).unwrap();
+    let sg = g.gradients(&[&g.reduce_sum(&sparse, &[], false).unwrap()], &[&x]).unwrap().remove(0).unwrap();
+    let fg = g.gradients(&[&g.reduce_sum(&full, &[], false).unwrap()], &[&x]).unwrap().remove(0).unwrap();
+    let s = Session::new(&g).unwrap();
+    let out = s.run(&[], &[&sm, &lsm, &sparse, &full, &sg, &fg], &[]).unwrap();
+    let v: Vec<Vec<f32>> = out.iter().map(|o| o.to_vec::<f32>().unwrap()).collect();
+    for i in 0..n {
+        let p = reference(&logits[i * c..(i + 1) * c]);
+        let (mut sparse_loss, mut full_loss) = (-p[labels[i] as usize].ln(), 0.0);
+        for j in 0..c {
+            let k = i * c + j;
+            let tk = dense[k] as f64;
+            full_loss -= tk * p[j].ln().max(-1e300);
+            assert!((v[0][k] as f64 - p[j]).abs() <= 1e-6 * p[j].max(1e-30) + 1e-12, "softmax [{i},{j}]: {} vs {}", v[0][k], p[j]);
+            if p[j] > 1e-30 {
+                assert!((v[1][k] as f64 - p[j].ln()).abs() <= 1e-5 * p[j].ln().abs().max(1.0), "log_softmax [{i},{j}]: {} vs {}", v[1][k], p[j].ln());
+            }
+            let one = if j == labels[i] as usize { 1.0 } else { 0.0 };
+            assert!((v[4][k] as f64 - (p[j] - one)).abs() <= 1e-6, "sparse gradient [{i},{j}]");
+            assert!((v[5][k] as f64 - (p[j] - tk)).abs() <= 1e-6, "dense gradient [{i},{j}]");
+        }
+        if sparse_loss.is_infinite() {
+            // The label's probability underflows f64 too: the loss from the logits.
+            let r = &logits[i * c..(i + 1) * c];
+            let m = r.iter().map(|&v| v as f64).fold(f64::NEG_INFINITY, f64::max);
+            sparse_loss = m - r[labels[i] as usize] as f64 + r.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
+        }
+        assert!((v[2][i] as f64 - sparse_loss).abs() <= 1e-5 * sparse_loss.max(1.0), "sparse loss {i}: {} vs {sparse_loss}", v[2][i]);
+        assert!((v[3][i] as f64 - full_loss).abs() <= 1e-5 * full_loss.max(1.0), "dense loss {i}: {} vs {full_loss}", v[3][i]);
+    }
+}
+
 /// The fused LSTM cell: x [2,3], cs [2,4], h [2,4], w [7,16], b [16].
 #[test]
 fn lstm_block_cell_through_its_state_its_gates_and_two_steps() {

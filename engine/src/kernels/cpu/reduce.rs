@@ -7,6 +7,31 @@ use super::elementwise::PAR_MIN_ELEMENTS;
 
 const ROW_CHUNK: usize = 1 << 14;
 
+/// Folds `map(x[i])` with `f` in eight accumulators (lane k takes elements
+/// k, k + 8, ...), combined in lane order, then the remainder: a serial
+/// fold is one long dependency chain (a float add or max every 3-4 cycles)
+/// that the compiler may not reorder, while eight lanes vectorize. The
+/// rounding order is fixed, so results stay deterministic.
+#[inline(always)]
+pub(crate) fn fold8<T: Copy, A: Copy>(x: &[T], init: A, map: impl Fn(T) -> A, f: impl Fn(A, A) -> A) -> A {
+    let mut acc = [init; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for k in 0..8 {
+            acc[k] = f(acc[k], map(c[k]));
+        }
+    }
+    let mut s = init;
+    for a in acc {
+        s = f(s, a);
+    }
+    for &v in rest {
+        s = f(s, map(v));
+    }
+    s
+}
+
 /// `out[o, i] = fold(init, x[o, 0..r, i])` with `f` the combining function.
 pub(crate) fn reduce_block<T: Copy + Send + Sync>(
     x: &[T],
@@ -24,24 +49,7 @@ pub(crate) fn reduce_block<T: Copy + Send + Sync>(
     // A row is folded in fixed chunks of ROW_CHUNK elements (eight
     // accumulators each, so the loop vectorizes) whose partial results are
     // combined in order: the same rounding whatever the thread count.
-    let fold_chunk = |c: &[T]| -> T {
-        let mut acc = [init; 8];
-        let chunks = c.chunks_exact(8);
-        let rest = chunks.remainder();
-        for c in chunks {
-            for k in 0..8 {
-                acc[k] = f(acc[k], c[k]);
-            }
-        }
-        let mut s = init;
-        for a in acc {
-            s = f(s, a);
-        }
-        for &v in rest {
-            s = f(s, v);
-        }
-        s
-    };
+    let fold_chunk = |c: &[T]| -> T { fold8(c, init, |v| v, &f) };
     let par = threads > 1 && x.len() >= PAR_MIN_ELEMENTS;
     let one = |o: usize, dst: &mut [T]| {
         let base = o * r * inner;
