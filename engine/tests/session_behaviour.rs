@@ -99,6 +99,46 @@ fn passing_tensors_along_edges_does_not_copy() -> Result<()> {
     Ok(())
 }
 
+/// The ops whose cost moves no bytes (`op_cost`, the simulator's roofline)
+/// are the ones whose kernels hand their input's buffer on: each run here
+/// returns a tensor sharing the fed one's storage, and each one's cost has
+/// 0 bytes, while a computing op (Neg) moves its input and output.
+#[test]
+fn views_move_no_bytes_in_their_cost_and_share_storage_when_run() -> Result<()> {
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, [3])?;
+    let like = g.placeholder("like", DType::F32, [3, 1])?;
+    let var = g.variable("w", &x)?;
+    let views: Vec<(&str, Output)> = vec![
+        ("Reshape", g.reshape(&x, &[1, 3])?),
+        ("ReshapeLike", g.op("ReshapeLike").input(&x).input(&like).build()?),
+        ("ExpandDims", g.expand_dims(&x, 0)?),
+        ("Squeeze", g.squeeze(g.reshape(&x, &[1, 3])?, &[0])?),
+        ("Identity", g.identity(&x)?),
+        ("StopGradient", g.stop_gradient(&x)?),
+    ];
+    let s = sess(&g, 1);
+    let v = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3])?;
+    let l = Tensor::from_vec(vec![0.0f32; 3], [3, 1])?;
+    let init = g.assign(&var, &x)?;
+    s.run(&[(&x, &v)], &[&init], &[])?;
+    let read = s.run(&[], &[&var], &[])?.remove(0);
+    assert!(read.shares_storage_with(&v), "a variable's read and Assign share the assigned tensor");
+    let shape = |t: &Tensor| (DType::F32, flowlab_engine::Shape::new(t.dims().to_vec()));
+    for (op, out) in &views {
+        let got = s.run(&[(&x, &v), (&like, &l)], &[out], &[])?.remove(0);
+        assert!(got.shares_storage_with(&v), "{op} copied its input");
+        let ins = if *op == "ReshapeLike" { vec![shape(&v), shape(&l)] } else { vec![shape(&v)] };
+        let cost = flowlab_engine::op_cost(op, &Default::default(), &ins, &[shape(&got)])?;
+        assert_eq!(cost.bytes, 0.0, "{op}");
+    }
+    for op in ["Variable", "Assign"] {
+        assert_eq!(flowlab_engine::op_cost(op, &Default::default(), &[shape(&v)], &[shape(&v)])?.bytes, 0.0, "{op}");
+    }
+    assert_eq!(flowlab_engine::op_cost("Neg", &Default::default(), &[shape(&v)], &[shape(&v)])?.bytes, 24.0);
+    Ok(())
+}
+
 #[test]
 fn variables_persist_across_runs_and_uninitialized_reads_fail() -> Result<()> {
     let g = Graph::new();

@@ -309,11 +309,19 @@ pub fn measure_host(threads: usize) -> Result<HostMeasurement, String> {
     let emulated_overhead_us = transfer_span(1, Some(fast))?.0 * 1e6;
     let dispatch_us = dispatch_us()?;
     let transfer_compute = transfer_compute()?;
+    let (elementwise_gflops, cache_bandwidth_gb_s) = element_rates()?;
+    // The footprint the Add was measured at: its two inputs and output.
+    let cache_mib = 3.0 * (ELEMENT_ROWS * ELEMENT_COLS * 4) as f64 / (1 << 20) as f64;
+    // Each shape as the forward pass multiplies (A B) and as the gradients
+    // do (A^T B for weights, A B^T for inputs).
     let mut gemm_shapes = Vec::new();
-    for m in [32, 256, 2048] {
-        for n in [32, 256, 2048] {
-            for k in [32, 256, 2048] {
-                gemm_shapes.push(GemmRate { m: m as u64, n: n as u64, k: k as u64, gflops: gemm_gflops_of(m, n, k, threads.max(1)) });
+    for (transpose_a, transpose_b) in [(false, false), (true, false), (false, true)] {
+        for m in [32, 256, 2048] {
+            for n in [32, 256, 2048] {
+                for k in [32, 256, 2048] {
+                    let gflops = gemm_gflops_of(m, n, k, transpose_a, transpose_b, threads.max(1));
+                    gemm_shapes.push(GemmRate { m: m as u64, n: n as u64, k: k as u64, transpose_a, transpose_b, gflops });
+                }
             }
         }
     }
@@ -329,6 +337,9 @@ pub fn measure_host(threads: usize) -> Result<HostMeasurement, String> {
         memory_gb: host_memory_gb(),
         gemm_shapes,
         concurrent_share: concurrent_share(cores),
+        elementwise_gflops,
+        cache_mib,
+        cache_bandwidth_gb_s,
     })
 }
 
@@ -375,12 +386,13 @@ fn concurrent_share(cores: usize) -> BTreeMap<usize, f64> {
 }
 
 fn gemm_gflops_at(threads: usize) -> f64 {
-    gemm_gflops_of(512, 512, 512, threads)
+    gemm_gflops_of(512, 512, 512, false, false, threads)
 }
 
-/// The engine's f32 GEMM rate for C[m, n] = A[m, k] B[k, n] (median of
-/// repeats after a warm-up; at least 8 repeats or 20 ms of them).
-fn gemm_gflops_of(m: usize, n: usize, k: usize, threads: usize) -> f64 {
+/// The engine's f32 GEMM rate for C[m, n] = op(A) op(B), op(A) [m, k],
+/// op(B) [k, n], each stored transposed where asked (median of repeats
+/// after a warm-up; at least 8 repeats or 20 ms of them).
+fn gemm_gflops_of(m: usize, n: usize, k: usize, transpose_a: bool, transpose_b: bool, threads: usize) -> f64 {
     let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 * 0.25).collect();
     let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.5).collect();
     let mut c = vec![0f32; m * n];
@@ -388,7 +400,7 @@ fn gemm_gflops_of(m: usize, n: usize, k: usize, threads: usize) -> f64 {
     let started = Instant::now();
     for rep in 0..1000 {
         let t = Instant::now();
-        flowlab_engine::kernels::cpu::matmul(&a, &b, &mut c, m, n, k, false, false, threads);
+        flowlab_engine::kernels::cpu::matmul(&a, &b, &mut c, m, n, k, transpose_a, transpose_b, threads);
         if rep > 0 {
             times.push(t.elapsed().as_secs_f64());
         }
@@ -400,11 +412,16 @@ fn gemm_gflops_of(m: usize, n: usize, k: usize, threads: usize) -> f64 {
 }
 
 fn copy_bandwidth_gb_s() -> f64 {
-    const BYTES: usize = 64 << 20;
-    let src: Vec<u8> = (0..BYTES).map(|i| i as u8).collect();
-    let mut dst = vec![0u8; BYTES];
+    copy_bandwidth_of(64 << 20, 6)
+}
+
+/// One thread's copy bandwidth over `bytes`-sized buffers, read plus
+/// written (median of `reps` after one warm-up copy).
+fn copy_bandwidth_of(bytes: usize, reps: usize) -> f64 {
+    let src: Vec<u8> = (0..bytes).map(|i| i as u8).collect();
+    let mut dst = vec![0u8; bytes];
     let mut times = Vec::new();
-    for rep in 0..6 {
+    for rep in 0..=reps {
         let t = Instant::now();
         dst.copy_from_slice(&src);
         std::hint::black_box(&dst);
@@ -412,8 +429,9 @@ fn copy_bandwidth_gb_s() -> f64 {
             times.push(t.elapsed().as_secs_f64());
         }
     }
-    2.0 * BYTES as f64 / median(&times) / 1e9
+    2.0 * bytes as f64 / median(&times) / 1e9
 }
+
 
 /// Median Send/Recv span (start of Send to end of Recv) of a tensor of
 /// `elems` floats from CPU:0 to CPU:1, and its bytes on the wire.
@@ -514,6 +532,52 @@ fn dispatch_us() -> Result<f64, String> {
         }
     }
     Ok(median(&per_op))
+}
+
+const ELEMENT_ROWS: usize = 1024;
+const ELEMENT_COLS: usize = 256;
+
+/// The engine's element kernels on [1024, 256] tensors (1 MiB each, in
+/// cache as the zoo's activations are), from their own times (median of
+/// 30 traced runs each): the flop rate of layer norm and softmax (many
+/// flops per element), the median of the two, in flops as `op_cost` counts
+/// them; and the bandwidth of Add (one flop per 12 bytes), in bytes as
+/// `op_cost` counts them (inputs plus output).
+fn element_rates() -> Result<(f64, f64), String> {
+    const ROWS: usize = ELEMENT_ROWS;
+    const COLS: usize = ELEMENT_COLS;
+    let e = |e: flowlab_engine::EngineError| e.to_string();
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, flowlab_engine::Shape::new(vec![ROWS, COLS])).map_err(e)?;
+    let y = g.placeholder("y", DType::F32, flowlab_engine::Shape::new(vec![ROWS, COLS])).map_err(e)?;
+    let gamma = g.constant(Tensor::from_vec(vec![1f32; COLS], [COLS]).map_err(e)?).map_err(e)?;
+    let beta = g.constant(Tensor::from_vec(vec![0f32; COLS], [COLS]).map_err(e)?).map_err(e)?;
+    let (normed, _, _) = g.layer_norm(&x, &gamma, &beta, 1e-5).map_err(e)?;
+    let soft = g.softmax(&x).map_err(e)?;
+    let sum = g.add(&x, &y).map_err(e)?;
+    let sess = Session::with_options(&g, cpu_options(1, 1, None, LinkMap::default())).map_err(e)?;
+    let v = Tensor::from_vec((0..ROWS * COLS).map(|i| (i % 97) as f32 * 0.03).collect(), [ROWS, COLS]).map_err(e)?;
+    let nodes = g.nodes();
+    // (flops, bytes) per second of one node's kernel.
+    let rate = |out: &flowlab_engine::Output| -> Result<(f64, f64), String> {
+        let node = &nodes[out.node_id()];
+        let ty = |t: &flowlab_engine::TensorType| (t.dtype, t.shape.to_shape().unwrap_or_default());
+        let ins: Vec<_> = node.inputs.iter().map(|&(p, k)| ty(&nodes[p].outputs[k])).collect();
+        let outs: Vec<_> = node.outputs.iter().map(ty).collect();
+        let cost = flowlab_engine::op_cost(&node.op, &node.attrs, &ins, &outs).map_err(e)?;
+        let mut times = Vec::new();
+        for rep in 0..33 {
+            let (_, st) = sess.run_traced(&[(&x, &v), (&y, &v)], &[out], &[]).map_err(e)?;
+            let t: f64 = st.nodes.iter().filter(|n| n.node == node.name).map(|n| n.end_us - n.start_us).sum();
+            if rep >= 3 && t > 0.0 {
+                times.push(t * 1e-6);
+            }
+        }
+        let t = median(&times);
+        Ok((cost.flops / t, cost.bytes / t))
+    };
+    let flops = [rate(&normed)?.0, rate(&soft)?.0];
+    Ok((median(&flops) / 1e9, rate(&sum)?.1 / 1e9))
 }
 
 fn host_memory_gb() -> f64 {

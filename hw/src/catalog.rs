@@ -47,6 +47,13 @@ pub struct DeviceSpec {
     pub copy_engines: u32,
     #[serde(default)]
     pub on_chip_mib: Option<f64>,
+    /// Bandwidth of that on-chip memory (a CPU's last-level cache), read
+    /// plus written bytes: an op whose inputs and outputs fit in
+    /// `on_chip_mib` moves them at this rate instead of the DRAM's (the
+    /// cache-aware roofline of Ilic, Pratas and Sousa, 2014). Measured on
+    /// the host; absent from the catalog's devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_chip_bandwidth_gb_s: Option<f64>,
     #[serde(default)]
     pub systolic: Option<SystolicSpec>,
     /// Per-op-class efficiency overrides (fraction of peak).
@@ -61,28 +68,49 @@ pub struct DeviceSpec {
     pub gemm_rates: Vec<GemmRate>,
 }
 
-/// A measured GEMM rate: C[m, n] = A[m, k] B[k, n] at `gflops` (10^9 flop/s).
+/// A measured GEMM rate: C[m, n] = op(A) op(B) at `gflops` (10^9 flop/s),
+/// op(A) [m, k] and op(B) [k, n], where op transposes the operand stored
+/// the other way round. Gradients multiply by transposes (dW = X^T dY, dX =
+/// dY W^T), and a kernel packs a transposed operand at another speed.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GemmRate {
     pub m: u64,
     pub n: u64,
     pub k: u64,
+    /// A is stored [k, m] (absent in older files: false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transpose_a: bool,
+    /// B is stored [n, k].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transpose_b: bool,
     pub gflops: f64,
+}
+
+impl GemmRate {
+    /// A rate for the untransposed product.
+    pub fn plain(m: u64, n: u64, k: u64, gflops: f64) -> GemmRate {
+        GemmRate { m, n, k, transpose_a: false, transpose_b: false, gflops }
+    }
 }
 
 impl DeviceSpec {
     /// Seconds of a GEMM-shaped op from the measured rates: the rate of the
     /// shape nearest on a log scale (sum of squared log2 ratios of m, n and
-    /// k), the roofline's memory bound on `bytes` if slower, plus the launch
-    /// overhead. `None` without measured rates.
-    pub fn gemm_seconds(&self, m: u64, n: u64, k: u64, bytes: f64) -> Option<f64> {
+    /// k) among those measured with the same transposes (all of them where
+    /// none were), the roofline's memory bound on `bytes` if slower, plus
+    /// the launch overhead. `None` without measured rates.
+    pub fn gemm_seconds(&self, m: u64, n: u64, k: u64, transposed: (bool, bool), bytes: f64) -> Option<f64> {
         let l = |x: u64| (x.max(1) as f64).log2();
         let d2 = |r: &GemmRate| (l(r.m) - l(m)).powi(2) + (l(r.n) - l(n)).powi(2) + (l(r.k) - l(k)).powi(2);
+        let usable = |r: &&GemmRate| r.gflops.is_finite() && r.gflops > 0.0;
+        let same_layout = |r: &&GemmRate| (r.transpose_a, r.transpose_b) == transposed;
+        let layout_measured = self.gemm_rates.iter().filter(usable).any(|r| same_layout(&r));
         let best = self
             .gemm_rates
             .iter()
-            .filter(|r| r.gflops.is_finite() && r.gflops > 0.0)
+            .filter(usable)
+            .filter(|r| !layout_measured || same_layout(r))
             .min_by(|a, b| d2(a).total_cmp(&d2(b)))?;
         let compute = 2.0 * m as f64 * n as f64 * k as f64 / (best.gflops * 1e9);
         let memory = if self.memory_bandwidth_gb_s > 0.0 { bytes / (self.memory_bandwidth_gb_s * 1e9) } else { 0.0 };
@@ -159,6 +187,14 @@ impl DeviceSpec {
     }
     pub fn memory_bytes_per_second(&self) -> f64 {
         self.memory_bandwidth_gb_s * 1e9
+    }
+    /// Seconds to move `bytes` (an op's inputs and outputs): from on-chip
+    /// memory where they fit and its bandwidth is known, else from DRAM.
+    pub fn memory_seconds(&self, bytes: f64) -> f64 {
+        match (self.on_chip_mib, self.on_chip_bandwidth_gb_s) {
+            (Some(mib), Some(bw)) if bw > 0.0 && bytes <= mib * (1 << 20) as f64 => bytes / (bw * 1e9),
+            _ => bytes / self.memory_bytes_per_second(),
+        }
     }
     pub fn memory_bytes(&self) -> f64 {
         self.memory_gb * 1e9
@@ -350,23 +386,32 @@ mod tests {
     #[test]
     fn a_gemm_takes_the_rate_of_the_nearest_measured_shape() {
         let mut d = Catalog::builtin().device("cpu-x86-core").unwrap().clone();
-        assert_eq!(d.gemm_seconds(32, 32, 32, 0.0), None, "no measured rates: the roofline decides");
+        const NN: (bool, bool) = (false, false);
+        assert_eq!(d.gemm_seconds(32, 32, 32, NN, 0.0), None, "no measured rates: the roofline decides");
         d.launch_overhead_us = 1.0;
         d.memory_bandwidth_gb_s = 10.0;
         d.gemm_rates = vec![
-            GemmRate { m: 32, n: 32, k: 32, gflops: 10.0 },
-            GemmRate { m: 32, n: 2048, k: 2048, gflops: 50.0 },
-            GemmRate { m: 2048, n: 2048, k: 2048, gflops: 200.0 },
+            GemmRate::plain(32, 32, 32, 10.0),
+            GemmRate::plain(32, 2048, 2048, 50.0),
+            GemmRate::plain(2048, 2048, 2048, 200.0),
         ];
         // 30 x 40 x 30 is nearest the 32-cube: 72,000 flop at 10 GFLOP/s = 7.2 us, + 1 us launch.
-        let s = d.gemm_seconds(30, 40, 30, 0.0).unwrap();
+        let s = d.gemm_seconds(30, 40, 30, NN, 0.0).unwrap();
         assert!((s - 8.2e-6).abs() < 1e-12, "{s}");
         // A skinny product (m = 32) takes the skinny rate, not the cube's.
-        let s = d.gemm_seconds(32, 3136, 1024, 0.0).unwrap();
+        let s = d.gemm_seconds(32, 3136, 1024, NN, 0.0).unwrap();
         assert!((s - (1e-6 + 2.0 * 32.0 * 3136.0 * 1024.0 / 50e9)).abs() < 1e-12, "{s}");
         // Memory-bound: 1 MB at 10 GB/s = 100 us beats 7.2 us of compute.
-        let s = d.gemm_seconds(30, 40, 30, 1e6).unwrap();
+        let s = d.gemm_seconds(30, 40, 30, NN, 1e6).unwrap();
         assert!((s - 101e-6).abs() < 1e-12, "{s}");
+        // No rate measured with A transposed: the untransposed ones stand in.
+        assert_eq!(d.gemm_seconds(30, 40, 30, (true, false), 0.0), Some(8.2e-6));
+        // Once one is, A^T B takes it even where an untransposed shape is nearer:
+        // 72,000 flop at 5 GFLOP/s = 14.4 us, + 1 us.
+        d.gemm_rates.push(GemmRate { transpose_a: true, ..GemmRate::plain(2048, 2048, 2048, 5.0) });
+        let s = d.gemm_seconds(30, 40, 30, (true, false), 0.0).unwrap();
+        assert!((s - 15.4e-6).abs() < 1e-12, "{s}");
+        assert_eq!(d.gemm_seconds(30, 40, 30, NN, 0.0), Some(8.2e-6));
     }
 
     /// The DGX-1 matrix against what NVIDIA publishes about the machine:

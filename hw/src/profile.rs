@@ -81,6 +81,22 @@ pub struct HostMeasurement {
     /// and power budget make this less than 1.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub concurrent_share: BTreeMap<usize, f64>,
+    /// The engine's rate on its many-flop element kernels, in flops as the
+    /// ops' cost functions count them (10^9 per s; the median of layer
+    /// norm and softmax over cache-sized rows): row statistics, exps and
+    /// divisions run far below the GEMM rate, so such ops are bound by
+    /// this rather than by memory. 0 where not measured (older files).
+    #[serde(default)]
+    pub elementwise_gflops: f64,
+    /// The bandwidth the engine's Add kernel reaches on operands in cache
+    /// (inputs plus output over the kernel's time, 1 MiB each), and that
+    /// footprint (3 MiB): ops moving no more bytes than it run at this
+    /// rate, 1.5-4x the DRAM copy rate (the cache-aware roofline). 0 where
+    /// not measured.
+    #[serde(default)]
+    pub cache_mib: f64,
+    #[serde(default)]
+    pub cache_bandwidth_gb_s: f64,
 }
 
 /// The device time of one Send and one Recv of `n` f32 elements:
@@ -125,6 +141,9 @@ impl HostMeasurement {
         let mut efficiency = BTreeMap::new();
         efficiency.insert(OpClass::Matmul, 1.0);
         efficiency.insert(OpClass::Conv, 1.0);
+        if self.elementwise_gflops > 0.0 && gflops > 0.0 {
+            efficiency.insert(OpClass::Elementwise, (self.elementwise_gflops / gflops).min(1.0));
+        }
         DeviceSpec {
             name: HOST_DEVICE.into(),
             kind: "cpu".into(),
@@ -134,7 +153,8 @@ impl HostMeasurement {
             launch_overhead_us: self.dispatch_us,
             // The device's own thread runs its Sends and Recvs.
             copy_engines: 0,
-            on_chip_mib: None,
+            on_chip_mib: (self.cache_mib > 0.0 && self.cache_bandwidth_gb_s > 0.0).then_some(self.cache_mib),
+            on_chip_bandwidth_gb_s: (self.cache_mib > 0.0 && self.cache_bandwidth_gb_s > 0.0).then_some(self.cache_bandwidth_gb_s),
             systolic: None,
             efficiency,
             gemm_rates: self.gemm_shapes.clone(),
@@ -161,6 +181,11 @@ impl HostMeasurement {
         }
         for (i, r) in self.gemm_shapes.iter().enumerate() {
             fields.push((format!("gemm_shapes[{i}].gflops"), r.gflops));
+        }
+        for (k, v) in [("elementwise_gflops", self.elementwise_gflops), ("cache_mib", self.cache_mib), ("cache_bandwidth_gb_s", self.cache_bandwidth_gb_s)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Some((k.into(), v));
+            }
         }
         for (f, c) in &self.transfer_compute {
             for (k, v) in [("send_us", c.send_us), ("send_ns_per_element", c.send_ns_per_element), ("recv_us", c.recv_us), ("recv_ns_per_element", c.recv_ns_per_element)] {
@@ -197,6 +222,9 @@ mod tests {
             memory_gb: 24.0,
             gemm_shapes: Vec::new(),
             concurrent_share: BTreeMap::new(),
+            elementwise_gflops: 0.0,
+            cache_mib: 0.0,
+            cache_bandwidth_gb_s: 0.0,
         }
     }
 
@@ -213,6 +241,15 @@ mod tests {
         assert_eq!((d.name.as_str(), d.kind.as_str(), d.peak_tflops.f32), (HOST_DEVICE, "cpu", Some(0.28)));
         assert_eq!(d.efficiency(OpClass::Matmul, None), 1.0);
         assert_eq!((d.memory_bandwidth_gb_s, d.launch_overhead_us, d.memory_gb), (12.5, 0.4, 24.0));
+        // Not measured: elementwise ops get the class default (memory-bound).
+        assert_eq!(d.efficiency(OpClass::Elementwise, None), OpClass::Elementwise.default_efficiency());
+        // Measured at 7 GFLOP/s against 280 for GEMMs: 1/40 of the peak.
+        let e = HostMeasurement { elementwise_gflops: 7.0, ..host() }.device_spec();
+        assert_eq!(e.efficiency(OpClass::Elementwise, None), 0.025);
+        // A measured cache bandwidth becomes the on-chip level of the roofline.
+        assert_eq!((d.on_chip_mib, d.on_chip_bandwidth_gb_s), (None, None));
+        let c = HostMeasurement { cache_mib: 3.0, cache_bandwidth_gb_s: 35.0, ..host() }.device_spec();
+        assert_eq!((c.on_chip_mib, c.on_chip_bandwidth_gb_s), (Some(3.0), Some(35.0)));
         let l = host().link_spec();
         assert_eq!((l.name.as_str(), l.bandwidth_gb_s, l.latency_us), (HOST_LINK, 400.0, 25.0));
     }

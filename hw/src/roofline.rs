@@ -251,7 +251,7 @@ impl DeviceSpec {
             });
         }
         let compute = if cost.flops == 0.0 { 0.0 } else { cost.flops / (peak * efficiency) };
-        let memory = cost.bytes / self.memory_bytes_per_second();
+        let memory = self.memory_seconds(cost.bytes);
         Ok(self.launch_overhead_seconds() + compute.max(memory))
     }
 }
@@ -263,6 +263,24 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-12 * b.abs().max(1e-12)
+    }
+
+    /// 1 MiB of cache at 100 GB/s over DRAM at 10 GB/s: half a MiB moves
+    /// in 5.24288 us, two MiB in 209.7152 us; without the cache's
+    /// bandwidth both go at DRAM speed.
+    #[test]
+    fn ops_that_fit_on_chip_move_their_bytes_at_the_cache_bandwidth() {
+        let mut d = Catalog::builtin().device("cpu-x86-core").unwrap().clone();
+        d.launch_overhead_us = 0.0;
+        d.memory_bandwidth_gb_s = 10.0;
+        d.on_chip_mib = Some(1.0);
+        let op = |bytes: f64| OpCost { flops: 0.0, bytes, dtype: Dtype::F32, class: OpClass::Elementwise };
+        let (half, two) = (512.0 * 1024.0, 2.0 * 1024.0 * 1024.0);
+        assert!(close(d.op_time_seconds(&op(half), None), half / 10e9));
+        d.on_chip_bandwidth_gb_s = Some(100.0);
+        assert!(close(d.op_time_seconds(&op(half), None), 5.24288e-6));
+        assert!(close(d.op_time_seconds(&op(1024.0 * 1024.0), None), 1.048576e-5), "exactly full still fits");
+        assert!(close(d.op_time_seconds(&op(two), None), 209.7152e-6));
     }
 
     #[test]

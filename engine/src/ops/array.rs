@@ -331,7 +331,7 @@ fn reshape_like(g: &Graph, x: &Output, like: &Output) -> Result<Output> {
 }
 
 pub(crate) fn register(r: &mut Registry) {
-    r.def("Reshape", 1, Some(1), infer_reshape).cheap().grad(|c| Ok(vec![Some(reshape_like(c.g, &c.grads[0], &c.inputs[0])?)]));
+    r.def("Reshape", 1, Some(1), infer_reshape).views().grad(|c| Ok(vec![Some(reshape_like(c.g, &c.grads[0], &c.inputs[0])?)]));
     r.cpu("Reshape", &[], |c| {
         let x = &c.inputs[0];
         let s = resolve_shape(c, c.n.ints("shape")?, x.num_elements(), x.shape())?;
@@ -346,7 +346,7 @@ pub(crate) fn register(r: &mut Registry) {
         }
         Ok(vec![TensorType { dtype: c.inputs[0].dtype, shape: b.clone() }])
     })
-    .cheap()
+    .views()
     .grad(|c| Ok(vec![Some(reshape_like(c.g, &c.grads[0], &c.inputs[0])?), None]));
     r.cpu("ReshapeLike", &[], |c| {
         let (x, like) = (&c.inputs[0], &c.inputs[1]);
@@ -474,7 +474,7 @@ pub(crate) fn register(r: &mut Registry) {
         d.insert(axis, Some(1));
         Ok(vec![TensorType { dtype: x.dtype, shape: PartialShape::new(d) }])
     })
-    .cheap()
+    .views()
     .grad(|c| Ok(vec![Some(reshape_like(c.g, &c.grads[0], &c.inputs[0])?)]));
     r.cpu("ExpandDims", &[], |c| {
         let x = &c.inputs[0];
@@ -499,7 +499,7 @@ pub(crate) fn register(r: &mut Registry) {
         }
         Ok(vec![TensorType { dtype: x.dtype, shape: PartialShape::new(d) }])
     })
-    .cheap()
+    .views()
     .grad(|c| Ok(vec![Some(reshape_like(c.g, &c.grads[0], &c.inputs[0])?)]));
     r.cpu("Squeeze", &[], |c| {
         let x = &c.inputs[0];

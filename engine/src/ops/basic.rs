@@ -29,10 +29,10 @@ pub(crate) fn register(r: &mut Registry) {
         .cheap();
     r.cpu("Placeholder", &[], |c| Err(c.n.kernel_err("a placeholder must be fed")));
 
-    r.def("Identity", 1, Some(1), |c| Ok(vec![c.inputs[0].clone()])).cheap().grad(|c| Ok(vec![Some(c.grads[0].clone())]));
+    r.def("Identity", 1, Some(1), |c| Ok(vec![c.inputs[0].clone()])).views().grad(|c| Ok(vec![Some(c.grads[0].clone())]));
     r.cpu("Identity", &[], |c| Ok(vec![c.inputs[0].clone()]));
 
-    r.def("StopGradient", 1, Some(1), |c| Ok(vec![c.inputs[0].clone()])).cheap().grad(|_| Ok(vec![None]));
+    r.def("StopGradient", 1, Some(1), |c| Ok(vec![c.inputs[0].clone()])).views().grad(|_| Ok(vec![None]));
     r.cpu("StopGradient", &[], |c| Ok(vec![c.inputs[0].clone()]));
 
     r.def("NoOp", 0, Some(0), |_| Ok(vec![])).cheap();

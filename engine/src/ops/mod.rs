@@ -97,6 +97,9 @@ pub(crate) struct OpDef {
     pub stateful: bool,
     /// Cheap enough to run inline on the thread that made it ready.
     pub cheap: bool,
+    /// Its outputs share their input's (or the variable's) buffer: a view,
+    /// so its cost moves no bytes.
+    pub views: bool,
 }
 
 impl OpDef {
@@ -148,6 +151,7 @@ impl Registry {
             flops: None,
             stateful: false,
             cheap: false,
+            views: false,
         })
     }
     pub fn cpu(&mut self, name: &'static str, dtypes: &'static [DType], compute: KernelFn) {
@@ -177,6 +181,11 @@ impl OpDef {
     pub fn cheap(&mut self) -> &mut Self {
         self.cheap = true;
         self
+    }
+    /// Marks a view (see [`OpDef::views`]); views are cheap too.
+    pub fn views(&mut self) -> &mut Self {
+        self.views = true;
+        self.cheap()
     }
 }
 
@@ -239,7 +248,8 @@ pub fn op_names() -> Vec<&'static str> {
 /// input and output types (what the simulator asks for).
 pub fn op_cost(op: &str, attrs: &Attrs, inputs: &[(DType, Shape)], outputs: &[(DType, Shape)]) -> Result<OpCost> {
     let def = registry().op(op).ok_or_else(|| EngineError::UnknownOp { node: String::new(), op: op.into() })?;
-    let bytes: usize = inputs.iter().chain(outputs).map(|(d, s)| d.size_in_bytes() * s.num_elements()).sum();
+    // A view (reshape, identity, a variable's read) hands over a buffer.
+    let bytes: usize = if def.views { 0 } else { inputs.iter().chain(outputs).map(|(d, s)| d.size_in_bytes() * s.num_elements()).sum() };
     let ctx = CostCtx { n: NodeInfo { name: "", op, attrs }, inputs, outputs };
     let flops = match def.flops {
         Some(f) => f(&ctx),

@@ -244,9 +244,9 @@ pub(crate) fn register(r: &mut Registry) {
         Ok(vec![TensorType { dtype: c.n.dtype("dtype")?, shape: s.clone() }])
     })
     .stateful()
-    .cheap();
+    .views();
     r.cpu("Variable", &[], k_variable);
-    r.def("Assign", 1, Some(1), infer_update).stateful().cheap();
+    r.def("Assign", 1, Some(1), infer_update).stateful().views();
     r.cpu("Assign", &[], k_assign);
     r.def("AssignAdd", 1, Some(1), infer_update).stateful().flops(super::flops_per_output);
     r.cpu("AssignAdd", NUMERIC, |c| k_assign_add(c, false));

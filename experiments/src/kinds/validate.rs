@@ -275,15 +275,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// This host, measured once per run and thread count.
-fn host(threads: usize) -> Result<HostMeasurement, String> {
-    static HOSTS: OnceLock<Mutex<HashMap<usize, HostMeasurement>>> = OnceLock::new();
+/// This host, measured once per run, thread count and model: just before
+/// the model's points, as their profile is, since this machine's speed
+/// drifts within minutes (a figure measured at the start of a sweep was
+/// 30-50% off for the points run two minutes later).
+fn host(threads: usize, model: &str) -> Result<HostMeasurement, String> {
+    static HOSTS: OnceLock<Mutex<HashMap<(usize, String), HostMeasurement>>> = OnceLock::new();
     let hosts = HOSTS.get_or_init(Default::default);
-    if let Some(h) = lock(hosts).get(&threads) {
+    let key = (threads, model.to_string());
+    if let Some(h) = lock(hosts).get(&key) {
         return Ok(h.clone());
     }
     let h = measure::measure_host(threads)?;
-    lock(hosts).insert(threads, h.clone());
+    lock(hosts).insert(key, h.clone());
     Ok(h)
 }
 
@@ -351,7 +355,7 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     // sitting as its op times), else this run's measurement.
     let host = match profile.as_ref().and_then(|p| p.host.clone()) {
         Some(h) => h,
-        None => host(p.threads)?,
+        None => host(p.threads, &p.sizes.model_id(&p.model))?,
     };
     let mut cluster = VirtualCluster::parse_for_host(&format!("{n}xcpu"), &host).map_err(|e| format!("invalid parameter `devices`: {e}"))?;
     if let Some(l) = &p.link {
@@ -705,6 +709,48 @@ mod tests {
         }
     }
 
+    /// Diagnosis, not a check: where the roofline's one-device step time
+    /// differs from the profile's (measured kernels), by op class.
+    #[test]
+    #[ignore]
+    fn diagnose_roofline_by_class() {
+        let host = host(1, "diagnosis").unwrap();
+        eprintln!("host: gemm {:?} GFLOP/s, copy {:.1} GB/s, cache {} MiB at {:.1} GB/s, dispatch {:.2} us, elementwise {:.2} GFLOP/s", host.gemm_gflops, host.memory_bandwidth_gb_s, host.cache_mib, host.cache_bandwidth_gb_s, host.dispatch_us, host.elementwise_gflops);
+        let cases: [(&str, usize, ZooSizes); 3] = [
+            ("mlp", 128, ZooSizes::default()),
+            ("cnn", 32, ZooSizes::default()),
+            ("transformer", 16, ZooSizes::parse("hidden=64,seq_len=32,vocab=1000,layers=2,heads=4,ff=256").unwrap()),
+        ];
+        for (name, batch, sizes) in cases {
+            let (model, _) = measure::with_initializer(name, &sizes, batch).unwrap();
+            let cluster = VirtualCluster::parse_for_host("1xcpu", &host).unwrap();
+            let mut so = SimOptions::default();
+            so.step = Some(model.step());
+            let rsim = GraphSimulator::new(&model.graph, &cluster, &so).unwrap();
+            let roof = rsim.simulate_indices(&vec![0u16; rsim.graph().len()]).unwrap();
+            let prof = measure::profile_model(&measure::ProfileRequest { model: name.into(), sizes: sizes.clone(), batch, threads: 1, devices: 1, warmup: 3, steps: 10 }, |_| {}).unwrap();
+            so.profile = Some(prof);
+            let sim = GraphSimulator::new(&model.graph, &cluster, &so).unwrap();
+            let pr = sim.simulate_indices(&vec![0u16; sim.graph().len()]).unwrap();
+            eprintln!("{name} b{batch}: roofline {:.0} us, profile {:.0} us", roof.step_seconds * 1e6, pr.step_seconds * 1e6);
+            let (a, b) = (rsim.priced_nodes(0), sim.priced_nodes(0));
+            let mut by_op: BTreeMap<(String, String), (usize, f64, f64, f64, f64)> = BTreeMap::new();
+            for (x, y) in a.iter().zip(&b) {
+                let e = by_op.entry((x.2.clone(), x.1.clone())).or_default();
+                e.0 += 1; e.1 += x.5; e.2 += y.5; e.3 += x.3; e.4 += x.4;
+            }
+            for ((class, op), (n, r, p, f, by)) in &by_op {
+                if (r - p).abs() > 50e-6 {
+                    eprintln!("    {class:>12} {op:>28} x{n:<4} roofline {:8.0} us profile {:8.0} us  flops {:.2e} bytes {:.2e} -> {:.1} GB/s {:.1} GF/s", r * 1e6, p * 1e6, f, by, by / p / 1e9, f / p / 1e9);
+                }
+            }
+            for (class, p) in &pr.devices[0].op_seconds_by_class {
+                let r = roof.devices[0].op_seconds_by_class.get(class).copied().unwrap_or(0.0);
+                eprintln!("  {class:>14}: roofline {:8.0} us, profile {:8.0} us ({:+.0}%)", r * 1e6, p * 1e6, (r / p - 1.0) * 100.0);
+            }
+        }
+    }
+
     /// Diagnosis, not a check: where a two-device step's time goes.
     #[test]
     #[ignore]
@@ -714,7 +760,7 @@ mod tests {
         let placer = std::env::var("DIAG_PLACER").unwrap_or("m_etf".into());
         let format: CommFormat = std::env::var("DIAG_COMM").unwrap_or("f32".into()).parse().unwrap();
         let (model, init) = measure::with_initializer(&model_name, &ZooSizes::default(), batch).unwrap();
-        let host = host(1).unwrap();
+        let host = host(1, "diagnosis").unwrap();
         let gbps: f64 = std::env::var("DIAG_GBPS").ok().and_then(|b| b.parse().ok()).unwrap_or(10.0);
         let latency_us: f64 = std::env::var("DIAG_LATENCY_US").ok().and_then(|b| b.parse().ok()).unwrap_or(20.0);
         let cluster = VirtualCluster::parse_for_host("2xcpu", &host).unwrap().with_link(LinkSpec { name: "e".into(), bandwidth_gb_s: gbps / 8.0, latency_us: latency_us + host.emulated_overhead_us, sharing: flowlab_hw::LinkSharing::Pair });

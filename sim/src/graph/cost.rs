@@ -69,7 +69,7 @@ impl<'a> DeviceCoster<'a> {
             }
         }
         if let Some((m, n, k)) = c.gemm
-            && let Some(s) = self.spec.gemm_seconds(m, n, k, c.bytes)
+            && let Some(s) = self.spec.gemm_seconds(m, n, k, c.gemm_transposed, c.bytes)
         {
             return s;
         }

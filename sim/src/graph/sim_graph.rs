@@ -22,6 +22,9 @@ pub(crate) struct NodeCost {
     pub class: OpClass,
     /// MatMul and Conv2D as a GEMM, for devices with a systolic array.
     pub gemm: Option<Gemm>,
+    /// Whether that GEMM reads A and B transposed (the measured host's
+    /// rates depend on it).
+    pub gemm_transposed: (bool, bool),
 }
 
 /// Compressed adjacency lists: `items[offsets[i]..offsets[i + 1]]` belong to `i`.
@@ -246,6 +249,19 @@ fn gemm_of(n: &Node, ins: &[(DType, Shape)], outs: &[(DType, Shape)]) -> Option<
     }
 }
 
+/// Which operands a MatMul reads transposed. The convolutions' gradients
+/// multiply by transposes too, but over im2col chunks of at most 1 MiB
+/// that the kernel lays out for the product, so they keep the plain rates
+/// (within 3-20% of their measured times, where the transposed grid's
+/// nearest shapes were up to 2x off).
+fn gemm_transposes(n: &Node) -> (bool, bool) {
+    let flag = |k: &str| matches!(n.attrs.get(k), Some(AttrValue::Bool(true)));
+    match n.op.as_str() {
+        "MatMul" => (flag("transpose_a"), flag("transpose_b")),
+        _ => (false, false),
+    }
+}
+
 impl SimGraph {
     /// Prepares `graph`; errors name the node (unknown op, cycle).
     pub fn new(graph: &Graph) -> Result<SimGraph, SimError> {
@@ -323,6 +339,7 @@ impl SimGraph {
                 dtype,
                 class: op_class(&node.op, c.flops),
                 gemm: gemm_of(node, &ins, &outs),
+                gemm_transposed: gemm_transposes(node),
             });
             inputs.push(in_slots);
             control_inputs.push(node.control_inputs.iter().map(|&c| c as u32).collect());

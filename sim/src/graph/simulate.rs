@@ -388,6 +388,14 @@ impl GraphSimulator {
         self.port_cap.len()
     }
 
+    /// Every node as priced on device `d`: (name, op, class, flops, bytes,
+    /// seconds). For holding one predictor against another op by op (the
+    /// validation kind's diagnosis tests).
+    pub fn priced_nodes(&self, d: usize) -> Vec<(String, String, String, f64, f64, f64)> {
+        let g = &self.graph;
+        (0..g.len()).map(|i| (g.names[i].clone(), g.ops[i].clone(), g.costs[i].class.to_string(), g.costs[i].flops, g.costs[i].bytes, self.op_ps(i, d) as f64 * 1e-12)).collect()
+    }
+
     /// Time of node `i` on device `d`, in picoseconds.
     #[inline]
     pub(crate) fn op_ps(&self, i: usize, d: usize) -> u64 {
