@@ -329,7 +329,7 @@ fn core_share(reps: usize, batch: Duration) -> f64 {
 }
 
 /// CPU time this process has used so far, seconds (every thread).
-fn process_cpu_s() -> f64 {
+pub fn process_cpu_s() -> f64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec through a valid pointer.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };

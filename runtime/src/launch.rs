@@ -194,6 +194,23 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// CPU time (user and system, every thread) each task process has
+    /// used so far, seconds, from `/proc/<pid>/stat`: how a run's CPU
+    /// divides between the tasks. Tasks on threads of this process, and
+    /// hosts without `/proc`, have none.
+    pub fn task_cpu_s(&self) -> Vec<(TaskId, Option<f64>)> {
+        self.tasks
+            .iter()
+            .map(|t| {
+                let cpu = match &t.running {
+                    Running::Child(c) => proc_cpu_s(c.id()),
+                    Running::Server(_) => None,
+                };
+                (t.id, cpu)
+            })
+            .collect()
+    }
+
     /// Tasks that have exited, each with its status and the end of its log.
     pub fn exited(&mut self) -> Vec<String> {
         let mut out = Vec::new();
@@ -208,6 +225,19 @@ impl LocalCluster {
         }
         out
     }
+}
+
+/// utime + stime of process `pid`, seconds (fields 14 and 15 of
+/// `/proc/<pid>/stat`, after the parenthesized command name).
+fn proc_cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state): utime is field 14, stime 15
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf reads a configuration value and has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| ticks as f64 / hz as f64)
 }
 
 impl Drop for LocalCluster {
@@ -252,5 +282,24 @@ mod tests {
         assert_ne!(first, again);
         let e = LocalCluster::start(&Launcher::Processes("/nonexistent/flowlab".into()), 1, 1).err().unwrap().to_string();
         assert!(e.starts_with("cannot start task ps:0: /nonexistent/flowlab"), "{e}");
+        // tasks on threads have no process clock of their own
+        assert!(c.task_cpu_s().iter().all(|(_, cpu)| cpu.is_none()));
+    }
+
+    /// A process's CPU from `/proc/<pid>/stat` (in clock ticks) against
+    /// the kernel's other account of it, `CLOCK_PROCESS_CPUTIME_ID`, over
+    /// 0.3 s of spinning on this thread.
+    #[test]
+    fn proc_stat_cpu_agrees_with_the_process_clock() {
+        let me = std::process::id();
+        let (p0, c0) = (proc_cpu_s(me).unwrap(), crate::bench::process_cpu_s());
+        let mut x = 0u64;
+        while crate::bench::process_cpu_s() - c0 < 0.3 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let (p1, c1) = (proc_cpu_s(me).unwrap(), crate::bench::process_cpu_s());
+        // two ticks of 10 ms, and the other test threads of this binary
+        // (which both clocks count)
+        assert!(((p1 - p0) - (c1 - c0)).abs() < 0.05, "proc {} clock {}", p1 - p0, c1 - c0);
     }
 }

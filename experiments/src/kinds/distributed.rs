@@ -24,7 +24,11 @@
 //! - measured (the real run): updates per second, step-time percentiles
 //!   (the master's training round in sync, a worker's step in async, update
 //!   to update with backups), tensors and bytes between tasks per step,
-//!   held-out accuracy and loss.
+//!   held-out accuracy and loss; the CPU time of the runner (the master)
+//!   and of each task process over the run, per update, beside the CPU
+//!   the simulator's inputs charge per update: where a prediction falls
+//!   short because the host's CPU is undercounted, these say by how much
+//!   and on which task.
 //! - calibrated, in the same sitting, before the run: `compute_s`, the time
 //!   of one worker's forward and backward pass on its shard, run in this
 //!   process on one device (the median of timed repetitions); `apply_s`,
@@ -60,6 +64,11 @@
 //!   - the update is applied once per update: `ps_request_us` is the
 //!     largest PS task's share of `apply_s` over the simulator's two
 //!     requests per gradient.
+//!   - the train op, on ps:0, groups every variable's update: with
+//!     several PS tasks, each other task sends ps:0 a control token per
+//!     variable it holds once its update ran (a `RecvTensor` each, CPU at
+//!     both ends: `ps_transfer_us`), and the step ends when ps:0 has them
+//!     (`update_tokens`; the timeline is at the simulator's event).
 //!   - the network is a mesh (a link per task pair): loopback has no shared
 //!     link, and `link` emulates one per task pair, so two workers' flows
 //!     from the PS do not share its link; its one-way latency is half a
@@ -194,6 +203,9 @@ const METRICS: &[&str] = &[
     "sim_step_wait_us",
     "serial_transfers",
     "processes",
+    "measured_cpu_per_update_us",
+    "measured_runner_cpu_per_update_us",
+    "predicted_cpu_per_update_us",
 ];
 
 pub(crate) static DISTRIBUTED: TypedKind<DistributedPoint> = TypedKind {
@@ -201,7 +213,7 @@ pub(crate) static DISTRIBUTED: TypedKind<DistributedPoint> = TypedKind {
     validate: |p| p.validate(),
     run: run_point,
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
-    series_names: &["measured_step_times_s"],
+    series_names: &["measured_step_times_s", "task_cpu_per_update_us"],
     tag_paths: &[],
     exclusive: true,
     summarize: None,
@@ -409,6 +421,9 @@ fn predict_inputs(
         // the other, a latency each, where the simulator has 3 (a fetch's
         // request and answer, a push)
         step_wait_us: (link.step_overhead_s - link.step_cpu_s).max(0.0) * 1e6 + transfers.saturating_sub(3) as f64 * link_latency_us,
+        // the train op on ps:0 waits for a control token per variable of
+        // every other PS task, sent once that task's update ran
+        update_tokens: p.ps > 1,
         ..Workload::default()
     };
     let loopback_gbps = link.bytes_per_s * 8.0 / 1e9;
@@ -455,6 +470,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     };
     let cluster = LocalCluster::start_with_link(&env.launcher, p.ps as u32, p.workers as u32, emulated).map_err(|e| e.to_string())?;
     let spec = cluster.spec.clone();
+    let (runner_cpu0, tasks_cpu0) = (flowlab_runtime::process_cpu_s(), cluster.task_cpu_s());
     let cluster = Mutex::new(cluster);
     let kill = p.kill_at()?;
     // once: a restarted run replays the updates after its checkpoint
@@ -472,6 +488,21 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         let exited = cluster.lock().unwrap_or_else(|e| e.into_inner()).exited();
         format!("training over the local cluster: {e}{}", exited.iter().map(|x| format!("; {x}")).collect::<String>())
     })?;
+    let runner_cpu = flowlab_runtime::process_cpu_s() - runner_cpu0;
+    // per task process running at the end (none on threads: the
+    // runner's CPU holds theirs); a restarted task's clock starts again,
+    // so it counts from 0; a killed one's is gone
+    let tasks_cpu: Vec<f64> = cluster
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .task_cpu_s()
+        .iter()
+        .zip(&tasks_cpu0)
+        .filter_map(|(&(_, after), &(_, before))| {
+            let (a, b) = (after?, before?);
+            Some(if a >= b { a - b } else { a })
+        })
+        .collect();
     drop(cluster);
 
     // the prediction (module comment: what the runtime does and how each
@@ -509,6 +540,24 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     let gradients = sim.examples_committed as f64 / shard as f64;
     let predicted_steps_per_s = if sim.sim_time_s > 0.0 { gradients / needed as f64 / sim.sim_time_s } else { 0.0 };
     let measured = r.step_p50_s;
+    let updates = r.report.steps.max(1) as f64;
+    // the CPU the simulator's inputs charge per update: every computing
+    // worker's step overhead, compute and a fetch and a push on each PS
+    // task, and the update tokens at both ends
+    let w = &model.workload;
+    let mut tensors = vec![0usize; p.ps];
+    for v in &vars {
+        tensors[v.2] += 1;
+    }
+    let per_gradient_us = w.step_overhead_us
+        + w.compute_s * 1e6
+        + tensors.iter().filter(|&&t| t > 0).map(|&t| 2.0 * (w.ps_request_us + w.ps_transfer_us * t as f64)).sum::<f64>();
+    let tokens = if p.ps > 1 { tensors[1..].iter().sum::<usize>() } else { 0 };
+    let computing = match p.strategy {
+        StrategyName::Sync => p.workers,
+        StrategyName::Async => 1,
+    };
+    let predicted_cpu_us = computing as f64 * per_gradient_us + 2.0 * tokens as f64 * w.ps_transfer_us;
     let error = (predicted - measured) / measured;
 
     let mut m = BTreeMap::new();
@@ -549,8 +598,14 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     put("sim_step_wait_us", model.workload.step_wait_us);
     put("serial_transfers", model.transfers as f64);
     put("processes", if env.launcher.processes() { 1.0 } else { 0.0 });
+    put("measured_cpu_per_update_us", (runner_cpu + tasks_cpu.iter().sum::<f64>()) * 1e6 / updates);
+    put("measured_runner_cpu_per_update_us", runner_cpu * 1e6 / updates);
+    put("predicted_cpu_per_update_us", predicted_cpu_us);
     let mut series = BTreeMap::new();
     series.insert("measured_step_times_s".to_string(), r.step_times_s);
+    // ps:0.., then worker:0.., of those running at the end (empty when
+    // the tasks are threads)
+    series.insert("task_cpu_per_update_us".to_string(), tasks_cpu.iter().map(|c| c * 1e6 / updates).collect());
     Ok(Outcome { metrics: m, series })
 }
 
@@ -608,6 +663,9 @@ mod tests {
         assert!(m["predicted_step_s"] > m["calibrated_compute_s"], "{m:?}");
         assert!(m["measured_p10_s"] <= m["measured_step_s"] && m["measured_step_s"] <= m["measured_p90_s"], "{m:?}");
         assert_eq!(m["processes"], 0.0);
+        // tasks on threads: their CPU is the runner's, no per-task clock
+        assert_eq!(m["measured_cpu_per_update_us"], m["measured_runner_cpu_per_update_us"]);
+        assert!(o.series["task_cpu_per_update_us"].is_empty());
         assert_eq!(o.series["measured_step_times_s"].len(), 45);
         // an emulated slow link: every task delays its tensors, so the
         // measured step holds the closed form (8 serial transfers of 1 PS

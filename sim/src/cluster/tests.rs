@@ -409,3 +409,44 @@ fn mesh_host_cores_and_per_tensor_costs_match_closed_forms() {
     let e = err("model: null\nworkers: 1\nps: 1\nhost_cores: 0\n");
     assert!(e.contains("host_cores"), "{e}");
 }
+
+/// flowlab's runtime ends an update on several PS tasks with control
+/// tokens from each task but the first to the first (its train op groups
+/// every variable's update there). A closed form of one synchronous step
+/// of 2 workers and 2 PS tasks, by hand: variables [4, 1, 1, 1] go
+/// greedily by size to ps:0 (the 4) and ps:1 (the three 1s); 10 us of PS
+/// CPU per tensor, no request cost, no compute, a mesh with 5 us per link
+/// and tiny bytes (each PS task runs its requests one after another; no
+/// host_cores, so they run at once across tasks).
+/// - fetch requests reach both tasks at 5 us; ps:0 serves w0 5-15, w1
+///   15-25; ps:1 (30 us a request) w0 5-35, w1 35-65: w0 has its
+///   parameters at 35, w1 at 65.
+/// - pushes arrive 5 us later: w0's at 40 (ps:0 serves 40-50; ps:1 is
+///   busy until 65, so 65-95), w1's at 70 (ps:0 70-80; ps:1 95-125).
+///   Without tokens the step ends at 125 us.
+/// - with tokens, ps:1 has applied both gradients at 125 and sends its 3
+///   tokens, 10 us of its CPU each (done at 135, 145, 155), 5 us of
+///   latency (at ps:0 at 140, 150, 160) and 10 us of ps:0's CPU each:
+///   the last is handled at 170 us.
+/// Asynchronous, one worker: fetch done at 35, push served at 35+5+30 =
+/// 70 on ps:1, then the same token chain: 70 + 3 x 10 + 5 + 10 = 115 us.
+#[test]
+fn update_tokens_from_the_second_ps_task_match_the_closed_form() {
+    let base = "ps: 2\nsteps: 3\nnetwork: { topology: mesh, link_gbps: 10, latency_us: 5 }\n";
+    let model = |tokens: bool| {
+        format!("model: {{ variables: [4, 1, 1, 1], ps_request_us: 0, ps_transfer_us: 10, update_tokens: {tokens} }}\n")
+    };
+    let sync = "workers: 2\nstrategy: { sync: { backup: 0 } }\n";
+    let without = p50(&format!("{base}{sync}{}", model(false)));
+    let with = p50(&format!("{base}{sync}{}", model(true)));
+    assert!((without - 125e-6).abs() < 1e-8, "{without}");
+    assert!((with - 170e-6).abs() < 1e-8, "{with}");
+    let one = "workers: 1\nstrategy: { async: {} }\n";
+    let with = p50(&format!("{base}{one}{}", model(true)));
+    assert!((with - 115e-6).abs() < 1e-8, "{with}");
+    // one PS task has no one to tell: the flag changes nothing, bit for bit
+    let single = "ps: 1\nsteps: 3\nworkers: 2\nnetwork: { topology: mesh, link_gbps: 10, latency_us: 5 }\n";
+    let a = simulate(&yaml(&format!("{single}{}", model(false))), 7).unwrap();
+    let b = simulate(&yaml(&format!("{single}{}", model(true))), 7).unwrap();
+    assert_eq!(a.step_times_s, b.step_times_s);
+}

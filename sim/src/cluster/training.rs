@@ -9,6 +9,10 @@
 //! step together, aborting late ones (their gradients are dropped). Async
 //! training is groups of one; sync is one group with backups on top.
 //!
+//! With `update_tokens`, the PS tasks but the first end their part of an
+//! update with control tokens to the first, as the real runtime does (see
+//! [`Ev::TokenArrive`]).
+//!
 //! With `allreduce`, a step is: every worker computes, then the collective
 //! runs on the otherwise idle network.
 
@@ -35,8 +39,38 @@ enum Ev {
     /// A fetched shard whose flow arrived before the PS finished serving it.
     FetchReady { w: u32, epoch: u64 },
     ComputeDone { w: u32, epoch: u64 },
-    /// The PS task applied one pushed gradient shard.
-    PushServed { w: u32, epoch: u64 },
+    /// PS task `ps` applied one pushed gradient shard.
+    PushServed { w: u32, ps: u32, epoch: u64 },
+    /// A control token of group `g`'s update (step round `round`) reached the
+    /// first PS task (`update_tokens`).
+    ///
+    /// Why: flowlab's runtime (and TensorFlow's) groups every variable's
+    /// update in one train op, placed on `ps:0`, so a step with variables
+    /// on two PS tasks ends with `ps:1` telling `ps:0` that its updates
+    /// ran. A synchronous step of W workers and 2 PS tasks in
+    /// `flowlab_runtime` (`master.rs`, `worker.rs`, `train.rs`), per task:
+    /// - master: one `RunGraph` to every worker and PS task at once (the
+    ///   workers' shards as feeds), and waits for all of them;
+    /// - worker i: a `RecvTensor` to the task holding each variable (the
+    ///   fetch; served on that PS task's one message thread, FIFO with the
+    ///   other workers'), forward and backward pass, its gradients (and
+    ///   loss) left in its rendezvous table;
+    /// - PS task k: a `RecvTensor` to every worker per gradient of a
+    ///   variable it holds (issued at the step's start, answered when the
+    ///   worker's gradient exists), then the average and Adam update of
+    ///   each of its variables once all W are in;
+    /// - ps:0 also runs the train op, whose control inputs are ps:1's
+    ///   updates: one `RecvTensor` per ps:1 variable (a 4-byte token, sent
+    ///   once that update ran), CPU on both tasks' message threads; ps:0's
+    ///   `RunGraph` (so the step) ends after the last token.
+    ///
+    /// The simulator's part of it: once PS task k > 0 has served the
+    /// group's `need` pushes, it sends one token per tensor it holds, each
+    /// `ps_transfer_us` of its CPU (FIFO), the path latency, then
+    /// `ps_transfer_us` of the first task's CPU (FIFO).
+    TokenArrive { g: u32, round: u64 },
+    /// The first PS task has handled one control token of group `g`.
+    TokenServed { g: u32, round: u64 },
     CheckpointDone,
     Failure,
     RecoveryDone,
@@ -72,6 +106,13 @@ struct GroupState {
     arrivals: u32,
     step_start: SimTime,
     waiting: bool,
+    /// Bumped by every release and failure: tokens of an older step are
+    /// ignored.
+    round: u64,
+    /// Per PS task, pushes served in this step (only with `update_tokens`).
+    served: Vec<u32>,
+    /// Control tokens of this step the first PS task has still to handle.
+    tokens: u32,
 }
 
 struct Sim<'a> {
@@ -93,6 +134,14 @@ struct Sim<'a> {
     /// Per PS task, its CPU time per request: `ps_request_us` plus
     /// `ps_transfer_us` per tensor it holds.
     ps_request: Vec<SimTime>,
+    /// Per PS task, the control tokens it sends the first one per update
+    /// (`update_tokens`; all zero otherwise), and the CPU each costs at
+    /// either end.
+    tokens: Vec<u32>,
+    token_cpu: SimTime,
+    /// Per PS task, the path latency to the first (`SimTime::MAX` until
+    /// first needed).
+    token_latency: Vec<SimTime>,
     /// When each core of the shared host is next free (`host_cores`;
     /// empty: every task has its own CPU).
     cores: Vec<SimTime>,
@@ -156,9 +205,15 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
             arrivals: 0,
             step_start: SimTime::ZERO,
             waiting: false,
+            round: 0,
+            served: vec![0; ps],
+            tokens: 0,
         });
     }
     let n = u64::from(cfg.workers);
+    let tokens: Vec<u32> = (0..ps)
+        .map(|k| if w.update_tokens && k > 0 { layout.tensors[k].min(u64::from(u32::MAX)) as u32 } else { 0 })
+        .collect();
     let ps_request = (0..ps)
         .map(|k| SimTime::from_secs_f64((w.ps_request_us + w.ps_transfer_us * layout.tensors[k] as f64) * 1e-6))
         .collect();
@@ -175,6 +230,9 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
         latency: vec![SimTime::MAX; workers.len() * ps],
         ps_busy: vec![SimTime::ZERO; ps],
         ps_request,
+        tokens,
+        token_cpu: SimTime::from_secs_f64(w.ps_transfer_us * 1e-6),
+        token_latency: vec![SimTime::MAX; ps],
         cores: vec![SimTime::ZERO; cfg.host_cores.unwrap_or(0) as usize],
         overhead: SimTime::from_secs_f64(w.step_overhead_us * 1e-6),
         wait: SimTime::from_secs_f64(w.step_wait_us * 1e-6),
@@ -343,12 +401,30 @@ impl Sim<'_> {
                     self.push(w, epoch)?;
                 }
             }
-            Ev::PushServed { w, epoch } => {
+            Ev::PushServed { w, ps, epoch } => {
                 if self.current(w, epoch) {
+                    if self.tokens[ps as usize] > 0 {
+                        self.push_counted(w, ps)?;
+                    }
                     let ws = &mut self.workers[w as usize];
                     ws.pending -= 1;
                     if ws.pending == 0 {
                         self.gradient_applied(w)?;
+                    }
+                }
+            }
+            Ev::TokenArrive { g, round } => {
+                if self.groups[g as usize].round == round {
+                    let at = self.serve_for(0, now, self.token_cpu);
+                    self.q.schedule_at(at, Ev::TokenServed { g, round });
+                }
+            }
+            Ev::TokenServed { g, round } => {
+                let gs = &mut self.groups[g as usize];
+                if gs.round == round {
+                    gs.tokens -= 1;
+                    if gs.tokens == 0 && gs.arrivals >= gs.need {
+                        self.group_step_done(g as usize)?;
                     }
                 }
             }
@@ -382,7 +458,7 @@ impl Sim<'_> {
             }
             TransferKind::Push => {
                 let at = self.serve(t.ps, now);
-                self.q.schedule_at(at, Ev::PushServed { w: t.w, epoch: t.epoch });
+                self.q.schedule_at(at, Ev::PushServed { w: t.w, ps: t.ps, epoch: t.epoch });
             }
         }
         Ok(())
@@ -413,11 +489,40 @@ impl Sim<'_> {
     /// FIFO PS CPU: a request arriving at `now` is done at the returned
     /// time. On a shared host it also holds a core.
     fn serve(&mut self, ps: u32, now: SimTime) -> SimTime {
-        let from = self.ps_busy[ps as usize].max(now);
         let d = self.ps_request[ps as usize];
+        self.serve_for(ps, now, d)
+    }
+
+    /// As [`Self::serve`], for work of `d` on PS task `ps`.
+    fn serve_for(&mut self, ps: u32, now: SimTime, d: SimTime) -> SimTime {
+        let from = self.ps_busy[ps as usize].max(now);
         let end = self.cpu(from, d);
         self.ps_busy[ps as usize] = end;
         end
+    }
+
+    /// Worker `w`'s push to PS task `ps` (which sends tokens) was served:
+    /// when it is the group's `need`-th there, the task's update for the
+    /// step has run and its tokens leave for the first task.
+    fn push_counted(&mut self, w: u32, ps: u32) -> Result<(), SimError> {
+        let now = self.q.now();
+        let g = self.workers[w as usize].group as usize;
+        let k = ps as usize;
+        let gs = &mut self.groups[g];
+        gs.served[k] += 1;
+        if gs.served[k] != gs.need {
+            return Ok(());
+        }
+        let round = gs.round;
+        if self.token_latency[k] == SimTime::MAX {
+            self.token_latency[k] = self.net.path_latency(self.ps_endpoint(ps), self.ps_endpoint(0))?;
+        }
+        let lat = self.token_latency[k];
+        for _ in 0..self.tokens[k] {
+            let sent = self.serve_for(ps, now, self.token_cpu);
+            self.q.schedule_at(sent + lat, Ev::TokenArrive { g: g as u32, round });
+        }
+        Ok(())
     }
 
     /// CPU work of `d` that may start at `from`: on a shared host it runs on
@@ -511,7 +616,7 @@ impl Sim<'_> {
         self.staleness[stale] += 1;
         let g = ws.group as usize;
         self.groups[g].arrivals += 1;
-        if self.groups[g].arrivals == self.groups[g].need {
+        if self.groups[g].arrivals == self.groups[g].need && self.groups[g].tokens == 0 {
             self.group_step_done(g)?;
         }
         Ok(())
@@ -549,6 +654,9 @@ impl Sim<'_> {
         gs.arrivals = 0;
         gs.waiting = false;
         gs.step_start = now;
+        gs.round += 1;
+        gs.served.iter_mut().for_each(|s| *s = 0);
+        gs.tokens = self.tokens.iter().sum();
         let (first, len) = (gs.first, gs.len);
         for w in first..first + len {
             self.workers[w as usize].epoch += 1;
@@ -589,6 +697,7 @@ impl Sim<'_> {
         }
         for gs in &mut self.groups {
             gs.arrivals = 0;
+            gs.round += 1;
             gs.waiting = true;
         }
         self.recovering = true;

@@ -60,6 +60,15 @@ pub struct Workload {
     /// tensor), microseconds, after `step_overhead_us`.
     #[serde(default)]
     pub step_wait_us: f64,
+    /// Each PS task but the first, once it has applied an update (the
+    /// gradients of a synchronous step, or of one asynchronous worker),
+    /// sends the first task one control token per tensor it holds: a
+    /// runtime whose train op groups every variable's update on one task
+    /// (flowlab's, TensorFlow's) moves these. Each costs `ps_transfer_us`
+    /// on both tasks and the path latency; the step ends when the first
+    /// task has them all.
+    #[serde(default)]
+    pub update_tokens: bool,
     /// A model-zoo graph (`flowlab_sim::zoo`) whose one-device training step,
     /// simulated on `device` by the graph-level simulator, gives `compute_s`,
     /// and whose trainable variables give `dense_params` (the gradient).
@@ -138,6 +147,7 @@ impl Default for Workload {
             ps_transfer_us: 0.0,
             step_overhead_us: 0.0,
             step_wait_us: 0.0,
+            update_tokens: false,
             zoo: None,
             batch: None,
             device: None,
