@@ -644,19 +644,20 @@ impl<'a> Step<'a> {
             if let Some(c) = inline_expensive {
                 stack.push(c);
             }
-            // Sends run before the other ready nodes: another device waits
-            // for them, and they cost little (a hand-over or an encode).
-            if sends > 0 {
-                let (back, front): (Vec<usize>, Vec<usize>) = stack[pushed_from..].iter().partition(|&&c| self.is_send(c));
-                stack.truncate(pushed_from);
-                stack.extend(front);
-                stack.extend(back);
-            }
             // On one thread, tensors that arrived meanwhile start their Recv
             // now rather than after all the ready work: the sender's device
             // is waiting on what they make ready.
             if scope.is_none() {
                 self.take_arrivals(&mut stack);
+            }
+            // Sends run before the other ready nodes, arrivals included:
+            // another device waits for them, and they cost little (a
+            // hand-over or an encode).
+            if sends > 0 {
+                let (back, front): (Vec<usize>, Vec<usize>) = stack[pushed_from..].iter().partition(|&&c| self.is_send(c));
+                stack.truncate(pushed_from);
+                stack.extend(front);
+                stack.extend(back);
             }
         }
     }

@@ -752,6 +752,8 @@ mod tests {
     }
 
     /// Diagnosis, not a check: where a two-device step's time goes.
+    /// `DIAG_TIMELINE=1` also prints one measured step's nodes and
+    /// transfers beside the simulated schedule of the same placement.
     #[test]
     #[ignore]
     fn diagnose_two_device_steps() {
@@ -803,6 +805,19 @@ mod tests {
                     busy.entry(d).or_default().push(v);
                 }
             }
+            if n == 2 && std::env::var("DIAG_TIMELINE").is_ok() {
+                let st = r.step(true).unwrap().unwrap();
+                let mut ev: Vec<_> = st.nodes.iter().filter(|x| x.end_us - x.start_us > 150.0 || x.op == "Send" || x.op == "Recv").collect();
+                ev.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+                for x in ev {
+                    let d = if x.device.ends_with('1') { "          " } else { "" };
+                    eprintln!("{d}{:8.0} {:8.0} {:>6.0} {} ({})", x.start_us, x.end_us, x.end_us - x.start_us, x.node, x.op);
+                }
+                for t in &st.transfers {
+                    eprintln!("xfer {} {} -> {} {} B {:.0} .. {:.0}", t.edge, &t.send_device[t.send_device.len() - 1..], &t.recv_device[t.recv_device.len() - 1..], t.bytes, t.start_us, t.end_us);
+                }
+                eprintln!("step {:.0} us", st.total_us);
+            }
             let med = |v: &[f64]| measure::spread(v).0;
             let per_node: HashMap<String, f64> = per_node.into_iter().map(|(k, v)| (k, med(&v))).collect();
             let busy: Vec<(String, f64)> = busy.into_iter().map(|(k, v)| (k, med(&v))).collect();
@@ -822,6 +837,14 @@ mod tests {
             let sim = GraphSimulator::new(&model.graph, &cluster, &so).unwrap();
             let rep = sim.simulate(&placement).unwrap();
             let one = sim.simulate_indices(&vec![0u16; sim.graph().len()]).unwrap();
+            if std::env::var("DIAG_TIMELINE").is_ok() {
+                for (node, d, a, b) in sim.schedule(&placement).unwrap() {
+                    if b - a > 150e-6 {
+                        let pad = if d == 1 { "          " } else { "" };
+                        eprintln!("sim {pad}{:8.0} {:8.0} {:>6.0} {node}", a * 1e6, b * 1e6, (b - a) * 1e6);
+                    }
+                }
+            }
             eprintln!(
                 "simulated (profile, contention {contention:?}): step {:.0} us, busy {:?}; all on one: {:.0} us",
                 rep.step_seconds * 1e6,

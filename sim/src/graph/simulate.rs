@@ -134,6 +134,8 @@ struct Transfer {
 /// Per-step state and results (internal; see [`GraphSimReport`]).
 pub(crate) struct Trace {
     pub step: SimTime,
+    /// When each op's kernel started and ended (ps); 0 for ops not run.
+    pub start: Vec<u64>,
     pub finish: Vec<u64>,
     pub busy_ps: Vec<u64>,
     pub peak_mem: Vec<u64>,
@@ -477,6 +479,20 @@ impl GraphSimulator {
         Ok(self.report(dev, &t))
     }
 
+    /// When each simulated op of `placement` runs: (node, device index,
+    /// start, end) in seconds from the step's start, in order of start.
+    /// Held against the engine's step stats, it shows where a prediction
+    /// and a real step part ways.
+    pub fn schedule(&self, placement: &Placement) -> Result<Vec<(String, usize, f64, f64)>, SimError> {
+        let dev = self.device_indices(placement)?;
+        let t = self.run(&dev)?;
+        let mut out: Vec<_> = (0..self.graph.len())
+            .map(|i| (self.graph.names[i].clone(), dev[i] as usize, SimTime(t.start[i]).as_secs_f64(), SimTime(t.finish[i]).as_secs_f64()))
+            .collect();
+        out.sort_by(|a, b| a.2.total_cmp(&b.2).then(a.3.total_cmp(&b.3)));
+        Ok(out)
+    }
+
     /// Step time and whether memory fits, without building a report (what
     /// placers call in their inner loops).
     pub(crate) fn step_time(&self, dev: &[u16]) -> Result<(SimTime, bool), SimError> {
@@ -501,6 +517,7 @@ impl GraphSimulator {
         let mut ready_at = vec![0u64; n];
         let mut pred = vec![NONE; n];
         let mut dev_pred = vec![NONE; n];
+        let mut start = vec![0u64; n];
         let mut finish = vec![0u64; n];
         let mut done = 0usize;
         let mut heaps: Vec<BinaryHeap<Reverse<(u64, u32)>>> = vec![BinaryHeap::new(); nd];
@@ -516,6 +533,11 @@ impl GraphSimulator {
             }};
         }
         let mut busy = vec![false; nd];
+        // Per self-driven device: transfers that arrived while it ran a
+        // kernel, in order of arrival. As the engine takes its inbox after
+        // each node, their Recvs go on top of the stack once the node's
+        // own successors are on it.
+        let mut inbox: Vec<Vec<u32>> = vec![Vec::new(); nd];
         let mut last_op = vec![NONE; nd];
         let mut busy_ps = vec![0u64; nd];
         let mut ops_per_device = vec![0usize; nd];
@@ -637,6 +659,7 @@ impl GraphSimulator {
                             dev_pred[i] = last_op[d];
                         }
                         let dt = self.op_ps(i, d);
+                        start[i] = now;
                         ops_per_device[d] += 1;
                         if !g.is_variable[i] {
                             mem[d] += g.footprint(i);
@@ -718,6 +741,16 @@ impl GraphSimulator {
                 }
             }};
         }
+        // Device `d` finished a node: what arrived meanwhile goes on top.
+        macro_rules! take_arrivals {
+            ($d:expr) => {{
+                let d: usize = $d;
+                for x in inbox[d].drain(..) {
+                    pushes += 1;
+                    heaps[d].push(Reverse((u64::MAX - pushes, n as u32 + x)));
+                }
+            }};
+        }
         // Transfer `x` has crossed its link.
         macro_rules! transfer_done {
             ($x:expr, $now:expr) => {{
@@ -725,12 +758,17 @@ impl GraphSimulator {
                 let now: u64 = $now;
                 let dst = transfers[x as usize].dst as usize;
                 if self.self_driven[dst] {
-                    // The receiving device runs the Recv kernel first,
-                    // before its other ready work (the engine takes
+                    // The receiving device runs the Recv kernel before its
+                    // other ready work: at once if it is waiting, else
+                    // after the node it is running (the engine takes
                     // arrivals between nodes).
-                    pushes += 1;
-                    heaps[dst].push(Reverse((u64::MAX - pushes, n as u32 + x)));
-                    try_start!(dst, now);
+                    if busy[dst] {
+                        inbox[dst].push(x);
+                    } else {
+                        pushes += 1;
+                        heaps[dst].push(Reverse((u64::MAX - pushes, n as u32 + x)));
+                        try_start!(dst, now);
+                    }
                 } else {
                     deliver!(x as usize, now);
                 }
@@ -777,8 +815,11 @@ impl GraphSimulator {
                     // tensor is there.
                     let x = i as usize - n;
                     let dst = transfers[x].dst as usize;
-                    busy[dst] = false;
+                    // The device chooses its next node once all that the
+                    // Recv made ready is on its stack.
                     deliver!(x, now);
+                    take_arrivals!(dst);
+                    busy[dst] = false;
                     try_start!(dst, now);
                 }
                 Event::OpDone(i) => {
@@ -867,12 +908,14 @@ impl GraphSimulator {
                         q.schedule_at(SimTime(send_clock), Event::DeviceFree(d as u16));
                     } else {
                         if self.self_driven[d] {
+                            take_arrivals!(d);
                             busy[d] = false;
                         }
                         try_start!(d, now);
                     }
                 }
                 Event::DeviceFree(d) => {
+                    take_arrivals!(d as usize);
                     busy[d as usize] = false;
                     try_start!(d as usize, now);
                 }
@@ -914,7 +957,7 @@ impl GraphSimulator {
                 detail: "it never became ready (its inputs form a cycle)".into(),
             });
         }
-        Ok(Trace { step: SimTime(clock), finish, busy_ps, peak_mem, ops_per_device, transfers, pred, dev_pred })
+        Ok(Trace { step: SimTime(clock), start, finish, busy_ps, peak_mem, ops_per_device, transfers, pred, dev_pred })
     }
 
     /// Builds the report of a finished run.
