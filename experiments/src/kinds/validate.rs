@@ -135,6 +135,12 @@ const METRICS: &[&str] = &[
     "fallback_nodes",
     "devices_used",
     "nodes",
+    "reference_step_s",
+    "reference_error",
+    "measured_relative",
+    "measured_relative_p10",
+    "measured_relative_p90",
+    "predicted_relative",
 ];
 
 pub(crate) static VALIDATE: TypedKind<ValidatePoint> = TypedKind {
@@ -142,7 +148,7 @@ pub(crate) static VALIDATE: TypedKind<ValidatePoint> = TypedKind {
     validate: |p| p.validate(),
     run: |config, env| run_point(config, env.seed),
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
-    series_names: &["measured_step_times_s"],
+    series_names: &["measured_step_times_s", "reference_step_times_s"],
     tag_paths: &[],
     exclusive: true,
     summarize: Some(summarize),
@@ -316,12 +322,18 @@ fn point_profile(p: &ValidatePoint) -> Result<Arc<Profile>, String> {
 #[derive(Clone)]
 struct Measured {
     times: Vec<f64>,
+    /// The one-device step, timed after each step of `times`.
+    reference: Vec<f64>,
     transfers: f64,
     bytes: f64,
 }
 
 /// Runs a placement in the engine: `warmup` untimed steps, then `steps`
 /// timed ones; transfers and bytes per step from the session's counters.
+/// Each timed step is followed by one of the same model on one device
+/// (the reference): this host's speed drifts by tens of percent within
+/// minutes, and a step time divided by the reference timed beside it
+/// compares placements measured minutes apart.
 fn measure_placement(p: &ValidatePoint, model: &ModelGraph, init: &flowlab_engine::Output, placement: &flowlab_engine::Placement, n: usize) -> Result<Measured, String> {
     let mut links = LinkMap::default();
     if let Some(l) = &p.link {
@@ -330,15 +342,22 @@ fn measure_placement(p: &ValidatePoint, model: &ModelGraph, init: &flowlab_engin
     let mut opts = measure::cpu_options(n, p.threads, Some(placement.clone()), links);
     opts.partition = PartitionOptions { format: p.comm_format()?, ..Default::default() };
     let runner = StepRunner::new(model.clone(), init, opts)?;
+    let reference = StepRunner::new(model.clone(), init, measure::cpu_options(1, p.threads, None, LinkMap::default()))?;
     for _ in 0..p.warmup {
         runner.step(false)?;
+        reference.step(false)?;
     }
     let before = runner.session.comm_stats();
-    let times = runner.time_steps(0, p.steps)?;
+    let (mut times, mut reference_times) = (Vec::with_capacity(p.steps), Vec::with_capacity(p.steps));
+    for _ in 0..p.steps {
+        times.extend(runner.time_steps(0, 1)?);
+        reference_times.extend(reference.time_steps(0, 1)?);
+    }
     let after = runner.session.comm_stats();
     let steps = p.steps as f64;
     Ok(Measured {
         times,
+        reference: reference_times,
         transfers: (after.transfers - before.transfers) as f64 / steps,
         bytes: (after.bytes_sent - before.bytes_sent) as f64 / steps,
     })
@@ -418,6 +437,9 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     let (med, p10, p90) = measure::spread(&measured.times);
     let predicted = report.step_seconds;
     let error = (predicted - med) / med;
+    let (reference, _, _) = measure::spread(&measured.reference);
+    let ratios: Vec<f64> = measured.times.iter().zip(&measured.reference).map(|(t, r)| t / r).collect();
+    let (rel, rel10, rel90) = measure::spread(&ratios);
     let mut o = Outcome::default();
     let m = &mut o.metrics;
     m.insert("measured_step_s".into(), med);
@@ -426,6 +448,12 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     m.insert("predicted_step_s".into(), predicted);
     m.insert("error".into(), error);
     m.insert("abs_error".into(), error.abs());
+    m.insert("reference_step_s".into(), reference);
+    m.insert("reference_error".into(), (one_device.step_seconds - reference) / reference);
+    m.insert("measured_relative".into(), rel);
+    m.insert("measured_relative_p10".into(), rel10);
+    m.insert("measured_relative_p90".into(), rel90);
+    m.insert("predicted_relative".into(), predicted / one_device.step_seconds);
     m.insert("measured_transfers".into(), measured.transfers);
     m.insert("predicted_transfers".into(), report.transfers as f64);
     m.insert("measured_transfer_bytes".into(), measured.bytes);
@@ -434,6 +462,7 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     m.insert("devices_used".into(), report.devices.iter().filter(|d| d.ops > 0).count() as f64);
     m.insert("nodes".into(), sim.graph().len() as f64);
     o.series.insert("measured_step_times_s".into(), measured.times);
+    o.series.insert("reference_step_times_s".into(), measured.reference);
     Ok(o)
 }
 
@@ -550,8 +579,17 @@ fn summarize(rows: &[ResultRow]) -> (Vec<SummaryTable>, String) {
         let worst = abs.iter().copied().fold(0.0, f64::max);
         let spread_med = measure::spread(&spread).0;
         let bytes_equal = rs.iter().filter(|r| r.metrics["measured_transfer_bytes"] == r.metrics["predicted_transfer_bytes"]).count();
+        // How far the host moved: the one-device step's prediction against
+        // the reference timed beside each point.
+        let reference: Vec<f64> = rs.iter().filter_map(|r| r.metrics.get("reference_error").copied()).collect();
+        let drift = if reference.is_empty() {
+            String::new()
+        } else {
+            let (lo, hi) = reference.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &e| (a.min(e), b.max(e)));
+            format!("; the one-device step timed beside each point: error {:+.1}% to {:+.1}%", lo * 100.0, hi * 100.0)
+        };
         text.push_str(&format!(
-            "{pred}: MAPE {:.1}% over {} points (mean signed error {:+.1}%, worst {:.1}%; measured p10-p90 spread, median over points {:.1}%); transfer bytes equal in {bytes_equal} of {}\n",
+            "{pred}: MAPE {:.1}% over {} points (mean signed error {:+.1}%, worst {:.1}%; measured p10-p90 spread, median over points {:.1}%{drift}); transfer bytes equal in {bytes_equal} of {}\n",
             mape * 100.0,
             rs.len(),
             bias * 100.0,
@@ -585,11 +623,19 @@ fn summarize(rows: &[ResultRow]) -> (Vec<SummaryTable>, String) {
     }
     let mut tau_rows = Vec::new();
     for (g, rs) in &groups {
-        let m: Vec<f64> = rs.iter().map(|r| r.metrics["measured_step_s"]).collect();
-        let p: Vec<f64> = rs.iter().map(|r| r.metrics["predicted_step_s"]).collect();
+        // Ranked by step time over the one-device step timed beside it, so
+        // that the host's drift between points does not reorder them
+        // (rows of older runs, without the reference, by step time).
+        let relative = rs.iter().all(|r| r.metrics.contains_key("measured_relative"));
+        let (median, low, high) = if relative {
+            ("measured_relative", "measured_relative_p10", "measured_relative_p90")
+        } else {
+            ("measured_step_s", "measured_p10_s", "measured_p90_s")
+        };
+        let column = |k: &str| -> Vec<f64> { rs.iter().map(|r| r.metrics.get(k).copied().unwrap_or(f64::NAN)).collect() };
+        let (m, p10, p90) = (column(median), column(low), column(high));
+        let p = column("predicted_step_s");
         let tau = kendall_tau(&m, &p);
-        let p10: Vec<f64> = rs.iter().map(|r| r.metrics["measured_p10_s"]).collect();
-        let p90: Vec<f64> = rs.iter().map(|r| r.metrics["measured_p90_s"]).collect();
         let (rtau, resolved) = resolved_tau(&m, &p10, &p90, &p);
         let pairs = rs.len() * rs.len().saturating_sub(1) / 2;
         let label: Vec<String> = group_keys.iter().zip(g).filter(|(_, v)| !v.is_empty()).map(|(k, v)| format!("{k}={v}")).collect();
@@ -616,8 +662,9 @@ fn summarize(rows: &[ResultRow]) -> (Vec<SummaryTable>, String) {
         rows: tau_rows,
         note: Some(
             "tau-b over the placers of each group; 1 = the simulator ranks the placements as the engine does. \
-             A pair is measured apart when the p10-p90 intervals of its timed steps are disjoint; the last column \
-             is tau-a over those pairs only"
+             Measured placements are ranked by their step time over the one-device step timed after each of \
+             their steps (the host's speed drifts between points). A pair is measured apart when the p10-p90 \
+             intervals of those ratios are disjoint; the last column is tau-a over those pairs only"
                 .into(),
         ),
     });
@@ -876,6 +923,53 @@ mod tests {
         let only2: Vec<_> = n2.keys().filter(|k| !n1.contains_key(*k)).collect();
         let t_only2: f64 = only2.iter().map(|k| n2[*k]).sum();
         eprintln!("{} nodes only in the two-device step (Send/Recv...), {t_only2:.0} us", only2.len());
+    }
+
+    #[test]
+    fn placements_are_ranked_by_their_step_over_the_reference_timed_beside_them() {
+        // Three placements; while the second was measured the host ran 40%
+        // faster (its one-device reference took 6 ms, not 10). Step times
+        // alone say 10, 9, 9.5 ms; over their references 1.0, 1.5, 0.95,
+        // the order the predictions (10, 15, 9.5 ms) give: tau 1. Over the
+        // raw times pair (0, 1) and pair (1, 2) are discordant: tau -1/3.
+        let row = |i: u64, placer: &str, step: f64, reference: f64, predicted: f64| {
+            let ratio = step / reference;
+            let metrics: BTreeMap<String, f64> = [
+                ("measured_step_s", step),
+                ("measured_p10_s", step * 0.99),
+                ("measured_p90_s", step * 1.01),
+                ("predicted_step_s", predicted),
+                ("error", (predicted - step) / step),
+                ("abs_error", ((predicted - step) / step).abs()),
+                ("measured_transfer_bytes", 0.0),
+                ("predicted_transfer_bytes", 0.0),
+                ("reference_step_s", reference),
+                ("reference_error", (10e-3 - reference) / reference),
+                ("measured_relative", ratio),
+                ("measured_relative_p10", ratio * 0.99),
+                ("measured_relative_p90", ratio * 1.01),
+                ("predicted_relative", predicted / 10e-3),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            let params = [("predictor", "profile"), ("model", "mlp"), ("placer", placer)].into_iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
+            ResultRow { index: i, key: String::new(), seed: 0, params, metrics, series: BTreeMap::new(), error: None, elapsed_s: 0.0 }
+        };
+        let rows = vec![row(0, "a", 10e-3, 10e-3, 10e-3), row(1, "b", 9e-3, 6e-3, 15e-3), row(2, "c", 9.5e-3, 10e-3, 9.5e-3)];
+        let (_, text) = summarize(&rows);
+        assert!(text.contains("tau +1.00 over 3 placements (over the 3 of 3 pairs the measurement orders: +1.00)"), "{text}");
+        assert!(text.contains("the one-device step timed beside each point: error +0.0% to +66.7%"), "{text}");
+        // Rows without the reference (older results files): raw step times.
+        let raw: Vec<ResultRow> = rows
+            .into_iter()
+            .map(|mut r| {
+                r.metrics.retain(|k, _| !k.starts_with("measured_relative") && !k.starts_with("reference"));
+                r
+            })
+            .collect();
+        let (_, text) = summarize(&raw);
+        assert!(text.contains("tau -0.33 over 3 placements"), "{text}");
     }
 
     #[test]
