@@ -49,6 +49,18 @@ fn validate_points_measure_simulate_and_summarize() {
         assert!(p10 <= med && med <= p90 && med > 0.0 && pred > 0.0, "{m}");
         assert!((f("error") - (pred - med) / med).abs() < 1e-9, "{m}");
         assert!((f("abs_error") - f("error").abs()).abs() < 1e-12, "{m}");
+        // The reference: the same model with every node on the first
+        // device, timed in turn with the point's steps.
+        let times = |k: &str| -> Vec<f64> { r["series"][k].as_array().unwrap_or_else(|| panic!("{k}")).iter().filter_map(|v| v.as_f64()).collect() };
+        let (steps, reference) = (times("measured_step_times_s"), times("reference_step_times_s"));
+        assert_eq!(steps.len(), reference.len(), "one reference step beside each step");
+        let mut ratios: Vec<f64> = steps.iter().zip(&reference).map(|(t, r)| t / r).collect();
+        ratios.sort_by(f64::total_cmp);
+        let mid = ratios.len() / 2;
+        let median = if ratios.len() % 2 == 1 { ratios[mid] } else { 0.5 * (ratios[mid - 1] + ratios[mid]) };
+        assert!((f("measured_relative") - median).abs() < 1e-12, "{m}");
+        assert!(f("measured_relative_p10") <= f("measured_relative") && f("measured_relative") <= f("measured_relative_p90"), "{m}");
+        assert!(f("reference_step_s") > 0.0 && f("reference_error").is_finite() && f("predicted_relative") > 0.0, "{m}");
         if r["params"]["predictor"] == "profile" {
             // A profile of the very graph prices every node the step runs.
             assert_eq!(f("fallback_nodes"), 0.0, "{m}");

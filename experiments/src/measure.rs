@@ -411,17 +411,14 @@ fn gemm_gflops_of(m: usize, n: usize, k: usize, transpose_a: bool, transpose_b: 
     2.0 * (m * n * k) as f64 / median(&times) / 1e9
 }
 
+/// One thread's copy bandwidth over 64 MiB buffers (beyond any cache),
+/// read plus written: the median of 6 copies after one warm-up copy.
 fn copy_bandwidth_gb_s() -> f64 {
-    copy_bandwidth_of(64 << 20, 6)
-}
-
-/// One thread's copy bandwidth over `bytes`-sized buffers, read plus
-/// written (median of `reps` after one warm-up copy).
-fn copy_bandwidth_of(bytes: usize, reps: usize) -> f64 {
+    let bytes: usize = 64 << 20;
     let src: Vec<u8> = (0..bytes).map(|i| i as u8).collect();
     let mut dst = vec![0u8; bytes];
     let mut times = Vec::new();
-    for rep in 0..=reps {
+    for rep in 0..=6 {
         let t = Instant::now();
         dst.copy_from_slice(&src);
         std::hint::black_box(&dst);
