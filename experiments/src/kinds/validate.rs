@@ -141,6 +141,7 @@ const METRICS: &[&str] = &[
     "measured_relative_p10",
     "measured_relative_p90",
     "predicted_relative",
+    "relative_error",
 ];
 
 pub(crate) static VALIDATE: TypedKind<ValidatePoint> = TypedKind {
@@ -472,7 +473,9 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     m.insert("measured_relative".into(), rel);
     m.insert("measured_relative_p10".into(), rel10);
     m.insert("measured_relative_p90".into(), rel90);
-    m.insert("predicted_relative".into(), predicted / one_device.step_seconds);
+    let predicted_relative = predicted / one_device.step_seconds;
+    m.insert("predicted_relative".into(), predicted_relative);
+    m.insert("relative_error".into(), (predicted_relative - rel) / rel);
     m.insert("measured_transfers".into(), measured.transfers);
     m.insert("predicted_transfers".into(), report.transfers as f64);
     m.insert("measured_transfer_bytes".into(), measured.bytes);
@@ -601,11 +604,19 @@ fn summarize(rows: &[ResultRow]) -> (Vec<SummaryTable>, String) {
         // How far the host moved: the one-device step's prediction against
         // the reference timed beside each point.
         let reference: Vec<f64> = rs.iter().filter_map(|r| r.metrics.get("reference_error").copied()).collect();
+        // And the error left once that drift is divided out: each step over
+        // the one-device step, predicted against measured.
+        let relative: Vec<f64> = rs.iter().filter_map(|r| r.metrics.get("relative_error").map(|e| e.abs())).collect();
         let drift = if reference.is_empty() {
             String::new()
         } else {
             let (lo, hi) = reference.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &e| (a.min(e), b.max(e)));
-            format!("; the one-device step timed beside each point: error {:+.1}% to {:+.1}%", lo * 100.0, hi * 100.0)
+            format!(
+                "; the one-device step timed beside each point: error {:+.1}% to {:+.1}%; step over it: MAPE {:.1}%",
+                lo * 100.0,
+                hi * 100.0,
+                100.0 * relative.iter().sum::<f64>() / relative.len().max(1) as f64
+            )
         };
         text.push_str(&format!(
             "{pred}: MAPE {:.1}% over {} points (mean signed error {:+.1}%, worst {:.1}%; measured p10-p90 spread, median over points {:.1}%{drift}); transfer bytes equal in {bytes_equal} of {}\n",
@@ -949,7 +960,7 @@ mod tests {
         // Three placements; while the second was measured the host ran 40%
         // faster (its one-device reference took 6 ms, not 10). Step times
         // alone say 10, 9, 9.5 ms; over their references 1.0, 1.5, 0.95,
-        // the order the predictions (10, 15, 9.5 ms) give: tau 1. Over the
+        // the order the predictions (11, 15, 9.5 ms) give: tau 1. Over the
         // raw times pair (0, 1) and pair (1, 2) are discordant: tau -1/3.
         let row = |i: u64, placer: &str, step: f64, reference: f64, predicted: f64| {
             let ratio = step / reference;
@@ -968,6 +979,7 @@ mod tests {
                 ("measured_relative_p10", ratio * 0.99),
                 ("measured_relative_p90", ratio * 1.01),
                 ("predicted_relative", predicted / 10e-3),
+                ("relative_error", (predicted / 10e-3 - ratio) / ratio),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
@@ -975,10 +987,12 @@ mod tests {
             let params = [("predictor", "profile"), ("model", "mlp"), ("placer", placer)].into_iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
             ResultRow { index: i, key: String::new(), seed: 0, params, metrics, series: BTreeMap::new(), error: None, elapsed_s: 0.0 }
         };
-        let rows = vec![row(0, "a", 10e-3, 10e-3, 10e-3), row(1, "b", 9e-3, 6e-3, 15e-3), row(2, "c", 9.5e-3, 10e-3, 9.5e-3)];
+        let rows = vec![row(0, "a", 10e-3, 10e-3, 11e-3), row(1, "b", 9e-3, 6e-3, 15e-3), row(2, "c", 9.5e-3, 10e-3, 9.5e-3)];
         let (_, text) = summarize(&rows);
         assert!(text.contains("tau +1.00 over 3 placements (over the 3 of 3 pairs the measurement orders: +1.00)"), "{text}");
-        assert!(text.contains("the one-device step timed beside each point: error +0.0% to +66.7%"), "{text}");
+        // Relative errors (1.1 - 1) / 1, (1.5 - 1.5) / 1.5 and
+        // (0.95 - 0.95) / 0.95: MAPE 10% / 3.
+        assert!(text.contains("the one-device step timed beside each point: error +0.0% to +66.7%; step over it: MAPE 3.3%"), "{text}");
         // Rows without the reference (older results files): raw step times.
         let raw: Vec<ResultRow> = rows
             .into_iter()
