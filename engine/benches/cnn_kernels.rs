@@ -65,10 +65,10 @@ fn cnn_kernels(c: &mut Criterion) {
             let mut dx = vec![0f32; g.input_len()];
             {
                 group.bench_function(BenchmarkId::new(format!("{name}_fwd"), &t), |b| {
-                    pool.install(|| b.iter(|| max_pool(black_box(&x), &mut y, &g)))
+                    pool.install(|| b.iter(|| max_pool(black_box(&x), &mut y, &g, threads)))
                 });
                 group.bench_function(BenchmarkId::new(format!("{name}_grad"), &t), |b| {
-                    pool.install(|| b.iter(|| max_pool_grad(black_box(&x), black_box(&dy), &mut dx, &g)))
+                    pool.install(|| b.iter(|| max_pool_grad(black_box(&x), black_box(&dy), &mut dx, &g, threads)))
                 });
             }
         }

@@ -133,7 +133,7 @@ fn k_pool(c: &mut KernelCtx, max: bool) -> Result<Vec<Tensor>> {
     let g = pool_geom(&c.n, x.shape())?;
     with_float!(c, x.dtype(), T => {
         let mut out = vec![T::default(); g.output_len()];
-        if max { max_pool(x.as_slice::<T>()?, &mut out, &g) } else { avg_pool(x.as_slice::<T>()?, &mut out, &g) }
+        if max { max_pool(x.as_slice::<T>()?, &mut out, &g, c.threads) } else { avg_pool(x.as_slice::<T>()?, &mut out, &g, c.threads) }
         Ok(vec![Tensor::from_vec(out, [g.batch, g.out_h, g.out_w, g.channels])?])
     })
 }
@@ -146,9 +146,9 @@ fn k_pool_grad(c: &mut KernelCtx, max: bool) -> Result<Vec<Tensor>> {
     with_float!(c, x.dtype(), T => {
         let mut out = vec![T::default(); g.input_len()];
         if max {
-            max_pool_grad(x.as_slice::<T>()?, gr.as_slice::<T>()?, &mut out, &g)
+            max_pool_grad(x.as_slice::<T>()?, gr.as_slice::<T>()?, &mut out, &g, c.threads)
         } else {
-            avg_pool_grad(gr.as_slice::<T>()?, &mut out, &g)
+            avg_pool_grad(gr.as_slice::<T>()?, &mut out, &g, c.threads)
         }
         Ok(vec![Tensor::from_vec(out, x.shape().clone())?])
     })

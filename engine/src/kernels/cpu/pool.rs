@@ -102,10 +102,13 @@ fn clip(start: usize, pad: usize, k: usize, len: usize) -> (usize, usize) {
 const PARALLEL_MIN_OUTPUT: usize = 1 << 15;
 
 /// Runs `f(global_output_row, row_slice)` for each output row (`out_w *
-/// channels` elements), in parallel when the output is large.
-fn for_output_rows<T: Float>(out: &mut [T], g: &Pool2dGeom, f: impl Fn(usize, &mut [T]) + Sync + Send) {
+/// channels` elements), in parallel when the output is large and the
+/// device has `threads > 1` (its own pool, which the executor runs in: a
+/// one-thread device must not borrow rayon's global pool, whose threads
+/// the host's other devices are using).
+fn for_output_rows<T: Float>(out: &mut [T], g: &Pool2dGeom, threads: usize, f: impl Fn(usize, &mut [T]) + Sync + Send) {
     let row = (g.out_w * g.channels).max(1);
-    if out.len() >= PARALLEL_MIN_OUTPUT && rayon::current_num_threads() > 1 {
+    if out.len() >= PARALLEL_MIN_OUTPUT && threads > 1 {
         out.par_chunks_mut(row).enumerate().for_each(|(r, s)| f(r, s));
     } else {
         out.chunks_mut(row).enumerate().for_each(|(r, s)| f(r, s));
@@ -113,10 +116,11 @@ fn for_output_rows<T: Float>(out: &mut [T], g: &Pool2dGeom, f: impl Fn(usize, &m
 }
 
 /// Runs `f(image_index, image_slice)` for each image of an input-shaped
-/// buffer, in parallel when it is large and holds several images.
-fn for_input_images<T: Float>(buf: &mut [T], g: &Pool2dGeom, f: impl Fn(usize, &mut [T]) + Sync + Send) {
+/// buffer, in parallel when it is large, holds several images and the
+/// device has `threads > 1` (as [`for_output_rows`]).
+fn for_input_images<T: Float>(buf: &mut [T], g: &Pool2dGeom, threads: usize, f: impl Fn(usize, &mut [T]) + Sync + Send) {
     let image = (g.in_h * g.in_w * g.channels).max(1);
-    if buf.len() >= PARALLEL_MIN_OUTPUT && g.batch > 1 && rayon::current_num_threads() > 1 {
+    if buf.len() >= PARALLEL_MIN_OUTPUT && g.batch > 1 && threads > 1 {
         buf.par_chunks_mut(image).enumerate().for_each(|(b, s)| f(b, s));
     } else {
         buf.chunks_mut(image).enumerate().for_each(|(b, s)| f(b, s));
@@ -126,11 +130,11 @@ fn for_input_images<T: Float>(buf: &mut [T], g: &Pool2dGeom, f: impl Fn(usize, &
 /// Max pooling: each output is the largest input in its window, padding
 /// excluded (TF's SAME rule never yields a window wholly in the padding).
 /// NaN inputs are skipped.
-pub fn max_pool<T: Float>(input: &[T], out: &mut [T], g: &Pool2dGeom) {
+pub fn max_pool<T: Float>(input: &[T], out: &mut [T], g: &Pool2dGeom, threads: usize) {
     debug_assert_eq!(input.len(), g.input_len());
     debug_assert_eq!(out.len(), g.output_len());
     let c = g.channels;
-    for_output_rows(out, g, |r, orow| vectorized(#[inline(always)] || {
+    for_output_rows(out, g, threads, |r, orow| vectorized(#[inline(always)] || {
         let (b, oy) = (r / g.out_h, r % g.out_h);
         let (y0, y1) = g.rows(oy);
         for ox in 0..g.out_w {
@@ -162,13 +166,13 @@ pub fn max_pool<T: Float>(input: &[T], out: &mut [T], g: &Pool2dGeom) {
 /// gradients are scattered. Searching channel by channel, the previous
 /// form, read the window at a stride of `channels` and took 2.9 / 1.4 ms for
 /// the CNN's two pools at batch 64 (`cargo bench --bench cnn_kernels`).
-pub fn max_pool_grad<T: Float>(input: &[T], grad_out: &[T], grad_in: &mut [T], g: &Pool2dGeom) {
+pub fn max_pool_grad<T: Float>(input: &[T], grad_out: &[T], grad_in: &mut [T], g: &Pool2dGeom, threads: usize) {
     debug_assert_eq!(input.len(), g.input_len());
     debug_assert_eq!(grad_out.len(), g.output_len());
     debug_assert_eq!(grad_in.len(), g.input_len());
     let c = g.channels;
     let tiles = g.windows_tile_the_input();
-    for_input_images(grad_in, g, |b, gin| vectorized(#[inline(always)] || {
+    for_input_images(grad_in, g, threads, |b, gin| vectorized(#[inline(always)] || {
         if !tiles {
             gin.fill(T::ZERO);
         }
@@ -232,11 +236,11 @@ pub fn max_pool_grad<T: Float>(input: &[T], grad_out: &[T], grad_in: &mut [T], g
 
 /// Average pooling: each output is the mean of the inputs inside its window,
 /// dividing by the number of unpadded positions (TensorFlow's rule).
-pub fn avg_pool<T: Float>(input: &[T], out: &mut [T], g: &Pool2dGeom) {
+pub fn avg_pool<T: Float>(input: &[T], out: &mut [T], g: &Pool2dGeom, threads: usize) {
     debug_assert_eq!(input.len(), g.input_len());
     debug_assert_eq!(out.len(), g.output_len());
     let c = g.channels;
-    for_output_rows(out, g, |r, orow| vectorized(#[inline(always)] || {
+    for_output_rows(out, g, threads, |r, orow| vectorized(#[inline(always)] || {
         let (b, oy) = (r / g.out_h, r % g.out_h);
         let (y0, y1) = g.rows(oy);
         for ox in 0..g.out_w {
@@ -263,11 +267,11 @@ pub fn avg_pool<T: Float>(input: &[T], out: &mut [T], g: &Pool2dGeom) {
 /// Gradient of [`avg_pool`]: each window's upstream gradient, divided by the
 /// window's unpadded count, is added to every input it averaged. Overwrites
 /// `grad_in`.
-pub fn avg_pool_grad<T: Float>(grad_out: &[T], grad_in: &mut [T], g: &Pool2dGeom) {
+pub fn avg_pool_grad<T: Float>(grad_out: &[T], grad_in: &mut [T], g: &Pool2dGeom, threads: usize) {
     debug_assert_eq!(grad_out.len(), g.output_len());
     debug_assert_eq!(grad_in.len(), g.input_len());
     let c = g.channels;
-    for_input_images(grad_in, g, |b, gin| vectorized(#[inline(always)] || {
+    for_input_images(grad_in, g, threads, |b, gin| vectorized(#[inline(always)] || {
         gin.fill(T::ZERO);
         for oy in 0..g.out_h {
             let (y0, y1) = g.rows(oy);
@@ -370,9 +374,9 @@ mod tests {
             let x = random::<f64>(g.input_len(), 9);
             let (mx, av) = naive(&x, &g);
             let mut got = vec![f64::NAN; g.output_len()];
-            max_pool(&x, &mut got, &g);
+            max_pool(&x, &mut got, &g, 1);
             assert_eq!(got, mx, "max_pool {inp:?} {k:?} {s:?} {p:?}");
-            avg_pool(&x, &mut got, &g);
+            avg_pool(&x, &mut got, &g, 1);
             for (a, b) in got.iter().zip(&av) {
                 assert!((a - b).abs() < 1e-14, "avg_pool {inp:?} {k:?}: {a} vs {b}");
             }
@@ -386,7 +390,7 @@ mod tests {
         let g = Pool2dGeom::new([1, 2, 2, 1], [3, 3], [1, 1], Padding::Same).unwrap();
         let x = [1.0f32, 2.0, 3.0, 6.0];
         let mut out = [0.0f32; 4];
-        avg_pool(&x, &mut out, &g);
+        avg_pool(&x, &mut out, &g, 1);
         assert_eq!(out, [3.0; 4]);
     }
 
@@ -396,7 +400,7 @@ mod tests {
         let g = Pool2dGeom::new([1, 2, 2, 1], [2, 2], [2, 2], Padding::Valid).unwrap();
         let x = [0.5f64, 3.0, 3.0, 1.0];
         let mut gin = [9.0f64; 4];
-        max_pool_grad(&x, &[2.5], &mut gin, &g);
+        max_pool_grad(&x, &[2.5], &mut gin, &g, 1);
         assert_eq!(gin, [0.0, 2.5, 0.0, 0.0]);
     }
 
@@ -408,7 +412,7 @@ mod tests {
         let g = Pool2dGeom::new([1, 2, 2, 2], [2, 2], [2, 2], Padding::Valid).unwrap();
         let x = [f64::NAN, 1.0, 5.0, f64::NAN, 7.0, 4.0, 1.0, 2.0];
         let mut gin = [9.0f64; 8];
-        max_pool_grad(&x, &[1.5, 2.5], &mut gin, &g);
+        max_pool_grad(&x, &[1.5, 2.5], &mut gin, &g, 1);
         assert_eq!(gin, [1.5, 0.0, 0.0, 0.0, 0.0, 2.5, 0.0, 0.0]);
     }
 
@@ -425,9 +429,9 @@ mod tests {
             let x = random::<f64>(g.input_len(), 31);
             let y = random::<f64>(g.output_len(), 32);
             let mut dmax = vec![f64::NAN; g.input_len()];
-            max_pool_grad(&x, &y, &mut dmax, &g);
+            max_pool_grad(&x, &y, &mut dmax, &g, 1);
             let mut davg = vec![f64::NAN; g.input_len()];
-            avg_pool_grad(&y, &mut davg, &g);
+            avg_pool_grad(&y, &mut davg, &g, 1);
             let loss = |x: &[f64], avg: bool| {
                 let mut o = vec![0.0; g.output_len()];
                 if avg { avg_pool(x, &mut o, &g) } else { max_pool(x, &mut o, &g) }
