@@ -434,7 +434,7 @@ mod tests {
             avg_pool_grad(&y, &mut davg, &g, 1);
             let loss = |x: &[f64], avg: bool| {
                 let mut o = vec![0.0; g.output_len()];
-                if avg { avg_pool(x, &mut o, &g) } else { max_pool(x, &mut o, &g) }
+                if avg { avg_pool(x, &mut o, &g, 1) } else { max_pool(x, &mut o, &g, 1) }
                 dot(&o, &y)
             };
             let h = 1e-6;
@@ -457,13 +457,14 @@ mod tests {
             let x = random::<f64>(g.input_len(), 41);
             let y = random::<f64>(g.output_len(), 42);
             let mut o = vec![0.0; g.output_len()];
-            avg_pool(&x, &mut o, &g);
+            // Two threads: the large cases take the parallel paths.
+            avg_pool(&x, &mut o, &g, 2);
             let mut d = vec![0.0; g.input_len()];
-            avg_pool_grad(&y, &mut d, &g);
+            avg_pool_grad(&y, &mut d, &g, 2);
             assert!((dot(&o, &y) - dot(&x, &d)).abs() < 1e-9);
             // Max pooling is piecewise linear: <maxpool(x), y> = <x, dmax(x, y)>.
-            max_pool(&x, &mut o, &g);
-            max_pool_grad(&x, &y, &mut d, &g);
+            max_pool(&x, &mut o, &g, 2);
+            max_pool_grad(&x, &y, &mut d, &g, 2);
             assert!((dot(&o, &y) - dot(&x, &d)).abs() < 1e-9);
         }
     }
