@@ -109,19 +109,7 @@ pub(crate) fn gemm_strided<T: Float>(
     let parallel = threads > 1 && m.saturating_mul(n).saturating_mul(k) >= PARALLEL_MIN_MACS && m * n > GEMM_SMALL_OUTPUT;
     let parallelism = if parallel { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
     if trans_b && m >= TRANSPOSED_PROBLEM_MIN_ROWS && k.is_multiple_of(ALIASING_STRIDE) {
-        // b's rows lie a multiple of 512 bytes apart, which gemm's packing
-        // reads slowly in either role: they are first copied a cache line
-        // further apart, and b is read as the right operand from the copy.
-        let rs = k + ALIASING_PAD;
-        let mut padded = vec![T::ZERO; n * rs];
-        for (dst, src) in padded.chunks_exact_mut(rs).zip(b.chunks_exact(k)) {
-            dst[..k].copy_from_slice(src);
-        }
-        let av = View::of(a, if trans_a { m } else { k }, trans_a);
-        let bv = View { ptr: padded.as_ptr(), rs: 1, cs: rs as isize };
-        // SAFETY: element (i, j) of op(b) is padded[j*rs + i] with i < k and
-        // j < n, inside the n*rs copy; a and c as below.
-        unsafe { gemm_block(m, n, k, av, bv, c.as_mut_ptr(), n as isize, accumulate, parallelism) };
+        aliased_transposed_rhs(a, b, c, m, n, k, trans_a, accumulate, parallel);
         return;
     }
     if trans_b && m >= TRANSPOSED_PROBLEM_MIN_ROWS {
@@ -150,6 +138,57 @@ pub(crate) fn gemm_strided<T: Float>(
     unsafe { gemm_block(m, n, k, av, bv, c.as_mut_ptr(), c_rs, accumulate, parallelism) };
 }
 
+/// `c = op(a) · bᵀ` for a `b` stored `[n, k]` whose rows lie a multiple of
+/// 512 bytes apart, which gemm's packing reads slowly in either role (few
+/// cache sets). `ALIASED_PANEL_ROWS` rows of `b` at a time are copied a
+/// cache line further apart into a scratch panel that stays in L2, and gemm
+/// reads the panel as its right operand for those columns of `c`. Copying
+/// all of `b` first (the former path) sent the copy to memory and back:
+/// [64, 1024] x [3136, 1024]ᵀ took 12.9 ms that way against 6.4 ms in
+/// panels of 64 rows, 7.1 ms of 256 and 7.9 ms of 512, beside 7.3 ms for
+/// the untransposed forward product (one thread, medians of 30,
+/// interleaved). With several threads the panels are shared out; each is
+/// one single-threaded gemm either way, so the result is the same for any
+/// thread count.
+#[allow(clippy::too_many_arguments)]
+fn aliased_transposed_rhs<T: Float>(a: &[T], b: &[T], c: &mut [T], m: usize, n: usize, k: usize, trans_a: bool, accumulate: bool, parallel: bool) {
+    let rs = k + ALIASING_PAD;
+    /// `c`'s first element, shared by the threads that write its disjoint column panels.
+    #[derive(Clone, Copy)]
+    struct Out<T>(*mut T);
+    // SAFETY: each panel writes only its own columns of `c` (see below).
+    unsafe impl<T> Send for Out<T> {}
+    unsafe impl<T> Sync for Out<T> {}
+    let out = Out(c.as_mut_ptr());
+    let panel = |j0: usize, scratch: &mut Vec<T>| {
+        let rows = ALIASED_PANEL_ROWS.min(n - j0);
+        scratch.resize(ALIASED_PANEL_ROWS * rs, T::ZERO);
+        for (dst, src) in scratch.chunks_exact_mut(rs).zip(b[j0 * k..(j0 + rows) * k].chunks_exact(k)) {
+            dst[..k].copy_from_slice(src);
+        }
+        let av = View::of(a, if trans_a { m } else { k }, trans_a);
+        let bv = View { ptr: scratch.as_ptr(), rs: 1, cs: rs as isize };
+        let out = out;
+        // SAFETY: element (i, j) of the panel's op(b) is scratch[j*rs + i]
+        // with i < k, j < rows, inside the scratch; `a` as in gemm_strided;
+        // the block of c is columns j0..j0+rows of its m rows (row stride
+        // n), inside c, and no other panel writes those columns.
+        unsafe { gemm_block(m, rows, k, av, bv, out.0.add(j0), n as isize, accumulate, gemm::Parallelism::None) };
+    };
+    if parallel {
+        (0..n.div_ceil(ALIASED_PANEL_ROWS)).into_par_iter().for_each_init(Vec::new, |scratch, p| panel(p * ALIASED_PANEL_ROWS, scratch));
+    } else {
+        let mut scratch = Vec::new();
+        for j0 in (0..n).step_by(ALIASED_PANEL_ROWS) {
+            panel(j0, &mut scratch);
+        }
+    }
+}
+
+/// Rows of an aliased transposed operand copied per panel: 64 rows of
+/// k = 1,024 floats are 266 KB, read by gemm from L2.
+const ALIASED_PANEL_ROWS: usize = 64;
+
 /// From this many rows of the output on, a product whose right operand is
 /// stored transposed is computed as the transposed problem (Cᵀ = B·Aᵀ, so
 /// gemm reads B's rows as its left operand): gemm 0.19 reads a transposed
@@ -163,11 +202,8 @@ const TRANSPOSED_PROBLEM_MIN_ROWS: usize = 16;
 /// across its rows slows down by 2-4x (rows 512 bytes apart and multiples
 /// map into few cache sets): [64, 1024] x [3136, 1024]ᵀ took 13.1 ms as the
 /// transposed problem and 8.5 ms with b transposed first, against 6.0 ms
-/// and 7.5 ms at k = 1,000. Copying b's rows 64 bytes apart and reading the
-/// copy directly took 5.9-6.4 ms against 6.6-7.0 ms for the transposed
-/// problem over the same copy, and 6.4-6.6 ms for copies of 96 or 256 rows
-/// at a time (interleaved, min of 40, `matmul` at one thread; the forward
-/// [64, 3136] x [3136, 1024] took 4.6-4.8 ms).
+/// and 7.5 ms at k = 1,000. Such operands are copied with rows a cache line
+/// further apart, a panel at a time ([`aliased_transposed_rhs`]).
 const ALIASING_STRIDE: usize = 128;
 
 /// Elements added to each row of such an operand (64 bytes of f32).
@@ -313,6 +349,10 @@ pub(crate) mod tests {
                     // k a multiple of 128 with m >= 16: b transposed first.
                     check::<f64>(20, 33, 256, ta, tb, 1, 1e-12);
                     check::<f32>(17, 9, 128, ta, tb, 2, 1e-5);
+                    // ... in panels of 64 rows of b, the last one partial,
+                    // shared out over the threads.
+                    check::<f64>(40, 150, 512, ta, tb, 2, 1e-12);
+                    check::<f32>(16, 129, 256, ta, tb, 2, 1e-4);
                 }
             }
         });
@@ -325,7 +365,7 @@ pub(crate) mod tests {
     #[test]
     fn threaded_matmul_is_bit_identical_to_one_thread() {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
-        let sizes = [(150, 140, 120), (100, 170, 130), (1, 4100, 600), (2100, 1, 1000), (37, 61, 1500), (40, 30, 2000), (300, 260, 520), (17, 17, 8000)];
+        let sizes = [(150, 140, 120), (100, 170, 130), (1, 4100, 600), (2100, 1, 1000), (37, 61, 1500), (40, 30, 2000), (300, 260, 520), (17, 17, 8000), (48, 200, 512)];
         pool.install(|| {
             for &(m, n, k) in &sizes {
                 assert!(m * n * k >= PARALLEL_MIN_MACS, "{m}x{n}x{k} would not be split");
@@ -357,6 +397,22 @@ pub(crate) mod tests {
         let want = naive(&a, &b, m, n, k, false, false);
         for (g, w) in c.iter().zip(&want) {
             assert!((g - (w + 1.0)).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn accumulating_gemm_adds_over_every_panel_of_an_aliased_transposed_operand() {
+        let (m, n, k) = (64, 150, 256); // above PARALLEL_MIN_MACS: two threads share the panels
+        let a = random::<f64>(m * k, 9);
+        let b = random::<f64>(n * k, 10);
+        let want = naive(&a, &b, m, n, k, false, true);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for threads in [1, 2] {
+            let mut c = vec![1.0; m * n];
+            pool.install(|| gemm_strided(&a, &b, &mut c, m, n, k, false, true, true, threads));
+            for (i, (g, w)) in c.iter().zip(&want).enumerate() {
+                assert!((g - (w + 1.0)).abs() < 1e-12, "element {i} with {threads} threads: {g} against {}", w + 1.0);
+            }
         }
     }
 
