@@ -302,3 +302,45 @@ fn lstm_block_cell_through_its_state_its_gates_and_two_steps() {
         g.concat(&[&c2.h, &c2.cs], 1)
     });
 }
+
+/// A weight that six products use, as an unrolled RNN's kernel is used at
+/// every step: autodiff gathers its six `xᵢᵀ·dy` into one product over
+/// row-concatenated operands (`gather_weight_products`), and the result
+/// must still match finite differences, for the weight and for every input
+/// (rows of different counts included). With three uses the gradient stays
+/// a sum of three products.
+#[test]
+fn a_weight_shared_by_many_products_gets_one_gathered_gradient() {
+    let build = |g: &Graph, xs: &[Output]| -> Result<Output> {
+        let w = &xs[0];
+        let mut y: Option<Output> = None;
+        for x in &xs[1..] {
+            // rows differ per use; sum each product's rows so the shapes meet
+            let p = g.reduce_sum(g.matmul(x, w)?, &[0], false)?;
+            y = Some(match y {
+                Some(s) => g.add(&s, &p)?,
+                None => p,
+            });
+        }
+        Ok(y.expect("at least one use"))
+    };
+    let six: [&[usize]; 7] = [&[3, 4], &[2, 3], &[1, 3], &[3, 3], &[2, 3], &[2, 3], &[4, 3]];
+    check("weight shared by six products", &six, build);
+    check("weight shared by three products", &six[..4], build);
+    // The structure: the weight's gradient is one MatMul of two Concats with six uses, an Add with three.
+    for (uses, gathered) in [(6usize, true), (3, false)] {
+        let g = Graph::new();
+        let xs: Vec<Output> = six[..=uses].iter().enumerate().map(|(i, s)| g.placeholder(&format!("x{i}"), DType::F64, PartialShapeOf(s).get()).unwrap()).collect();
+        let y = build(&g, &xs).unwrap();
+        let loss = g.reduce_sum(&y, &[], false).unwrap();
+        let dw = g.gradients(&[&loss], &[&xs[0]]).unwrap().remove(0).unwrap();
+        let nodes = g.nodes();
+        let node = &nodes[dw.node_id()];
+        let inputs: Vec<&str> = node.inputs.iter().map(|&(p, _)| nodes[p].op.as_str()).collect();
+        if gathered {
+            assert_eq!((node.op.as_str(), inputs), ("MatMul", vec!["Concat", "Concat"]), "{uses} uses");
+        } else {
+            assert_eq!(node.op, "Add", "{uses} uses");
+        }
+    }
+}

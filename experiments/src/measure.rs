@@ -430,6 +430,19 @@ fn copy_bandwidth_gb_s() -> f64 {
 }
 
 
+/// The step statistics of `reps` traced runs of `sess`, the first `warmup`
+/// left out: how every host figure below times the engine's own kernels.
+fn traced_runs(sess: &Session, feeds: &[(&flowlab_engine::Output, &Tensor)], fetches: &[&flowlab_engine::Output], warmup: usize, reps: usize) -> Result<Vec<StepStats>, String> {
+    let mut out = Vec::with_capacity(reps.saturating_sub(warmup));
+    for rep in 0..reps {
+        let (_, s) = sess.run_traced(feeds, fetches, &[]).map_err(|e| e.to_string())?;
+        if rep >= warmup {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
 /// Median Send/Recv span (start of Send to end of Recv) of a tensor of
 /// `elems` floats from CPU:0 to CPU:1, and its bytes on the wire.
 fn transfer_span(elems: usize, link: Option<EmulatedLink>) -> Result<(f64, u64), String> {
@@ -440,18 +453,10 @@ fn transfer_span(elems: usize, link: Option<EmulatedLink>) -> Result<(f64, u64),
     let links = LinkMap { all: link, ..Default::default() };
     let sess = Session::with_options(&g, cpu_options(2, 1, None, links)).map_err(|e| e.to_string())?;
     let v = Tensor::from_vec(vec![1f32; elems], vec![elems]).map_err(|e| e.to_string())?;
-    let mut spans = Vec::new();
-    let mut bytes = 0;
-    for rep in 0..25 {
-        let (_, s) = sess.run_traced(&[(&x, &v)], &[&z], &[]).map_err(|e| e.to_string())?;
-        if rep >= 5
-            && let Some(t) = s.transfers.first()
-        {
-            spans.push((t.end_us - t.start_us) * 1e-6);
-            bytes = t.bytes;
-        }
-    }
-    Ok((median(&spans), bytes))
+    let runs = traced_runs(&sess, &[(&x, &v)], &[&z], 5, 25)?;
+    let transfers: Vec<_> = runs.iter().filter_map(|s| s.transfers.first()).collect();
+    let spans: Vec<f64> = transfers.iter().map(|t| (t.end_us - t.start_us) * 1e-6).collect();
+    Ok((median(&spans), transfers.last().map_or(0, |t| t.bytes)))
 }
 
 /// Median device time of the Send and the Recv node of `elems` floats in
@@ -465,21 +470,9 @@ fn send_recv_kernels(elems: usize, format: CommFormat) -> Result<(f64, f64), Str
     opts.partition = flowlab_engine::PartitionOptions { format, ..Default::default() };
     let sess = Session::with_options(&g, opts).map_err(|e| e.to_string())?;
     let v = Tensor::from_vec((0..elems).map(|i| (i % 97) as f32 * 0.01).collect::<Vec<_>>(), vec![elems]).map_err(|e| e.to_string())?;
-    let (mut sends, mut recvs) = (Vec::new(), Vec::new());
-    for rep in 0..15 {
-        let (_, s) = sess.run_traced(&[(&x, &v)], &[&z], &[]).map_err(|e| e.to_string())?;
-        if rep >= 3 {
-            for n in &s.nodes {
-                let d = (n.end_us - n.start_us).max(0.0) * 1e-6;
-                match n.op.as_str() {
-                    "Send" => sends.push(d),
-                    "Recv" => recvs.push(d),
-                    _ => {}
-                }
-            }
-        }
-    }
-    Ok((median(&sends), median(&recvs)))
+    let runs = traced_runs(&sess, &[(&x, &v)], &[&z], 3, 15)?;
+    let of = |op: &str| -> Vec<f64> { runs.iter().flat_map(|s| &s.nodes).filter(|n| n.op == op).map(|n| (n.end_us - n.start_us).max(0.0) * 1e-6).collect() };
+    Ok((median(&of("Send")), median(&of("Recv"))))
 }
 
 /// Send and Recv device costs per wire format: fixed (1 element) and per
@@ -520,14 +513,15 @@ fn dispatch_us() -> Result<f64, String> {
     }
     let sess = Session::with_options(&g, cpu_options(1, 1, None, LinkMap::default())).map_err(|e| e.to_string())?;
     let v = Tensor::from_vec(vec![1f32], vec![1]).map_err(|e| e.to_string())?;
-    let mut per_op = Vec::new();
-    for rep in 0..25 {
-        let (_, s) = sess.run_traced(&[(&x, &v)], &[&y], &[]).map_err(|e| e.to_string())?;
-        if rep >= 5 && !s.nodes.is_empty() {
+    let runs = traced_runs(&sess, &[(&x, &v)], &[&y], 5, 25)?;
+    let per_op: Vec<f64> = runs
+        .iter()
+        .filter(|s| !s.nodes.is_empty())
+        .map(|s| {
             let kernel: f64 = s.nodes.iter().map(|n| (n.end_us - n.start_us).max(0.0)).sum();
-            per_op.push((s.total_us - kernel).max(0.0) / s.nodes.len() as f64);
-        }
-    }
+            (s.total_us - kernel).max(0.0) / s.nodes.len() as f64
+        })
+        .collect();
     Ok(median(&per_op))
 }
 
@@ -562,14 +556,9 @@ fn element_rates() -> Result<(f64, f64), String> {
         let ins: Vec<_> = node.inputs.iter().map(|&(p, k)| ty(&nodes[p].outputs[k])).collect();
         let outs: Vec<_> = node.outputs.iter().map(ty).collect();
         let cost = flowlab_engine::op_cost(&node.op, &node.attrs, &ins, &outs).map_err(e)?;
-        let mut times = Vec::new();
-        for rep in 0..33 {
-            let (_, st) = sess.run_traced(&[(&x, &v), (&y, &v)], &[out], &[]).map_err(e)?;
-            let t: f64 = st.nodes.iter().filter(|n| n.node == node.name).map(|n| n.end_us - n.start_us).sum();
-            if rep >= 3 && t > 0.0 {
-                times.push(t * 1e-6);
-            }
-        }
+        let runs = traced_runs(&sess, &[(&x, &v), (&y, &v)], &[out], 3, 33)?;
+        let times: Vec<f64> =
+            runs.iter().map(|st| st.nodes.iter().filter(|n| n.node == node.name).map(|n| n.end_us - n.start_us).sum::<f64>() * 1e-6).filter(|&t| t > 0.0).collect();
         let t = median(&times);
         Ok((cost.flops / t, cost.bytes / t))
     };

@@ -493,6 +493,11 @@ impl Graph {
     }
 
     /// The context this handle builds in (None: the root).
+    /// The control-flow context node `id` was built in, if any.
+    pub(crate) fn ctx_of(&self, id: NodeId) -> Option<usize> {
+        self.lock().ctx_of.get(&id).copied()
+    }
+
     pub(crate) fn ctx(&self) -> Option<usize> {
         self.scope.ctx
     }

@@ -5,7 +5,7 @@
 
 use crate::graph::NodeInfo;
 use crate::error::{EngineError, Result};
-use crate::graph::{Graph, LoopInfo, NodeId, Output};
+use crate::graph::{AttrValue, Graph, LoopInfo, NodeId, Output};
 use crate::ops::{self, GradCtx};
 use std::collections::HashMap;
 
@@ -179,8 +179,10 @@ impl Graph {
     }
 }
 
-/// Sums a list of gradients pairwise (a balanced tree keeps it shallow).
-fn sum_all(g: &Graph, mut list: Vec<Output>) -> Result<Output> {
+/// Sums a list of gradients pairwise (a balanced tree keeps it shallow),
+/// after [`gather_weight_products`].
+fn sum_all(g: &Graph, list: Vec<Output>) -> Result<Output> {
+    let mut list = gather_weight_products(g, list)?;
     while list.len() > 1 {
         let mut next = Vec::with_capacity(list.len().div_ceil(2));
         let mut it = list.into_iter();
@@ -193,4 +195,66 @@ fn sum_all(g: &Graph, mut list: Vec<Output>) -> Result<Output> {
         list = next;
     }
     list.pop().ok_or_else(|| EngineError::Tensor("empty gradient list".into()))
+}
+
+/// Fewest products `aᵢᵀ·bᵢ` of one gradient gathered into one product.
+const GATHERED_PRODUCTS_MIN: usize = 4;
+
+/// The contributions `aᵢᵀ·bᵢ` to the gradient of a weight that several
+/// steps of an unrolled network share (an LSTM layer's kernel gets one per
+/// time step, `[x, h]ᵀ·dz`), as one product over row-concatenated operands:
+/// Σ aᵢᵀbᵢ = [a₁; …; aₙ]ᵀ[b₁; …; bₙ]. That is how PyTorch's LSTM forms its
+/// weight gradient: one GEMM with a deep inner dimension, instead of n
+/// shallow ones and n - 1 additions of the whole weight. Only products on
+/// one device, outside control flow, are gathered; the n single products
+/// stay in the graph unused, and a step never runs them (the executor, and
+/// the simulators through `step_nodes`, prune what no fetch needs).
+fn gather_weight_products(g: &Graph, list: Vec<Output>) -> Result<Vec<Output>> {
+    if list.len() < GATHERED_PRODUCTS_MIN || g.ctx().is_some() {
+        return Ok(list);
+    }
+    // (device, output type) -> the positions in `list` of its products
+    let mut groups: Vec<((String, String), Vec<usize>)> = Vec::new();
+    let mut operands = Vec::with_capacity(list.len());
+    for (i, o) in list.iter().enumerate() {
+        let node = g.node(o.node_id()).filter(|n| {
+            o.index() == 0
+                && n.op == "MatMul"
+                && n.inputs.len() == 2
+                && n.attrs.get("transpose_a") == Some(&AttrValue::Bool(true))
+                && n.attrs.get("transpose_b") == Some(&AttrValue::Bool(false))
+                && g.ctx_of(o.node_id()).is_none()
+                && n.inputs.iter().all(|&(p, _)| g.ctx_of(p).is_none())
+        });
+        let Some(n) = node else {
+            operands.push(None);
+            continue;
+        };
+        operands.push(Some((g.out(n.inputs[0].0, n.inputs[0].1), g.out(n.inputs[1].0, n.inputs[1].1))));
+        let key = (n.device.clone(), format!("{:?}", n.outputs.first()));
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(i),
+            None => groups.push((key, vec![i])),
+        }
+    }
+    groups.retain(|(_, members)| members.len() >= GATHERED_PRODUCTS_MIN);
+    if groups.is_empty() {
+        return Ok(list);
+    }
+    let mut gathered = vec![false; list.len()];
+    let mut out = Vec::with_capacity(list.len());
+    for ((device, _), members) in &groups {
+        let on = if device.is_empty() { g.clone() } else { g.device(device) };
+        let (mut a, mut b) = (Vec::with_capacity(members.len()), Vec::with_capacity(members.len()));
+        for &i in members {
+            gathered[i] = true;
+            if let Some((x, y)) = &operands[i] {
+                a.push(x);
+                b.push(y);
+            }
+        }
+        out.push(on.matmul_ex(on.concat(&a, 0)?, on.concat(&b, 0)?, true, false)?);
+    }
+    out.extend(list.into_iter().zip(gathered).filter(|(_, g)| !g).map(|(o, _)| o));
+    Ok(out)
 }
