@@ -575,6 +575,33 @@ fn param(r: &ResultRow, key: &str) -> String {
     }
 }
 
+/// How far (median over a model's points) a profile's one-device step may
+/// be from the one-device step timed beside the points before the summary
+/// says that the host moved: the issue's goal for the profile predictor.
+const PROFILE_DRIFT_WARNING: f64 = 0.10;
+
+/// The models whose profile is further than [`PROFILE_DRIFT_WARNING`] from
+/// the one-device reference timed beside their points: (model, median
+/// error, points). A profile is a measurement of this host, so such a gap
+/// is the host's speed moving between profiling and measuring (this
+/// machine's core runs in spells of different speed that the guest cannot
+/// see), not the simulator's error.
+fn profile_drift(ok: &[&ResultRow]) -> Vec<(String, f64, usize)> {
+    let mut by_model: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for r in ok.iter().filter(|r| param(r, "predictor") == "profile") {
+        if let Some(&e) = r.metrics.get("reference_error") {
+            let sizes = param(r, "sizes");
+            let sizes = if sizes.is_empty() || sizes == "{}" { String::new() } else { format!(" sizes={sizes}") };
+            by_model.entry(format!("model={} batch={}{sizes}", param(r, "model"), param(r, "batch"))).or_default().push(e);
+        }
+    }
+    by_model
+        .into_iter()
+        .map(|(model, errors)| (model, measure::spread(&errors).0, errors.len()))
+        .filter(|(_, median, _)| median.abs() > PROFILE_DRIFT_WARNING)
+        .collect()
+}
+
 /// MAPE per predictor, Kendall's tau per group of placements, worst points.
 fn summarize(rows: &[ResultRow]) -> (Vec<SummaryTable>, String) {
     let ok: Vec<&ResultRow> = rows
@@ -637,6 +664,15 @@ fn summarize(rows: &[ResultRow]) -> (Vec<SummaryTable>, String) {
             serde_json::json!(format!("{bytes_equal} of {}", rs.len())),
         ]);
     }
+    let drift = profile_drift(&ok);
+    for (model, median, points) in &drift {
+        text.push_str(&format!(
+            "warning: {model}: the profile's one-device step is {:+.0}% off the one-device step timed beside its {points} points (median): \
+             the host's speed moved between profiling and measuring, so this model's absolute errors measure the host as well as the \
+             simulator; its step over the one-device step (relative_error) does not depend on that\n",
+            median * 100.0
+        ));
+    }
     tables.push(SummaryTable {
         title: "Prediction error per predictor".into(),
         columns: ["predictor", "points", "MAPE %", "mean signed error %", "worst |error| %", "measured spread %", "transfer bytes equal"]
@@ -645,6 +681,19 @@ fn summarize(rows: &[ResultRow]) -> (Vec<SummaryTable>, String) {
         rows: rows_out,
         note: Some("error = (predicted - measured) / measured step time; spread = (p90 - p10) / median of the timed steps".into()),
     });
+    if !drift.is_empty() {
+        tables.push(SummaryTable {
+            title: "Profiles taken at another host speed".into(),
+            columns: ["model", "profile's one-device step against the reference, median %", "points"].map(String::from).to_vec(),
+            rows: drift.iter().map(|(m, e, n)| vec![serde_json::json!(m), serde_json::json!(round(e * 100.0)), serde_json::json!(n)]).collect(),
+            note: Some(format!(
+                "listed when the median is beyond {:.0}%: the host's speed moved between profiling and measuring, so these models' \
+                 absolute errors measure the host as well as the simulator; the step over the one-device step (relative_error) does not \
+                 depend on it",
+                PROFILE_DRIFT_WARNING * 100.0
+            )),
+        });
+    }
     // Kendall's tau per group of points that differ only in the placer.
     let group_keys = ["predictor", "model", "batch", "devices", "threads", "comm", "link.gbps", "link.latency_us"];
     let mut groups: BTreeMap<Vec<String>, Vec<&ResultRow>> = BTreeMap::new();
@@ -953,6 +1002,46 @@ mod tests {
         let only2: Vec<_> = n2.keys().filter(|k| !n1.contains_key(*k)).collect();
         let t_only2: f64 = only2.iter().map(|k| n2[*k]).sum();
         eprintln!("{} nodes only in the two-device step (Send/Recv...), {t_only2:.0} us", only2.len());
+    }
+
+    #[test]
+    fn a_profile_far_from_the_reference_timed_beside_its_points_is_flagged() {
+        let row = |i: u64, model: &str, predictor: &str, reference_error: f64| {
+            let metrics: BTreeMap<String, f64> = [
+                ("measured_step_s", 10e-3),
+                ("measured_p10_s", 9.9e-3),
+                ("measured_p90_s", 10.1e-3),
+                ("predicted_step_s", 10e-3),
+                ("error", 0.0),
+                ("abs_error", 0.0),
+                ("measured_transfer_bytes", 0.0),
+                ("predicted_transfer_bytes", 0.0),
+                ("reference_error", reference_error),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            let params = [("predictor", predictor), ("model", model), ("batch", "32"), ("placer", "p")].into_iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
+            ResultRow { index: i, key: String::new(), seed: 0, params, metrics, series: BTreeMap::new(), error: None, elapsed_s: 0.0 }
+        };
+        // mlp: +35% in two of three points (median +35%); cnn: within 10%;
+        // the roofline's own error is its own, never a drift
+        let rows = vec![
+            row(0, "mlp", "profile", 0.35),
+            row(1, "mlp", "profile", 0.02),
+            row(2, "mlp", "profile", 0.40),
+            row(3, "cnn", "profile", 0.09),
+            row(4, "cnn", "profile", -0.08),
+            row(5, "cnn", "roofline", -0.25),
+        ];
+        let (_, text) = summarize(&rows);
+        assert!(text.contains("warning: model=mlp batch=32: the profile's one-device step is +35% off the one-device step timed beside its 3 points (median)"), "{text}");
+        assert_eq!(text.matches("warning:").count(), 1, "{text}");
+        let tables = summarize(&rows).0;
+        let drift = tables.iter().find(|t| t.title == "Profiles taken at another host speed").expect("the drift table");
+        assert_eq!(drift.rows, vec![vec![serde_json::json!("model=mlp batch=32"), serde_json::json!(35.0), serde_json::json!(3)]]);
+        // without drift, no table
+        assert!(summarize(&rows[3..]).0.iter().all(|t| t.title != "Profiles taken at another host speed"));
     }
 
     #[test]
