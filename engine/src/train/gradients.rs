@@ -6,6 +6,7 @@
 use crate::graph::NodeInfo;
 use crate::error::{EngineError, Result};
 use crate::graph::{AttrValue, Graph, LoopInfo, NodeId, Output};
+use crate::tensor::TensorType;
 use crate::ops::{self, GradCtx};
 use std::collections::HashMap;
 
@@ -214,7 +215,7 @@ fn gather_weight_products(g: &Graph, list: Vec<Output>) -> Result<Vec<Output>> {
         return Ok(list);
     }
     // (device, output type) -> the positions in `list` of its products
-    let mut groups: Vec<((String, String), Vec<usize>)> = Vec::new();
+    let mut groups: Vec<((String, Option<TensorType>), Vec<usize>)> = Vec::new();
     let mut operands = Vec::with_capacity(list.len());
     for (i, o) in list.iter().enumerate() {
         let node = g.node(o.node_id()).filter(|n| {
@@ -231,7 +232,7 @@ fn gather_weight_products(g: &Graph, list: Vec<Output>) -> Result<Vec<Output>> {
             continue;
         };
         operands.push(Some((g.out(n.inputs[0].0, n.inputs[0].1), g.out(n.inputs[1].0, n.inputs[1].1))));
-        let key = (n.device.clone(), format!("{:?}", n.outputs.first()));
+        let key = (n.device.clone(), n.outputs.first().cloned());
         match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, v)) => v.push(i),
             None => groups.push((key, vec![i])),
