@@ -2,12 +2,15 @@
 //! batch 64 (the zoo's `cnn`, `flowlab bench engine`'s cnn_train_b64): both
 //! convolutions forward and backward, both max pools and their gradients, and
 //! the dense layer's three products, at 1 and 2 threads. Each thread count
-//! runs inside a rayon pool of exactly that size. `flowlab profile --model
+//! runs inside a rayon pool of exactly that size. Each convolution runs
+//! twice: as the engine runs it (the direct kernels on AVX-512 CPUs) and by
+//! im2col + GEMM (`_im2col`), its peer. `flowlab profile --model
 //! cnn --batch 64` gives the same ops' share of a whole step.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use flowlab_engine::kernels::cpu::{
-    Conv2dGeom, Padding, Pool2dGeom, conv2d, conv2d_backprop_filter, conv2d_backprop_input, matmul, max_pool, max_pool_grad,
+    Conv2dGeom, Padding, Pool2dGeom, conv2d, conv2d_backprop_filter, conv2d_backprop_filter_by_im2col, conv2d_backprop_input,
+    conv2d_backprop_input_by_im2col, conv2d_by_im2col, matmul, max_pool, max_pool_grad,
 };
 use std::hint::black_box;
 
@@ -44,13 +47,22 @@ fn cnn_kernels(c: &mut Criterion) {
                 group.bench_function(BenchmarkId::new(format!("{name}_fwd"), &t), |b| {
                     pool.install(|| b.iter(|| conv2d(black_box(&x), black_box(&w), &mut y, &g, threads)))
                 });
+                group.bench_function(BenchmarkId::new(format!("{name}_fwd_im2col"), &t), |b| {
+                    pool.install(|| b.iter(|| conv2d_by_im2col(black_box(&x), black_box(&w), &mut y, &g, threads)))
+                });
                 if name != "conv1" {
                     group.bench_function(BenchmarkId::new(format!("{name}_dx"), &t), |b| {
                         pool.install(|| b.iter(|| conv2d_backprop_input(black_box(&dy), black_box(&w), &mut dx, &g, threads)))
                     });
+                    group.bench_function(BenchmarkId::new(format!("{name}_dx_im2col"), &t), |b| {
+                        pool.install(|| b.iter(|| conv2d_backprop_input_by_im2col(black_box(&dy), black_box(&w), &mut dx, &g, threads)))
+                    });
                 }
                 group.bench_function(BenchmarkId::new(format!("{name}_dw"), &t), |b| {
                     pool.install(|| b.iter(|| conv2d_backprop_filter(black_box(&x), black_box(&dy), &mut dw, &g, threads)))
+                });
+                group.bench_function(BenchmarkId::new(format!("{name}_dw_im2col"), &t), |b| {
+                    pool.install(|| b.iter(|| conv2d_backprop_filter_by_im2col(black_box(&x), black_box(&dy), &mut dw, &g, threads)))
                 });
             }
         }

@@ -13,8 +13,10 @@
 //!
 //! The patch matrix is built in chunks of rows so memory stays bounded for
 //! large batches; a 1x1, stride-1, unpadded convolution skips it entirely
-//! (the input already is the patch matrix).
+//! (the input already is the patch matrix). On AVX-512 CPUs most f32 shapes
+//! skip it too: [`super::conv_direct`] convolves without a patch matrix.
 
+use super::conv_direct;
 use super::matmul::gemm_strided;
 use super::scalar::Float;
 use super::vectorize::vectorized;
@@ -312,8 +314,23 @@ fn col2im<T: Float>(dpatches: &[T], grad_in: &mut [T], first_row: usize, g: &Con
 }
 
 /// `out = conv2d(input, filter)`: NHWC input, HWIO filter, NHWC output,
-/// overwriting `out`. `threads` as for [`super::matmul::matmul`].
+/// overwriting `out`. `threads` as for [`super::matmul::matmul`]. Runs the
+/// direct kernel where it applies (f32, AVX-512, output channels a multiple
+/// of 16, not 1x1), else [`conv2d_by_im2col`].
 pub fn conv2d<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Conv2dGeom, threads: usize) {
+    assert_eq!(input.len(), g.input_len(), "conv2d: input length");
+    assert_eq!(filter.len(), g.filter_len(), "conv2d: filter length");
+    assert_eq!(out.len(), g.output_len(), "conv2d: output length");
+    if !g.is_pointwise() && conv_direct::forward(input, filter, out, g, threads) {
+        return;
+    }
+    conv2d_by_im2col(input, filter, out, g, threads);
+}
+
+/// [`conv2d`] by im2col + GEMM whatever the shape: the path for shapes the
+/// direct kernel does not take, and its peer in `cargo bench --bench
+/// cnn_kernels`.
+pub fn conv2d_by_im2col<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Conv2dGeom, threads: usize) {
     assert_eq!(input.len(), g.input_len(), "conv2d: input length");
     assert_eq!(filter.len(), g.filter_len(), "conv2d: filter length");
     assert_eq!(out.len(), g.output_len(), "conv2d: output length");
@@ -336,7 +353,27 @@ pub fn conv2d<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Conv2dGeom
 
 /// Gradient of [`conv2d`] with respect to its input, overwriting `grad_in`
 /// (NHWC, the input's shape) from `grad_out` (NHWC, the output's shape).
+/// Runs the direct kernel where it applies (f32, AVX-512, input channels a
+/// multiple of 16, stride 1, not 1x1), else
+/// [`conv2d_backprop_input_by_im2col`].
 pub fn conv2d_backprop_input<T: Float>(
+    grad_out: &[T],
+    filter: &[T],
+    grad_in: &mut [T],
+    g: &Conv2dGeom,
+    threads: usize,
+) {
+    debug_assert_eq!(grad_out.len(), g.output_len());
+    debug_assert_eq!(filter.len(), g.filter_len());
+    debug_assert_eq!(grad_in.len(), g.input_len());
+    if !g.is_pointwise() && conv_direct::input_grad(grad_out, filter, grad_in, g, threads) {
+        return;
+    }
+    conv2d_backprop_input_by_im2col(grad_out, filter, grad_in, g, threads);
+}
+
+/// [`conv2d_backprop_input`] by GEMM + col2im whatever the shape.
+pub fn conv2d_backprop_input_by_im2col<T: Float>(
     grad_out: &[T],
     filter: &[T],
     grad_in: &mut [T],
@@ -365,8 +402,27 @@ pub fn conv2d_backprop_input<T: Float>(
 }
 
 /// Gradient of [`conv2d`] with respect to its filter, overwriting
-/// `grad_filter` (HWIO) from the forward `input` and `grad_out`.
+/// `grad_filter` (HWIO) from the forward `input` and `grad_out`. Runs the
+/// direct kernel where it applies (f32, AVX-512, output channels a multiple
+/// of 16, not 1x1), else [`conv2d_backprop_filter_by_im2col`].
 pub fn conv2d_backprop_filter<T: Float>(
+    input: &[T],
+    grad_out: &[T],
+    grad_filter: &mut [T],
+    g: &Conv2dGeom,
+    threads: usize,
+) {
+    debug_assert_eq!(input.len(), g.input_len());
+    debug_assert_eq!(grad_out.len(), g.output_len());
+    debug_assert_eq!(grad_filter.len(), g.filter_len());
+    if !g.is_pointwise() && g.positions() > 0 && conv_direct::filter_grad(input, grad_out, grad_filter, g, threads) {
+        return;
+    }
+    conv2d_backprop_filter_by_im2col(input, grad_out, grad_filter, g, threads);
+}
+
+/// [`conv2d_backprop_filter`] by im2col + GEMM whatever the shape.
+pub fn conv2d_backprop_filter_by_im2col<T: Float>(
     input: &[T],
     grad_out: &[T],
     grad_filter: &mut [T],
@@ -400,6 +456,7 @@ pub fn conv2d_backprop_filter<T: Float>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::cpu::conv_direct::DirectKernels;
     use crate::kernels::cpu::matmul::tests::random;
 
     /// Direct seven-loop convolution in f64, the reference.
@@ -447,6 +504,114 @@ mod tests {
             // Even windows at unit stride: SAME pads less before than after.
             ([2, 5, 6, 3], [4, 2, 3, 2], [1, 1], Padding::Same),
         ]
+    }
+
+    /// Both gradients by direct scatter loops in f64, the reference:
+    /// `dx[b, iy, ix, c] += dy[b, oy, ox, o] * w[ky, kx, c, o]` and
+    /// `dw[ky, kx, c, o] += x[b, iy, ix, c] * dy[b, oy, ox, o]`.
+    fn naive_backprops(x: &[f64], w: &[f64], dy: &[f64], g: &Conv2dGeom) -> (Vec<f64>, Vec<f64>) {
+        let (mut dx, mut dw) = (vec![0.0; g.input_len()], vec![0.0; g.filter_len()]);
+        for b in 0..g.batch {
+            for oy in 0..g.out_h {
+                for ox in 0..g.out_w {
+                    for ky in 0..g.k_h {
+                        for kx in 0..g.k_w {
+                            let iy = (oy * g.stride_h + ky) as isize - g.pad_top as isize;
+                            let ix = (ox * g.stride_w + kx) as isize - g.pad_left as isize;
+                            if iy < 0 || ix < 0 || iy as usize >= g.in_h || ix as usize >= g.in_w {
+                                continue;
+                            }
+                            let xi = ((b * g.in_h + iy as usize) * g.in_w + ix as usize) * g.in_c;
+                            for c in 0..g.in_c {
+                                for o in 0..g.out_c {
+                                    let d = dy[((b * g.out_h + oy) * g.out_w + ox) * g.out_c + o];
+                                    let wi = ((ky * g.k_w + kx) * g.in_c + c) * g.out_c + o;
+                                    dx[xi + c] += d * w[wi];
+                                    dw[wi] += x[xi + c] * d;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        (dx, dw)
+    }
+
+    /// Shapes the direct kernels take (channels multiples of 16): SAME and
+    /// VALID, stride 2 (the input gradient then takes im2col), an even window
+    /// (SAME pads less before than after), 3 and 5 vectors of output
+    /// channels, a batch of 11 (filter-gradient groups of unequal size), and
+    /// the MNIST CNN's first layer (one input channel).
+    fn direct_cases() -> Vec<([usize; 4], [usize; 4], [usize; 2], Padding)> {
+        vec![
+            ([3, 7, 6, 16], [3, 3, 16, 32], [1, 1], Padding::Same),
+            ([2, 9, 8, 32], [5, 5, 32, 64], [1, 1], Padding::Same),
+            ([11, 5, 6, 16], [2, 4, 16, 48], [1, 1], Padding::Same),
+            ([2, 8, 9, 16], [3, 3, 16, 80], [2, 2], Padding::Same),
+            ([2, 7, 7, 16], [3, 2, 16, 16], [1, 1], Padding::Valid),
+            ([2, 9, 10, 32], [4, 3, 32, 16], [2, 3], Padding::Valid),
+            ([4, 12, 12, 1], [5, 5, 1, 32], [1, 1], Padding::Same),
+        ]
+    }
+
+    /// The direct kernels against direct loops in f64, and bit for bit the
+    /// same at one and two threads. The im2col path is held to the same
+    /// reference on the same shapes.
+    #[test]
+    fn direct_kernels_match_direct_loops_at_any_thread_count() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for (i, (inp, fil, st, pad)) in direct_cases().into_iter().enumerate() {
+            let g = Conv2dGeom::new(inp, fil, st, pad).unwrap();
+            let kernels = DirectKernels::of::<f32>(&g);
+            if !kernels.forward {
+                eprintln!("SKIPPED direct_kernels_match_direct_loops_at_any_thread_count: this CPU has no AVX-512F");
+                return;
+            }
+            assert!(kernels.filter_grad, "case {i}");
+            assert_eq!(kernels.input_grad, st == [1, 1] && inp[3] % 16 == 0, "case {i}");
+            let x = random::<f64>(g.input_len(), 70 + i as u64);
+            let w = random::<f64>(g.filter_len(), 80 + i as u64);
+            let dy = random::<f64>(g.output_len(), 90 + i as u64);
+            let y_want = naive_conv(&x, &w, &g);
+            let (dx_want, dw_want) = naive_backprops(&x, &w, &dy, &g);
+            let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+            let (x32, w32, dy32) = (f32s(&x), f32s(&w), f32s(&dy));
+            let run = |threads: usize| {
+                let mut y = vec![f32::NAN; g.output_len()];
+                let mut dx = vec![f32::NAN; g.input_len()];
+                let mut dw = vec![f32::NAN; g.filter_len()];
+                pool.install(|| {
+                    conv2d(&x32, &w32, &mut y, &g, threads);
+                    conv2d_backprop_input(&dy32, &w32, &mut dx, &g, threads);
+                    conv2d_backprop_filter(&x32, &dy32, &mut dw, &g, threads);
+                });
+                (y, dx, dw)
+            };
+            let one = run(1);
+            let two = run(2);
+            // Sums of up to 800 (forward, input gradient) or 1,100 (filter
+            // gradient) products of values in [-1, 1], rounded to f32.
+            let close = |got: &[f32], want: &[f64], what: &str| {
+                assert_eq!(got.len(), want.len());
+                for (j, (a, b)) in got.iter().zip(want).enumerate() {
+                    assert!((*a as f64 - b).abs() < 2e-4 * (1.0 + b.abs()), "case {i} {what}[{j}]: {a} vs {b}");
+                }
+            };
+            close(&one.0, &y_want, "forward");
+            close(&one.1, &dx_want, "input gradient");
+            close(&one.2, &dw_want, "filter gradient");
+            assert!(one.0 == two.0 && one.1 == two.1 && one.2 == two.2, "case {i}: 2 threads differ from 1");
+            let mut y = vec![f32::NAN; g.output_len()];
+            let mut dx = vec![f32::NAN; g.input_len()];
+            let mut dw = vec![f32::NAN; g.filter_len()];
+            conv2d_by_im2col(&x32, &w32, &mut y, &g, 1);
+            conv2d_backprop_input_by_im2col(&dy32, &w32, &mut dx, &g, 1);
+            conv2d_backprop_filter_by_im2col(&x32, &dy32, &mut dw, &g, 1);
+            close(&y, &y_want, "im2col forward");
+            close(&dx, &dx_want, "im2col input gradient");
+            close(&dw, &dw_want, "im2col filter gradient");
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! thread, more splits the work inside the current rayon pool.
 
 pub mod conv;
+mod conv_direct;
 pub(crate) mod elementwise;
 pub(crate) mod fastmath;
 pub(crate) mod lstm;
@@ -20,7 +21,10 @@ pub(crate) mod vectorize {
     pub(crate) use flowlab_hw::simd::vectorized;
 }
 
-pub use conv::{Conv2dGeom, Padding, conv2d, conv2d_backprop_filter, conv2d_backprop_input};
+pub use conv::{
+    Conv2dGeom, Padding, conv2d, conv2d_backprop_filter, conv2d_backprop_filter_by_im2col, conv2d_backprop_input,
+    conv2d_backprop_input_by_im2col, conv2d_by_im2col,
+};
 pub use matmul::{batch_matmul, matmul};
 pub use pool::{Pool2dGeom, avg_pool, avg_pool_grad, max_pool, max_pool_grad};
 pub use scalar::Float;

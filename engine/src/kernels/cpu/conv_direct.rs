@@ -1,0 +1,539 @@
+//! Direct f32 convolution kernels for AVX-512 CPUs: the forward pass, the
+//! input gradient (stride 1) and the filter gradient, with no patch matrix.
+//!
+//! Why: im2col + GEMM spends most of a small-channel convolution building
+//! the patch matrix (the Deep MNIST CNN's first layer, 5x5 over one input
+//! channel: 62% of its forward pass in im2col, 18 GFLOP/s in all), and on the
+//! second layer the patch matrix, its packing and the input gradient's col2im
+//! cost a third of the time on top of the products. oneDNN, which TensorFlow
+//! runs on this CPU, convolves directly; so does this module.
+//!
+//! Each image is first copied into a zero-padded buffer, so no kernel ever
+//! tests a bound. With NHWC input and HWIO filter, output pixel `(oy, ox)`
+//! reads `k_h` runs of `k_w * in_c` contiguous values of the padded image,
+//! and the filter rows for those values are contiguous too: the forward pass
+//! is a GEMM whose left operand is gathered through one pointer per pixel.
+//! The register block is that of a GEMM micro-kernel: up to 4 vectors of 16
+//! output channels by 6-8 pixels, the filter row loaded once per step and
+//! each input value broadcast from memory.
+//!
+//! * forward: `out[p, o] = Σ_(ky,t) xp[base(p) + ky*row + t] · w[(ky, t), o]`;
+//! * input gradient at stride 1: a forward convolution of the padded output
+//!   gradient with the filter flipped in space and with its channel axes
+//!   swapped;
+//! * filter gradient: `dw[(ky, t), o] = Σ_p xp[base(p) + ky*row + t] · dy[p, o]`,
+//!   summed per fixed group of images and then over the groups in order, so
+//!   the result is the same for every thread count.
+//!
+//! Every kernel here needs the output (or, for the input gradient, the input)
+//! channels to be a multiple of 16; other shapes, other element types and
+//! CPUs without AVX-512 keep the im2col path.
+
+use super::conv::Conv2dGeom;
+use super::scalar::Float;
+use rayon::prelude::*;
+use std::any::TypeId;
+
+/// Lanes of one AVX-512 f32 vector: channel counts must be a multiple of it.
+const LANES: usize = 16;
+
+/// Images per filter-gradient group are chosen so that at most this many
+/// groups (each a whole filter of partial sums) exist.
+const MAX_FILTER_GROUPS: usize = 8;
+
+/// The partial sums of all groups stay under this many f32 (64 MiB).
+const FILTER_GROUPS_BUDGET: usize = 1 << 24;
+
+/// Output positions per pass of the filter gradient: the output gradient of
+/// 256 positions of 64 channels (64 KiB) stays in L2 while every block of
+/// filter rows runs over it.
+const POSITIONS_PER_PASS: usize = 64;
+
+/// True when this CPU runs the direct kernels.
+fn cpu_has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `x` as f32 when `T` is f32.
+fn as_f32<T: Float>(x: &[T]) -> Option<&[f32]> {
+    // SAFETY: T is f32 (same TypeId), so the slice is one of f32.
+    (TypeId::of::<T>() == TypeId::of::<f32>()).then(|| unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f32>(), x.len()) })
+}
+
+/// `x` as mutable f32 when `T` is f32.
+fn as_f32_mut<T: Float>(x: &mut [T]) -> Option<&mut [f32]> {
+    // SAFETY: T is f32 (same TypeId), so the slice is one of f32.
+    (TypeId::of::<T>() == TypeId::of::<f32>())
+        .then(|| unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr().cast::<f32>(), x.len()) })
+}
+
+/// Which direct kernels apply to a geometry on this CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DirectKernels {
+    pub forward: bool,
+    pub input_grad: bool,
+    pub filter_grad: bool,
+}
+
+impl DirectKernels {
+    pub(crate) fn of<T: Float>(g: &Conv2dGeom) -> Self {
+        let on = TypeId::of::<T>() == TypeId::of::<f32>() && cpu_has_avx512() && g.batch > 0;
+        let out_ok = on && g.out_c % LANES == 0 && g.out_c > 0;
+        Self {
+            forward: out_ok,
+            input_grad: on && g.in_c % LANES == 0 && g.in_c > 0 && g.stride_h == 1 && g.stride_w == 1,
+            filter_grad: out_ok,
+        }
+    }
+}
+
+/// A convolution over an image that is already padded: `hp x wp x c` in,
+/// `oh x ow x oc` out, window `kh x kw` at strides `sh, sw`.
+#[derive(Debug, Clone, Copy)]
+struct Padded {
+    hp: usize,
+    wp: usize,
+    c: usize,
+    kh: usize,
+    kw: usize,
+    sh: usize,
+    sw: usize,
+    oh: usize,
+    ow: usize,
+    oc: usize,
+}
+
+impl Padded {
+    /// The forward convolution of `g`, over its input padded by its own padding.
+    fn forward(g: &Conv2dGeom) -> Self {
+        Self {
+            hp: (g.out_h - 1) * g.stride_h + g.k_h,
+            wp: (g.out_w - 1) * g.stride_w + g.k_w,
+            c: g.in_c,
+            kh: g.k_h,
+            kw: g.k_w,
+            sh: g.stride_h,
+            sw: g.stride_w,
+            oh: g.out_h,
+            ow: g.out_w,
+            oc: g.out_c,
+        }
+    }
+    /// The input gradient of `g` at stride 1, as a forward convolution over
+    /// the output gradient padded by `k - 1 - pad` before.
+    fn input_grad(g: &Conv2dGeom) -> Self {
+        Self {
+            hp: g.in_h + g.k_h - 1,
+            wp: g.in_w + g.k_w - 1,
+            c: g.out_c,
+            kh: g.k_h,
+            kw: g.k_w,
+            sh: 1,
+            sw: 1,
+            oh: g.in_h,
+            ow: g.in_w,
+            oc: g.in_c,
+        }
+    }
+    /// Values of one window row: `kw * c`, contiguous in the padded image.
+    fn run(&self) -> usize {
+        self.kw * self.c
+    }
+    /// Elements between two rows of the padded image.
+    fn row(&self) -> usize {
+        self.wp * self.c
+    }
+    /// Offset of output position `pos`'s window corner in the padded image.
+    fn base(&self, pos: usize) -> usize {
+        let (oy, ox) = (pos / self.ow, pos % self.ow);
+        (oy * self.sh * self.wp + ox * self.sw) * self.c
+    }
+    /// Window corners of positions `pos0..pos0 + valid`, the last repeated
+    /// up to `N`: one division, then counting along the rows.
+    fn bases<const N: usize>(&self, pos0: usize, valid: usize) -> [usize; N] {
+        let (mut oy, mut ox) = (pos0 / self.ow, pos0 % self.ow);
+        let mut out = [0; N];
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = (oy * self.sh * self.wp + ox * self.sw) * self.c;
+            if i + 1 < valid {
+                ox += 1;
+                if ox == self.ow {
+                    ox = 0;
+                    oy += 1;
+                }
+            }
+        }
+        out
+    }
+    /// Length of a padded image.
+    fn image_len(&self) -> usize {
+        self.hp * self.wp * self.c
+    }
+}
+
+/// Copies image `src` (`h x w x c`) into `dst` (`p.hp x p.wp x c`) at rows
+/// `top..`, columns `left..`; everything else is zero.
+fn pad_image(src: &[f32], h: usize, w: usize, top: usize, left: usize, p: &Padded, dst: &mut Vec<f32>) {
+    dst.clear();
+    dst.resize(p.image_len(), 0.0);
+    let c = p.c;
+    for y in 0..h.min(p.hp.saturating_sub(top)) {
+        let cols = w.min(p.wp.saturating_sub(left));
+        let d = &mut dst[((top + y) * p.wp + left) * c..][..cols * c];
+        d.copy_from_slice(&src[y * w * c..][..cols * c]);
+    }
+}
+
+/// `out = conv2d(input, filter)` by the direct kernel; false (nothing
+/// written) when it does not apply.
+pub(crate) fn forward<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Conv2dGeom, threads: usize) -> bool {
+    if !DirectKernels::of::<T>(g).forward {
+        return false;
+    }
+    let (Some(x), Some(w), Some(y)) = (as_f32(input), as_f32(filter), as_f32_mut(out)) else { return false };
+    let p = Padded::forward(g);
+    let (in_len, out_len) = (g.in_h * g.in_w * g.in_c, g.out_h * g.out_w * g.out_c);
+    let image = |b: usize, y_img: &mut [f32], scratch: &mut Vec<f32>| {
+        pad_image(&x[b * in_len..][..in_len], g.in_h, g.in_w, g.pad_top, g.pad_left, &p, scratch);
+        // SAFETY: AVX-512F is present (DirectKernels::of checked it); the
+        // buffers have the lengths `convolve_image` documents.
+        unsafe { convolve_image(scratch, w, y_img, &p) };
+    };
+    per_image(y, out_len, threads, image);
+    true
+}
+
+/// `grad_in = conv2d_backprop_input(grad_out, filter)` by the direct
+/// kernel; false (nothing written) when it does not apply.
+pub(crate) fn input_grad<T: Float>(grad_out: &[T], filter: &[T], grad_in: &mut [T], g: &Conv2dGeom, threads: usize) -> bool {
+    if !DirectKernels::of::<T>(g).input_grad {
+        return false;
+    }
+    let (Some(dy), Some(w), Some(dx)) = (as_f32(grad_out), as_f32(filter), as_f32_mut(grad_in)) else { return false };
+    let p = Padded::input_grad(g);
+    // The filter flipped in space with its channel axes swapped:
+    // wt[kh-1-ky, kw-1-kx, o, c] = w[ky, kx, c, o].
+    let mut wt = vec![0f32; w.len()];
+    for ky in 0..g.k_h {
+        for kx in 0..g.k_w {
+            let (src_tap, dst_tap) = (ky * g.k_w + kx, (g.k_h - 1 - ky) * g.k_w + (g.k_w - 1 - kx));
+            for c in 0..g.in_c {
+                for o in 0..g.out_c {
+                    wt[(dst_tap * g.out_c + o) * g.in_c + c] = w[(src_tap * g.in_c + c) * g.out_c + o];
+                }
+            }
+        }
+    }
+    let (top, left) = (g.k_h - 1 - g.pad_top, g.k_w - 1 - g.pad_left);
+    let (in_len, out_len) = (g.in_h * g.in_w * g.in_c, g.out_h * g.out_w * g.out_c);
+    let image = |b: usize, dx_img: &mut [f32], scratch: &mut Vec<f32>| {
+        pad_image(&dy[b * out_len..][..out_len], g.out_h, g.out_w, top, left, &p, scratch);
+        // SAFETY: as in `forward`.
+        unsafe { convolve_image(scratch, &wt, dx_img, &p) };
+    };
+    per_image(dx, in_len, threads, image);
+    true
+}
+
+/// Runs `f(b, image b's slice of out, scratch)` for every image, over
+/// `threads` rayon workers when more than one.
+fn per_image(out: &mut [f32], image_len: usize, threads: usize, f: impl Fn(usize, &mut [f32], &mut Vec<f32>) + Sync + Send) {
+    if threads > 1 && out.len() > image_len {
+        out.par_chunks_mut(image_len).enumerate().for_each_init(Vec::new, |scratch, (b, img)| f(b, img, scratch));
+    } else {
+        let mut scratch = Vec::new();
+        for (b, img) in out.chunks_mut(image_len).enumerate() {
+            f(b, img, &mut scratch);
+        }
+    }
+}
+
+/// `grad_filter = conv2d_backprop_filter(input, grad_out)` by the direct
+/// kernel; false (nothing written) when it does not apply.
+pub(crate) fn filter_grad<T: Float>(input: &[T], grad_out: &[T], grad_filter: &mut [T], g: &Conv2dGeom, threads: usize) -> bool {
+    if !DirectKernels::of::<T>(g).filter_grad {
+        return false;
+    }
+    let (Some(x), Some(dy), Some(dw)) = (as_f32(input), as_f32(grad_out), as_f32_mut(grad_filter)) else { return false };
+    let p = Padded::forward(g);
+    let (in_len, out_len, f_len) = (g.in_h * g.in_w * g.in_c, g.out_h * g.out_w * g.out_c, dw.len());
+    // Groups depend on the batch and filter size only, never on `threads`.
+    let groups = MAX_FILTER_GROUPS.min(g.batch).min((FILTER_GROUPS_BUDGET / f_len.max(1)).max(1));
+    let per_group = g.batch.div_ceil(groups);
+    let groups = g.batch.div_ceil(per_group);
+    let group = |gi: usize, acc: &mut [f32]| {
+        acc.fill(0.0);
+        let mut scratch = Vec::new();
+        for b in gi * per_group..((gi + 1) * per_group).min(g.batch) {
+            pad_image(&x[b * in_len..][..in_len], g.in_h, g.in_w, g.pad_top, g.pad_left, &p, &mut scratch);
+            // SAFETY: as in `forward`.
+            unsafe { filter_grad_image(&scratch, &dy[b * out_len..][..out_len], acc, &p) };
+        }
+    };
+    if groups == 1 {
+        group(0, dw);
+        return true;
+    }
+    let mut partial = vec![0f32; groups * f_len];
+    if threads > 1 {
+        partial.par_chunks_mut(f_len).enumerate().for_each(|(gi, acc)| group(gi, acc));
+    } else {
+        for (gi, acc) in partial.chunks_mut(f_len).enumerate() {
+            group(gi, acc);
+        }
+    }
+    dw.copy_from_slice(&partial[..f_len]);
+    for acc in partial.chunks(f_len).skip(1) {
+        for (d, a) in dw.iter_mut().zip(acc) {
+            *d += a;
+        }
+    }
+    true
+}
+
+/// Pixels per forward register block for `ov` vectors of channels: the
+/// accumulators fill 24 of the 32 vector registers at 4 or 3 vectors, 16 at
+/// 2 (8 pixels, so that the pixel pointers stay in general registers).
+const fn block_rows(ov: usize) -> usize {
+    if ov == 4 { 6 } else { 8 }
+}
+
+/// Filter rows per filter-gradient register block: the compiler loads every
+/// row's broadcast value at once there, so accumulators, gradient vectors
+/// and broadcasts must fit the 32 registers together (6 rows of 4 vectors
+/// spilled two accumulators to the stack in the inner loop).
+const fn filter_rows(ov: usize) -> usize {
+    match ov {
+        4 => 5,
+        3 => 6,
+        _ => 8,
+    }
+}
+
+/// One padded image convolved into `out` (`p.oh * p.ow * p.oc`).
+///
+/// # Safety
+/// The CPU has AVX-512F; `xp` holds `p.image_len()` values, `w` the
+/// `p.kh * p.run() * p.oc` filter rows, `out` `p.oh * p.ow * p.oc` values,
+/// and `p.oc` is a multiple of 16.
+#[cfg(target_arch = "x86_64")]
+unsafe fn convolve_image(xp: &[f32], w: &[f32], out: &mut [f32], p: &Padded) {
+    debug_assert!(xp.len() >= p.image_len() && w.len() == p.kh * p.run() * p.oc && out.len() == p.oh * p.ow * p.oc);
+    let positions = p.oh * p.ow;
+    let mut ob = 0;
+    while ob < p.oc {
+        let ov = ((p.oc - ob) / LANES).min(4);
+        let taps_all = p.kh * p.run();
+        let mut j0 = 0;
+        while j0 < taps_all {
+            {
+                let taps = Taps { j0, j1: (j0 + TAPS_PER_PASS).min(taps_all), first: j0 == 0 };
+                // SAFETY: forwarded; `ob + ov * 16 <= p.oc`, the taps lie in the window.
+                unsafe {
+                    match ov {
+                        4 => forward_blocks::<{ block_rows(4) }, 4>(xp, w, out, p, ob, positions, taps),
+                        3 => forward_blocks::<{ block_rows(3) }, 3>(xp, w, out, p, ob, positions, taps),
+                        2 => forward_blocks::<{ block_rows(2) }, 2>(xp, w, out, p, ob, positions, taps),
+                        _ => forward_blocks::<{ block_rows(1) }, 1>(xp, w, out, p, ob, positions, taps),
+                    }
+                }
+                j0 = taps.j1;
+            }
+        }
+        ob += ov * LANES;
+    }
+}
+
+/// Taps `j0..j1` of the window, tap `j` being value `j % run` of window row
+/// `j / run` (and filter row `j`): one pass of the forward kernel. The first
+/// pass of a channel block overwrites the output, the others add to it.
+#[derive(Debug, Clone, Copy)]
+struct Taps {
+    j0: usize,
+    j1: usize,
+    first: bool,
+}
+
+/// Taps per forward pass: 64 filter rows of 64 channels are 16 KiB, half of
+/// this CPU's L1 data cache, so the filter block is read from L1 by every
+/// pixel block of the image (a pass over all 800 taps of the CNN's second
+/// convolution read its 200 KiB from L2 for each block, at 72 GFLOP/s).
+const TAPS_PER_PASS: usize = 64;
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn convolve_image(_: &[f32], _: &[f32], _: &mut [f32], _: &Padded) {
+    unreachable!("direct convolution kernels are only dispatched on x86_64 with AVX-512")
+}
+
+/// Output channels `ob..ob + 16*OV` of every position over one pass of taps,
+/// `PX` pixels at a time; the last block repeats its last pixel and stores
+/// only the real ones.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn forward_blocks<const PX: usize, const OV: usize>(
+    xp: &[f32],
+    w: &[f32],
+    out: &mut [f32],
+    p: &Padded,
+    ob: usize,
+    positions: usize,
+    taps: Taps,
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller's contract (see `convolve_image`) bounds every
+    // offset below: window corners plus taps inside the padded image,
+    // channel blocks inside `oc`, positions inside the output.
+    unsafe {
+        let (run, row, oc) = (p.run(), p.row(), p.oc);
+        let w = w.as_ptr().add(ob);
+        let (xp, out) = (xp.as_ptr(), out.as_mut_ptr().add(ob));
+        let mut pos0 = 0;
+        while pos0 < positions {
+            let valid = PX.min(positions - pos0);
+            let bases = p.bases::<PX>(pos0, valid);
+            let corner: [*const f32; PX] = std::array::from_fn(|i| xp.add(bases[i]));
+            let mut acc = [[_mm512_setzero_ps(); OV]; PX];
+            if !taps.first {
+                for (i, acc_i) in acc.iter_mut().enumerate().take(valid) {
+                    let o = out.add((pos0 + i) * oc);
+                    for (v, a) in acc_i.iter_mut().enumerate() {
+                        *a = _mm512_loadu_ps(o.add(v * LANES));
+                    }
+                }
+            }
+            // The pass, window row by window row.
+            let mut j = taps.j0;
+            while j < taps.j1 {
+                let (ky, t0) = (j / run, j % run);
+                let t1 = run.min(t0 + (taps.j1 - j));
+                let px: [*const f32; PX] = std::array::from_fn(|i| corner[i].add(ky * row));
+                let wk = w.add((ky * run) * oc);
+                for t in t0..t1 {
+                    let wr = wk.add(t * oc);
+                    let wv: [__m512; OV] = std::array::from_fn(|v| _mm512_loadu_ps(wr.add(v * LANES)));
+                    for i in 0..PX {
+                        let a = _mm512_set1_ps(*px[i].add(t));
+                        for v in 0..OV {
+                            acc[i][v] = _mm512_fmadd_ps(a, wv[v], acc[i][v]);
+                        }
+                    }
+                }
+                j += t1 - t0;
+            }
+            for (i, acc_i) in acc.iter().enumerate().take(valid) {
+                let o = out.add((pos0 + i) * oc);
+                for (v, a) in acc_i.iter().enumerate() {
+                    _mm512_storeu_ps(o.add(v * LANES), *a);
+                }
+            }
+            pos0 += PX;
+        }
+    }
+}
+
+/// Adds one image's filter gradient to `acc` (the filter's layout).
+///
+/// # Safety
+/// The CPU has AVX-512F; `xp` holds `p.image_len()` values, `dy`
+/// `p.oh * p.ow * p.oc`, `acc` `p.kh * p.run() * p.oc`, and `p.oc` is a
+/// multiple of 16.
+#[cfg(target_arch = "x86_64")]
+unsafe fn filter_grad_image(xp: &[f32], dy: &[f32], acc: &mut [f32], p: &Padded) {
+    debug_assert!(xp.len() >= p.image_len() && dy.len() == p.oh * p.ow * p.oc && acc.len() == p.kh * p.run() * p.oc);
+    let positions = p.oh * p.ow;
+    let mut first = 0;
+    while first < positions {
+        let last = (first + POSITIONS_PER_PASS).min(positions);
+        let mut ob = 0;
+        while ob < p.oc {
+            let ov = ((p.oc - ob) / LANES).min(4);
+            // SAFETY: forwarded; `ob + ov * 16 <= p.oc`.
+            unsafe {
+                match ov {
+                    4 => filter_blocks::<{ filter_rows(4) }, 4>(xp, dy, acc, p, ob, first, last),
+                    3 => filter_blocks::<{ filter_rows(3) }, 3>(xp, dy, acc, p, ob, first, last),
+                    2 => filter_blocks::<{ filter_rows(2) }, 2>(xp, dy, acc, p, ob, first, last),
+                    _ => filter_blocks::<{ filter_rows(1) }, 1>(xp, dy, acc, p, ob, first, last),
+                }
+            }
+            ob += ov * LANES;
+        }
+        first = last;
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn filter_grad_image(_: &[f32], _: &[f32], _: &mut [f32], _: &Padded) {
+    unreachable!("direct convolution kernels are only dispatched on x86_64 with AVX-512")
+}
+
+/// Channels `ob..ob + 16*OV` of every filter row, `R` rows at a time, summed
+/// over positions `first..last`. A row is a tap `(ky, t)`: value `t` of
+/// window row `ky`. The last block's missing rows are computed from the
+/// window corner and not stored.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn filter_blocks<const R: usize, const OV: usize>(
+    xp: &[f32],
+    dy: &[f32],
+    acc: &mut [f32],
+    p: &Padded,
+    ob: usize,
+    first: usize,
+    last: usize,
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller's contract (see the `_image` function that
+    // dispatches here) bounds every offset below: window corners and taps
+    // inside the padded image, channel blocks inside `oc`, positions and
+    // rows inside the output, filter and gradient slices.
+    unsafe {
+        let (run, row, oc) = (p.run(), p.row(), p.oc);
+        let rows = p.kh * run;
+        let (xp, dy, acc) = (xp.as_ptr(), dy.as_ptr().add(ob), acc.as_mut_ptr().add(ob));
+        let mut r0 = 0;
+        while r0 < rows {
+            let valid = R.min(rows - r0);
+            // Offset of each row's tap from a window corner; a missing row reads
+            // the corner itself (it is never stored).
+            let off: [usize; R] = std::array::from_fn(|i| if i < valid { ((r0 + i) / run) * row + (r0 + i) % run } else { 0 });
+            let mut sum = [[_mm512_setzero_ps(); OV]; R];
+            // Window corners advance by counting: no division per position.
+            let (mut ox, mut base) = (first % p.ow, p.base(first));
+            for pos in first..last {
+                let x = xp.add(base);
+                let d = dy.add(pos * oc);
+                let dv: [__m512; OV] = std::array::from_fn(|v| _mm512_loadu_ps(d.add(v * LANES)));
+                for i in 0..R {
+                    let a = _mm512_set1_ps(*x.add(off[i]));
+                    for v in 0..OV {
+                        sum[i][v] = _mm512_fmadd_ps(a, dv[v], sum[i][v]);
+                    }
+                }
+                ox += 1;
+                if ox == p.ow {
+                    ox = 0;
+                    base = p.base(pos + 1);
+                } else {
+                    base += p.sw * p.c;
+                }
+            }
+            for (i, sum_i) in sum.iter().enumerate().take(valid) {
+                let o = acc.add((r0 + i) * oc);
+                for (v, s) in sum_i.iter().enumerate() {
+                    let q = o.add(v * LANES);
+                    _mm512_storeu_ps(q, _mm512_add_ps(_mm512_loadu_ps(q), *s));
+                }
+            }
+            r0 += R;
+        }
+    }
+}
