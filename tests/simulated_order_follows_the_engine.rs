@@ -18,10 +18,17 @@ fn filled(g: &Graph, dims: &[usize]) -> Result<Output> {
     g.constant(Tensor::from_vec(values, dims.to_vec())?)
 }
 
+/// The tests here time real steps whose order depends on which thread gets
+/// a core first; run side by side (the harness's default) they take four
+/// device threads on a 2-core CI machine, and under the whole suite's load
+/// `a` once arrived before CPU:0 had started its product. One at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The order in which device `cpu` ran the nodes of `names`: in the engine
 /// (one thread per device, one real step after a warm-up) and in the
 /// simulator (same graph, same placement).
 fn orders(g: &Graph, fetches: &[&Output], cpu: usize, names: &[&str]) -> (Vec<String>, Vec<String>, StepStats) {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let opts = SessionOptions { threads: 1, devices: DeviceSet::local_cpus(2), ..Default::default() };
     let sess = Session::with_options(g, opts).expect("two CPUs");
     sess.run(&[], fetches, &[]).expect("warm-up step");
@@ -65,13 +72,18 @@ fn a_tensor_that_arrives_during_a_kernel_is_received_before_what_the_kernel_read
     // of that to make, arrives meanwhile. When the product ends, the
     // engine sends it to CPU:1 first (the simulator charges a node's Sends
     // right after it), then takes the arrival, then the product's own
-    // consumer.
+    // consumer. `a` needs a scalar that CPU:0 makes and sends before it may
+    // start the product, so `a` cannot arrive before the product has started,
+    // however the two device threads get the cores (with `a` made from
+    // constants alone, a loaded 2-core machine once had it arrive first).
     let g = Graph::new();
-    let d1 = g.device("/cpu:1");
-    let a = neg(&d1, "a", &filled(&d1, &[512, 512])?)?;
     let d0 = g.device("/cpu:0");
     let w = filled(&d0, &[768, 768])?;
-    let product = d0.op("MatMul").name("product").input(&w).input(&w).build()?;
+    let start_signal = d0.reduce_sum(&w, &[0, 1], false)?;
+    let d1 = g.device("/cpu:1");
+    let gated = d1.op("Add").name("gated").input(&filled(&d1, &[512, 512])?).input(&start_signal).build()?;
+    let a = neg(&d1, "a", &gated)?;
+    let product = d0.op("MatMul").name("product").input(&w).input(&w).control_input(&start_signal).build()?;
     let uses_product = neg(&d0, "uses_product", &product)?;
     let uses_a = neg(&d0, "uses_a", &a)?;
     let remote = neg(&d1, "uses_product_remotely", &product)?;
