@@ -614,6 +614,23 @@ mod tests {
         }
     }
 
+    /// Empty images (zero height with SAME padding) give empty outputs and
+    /// a zero filter gradient on every path, never a wrapped size.
+    #[test]
+    fn empty_images_give_empty_outputs_and_a_zero_filter_gradient() {
+        let g = Conv2dGeom::new([2, 0, 5, 16], [3, 3, 16, 32], [1, 1], Padding::Same).unwrap();
+        assert_eq!((g.out_h, g.output_len(), g.input_len()), (0, 0, 0));
+        assert!(!DirectKernels::of::<f32>(&g).forward);
+        let w = vec![1f32; g.filter_len()];
+        let mut y: Vec<f32> = vec![];
+        conv2d(&[], &w, &mut y, &g, 2);
+        let mut dx: Vec<f32> = vec![];
+        conv2d_backprop_input(&[], &w, &mut dx, &g, 2);
+        let mut dw = vec![f32::NAN; g.filter_len()];
+        conv2d_backprop_filter(&[], &[], &mut dw, &g, 2);
+        assert!(dw.iter().all(|&v| v == 0.0));
+    }
+
     #[test]
     fn geometry_follows_tensorflow_same_and_valid_rules() {
         let g = Conv2dGeom::new([1, 7, 8, 2], [3, 2, 2, 5], [2, 2], Padding::Same).unwrap();

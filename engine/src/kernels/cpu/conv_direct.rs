@@ -84,7 +84,10 @@ pub(crate) struct DirectKernels {
 
 impl DirectKernels {
     pub(crate) fn of<T: Float>(g: &Conv2dGeom) -> Self {
-        let on = TypeId::of::<T>() == TypeId::of::<f32>() && cpu_has_avx512() && g.batch > 0;
+        // Empty images or outputs stay on the im2col path, which handles them
+        // (the padded sizes below assume at least one output row and column).
+        let sized = g.batch > 0 && g.in_h > 0 && g.in_w > 0 && g.out_h > 0 && g.out_w > 0;
+        let on = TypeId::of::<T>() == TypeId::of::<f32>() && cpu_has_avx512() && sized;
         let out_ok = on && g.out_c % LANES == 0 && g.out_c > 0;
         Self {
             forward: out_ok,
