@@ -280,20 +280,16 @@ pub(crate) fn filter_grad<T: Float>(input: &[T], grad_out: &[T], grad_filter: &m
             unsafe { filter_grad_image(&scratch, &dy[b * out_len..][..out_len], acc, &p) };
         }
     };
-    if groups == 1 {
-        group(0, dw);
-        return true;
-    }
-    let mut partial = vec![0f32; groups * f_len];
+    // Group 0 sums straight into `dw`, the others into `rest`, added after.
+    let mut rest = vec![0f32; (groups - 1) * f_len];
     if threads > 1 {
-        partial.par_chunks_mut(f_len).enumerate().for_each(|(gi, acc)| group(gi, acc));
+        rayon::iter::once(&mut *dw).chain(rest.par_chunks_mut(f_len)).enumerate().for_each(|(gi, acc)| group(gi, acc));
     } else {
-        for (gi, acc) in partial.chunks_mut(f_len).enumerate() {
+        for (gi, acc) in std::iter::once(&mut *dw).chain(rest.chunks_mut(f_len)).enumerate() {
             group(gi, acc);
         }
     }
-    dw.copy_from_slice(&partial[..f_len]);
-    for acc in partial.chunks(f_len).skip(1) {
+    for acc in rest.chunks(f_len) {
         for (d, a) in dw.iter_mut().zip(acc) {
             *d += a;
         }
