@@ -492,12 +492,12 @@ impl Graph {
         Ok(v)
     }
 
-    /// The context this handle builds in (None: the root).
     /// The control-flow context node `id` was built in, if any.
     pub(crate) fn ctx_of(&self, id: NodeId) -> Option<usize> {
         self.lock().ctx_of.get(&id).copied()
     }
 
+    /// The context this handle builds in (None: the root).
     pub(crate) fn ctx(&self) -> Option<usize> {
         self.scope.ctx
     }
