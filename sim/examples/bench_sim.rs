@@ -7,14 +7,15 @@
 //! a digest of every step time's bits (equal digests: the same run).
 //! `--ps-4096` runs the largest PS scaling point (4,096 workers, 2 steps)
 //! the same way. `--topology NAME` picks the topology of those runs (star by
-//! default); `--workers N --steps S` any other size. `--events` runs only the event core (20 M events). `--digest` prints
+//! default), `--packed` puts the PS tasks on the first endpoints (`network.tasks`), in
+//! these runs and in `--digest`'s; `--workers N --steps S` any other size. `--events` runs only the event core (20 M events). `--digest` prints
 //! such digests for a spread of small configurations (topologies,
 //! strategies, sparse models, collectives): a change that must not alter
 //! results has to leave all of them equal. Both print `flow_digest` too:
 //! FNV-1a over every flow's (tag, arrival picoseconds), the network's whole
 //! timeline.
 
-use flowlab_sim::cluster::{simulate, ClusterConfig, ClusterReport, ModelRef, Straggler, Strategy, TopologyKind};
+use flowlab_sim::cluster::{simulate, ClusterConfig, ClusterReport, ModelRef, Straggler, Strategy, TaskLayout, TopologyKind};
 use flowlab_sim::comm::collective::AllReduceAlgo;
 
 /// FNV-1a over the step times' bits and the event count.
@@ -26,7 +27,7 @@ fn digest(r: &ClusterReport) -> u64 {
     digest
 }
 
-fn digests() -> Result<(), flowlab_sim::SimError> {
+fn digests(tasks: TaskLayout) -> Result<(), flowlab_sim::SimError> {
     let base = ClusterConfig {
         model: ModelRef::Name("inception_v3".into()),
         workers: 24,
@@ -76,7 +77,8 @@ fn digests() -> Result<(), flowlab_sim::SimError> {
         c.network.topology = topo;
         cases.push((name, c));
     }
-    for (name, cfg) in cases {
+    for (name, mut cfg) in cases {
+        cfg.network.tasks = tasks;
         let r = simulate(&cfg, 7)?;
         println!(
             "{name}: sim_seconds {} recomputations {} events {} bytes {} digest {:016x} flow_digest {:016x}",
@@ -91,7 +93,7 @@ fn digests() -> Result<(), flowlab_sim::SimError> {
     Ok(())
 }
 
-fn ps_only(workers: u32, steps: u64, topology: TopologyKind) -> Result<(), flowlab_sim::SimError> {
+fn ps_only(workers: u32, steps: u64, topology: TopologyKind, tasks: TaskLayout) -> Result<(), flowlab_sim::SimError> {
     let mut cfg = ClusterConfig {
         model: ModelRef::Name("inception_v3".into()),
         workers,
@@ -102,12 +104,13 @@ fn ps_only(workers: u32, steps: u64, topology: TopologyKind) -> Result<(), flowl
         ..ClusterConfig::default()
     };
     cfg.network.topology = topology;
+    cfg.network.tasks = tasks;
     let start = std::time::Instant::now();
     let r = simulate(&cfg, 1)?;
     let secs = start.elapsed().as_secs_f64();
     let digest = digest(&r);
     println!(
-        "{{\"case\":\"ps_sync_{steps}_steps_flow\",\"topology\":\"{topology:?}\",\"workers\":{workers},\"seconds\":{secs},\"sim_seconds\":{},\"recomputations\":{},\"events\":{},\"step_digest\":\"{digest:016x}\",\"flow_digest\":\"{:016x}\"}}",
+        "{{\"case\":\"ps_sync_{steps}_steps_flow\",\"topology\":\"{topology:?}\",\"tasks\":\"{tasks:?}\",\"workers\":{workers},\"seconds\":{secs},\"sim_seconds\":{},\"recomputations\":{},\"events\":{},\"step_digest\":\"{digest:016x}\",\"flow_digest\":\"{:016x}\"}}",
         r.sim_time_s, r.network_recomputations, r.events, r.flow_digest
     );
     Ok(())
@@ -119,8 +122,9 @@ fn main() {
         println!("{{\"case\":\"{}\",\"seconds\":{},\"value\":{}}}", r.case, r.seconds, r.value);
         return;
     }
+    let tasks = if std::env::args().any(|a| a == "--packed") { TaskLayout::Packed } else { TaskLayout::Spread };
     if std::env::args().any(|a| a == "--digest") {
-        if let Err(e) = digests() {
+        if let Err(e) = digests(tasks) {
             eprintln!("error: {e}");
             std::process::exit(1);
         }
@@ -149,7 +153,7 @@ fn main() {
         None
     };
     if let Some((workers, steps)) = ps {
-        if let Err(e) = ps_only(workers, steps, topology) {
+        if let Err(e) = ps_only(workers, steps, topology, tasks) {
             eprintln!("error: {e}");
             std::process::exit(1);
         }

@@ -8,9 +8,11 @@
 //! 64 to 4,096 workers; torus2d to 1,024), and the measured
 //! scaling exponent of each (least-squares slope of log seconds against
 //! log workers); and its large-scale goals: 4,096 workers on fat_tree and
-//! 16,384 on star, 10 sync steps each (< 5 s and < 10 s).
+//! 16,384 on star, 10 sync steps each (< 5 s and < 10 s). PS tasks are
+//! spread over the racks (`network.tasks`, the default); fat_tree, clos
+//! and hierarchical also get a row with them packed into the first rack.
 
-use crate::cluster::{simulate, ClusterConfig, Strategy, TopologyKind};
+use crate::cluster::{simulate, ClusterConfig, Strategy, TaskLayout, TopologyKind};
 use crate::comm::collective::AllReduceAlgo;
 use crate::error::SimError;
 use crate::event_queue::EventQueue;
@@ -180,6 +182,18 @@ pub fn bench(quick: bool) -> Result<Vec<BenchRecord>, SimError> {
             &ps_config_on(200, topo_steps, topo),
             if quick { "" } else { "< 0.2 s" },
         )?);
+    }
+    // The same with the PS tasks packed into the first rack or pod
+    // (`network.tasks: packed`): ECMP collisions on its uplinks couple
+    // every flow, the slow case of the flow model.
+    for (name, topo) in [
+        ("fat_tree", TopologyKind::FatTree),
+        ("clos", TopologyKind::Clos),
+        ("hierarchical", TopologyKind::Hierarchical),
+    ] {
+        let mut cfg = ps_config_on(200, topo_steps, topo);
+        cfg.network.tasks = TaskLayout::Packed;
+        out.push(timed(&format!("ps_sync_{topo_steps}_steps_flow_{name}_packed"), &cfg, "")?);
     }
     let mut star = Vec::new();
     for &w in sizes {

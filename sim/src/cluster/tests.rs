@@ -450,3 +450,59 @@ fn update_tokens_from_the_second_ps_task_match_the_closed_form() {
     let b = simulate(&yaml(&format!("{single}{}", model(true))), 7).unwrap();
     assert_eq!(a.step_times_s, b.step_times_s);
 }
+
+#[test]
+fn spread_tasks_take_every_endpoint_once_with_the_ps_tasks_evenly_apart() {
+    for (ps, workers) in [(17usize, 200usize), (1, 5), (4, 12), (3, 3), (5, 1), (0, 8)] {
+        let n = ps + workers;
+        for layout in [TaskLayout::Spread, TaskLayout::Packed] {
+            let (ps_at, worker_at) = layout.endpoints(ps, workers);
+            assert_eq!((ps_at.len(), worker_at.len()), (ps, workers), "{layout:?} {ps} {workers}");
+            let mut all: Vec<u32> = ps_at.iter().chain(&worker_at).copied().collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..n as u32).collect::<Vec<_>>(), "{layout:?} {ps} + {workers}: each endpoint once");
+            assert!(worker_at.windows(2).all(|w| w[0] < w[1]), "workers in endpoint order");
+        }
+        let (ps_at, _) = TaskLayout::Spread.endpoints(ps, workers);
+        if ps > 1 {
+            // gaps of floor(n / ps) or ceil(n / ps), the last wrapping round
+            let mut gaps: Vec<usize> = ps_at.windows(2).map(|p| (p[1] - p[0]) as usize).collect();
+            gaps.push(n - ps_at[ps - 1] as usize + ps_at[0] as usize);
+            assert!(gaps.iter().all(|&g| g == n / ps || g == n.div_ceil(ps)), "{ps} + {workers}: gaps {gaps:?}");
+        }
+        let (ps_at, worker_at) = TaskLayout::Packed.endpoints(ps, workers);
+        assert_eq!(ps_at, (0..ps as u32).collect::<Vec<_>>());
+        assert_eq!(worker_at[0], ps as u32);
+    }
+    // a 4-ary fat-tree numbers its 16 hosts pod by pod, 4 per pod: one PS task in each pod
+    assert_eq!(TaskLayout::Spread.endpoints(4, 12).0, vec![0, 4, 8, 12]);
+}
+
+/// Where the tasks sit (`network.tasks`), against closed forms: 2 machines
+/// of 2 devices each (in-machine links so fast they never bind, no
+/// latency anywhere), 10 Gbit/s NICs, 2 PS tasks holding 10 MB each, 2
+/// workers, no compute or request cost. Packed: both PS tasks on machine
+/// 0, both workers on machine 1, so the four 10 MB fetches share machine
+/// 0's NIC out, then the four pushes its NIC in: 2 x 40 MB / 10 Gbit/s =
+/// 64 ms. Spread: a PS task and a worker on each machine, each worker's
+/// far shard crossing the NICs in the direction no other flow takes, at
+/// the full rate, and its near one staying inside: 2 x 10 MB / 10 Gbit/s
+/// = 16 ms.
+#[test]
+fn task_layout_moves_the_ps_traffic_onto_the_nics_as_the_closed_forms_say() {
+    let cfg = |tasks: &str| {
+        format!(
+            "model: {{ dense_params: 5000000, ps_request_us: 0 }}\nworkers: 2\nps: 2\nsteps: 3\n\
+             network: {{ topology: hierarchical, hosts: 2, devices_per_host: 2, link_gbps: 10, latency_us: 0, \
+             intra_link_gbps: 1000000, intra_latency_us: 0, tasks: {tasks} }}\n"
+        )
+    };
+    let shard = 10e6 * 8.0 / 10e9;
+    let packed = p50(&cfg("packed"));
+    let spread = p50(&cfg("spread"));
+    assert!((packed - 8.0 * shard).abs() < 1e-4 * packed, "packed: {packed} s, closed form {} s", 8.0 * shard);
+    assert!((spread - 2.0 * shard).abs() < 1e-4 * spread, "spread: {spread} s, closed form {} s", 2.0 * shard);
+    assert_eq!(yaml("model: null\nworkers: 1\nps: 1\n").network.tasks, TaskLayout::Spread, "the default");
+    let e = serde_saphyr::from_str::<ClusterConfig>("model: null\nworkers: 1\nps: 1\nnetwork: { tasks: scattered }\n").unwrap_err().to_string();
+    assert!(e.contains("scattered") && e.contains("spread") && e.contains("packed"), "{e}");
+}

@@ -124,6 +124,9 @@ struct Sim<'a> {
     rng: ChaCha8Rng,
     straggler: StragglerModel,
     layout: PsLayout,
+    /// The endpoint of each PS task and of each worker (`network.tasks`).
+    ps_at: Vec<u32>,
+    worker_at: Vec<u32>,
     /// Per (worker, PS task), at `w * tasks + k`: sparse elements the
     /// worker's current step gathers from the task, the bytes it moves
     /// each way, and the path latency (`SimTime::MAX` until first needed).
@@ -217,8 +220,11 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
     let ps_request = (0..ps)
         .map(|k| SimTime::from_secs_f64((w.ps_request_us + w.ps_transfer_us * layout.tensors[k] as f64) * 1e-6))
         .collect();
+    let (ps_at, worker_at) = cfg.network.task_endpoints(ps, workers.len().max(total_workers));
     let mut sim = Sim {
         cfg,
+        ps_at,
+        worker_at,
         comm: cfg.comm,
         q: EventQueue::new(),
         net,
@@ -286,10 +292,10 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
 
 impl Sim<'_> {
     fn ps_endpoint(&self, k: u32) -> usize {
-        k as usize
+        self.ps_at[k as usize] as usize
     }
     fn worker_endpoint(&self, w: u32) -> usize {
-        self.cfg.ps as usize + w as usize
+        self.worker_at[w as usize] as usize
     }
 
     fn schedule_failures(&mut self) {
