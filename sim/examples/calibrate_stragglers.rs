@@ -8,12 +8,16 @@
 //!
 //! cargo run --release -p flowlab-sim --example calibrate_stragglers -- \
 //!   "{ dist: transient, mean_interval_s: 60, duration_s: 6, factor: 1.6, jitter_sigma: 0.05 }"
+//!
+//! `--model=YAML` replaces the workload (default: the catalog's
+//! `inception_v3`), e.g. `--model="{ dense_params: 23800000, compute_s: 0.85,
+//! examples_per_step: 32, step_overhead_us: 450000, overlap: true }"`.
 
-use flowlab_sim::cluster::{simulate, ClusterConfig, Straggler, Strategy, TopologyKind};
+use flowlab_sim::cluster::{simulate, ClusterConfig, ModelRef, Straggler, Strategy, TopologyKind};
 
-fn run(straggler: &Straggler, strategy: Strategy, steps: u64) -> Result<f64, flowlab_sim::SimError> {
+fn run(model: &ModelRef, straggler: &Straggler, strategy: Strategy, steps: u64) -> Result<f64, flowlab_sim::SimError> {
     let mut c = ClusterConfig {
-        model: flowlab_sim::cluster::ModelRef::Name("inception_v3".into()),
+        model: model.clone(),
         workers: 50,
         ps: 17,
         strategy,
@@ -27,9 +31,19 @@ fn run(straggler: &Straggler, strategy: Strategy, steps: u64) -> Result<f64, flo
 }
 
 fn main() {
-    let models: Vec<String> = std::env::args().skip(1).collect();
+    let mut model = ModelRef::Name("inception_v3".into());
+    if let Some(m) = std::env::args().find_map(|a| a.strip_prefix("--model=").map(str::to_string)) {
+        model = match serde_saphyr::from_str(&m) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("error: --model {m}: {e}");
+                std::process::exit(2);
+            }
+        };
+    }
+    let models: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--model=")).collect();
     let models = if models.is_empty() {
-        vec!["{ dist: lognormal, sigma: 0.3 }".to_string()]
+        vec!["{ dist: transient, mean_interval_s: 300, duration_s: 20, factor: 1.25, jitter_sigma: 0.03 }".to_string()]
     } else {
         models
     };
@@ -42,12 +56,12 @@ fn main() {
             }
         };
         let result = (|| -> Result<(), flowlab_sim::SimError> {
-            let sync = run(&s, Strategy::Sync { backup: 0 }, 200)?;
+            let sync = run(&model, &s, Strategy::Sync { backup: 0 }, 200)?;
             // Async: 200 steps of each worker (a step commits `workers` gradients).
-            let asy = run(&s, Strategy::Async {}, 200)?;
+            let asy = run(&model, &s, Strategy::Async {}, 200)?;
             let mut speedups = Vec::new();
             for b in 0..=5u32 {
-                let tb = run(&s, Strategy::Sync { backup: b }, 200)?;
+                let tb = run(&model, &s, Strategy::Sync { backup: b }, 200)?;
                 speedups.push(sync / tb * 50.0 / (50.0 + f64::from(b)));
             }
             let best = speedups.iter().enumerate().fold((0, 0.0), |a, (i, &v)| if v > a.1 { (i, v) } else { a });

@@ -4,7 +4,10 @@
 //!
 //! A worker step: fetch its parameters from every PS task (a request that
 //! costs PS CPU time, FIFO per task, while the response streams back),
-//! compute, push gradients (a flow per task, then PS CPU time). A group's step ends when `need` of its
+//! compute, push gradients (a flow per task, then PS CPU time); with the
+//! workload's `overlap`, the forward pass runs while the parameters arrive
+//! and the gradients stream out during the backward pass (see
+//! `Sim::start_forward`). A group's step ends when `need` of its
 //! members' gradients have been applied; its members then start the next
 //! step together, aborting late ones (their gradients are dropped). Async
 //! training is groups of one; sync is one group with backups on top.
@@ -38,7 +41,11 @@ enum Ev {
     FetchArrive { w: u32, ps: u32, epoch: u64 },
     /// A fetched shard whose flow arrived before the PS finished serving it.
     FetchReady { w: u32, epoch: u64 },
+    /// The worker's compute is done (with `overlap`: its forward pass).
     ComputeDone { w: u32, epoch: u64 },
+    /// With `overlap`: a gradient shard whose flow ran ahead of the backward
+    /// pass has its last bytes (the backward pass is done).
+    PushComplete { w: u32, ps: u32, epoch: u64 },
     /// PS task `ps` applied one pushed gradient shard.
     PushServed { w: u32, ps: u32, epoch: u64 },
     /// A control token of group `g`'s update (step round `round`) reached the
@@ -97,6 +104,11 @@ struct WorkerState {
     epoch: u64,
     pending: u32,
     fetched_version: u64,
+    /// With `overlap`: when the forward pass would end if every variable
+    /// were there, the backward pass's length, and when it ends.
+    forward_end: SimTime,
+    backward: SimTime,
+    backward_end: SimTime,
 }
 
 struct GroupState {
@@ -199,6 +211,9 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
                 epoch: 0,
                 pending: 0,
                 fetched_version: 0,
+                forward_end: SimTime::ZERO,
+                backward: SimTime::ZERO,
+                backward_end: SimTime::ZERO,
             });
         }
         groups.push(GroupState {
@@ -404,7 +419,16 @@ impl Sim<'_> {
             }
             Ev::ComputeDone { w, epoch } => {
                 if self.current(w, epoch) {
-                    self.push(w, epoch)?;
+                    if self.w.overlap {
+                        self.backward(w, epoch)?;
+                    } else {
+                        self.push(w, epoch)?;
+                    }
+                }
+            }
+            Ev::PushComplete { w, ps, epoch } => {
+                if self.current(w, epoch) {
+                    self.push_complete(w, ps, epoch);
                 }
             }
             Ev::PushServed { w, ps, epoch } => {
@@ -463,11 +487,22 @@ impl Sim<'_> {
                 }
             }
             TransferKind::Push => {
-                let at = self.serve(t.ps, now);
-                self.q.schedule_at(at, Ev::PushServed { w: t.w, ps: t.ps, epoch: t.epoch });
+                // With `overlap` the last bytes exist once the backward pass is done.
+                let complete = if self.w.overlap { self.workers[t.w as usize].backward_end } else { now };
+                if complete > now {
+                    self.q.schedule_at(complete, Ev::PushComplete { w: t.w, ps: t.ps, epoch: t.epoch });
+                } else {
+                    self.push_complete(t.w, t.ps, t.epoch);
+                }
             }
         }
         Ok(())
+    }
+
+    /// PS task `ps` has all of worker `w`'s gradient shard: its CPU applies it (FIFO).
+    fn push_complete(&mut self, w: u32, ps: u32, epoch: u64) {
+        let at = self.serve(ps, self.q.now());
+        self.q.schedule_at(at, Ev::PushServed { w, ps, epoch });
     }
 
     fn shard_fetched(&mut self, w: u32, epoch: u64) {
@@ -475,8 +510,39 @@ impl Sim<'_> {
         ws.pending -= 1;
         if ws.pending == 0 {
             ws.fetched_version = self.version;
-            self.compute(w, epoch);
+            if self.w.overlap {
+                // The forward pass has consumed each variable as it came:
+                // it ends with the last bytes or its own time, the later.
+                let end = ws.forward_end.max(self.q.now());
+                self.q.schedule_at(end, Ev::ComputeDone { w, epoch });
+            } else {
+                self.compute(w, epoch);
+            }
         }
+    }
+
+    /// With `overlap`, at the step's first fetch request: the compute time
+    /// is drawn and the forward pass starts (it runs as the variables
+    /// arrive, so it cannot end before the last of them).
+    fn start_forward(&mut self, w: u32, t0: SimTime) {
+        let d = self.compute_duration(w, t0).as_secs_f64();
+        let forward = SimTime::from_secs_f64(d * self.w.forward_fraction);
+        let end = self.cpu(t0, forward);
+        let ws = &mut self.workers[w as usize];
+        ws.forward_end = end;
+        ws.backward = SimTime::from_secs_f64(d * (1.0 - self.w.forward_fraction));
+    }
+
+    /// With `overlap`: the forward pass is done, the backward pass starts
+    /// and every gradient shard streams out as it is produced (its flow
+    /// starts now; the PS task applies it once it has arrived and the
+    /// backward pass, which makes its last bytes, is done).
+    fn backward(&mut self, w: u32, epoch: u64) -> Result<(), SimError> {
+        let now = self.q.now();
+        let d = self.workers[w as usize].backward;
+        let end = self.cpu(now, d);
+        self.workers[w as usize].backward_end = end;
+        self.push(w, epoch)
     }
 
     fn transfer(&mut self, t: Transfer) -> FlowTag {
@@ -572,23 +638,33 @@ impl Sim<'_> {
         }
         self.workers[w as usize].pending = pending;
         if pending == 0 {
+            // Nothing to fetch or push: the whole compute at once.
             self.workers[w as usize].fetched_version = self.version;
+            self.workers[w as usize].backward = SimTime::ZERO;
             self.compute(w, epoch);
+        } else if self.w.overlap {
+            self.start_forward(w, t0);
         }
         Ok(())
     }
 
     fn compute(&mut self, w: u32, epoch: u64) {
         let now = self.q.now();
+        let d = self.compute_duration(w, now);
+        let end = self.cpu(now, d);
+        self.q.schedule_at(end, Ev::ComputeDone { w, epoch });
+    }
+
+    /// Worker `w`'s compute time for a step starting at `now`: the
+    /// workload's jitter and the straggler model's factor.
+    fn compute_duration(&mut self, w: u32, now: SimTime) -> SimTime {
         let jitter = if self.w.compute_sigma > 0.0 {
             (self.w.compute_sigma * self.rng.sample::<f64, _>(StandardNormal)).exp()
         } else {
             1.0
         };
         let factor = self.straggler.factor(&mut self.rng, w as usize, now);
-        let d = SimTime::from_secs_f64(self.w.compute_s * jitter * factor);
-        let end = self.cpu(now, d);
-        self.q.schedule_at(end, Ev::ComputeDone { w, epoch });
+        SimTime::from_secs_f64(self.w.compute_s * jitter * factor)
     }
 
     fn push(&mut self, w: u32, epoch: u64) -> Result<(), SimError> {

@@ -69,6 +69,18 @@ pub struct Workload {
     /// task has them all.
     #[serde(default)]
     pub update_tokens: bool,
+    /// Communication overlapped with compute, as TensorFlow's dataflow
+    /// executor runs a step: each parameter shard's share of the forward
+    /// pass runs as soon as that shard has arrived (in arrival order), and
+    /// each gradient shard is pushed as soon as its share of the backward
+    /// pass is done (in reverse arrival order), instead of fetch, compute
+    /// and push one after another.
+    #[serde(default)]
+    pub overlap: bool,
+    /// With `overlap`, the forward pass's share of `compute_s` (default
+    /// 1/3: a backward pass costs about twice the forward).
+    #[serde(default = "default_forward_fraction")]
+    pub forward_fraction: f64,
     /// A model-zoo graph (`flowlab_sim::zoo`) whose one-device training step,
     /// simulated on `device` by the graph-level simulator, gives `compute_s`,
     /// and whose trainable variables give `dense_params` (the gradient).
@@ -132,6 +144,9 @@ fn one() -> u64 {
 fn default_ps_request_us() -> f64 {
     35.0
 }
+fn default_forward_fraction() -> f64 {
+    1.0 / 3.0
+}
 
 impl Default for Workload {
     fn default() -> Self {
@@ -148,6 +163,8 @@ impl Default for Workload {
             step_overhead_us: 0.0,
             step_wait_us: 0.0,
             update_tokens: false,
+            overlap: false,
+            forward_fraction: default_forward_fraction(),
             zoo: None,
             batch: None,
             device: None,
@@ -171,6 +188,12 @@ impl Workload {
         finite_nn("model.ps_transfer_us", self.ps_transfer_us)?;
         finite_nn("model.step_overhead_us", self.step_overhead_us)?;
         finite_nn("model.step_wait_us", self.step_wait_us)?;
+        if !(0.0..=1.0).contains(&self.forward_fraction) {
+            return Err(SimError::param(
+                "model.forward_fraction",
+                format!("must be between 0 and 1, got {}", self.forward_fraction),
+            ));
+        }
         if self.examples_per_step == 0 {
             return Err(SimError::param("model.examples_per_step", "must be at least 1"));
         }
@@ -283,17 +306,24 @@ impl Workload {
                 ..base
             },
             // Inception-v3 (Szegedy et al. 2016): 23.8 M parameters; Fig. 8
-            // trains it with batch 32 per K40 worker. Per step: 0.85 s of GPU
+            // trains it with batch 32 per K40 worker. Per step: 1.4 s of
             // compute (subject to stragglers) plus 0.45 s of fixed host work
-            // (input pipeline, session overhead), chosen so that with 17 PS
-            // tasks on 10 Gbit/s links 50 sync workers step in about 2 s,
-            // lognormal(0.3) stragglers make b = 3 to 4 backups best (Fig. 8:
-            // b = 3), and throughput flattens towards 200 workers.
+            // (input pipeline, session overhead); the fetch overlaps the
+            // forward pass and the push the backward pass, as TensorFlow's
+            // dataflow executor runs a step (`overlap`). Calibrated
+            // (sim/README.md, "Stragglers against the paper") so that with
+            // 17 PS tasks on a 10 Gbit/s fat-tree and the catalog's
+            // transient stragglers (slow periods of 20 s, x1.25, every 300 s
+            // on average per worker) 50 sync workers plus 4 backups step in
+            // 1.93 s and b = 3 backups are best, as in Fig. 8. Until
+            // 2026-11-27: 0.85 s of compute, no overlap, lognormal(0.3)
+            // stragglers (sync steps 60% longer than async; the paper: 10%).
             "inception_v3" => Workload {
                 dense_params: 23_800_000,
-                compute_s: 0.85,
+                compute_s: 1.4,
                 examples_per_step: 32,
                 step_overhead_us: 450_000.0,
+                overlap: true,
                 ..base
             },
             // LSTM-512-512 language model on One Billion Word (Fig. 9):
