@@ -39,6 +39,11 @@ const ENTRIES: &[CatalogEntry] = &[
         text: include_str!("../catalog/inception-scaling.yaml"),
     },
     CatalogEntry {
+        name: "inception-zoo",
+        summary: "Figure 8 (left) with each step's compute from the graph-level simulator (zoo Inception-v3, K40) beside the calibrated workload",
+        text: include_str!("../catalog/inception-zoo.yaml"),
+    },
+    CatalogEntry {
         name: "lstm-language-model",
         summary: "Figure 9: LSTM-512-512 language model, 1..32 PS tasks, 4..256 workers",
         text: include_str!("../catalog/lstm-language-model.yaml"),

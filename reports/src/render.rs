@@ -405,6 +405,44 @@ plots:
         assert!(bar.contains("a_rather_long_model_name_13"));
     }
 
+    #[test]
+    fn a_long_series_label_wraps_inside_the_legend() {
+        // A map-valued sweep key (an inline workload) labels its series with
+        // every varying leaf: far wider than the legend panel's 360 pixels.
+        let mut lines = Vec::new();
+        let zoo = json!({"model.zoo": "inception_v3", "model.batch": 32, "model.device": "k40",
+                         "model.step_overhead_us": 450000, "model.overlap": true});
+        for (i, model) in [json!({"model": "inception_v3"}), zoo].into_iter().enumerate() {
+            for (j, w) in [25u64, 50, 100].into_iter().enumerate() {
+                let index = i * 3 + j;
+                let mut params = model.clone();
+                params["workers"] = json!(w);
+                lines.push(
+                    json!({
+                        "index": index, "key": format!("k{index}"), "seed": index,
+                        "params": params,
+                        "metrics": {"throughput": (w * (i as u64 + 1)) as f64},
+                        "error": null, "elapsed_s": 0.0,
+                    })
+                    .to_string(),
+                );
+            }
+        }
+        let exp = "name: long\nplots:\n  - { x: workers, y: throughput, series: model }\n";
+        let dir = fixture(exp, &(lines.join("\n") + "\n"));
+        let report = render(dir.path()).unwrap();
+        let svg = report.plots.iter().find(|p| p.extension().unwrap() == "svg").unwrap();
+        let svg = std::fs::read_to_string(svg).unwrap();
+        let texts: Vec<&str> = svg.split("<text").skip(1).filter_map(|t| t.split('>').nth(1)?.split('<').next()).collect();
+        let label: Vec<&&str> = texts.iter().filter(|t| t.contains('=')).collect();
+        assert!(label.len() >= 2, "the long label should take several lines: {texts:?}");
+        let joined = label.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" ");
+        for part in ["batch=32", "device=k40", "overlap=true", "step_overhead_us=450000", "zoo=inception_v3"] {
+            assert!(joined.contains(part), "`{part}` missing from the legend: {joined}");
+        }
+        assert!(label.iter().all(|t| t.chars().count() <= 40), "a line wider than the panel: {label:?}");
+    }
+
     /// A hand-made `kind: validate` table: 3 placers x 2 links x 2
     /// predictors (12 runs) and one failed run.
     fn validate_results() -> String {

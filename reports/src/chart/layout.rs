@@ -171,15 +171,35 @@ impl Legend {
             panel.draw(&Text::new(h.clone(), (10, y), heading_style())).map_err(err)?;
             y += 28;
         }
-        // Entries that do not fit above the notes are summarised in one line.
+        // A label wider than the panel goes on several lines (the panel's
+        // width is capped); entries that do not fit above the notes are
+        // summarised in one line.
+        let entry_chars = ((width.saturating_sub(60)) / 8).max(8) as usize;
+        let entry_lines: Vec<Vec<String>> = self.entries.iter().map(|e| {
+            let lines = wrap(&e.label, entry_chars);
+            if lines.is_empty() { vec![String::new()] } else { lines }
+        }).collect();
+        let entry_height = |lines: &Vec<String>| 28 + 20 * (lines.len() as i32 - 1);
         let notes_height: i32 = note_lines.iter().map(|l| 20 * l.len() as i32 + 4).sum();
-        let room = ((height as i32 - y - notes_height - 20) / 28).max(1) as usize;
-        let (shown, hidden) = if self.entries.len() > room {
-            (room - 1, self.entries.len() + 1 - room)
+        let room = height as i32 - y - notes_height - 20;
+        let total: i32 = entry_lines.iter().map(entry_height).sum();
+        let shown = if total <= room {
+            self.entries.len()
         } else {
-            (self.entries.len(), 0)
+            // Keep one line for the summary.
+            let mut used = 28;
+            let mut n = 0;
+            for lines in &entry_lines {
+                used += entry_height(lines);
+                if used > room {
+                    break;
+                }
+                n += 1;
+            }
+            n.max(1).min(self.entries.len())
         };
-        for e in &self.entries[..shown] {
+        let hidden = self.entries.len() - shown;
+        for (e, lines) in self.entries[..shown].iter().zip(&entry_lines) {
             let mid = y + 9;
             match e.swatch {
                 Swatch::Reference => {
@@ -216,10 +236,12 @@ impl Legend {
                     }
                 }
             }
-            panel
-                .draw(&Text::new(e.label.clone(), (50, y), entry_style()))
-                .map_err(err)?;
-            y += 28;
+            for (i, line) in lines.iter().enumerate() {
+                panel
+                    .draw(&Text::new(line.clone(), (50, y + 20 * i as i32), entry_style()))
+                    .map_err(err)?;
+            }
+            y += entry_height(lines);
         }
         if hidden > 0 {
             let more = format!("… and {hidden} more");
@@ -256,14 +278,20 @@ fn note_style() -> TextStyle<'static> {
 fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines = Vec::new();
     let mut line = String::new();
-    for word in text.split_whitespace() {
+    // A word longer than a line is cut into line-long pieces.
+    let width = width.max(1);
+    let pieces = text.split_whitespace().flat_map(|word| {
+        let chars: Vec<char> = word.chars().collect();
+        chars.chunks(width).map(|c| c.iter().collect::<String>()).collect::<Vec<_>>()
+    });
+    for word in pieces {
         if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
             lines.push(std::mem::take(&mut line));
         }
         if !line.is_empty() {
             line.push(' ');
         }
-        line.push_str(word);
+        line.push_str(&word);
     }
     if !line.is_empty() {
         lines.push(line);
@@ -464,6 +492,7 @@ mod tests {
             wrap("points: mean of repeated runs", 14),
             ["points: mean", "of repeated", "runs"]
         );
+        assert_eq!(wrap("{\"batch\":32,\"device\":\"k40\"} x", 10), ["{\"batch\":3", "2,\"device\"", ":\"k40\"} x"]);
     }
 
     #[test]
