@@ -179,6 +179,13 @@ fn ring_all_reduce_training_matches_its_closed_form() {
     // Star: each ring hop is two links (4 us); 4 MB per rank.
     let expect = 2.0 * 7.0 / 8.0 * 4e6 / 1.25e9 + 2.0 * 7.0 * 4e-6;
     assert!((t - expect).abs() / expect < 0.01, "{t} vs {expect}");
+    // Overlapped with compute (forward a third): the ring starts with the
+    // backward passes and ends with the later of itself and them. 30 ms of
+    // compute hides the 5.7 ms ring; 6 ms leaves 2 ms of forward + the ring.
+    let overlapped = |compute_s: f64| p50(&c.replace("dense_params: 1000000", &format!("dense_params: 1000000, compute_s: {compute_s}, overlap: true")));
+    let (long, short) = (overlapped(0.03), overlapped(0.006));
+    assert!((long - 0.03).abs() < 1e-9, "compute hides the ring: {long}");
+    assert!((short - (0.002 + expect)).abs() / expect < 0.01, "forward, then the ring: {short} vs {}", 0.002 + expect);
 }
 
 #[test]

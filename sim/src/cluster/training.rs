@@ -17,7 +17,8 @@
 //! [`Ev::TokenArrive`]).
 //!
 //! With `allreduce`, a step is: every worker computes, then the collective
-//! runs on the otherwise idle network.
+//! runs on the otherwise idle network (with `overlap`, from when the last
+//! backward pass starts, ending no earlier than the last one ends).
 
 use crate::cluster::config::{ClusterConfig, Strategy};
 use crate::cluster::report::ClusterReport;
@@ -840,17 +841,26 @@ fn run_allreduce(
             });
         }
         let start = now;
-        let mut ready = start;
+        // `ready`: every rank's gradient is complete; `backward`: every
+        // rank's backward pass has started (with `overlap` the collective
+        // streams the gradients from then on, as they are produced, and
+        // cannot end before they all exist).
+        let (mut ready, mut backward) = (start, start);
         for r in 0..p {
             let jitter = if w.compute_sigma > 0.0 {
                 (w.compute_sigma * rng.sample::<f64, _>(StandardNormal)).exp()
             } else {
                 1.0
             };
-            let d = SimTime::from_secs_f64(w.compute_s * jitter * straggler.factor(&mut rng, r, start));
-            ready = ready.max(start + overhead + d);
+            let d = w.compute_s * jitter * straggler.factor(&mut rng, r, start);
+            ready = ready.max(start + overhead + SimTime::from_secs_f64(d));
+            backward = backward.max(start + overhead + SimTime::from_secs_f64(d * w.forward_fraction));
         }
-        let end = collective::run(&mut net, &stages, ready)?;
+        let end = if w.overlap {
+            collective::run(&mut net, &stages, backward)?.max(ready)
+        } else {
+            collective::run(&mut net, &stages, ready)?
+        };
         if end > max_t {
             return Err(SimError::BoundExceeded {
                 what: "max_sim_time_s".into(),
