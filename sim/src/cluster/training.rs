@@ -236,7 +236,7 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
     let ps_request = (0..ps)
         .map(|k| SimTime::from_secs_f64((w.ps_request_us + w.ps_transfer_us * layout.tensors[k] as f64) * 1e-6))
         .collect();
-    let (ps_at, worker_at) = cfg.network.task_endpoints(ps, workers.len().max(total_workers));
+    let (ps_at, worker_at) = cfg.network.task_endpoints(ps, workers.len());
     let mut sim = Sim {
         cfg,
         ps_at,

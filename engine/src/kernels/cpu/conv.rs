@@ -138,6 +138,12 @@ impl Conv2dGeom {
     pub fn output_len(&self) -> usize {
         self.batch * self.out_h * self.out_w * self.out_c
     }
+    /// Debug builds: the three buffers of a convolution have this geometry's lengths.
+    fn debug_assert_lens(&self, input: usize, filter: usize, output: usize) {
+        debug_assert_eq!(input, self.input_len());
+        debug_assert_eq!(filter, self.filter_len());
+        debug_assert_eq!(output, self.output_len());
+    }
     /// Multiply-adds times two of the forward pass (each gradient costs the same).
     pub fn flops(&self) -> u64 {
         2 * (self.batch * self.out_h * self.out_w) as u64 * self.patch_len() as u64 * self.out_c as u64
@@ -363,9 +369,7 @@ pub fn conv2d_backprop_input<T: Float>(
     g: &Conv2dGeom,
     threads: usize,
 ) {
-    debug_assert_eq!(grad_out.len(), g.output_len());
-    debug_assert_eq!(filter.len(), g.filter_len());
-    debug_assert_eq!(grad_in.len(), g.input_len());
+    g.debug_assert_lens(grad_in.len(), filter.len(), grad_out.len());
     if !g.is_pointwise() && conv_direct::input_grad(grad_out, filter, grad_in, g, threads) {
         return;
     }
@@ -380,9 +384,7 @@ pub fn conv2d_backprop_input_by_im2col<T: Float>(
     g: &Conv2dGeom,
     threads: usize,
 ) {
-    debug_assert_eq!(grad_out.len(), g.output_len());
-    debug_assert_eq!(filter.len(), g.filter_len());
-    debug_assert_eq!(grad_in.len(), g.input_len());
+    g.debug_assert_lens(grad_in.len(), filter.len(), grad_out.len());
     let (kl, oc, p) = (g.patch_len(), g.out_c, g.positions());
     if g.is_pointwise() {
         gemm_strided(grad_out, filter, grad_in, p, kl, oc, false, true, false, threads);
@@ -412,9 +414,7 @@ pub fn conv2d_backprop_filter<T: Float>(
     g: &Conv2dGeom,
     threads: usize,
 ) {
-    debug_assert_eq!(input.len(), g.input_len());
-    debug_assert_eq!(grad_out.len(), g.output_len());
-    debug_assert_eq!(grad_filter.len(), g.filter_len());
+    g.debug_assert_lens(input.len(), grad_filter.len(), grad_out.len());
     if !g.is_pointwise() && g.positions() > 0 && conv_direct::filter_grad(input, grad_out, grad_filter, g, threads) {
         return;
     }
@@ -429,9 +429,7 @@ pub fn conv2d_backprop_filter_by_im2col<T: Float>(
     g: &Conv2dGeom,
     threads: usize,
 ) {
-    debug_assert_eq!(input.len(), g.input_len());
-    debug_assert_eq!(grad_out.len(), g.output_len());
-    debug_assert_eq!(grad_filter.len(), g.filter_len());
+    g.debug_assert_lens(input.len(), grad_filter.len(), grad_out.len());
     let (kl, oc, p) = (g.patch_len(), g.out_c, g.positions());
     if g.is_pointwise() {
         gemm_strided(input, grad_out, grad_filter, kl, oc, p, true, false, false, threads);
