@@ -17,6 +17,7 @@ const KNOWN: &[(&str, &str)] = &[
     ("normalized_speedup", "normalized speedup (×)"),
     ("staleness_mean", "mean staleness (steps)"),
     ("staleness_p99", "99th percentile staleness (steps)"),
+    ("implicit_momentum", "implicit momentum of asynchrony"),
     ("bytes_moved", "bytes moved (B)"),
     ("link_util_max", "busiest link utilization (fraction)"),
     ("goodput", "goodput (examples/s)"),

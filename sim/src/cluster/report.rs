@@ -14,6 +14,7 @@ pub(crate) const METRIC_NAMES: &[&str] = &[
     "normalized_speedup",
     "staleness_mean",
     "staleness_p99",
+    "implicit_momentum",
     "bytes_moved",
     "link_util_max",
     "goodput",
@@ -148,6 +149,7 @@ impl ClusterReport {
             self.normalized_speedup(),
             staleness_mean,
             staleness_p99,
+            implicit_momentum(staleness_mean),
             self.bytes_moved as f64,
             self.link_util_max,
             self.goodput(),
@@ -160,6 +162,22 @@ impl ClusterReport {
             .map(|(k, v)| (k.to_string(), v))
             .collect()
     }
+}
+
+/// What asynchrony costs statistically, as momentum: with staleness S
+/// geometric, P(S = s) = (1 - C)·Cˢ, the expected asynchronous SGD update
+/// is the momentum update with momentum C and step (1 - C)·η (Mitliagkas,
+/// Zhang, Hadjis and Ré, "Asynchrony begets momentum, with an application
+/// to deep learning", Allerton 2016; C = 1 - 1/M for their queueing model
+/// of M workers). C is taken from the measured mean staleness, C / (1 - C)
+/// = mean: the geometric distribution of the same mean (the simulated
+/// distribution is not geometric; the figure is that model's, not a
+/// measurement of convergence). The momentum adds to the optimizer's own;
+/// once the sum passes the value tuned for synchronous training, more steps
+/// are needed to reach the same accuracy (the paper's experiments), so
+/// asynchronous throughput is not time to accuracy. 0 for synchronous runs.
+fn implicit_momentum(staleness_mean: f64) -> f64 {
+    staleness_mean / (1.0 + staleness_mean)
 }
 
 #[cfg(test)]

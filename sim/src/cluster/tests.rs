@@ -133,6 +133,28 @@ fn async_records_staleness_and_sync_has_none() {
     let g = groups.metrics()["staleness_mean"];
     assert!(g > 0.0 && g < m["staleness_mean"], "{g}");
     assert_eq!(groups.step_times_s.len(), 10);
+    assert_eq!(sync["implicit_momentum"], 0.0);
+}
+
+/// Mitliagkas et al. (2016): M asynchronous workers whose compute times
+/// are exponential give geometric staleness, P(S = s) = (1/M)(1 - 1/M)ˢ,
+/// and asynchrony acts as momentum 1 - 1/M. Whatever the distribution, M
+/// statistically equal workers, each fetching right after its own update,
+/// see on average one update from each of the M - 1 others per cycle
+/// (Little's law): mean staleness M - 1, the mean of that geometric law,
+/// hence the same momentum. Jitter keeps updates from tying.
+#[test]
+fn implicit_momentum_is_one_minus_one_over_the_workers() {
+    for workers in [4u32, 16] {
+        let cfg = format!(
+            "model: {{ compute_s: 1.0, dense_params: 1000 }}\nworkers: {workers}\nps: 1\nsteps: 400\nstraggler: {{ dist: lognormal, sigma: 0.2 }}\nstrategy: {{ async: {{}} }}\nnetwork: {{ topology: star, link_gbps: 100 }}\n"
+        );
+        let m = simulate(&yaml(&cfg), 1).unwrap().metrics();
+        let want = 1.0 - 1.0 / workers as f64;
+        eprintln!("{workers} workers: staleness {:.4}, implicit momentum {:.5} (1 - 1/M = {want:.5})", m["staleness_mean"], m["implicit_momentum"]);
+        assert!((m["staleness_mean"] / (workers - 1) as f64 - 1.0).abs() < 0.03, "{workers} workers: {m:?}");
+        assert!((m["implicit_momentum"] - want).abs() < 0.01, "{workers} workers: {} against {want}", m["implicit_momentum"]);
+    }
 }
 
 #[test]
