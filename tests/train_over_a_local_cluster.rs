@@ -317,6 +317,16 @@ fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
     assert_eq!(num(m, "bytes_per_step"), 2.0 * (2.0 * 4.0 * 9610.0 + 4.0), "{row}");
     assert!(num(m, "accuracy") > 0.8 && num(m, "predicted_step_s") > 0.0, "{row}");
     assert_eq!(num(m, "error"), (num(m, "predicted_step_s") - num(m, "measured_step_s")) / num(m, "measured_step_s"), "{row}");
+    // calibrated between task processes, each end of a transfer in its own
+    // process: both ends spend CPU on it, and the empty step's CPU (the
+    // master's and the two tasks') fits in its wall time on the host's cores
+    assert_eq!(num(m, "calibrated_between_processes"), 1.0, "{row}");
+    assert!(num(m, "calibrated_recv_producer_cpu_us") > 0.0 && num(m, "calibrated_recv_consumer_cpu_us") > 0.0, "{row}");
+    let step_cpu = num(m, "calibrated_step_master_cpu_us") + num(m, "calibrated_step_tasks_cpu_us");
+    assert!((num(m, "calibrated_step_cpu_us") - step_cpu).abs() < 1e-6 * step_cpu, "{row}");
+    // (each batch's CPU is under its wall time on every core, so the
+    // medians are too; the tasks' clocks may lag a scheduler tick)
+    assert!(step_cpu > 0.0 && step_cpu <= num(m, "host_cores") * num(m, "calibrated_step_overhead_us") * 1.25, "{row}");
     assert!(tasks_of(pid).is_empty(), "tasks left running: {:?}", tasks_of(pid));
 }
 

@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use crate::cluster::{ClusterSpec, Job, TaskId};
 use crate::error::Result;
+use crate::launch::{Launcher, LocalCluster};
 use crate::master::{Master, MasterOptions};
 use crate::net::bind_task;
 use crate::pb::echo_client::EchoClient;
@@ -385,6 +386,113 @@ pub fn measure_loopback(bytes: usize, reps: usize) -> Result<LoopbackFigures> {
     let core_share = core_share(reps.min(5), Duration::from_millis(20));
     let added = (recv_large_s - recv_small_s).max(1e-9);
     Ok(LoopbackFigures { recv_small_s, recv_large_s, bytes: floats * 4, bytes_per_s: (floats * 4) as f64 / added, step_overhead_s, recv_cpu_s, step_cpu_s, core_share })
+}
+
+/// What moving tensors and running steps cost the host's cores when each
+/// task is its own process (see [`measure_task_processes`]): per process,
+/// so that each end of a transfer is measured, not taken as half of both.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcessFigures {
+    /// The tensors moved, in floats each, and their wire format.
+    pub tensor_floats: Vec<usize>,
+    pub format: CommFormat,
+    /// CPU time of the producer's task process (ps:0, which serves the
+    /// call) per `RecvTensor`, the mean over the tensors.
+    pub recv_producer_cpu_s: f64,
+    /// The same at the consumer's task process (worker:0, which makes it).
+    pub recv_consumer_cpu_s: f64,
+    /// The master's (this process's) CPU time per transfer: about none,
+    /// the tasks move the tensors between themselves.
+    pub recv_master_cpu_s: f64,
+    /// Wall time of the empty step (one `RunGraph` on each task, a
+    /// constant fetched from each).
+    pub step_overhead_s: f64,
+    /// CPU time per empty step: of the master, and of the two task
+    /// processes together.
+    pub step_master_cpu_s: f64,
+    pub step_tasks_cpu_s: f64,
+}
+
+/// Median of a list of per-step figures.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Measures [`ProcessFigures`] on a 1 PS + 1 worker local cluster of
+/// `launcher`'s task processes, moving tensors of `tensor_floats` floats
+/// (a model's variables: what its fetches and pushes move) in `format`;
+/// `None` when the tasks are threads of this process (or `/proc` has no
+/// per-thread clocks), where [`measure_loopback`] is the measurement.
+///
+/// Two steps run in alternating batches of 20, `reps` pairs after a
+/// warm-up pair: an empty step (a constant fetched from each task) and the
+/// same step with every tensor, a constant on ps:0, received on worker:0
+/// (one `RecvTensor` each, the worker calling the PS, as a fetch of
+/// variables does) and taken there by an `Identity` under a target. Each
+/// batch reads every process's CPU clock before and after; the figures are
+/// medians over the batches, and a transfer's CPU at each end the
+/// difference of the two steps' over the tensors.
+pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], format: CommFormat, reps: usize) -> Result<Option<ProcessFigures>> {
+    if !launcher.processes() || tensor_floats.is_empty() {
+        return Ok(None);
+    }
+    const ITERS: usize = 20;
+    let cluster = LocalCluster::start(launcher, 1, 1)?;
+    let (ps, w0) = (TaskId::new(Job::Ps, 0), TaskId::new(Job::Worker, 0));
+    let small = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], vec![4])?;
+    let g = Graph::new();
+    let on_ps = g.device(&ps.device().to_string());
+    let on_worker = g.device(&w0.device().to_string());
+    let ps_const = on_ps.constant(small.clone())?;
+    let worker_const = on_worker.constant(small)?;
+    let mut taken = Vec::new();
+    for (i, &n) in tensor_floats.iter().enumerate() {
+        let values: Vec<f32> = (0..n.max(1)).map(|j| ((i + j) % 13) as f32 * 0.25 - 1.5).collect();
+        let c = on_ps.constant(Tensor::from_vec(values, vec![n.max(1)])?)?;
+        taken.push(on_worker.identity(&c)?);
+    }
+    let take = on_worker.group("take_tensors", &taken.iter().collect::<Vec<_>>())?;
+    let options = MasterOptions { partition: flowlab_engine::PartitionOptions { format, ..Default::default() }, ..Default::default() };
+    let mut master = Master::connect(&cluster.spec, options)?;
+    master.register(&g)?;
+    // per step: (ps:0, worker:0, master) CPU seconds and the wall time
+    let batch = |targets: &[&Output]| -> Result<Option<[f64; 4]>> {
+        let read = |c: &LocalCluster| -> Option<(f64, f64)> {
+            let cpu = c.task_thread_cpu_s();
+            Some((cpu.first()?.1?, cpu.get(1)?.1?))
+        };
+        let Some((p0, w0)) = read(&cluster) else { return Ok(None) };
+        let (m0, t0) = (process_cpu_s(), Instant::now());
+        for _ in 0..ITERS {
+            master.run(&[], &[&ps_const, &worker_const], targets)?;
+        }
+        let (m1, wall) = (process_cpu_s(), t0.elapsed().as_secs_f64());
+        let Some((p1, w1)) = read(&cluster) else { return Ok(None) };
+        let n = ITERS as f64;
+        Ok(Some([(p1 - p0) / n, (w1 - w0) / n, (m1 - m0) / n, wall / n]))
+    };
+    let (mut empty, mut moving) = (Vec::new(), Vec::new());
+    for rep in 0..=reps.max(1) {
+        let (Some(a), Some(b)) = (batch(&[])?, batch(&[&take])?) else { return Ok(None) };
+        // the first pair warms the steps' plans, the connections and the pages
+        if rep > 0 {
+            empty.push(a);
+            moving.push(b);
+        }
+    }
+    let col = |v: &[[f64; 4]], i: usize| median(v.iter().map(|r| r[i]).collect());
+    let per_transfer = |i: usize| ((col(&moving, i) - col(&empty, i)) / tensor_floats.len() as f64).max(0.0);
+    Ok(Some(ProcessFigures {
+        tensor_floats: tensor_floats.to_vec(),
+        format,
+        recv_producer_cpu_s: per_transfer(0),
+        recv_consumer_cpu_s: per_transfer(1),
+        recv_master_cpu_s: per_transfer(2),
+        step_overhead_s: col(&empty, 3),
+        step_master_cpu_s: col(&empty, 2),
+        step_tasks_cpu_s: col(&empty, 0) + col(&empty, 1),
+    }))
 }
 
 #[cfg(test)]

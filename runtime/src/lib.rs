@@ -33,7 +33,7 @@ pub mod pb {
     tonic::include_proto!("flowlab");
 }
 
-pub use bench::{ClusterBenchRecord, LoopbackFigures, bench as bench_cluster, bench_floors, measure_loopback, process_cpu_s};
+pub use bench::{ClusterBenchRecord, LoopbackFigures, ProcessFigures, bench as bench_cluster, bench_floors, measure_loopback, measure_task_processes, process_cpu_s};
 pub use cluster::{ClusterSpec, Job, TaskId};
 pub use error::{Result, RuntimeError};
 pub use launch::{Launcher, LocalCluster};

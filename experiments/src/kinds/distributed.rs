@@ -41,7 +41,13 @@
 //!   each of two tasks and moves nothing; and the CPU time (every thread
 //!   of the calibrating process) per small `RecvTensor` and per empty step;
 //!   `core_share`, the CPU time over wall time of one spinning thread (1
-//!   on an idle host, less while other jobs share the cores).
+//!   on an idle host, less while other jobs share the cores). When the
+//!   tasks are processes, the CPU figures and `step_overhead_s` come from
+//!   a 1 PS + 1 worker cluster of task processes instead
+//!   (`flowlab_runtime::measure_task_processes`): each process's clock per
+//!   empty step, and per `RecvTensor` of the model's own variables in the
+//!   point's format at each end (the in-process figures, a 4-float tensor
+//!   with both ends in one process, stay in the row).
 //! - predicted: the cluster simulator's step times for the same workers,
 //!   PS tasks, strategy, variables (sizes and greedy placement as the
 //!   runtime's) and format. What the runtime does, and how the simulator
@@ -52,15 +58,21 @@
 //!     run. `core_share` says how disturbed the sitting was; it is not
 //!     applied (README: one moment's share does not hold for the run).
 //!   - a task has one message thread (its gRPC runtime runs on one worker
-//!     thread): every tensor moved is one `RecvTensor`, whose CPU is spent
-//!     half at each end (`CPU_SHARE_PER_END`; the calibration measures both
-//!     ends together). The PS's end is `ps_transfer_us` per tensor it
-//!     holds, FIFO on the PS with the other workers' requests; the worker's
-//!     end of its 2V (+1 loss) transfers is in its step overhead, with the
-//!     CPU of the step's `RunGraph` calls (the empty step's CPU, which has
-//!     two, times the calls per gradient over two: one on every worker and
-//!     PS task of a synchronous step, on the worker and the PS tasks for an
-//!     asynchronous step).
+//!     thread): every tensor moved is one `RecvTensor`. Each task is the
+//!     producer of half of its tensors (the PS of the fetched variables,
+//!     the worker of the gradients) and the consumer of the other half, so
+//!     each end is charged the mean of the two, half the transfer's CPU
+//!     (`CPU_SHARE_PER_END`). The PS's end is `ps_transfer_us` per tensor
+//!     it holds, FIFO on the PS with the other workers' requests, and the
+//!     step waits for it; the worker's end of its 2V fetched and pushed
+//!     tensors is `worker_transfer_us`, CPU that holds a core while the
+//!     tensors move and that nothing waits for, since the two ends
+//!     pipeline (the worker decodes one tensor while the PS serves the
+//!     next). The step overhead holds the CPU of the step's `RunGraph`
+//!     calls (the empty step's CPU, which has two, times the calls per
+//!     gradient over two: one on every worker and PS task of a synchronous
+//!     step, on the worker and the PS tasks for an asynchronous step) and
+//!     the worker's end of its loss transfer.
 //!   - the update is applied once per update: `ps_request_us` is the
 //!     largest PS task's share of `apply_s` over the simulator's two
 //!     requests per gradient.
@@ -168,6 +180,15 @@ fn default_reps() -> usize {
 const MAX_TASKS: usize = 32;
 const MAX_EPOCHS: usize = 1000;
 
+/// Metrics only a point whose tasks are processes has: the calibration
+/// between task processes (`measure_task_processes`).
+const PROCESS_METRICS: &[&str] = &[
+    "calibrated_recv_producer_cpu_us",
+    "calibrated_recv_consumer_cpu_us",
+    "calibrated_step_master_cpu_us",
+    "calibrated_step_tasks_cpu_us",
+];
+
 const METRICS: &[&str] = &[
     "measured_step_s",
     "measured_p10_s",
@@ -195,6 +216,13 @@ const METRICS: &[&str] = &[
     "calibrated_recv_cpu_us",
     "calibrated_step_cpu_us",
     "calibrated_core_share",
+    "calibrated_between_processes",
+    "calibrated_in_process_recv_cpu_us",
+    "calibrated_in_process_step_cpu_us",
+    "calibrated_recv_producer_cpu_us",
+    "calibrated_recv_consumer_cpu_us",
+    "calibrated_step_master_cpu_us",
+    "calibrated_step_tasks_cpu_us",
     "host_cores",
     "sim_link_gbps",
     "sim_latency_us",
@@ -364,10 +392,11 @@ struct SimInputs {
     transfers: usize,
 }
 
-/// The part of a transfer's CPU time spent at each of its two ends: the
-/// calibration measures both ends together (client and server in one
-/// process); a `RecvTensor` encodes on one side what it decodes on the
-/// other, so each end is taken to spend half.
+/// The part of a transfer's CPU time charged to each of its two ends: a
+/// task produces half of the tensors it moves and consumes the other half
+/// (module comment), so each end spends the mean of the producer's and
+/// the consumer's CPU, half of the transfer's (between processes the two
+/// are measured apart: about 40% and 60% of it here).
 const CPU_SHARE_PER_END: f64 = 0.5;
 
 /// The simulator's inputs for point `p` from the calibrated figures.
@@ -414,8 +443,11 @@ fn predict_inputs(
         ps_request_us,
         ps_transfer_us: per_end_us,
         // the master's and the tasks' CPU of the step's RunGraph calls, and
-        // the worker's end of each of its transfers
-        step_overhead_us: step_cpu_us + transfers as f64 * per_end_us,
+        // the worker's end of its loss transfer
+        step_overhead_us: step_cpu_us + (transfers - 2 * vars.len()) as f64 * per_end_us,
+        // the worker's end of each fetched variable and pushed gradient:
+        // it pipelines with the PS's end, which the step waits for
+        worker_transfer_us: per_end_us,
         // the rest of the empty step's wall time is waiting; and an
         // emulated link delays the tensors of one direction one behind
         // the other, a latency each, where the simulator has 3 (a fetch's
@@ -458,7 +490,21 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     let grad_bytes = cfg.comm.bytes_for(total as u64) as usize;
     // the rate from at least a megabyte, so that the added time stands well
     // above the jitter of a small RecvTensor
-    let link = flowlab_runtime::measure_loopback(grad_bytes.max(1 << 20), p.calibration_reps).map_err(|e| format!("calibrating loopback: {e}"))?;
+    let in_process = flowlab_runtime::measure_loopback(grad_bytes.max(1 << 20), p.calibration_reps).map_err(|e| format!("calibrating loopback: {e}"))?;
+    // with task processes, what moving the model's tensors and an empty
+    // step cost the cores is measured between processes, per process; the
+    // loopback rate and latency stay the in-process ones
+    let floats: Vec<usize> = vars.iter().map(|v| v.1).collect();
+    let between = flowlab_runtime::measure_task_processes(&env.launcher, &floats, cfg.comm, p.calibration_reps).map_err(|e| format!("calibrating task processes: {e}"))?;
+    let link = match &between {
+        Some(f) => flowlab_runtime::LoopbackFigures {
+            recv_cpu_s: f.recv_producer_cpu_s + f.recv_consumer_cpu_s + f.recv_master_cpu_s,
+            step_cpu_s: f.step_master_cpu_s + f.step_tasks_cpu_s,
+            step_overhead_s: f.step_overhead_s,
+            ..in_process
+        },
+        None => in_process,
+    };
 
     // the real run
     let ck_dir = tempfile::tempdir().map_err(|e| format!("checkpoint folder: {e}"))?;
@@ -550,6 +596,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         tensors[v.2] += 1;
     }
     let per_gradient_us = w.step_overhead_us
+        + w.worker_transfer_us * 2.0 * vars.len() as f64
         + w.compute_s * 1e6
         + tensors.iter().filter(|&&t| t > 0).map(|&t| 2.0 * (w.ps_request_us + w.ps_transfer_us * t as f64)).sum::<f64>();
     let tokens = if p.ps > 1 { tensors[1..].iter().sum::<usize>() } else { 0 };
@@ -590,6 +637,15 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     put("calibrated_recv_cpu_us", link.recv_cpu_s * 1e6);
     put("calibrated_step_cpu_us", link.step_cpu_s * 1e6);
     put("calibrated_core_share", link.core_share);
+    put("calibrated_between_processes", if between.is_some() { 1.0 } else { 0.0 });
+    put("calibrated_in_process_recv_cpu_us", in_process.recv_cpu_s * 1e6);
+    put("calibrated_in_process_step_cpu_us", in_process.step_cpu_s * 1e6);
+    if let Some(f) = &between {
+        put("calibrated_recv_producer_cpu_us", f.recv_producer_cpu_s * 1e6);
+        put("calibrated_recv_consumer_cpu_us", f.recv_consumer_cpu_s * 1e6);
+        put("calibrated_step_master_cpu_us", f.step_master_cpu_s * 1e6);
+        put("calibrated_step_tasks_cpu_us", f.step_tasks_cpu_s * 1e6);
+    }
     put("host_cores", f64::from(model.cores));
     put("sim_link_gbps", model.gbps);
     put("sim_latency_us", model.latency_us);
@@ -650,9 +706,13 @@ mod tests {
         let run = point("workers: 2\nps: 2\nepochs: 1\ncalibration_reps: 2").unwrap();
         let o = run.run(&PointEnv { seed: 1, launcher: Launcher::Threads }).unwrap();
         let m = &o.metrics;
-        for k in METRICS {
+        // every metric but the per-process calibration, which tasks on
+        // threads cannot have (the e2e test checks those)
+        for k in METRICS.iter().filter(|k| !PROCESS_METRICS.contains(k)) {
             assert!(m.get(*k).is_some_and(|v| v.is_finite()), "{k}: {m:?}");
         }
+        assert!(PROCESS_METRICS.iter().all(|k| !m.contains_key(*k)), "{m:?}");
+        assert_eq!(m["calibrated_between_processes"], 0.0);
         // one epoch of batches of 32 from the 1,438 training examples
         assert_eq!(m["steps"], 45.0);
         assert!(m["accuracy"] > 0.8, "{m:?}");

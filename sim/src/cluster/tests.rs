@@ -480,6 +480,35 @@ fn update_tokens_from_the_second_ps_task_match_the_closed_form() {
     assert_eq!(a.step_times_s, b.step_times_s);
 }
 
+/// `worker_transfer_us` against closed forms: one worker, one PS task
+/// holding two one-float variables (flows of 8 bytes: nanoseconds), each
+/// request 2 x 100 us of PS CPU, 1 ms of compute, and the worker's end of
+/// each tensor 100 us. On one core everything runs one after another:
+/// 200 (its end of the fetch) + 200 (the PS serves it) + 1,000 + 200 (its
+/// end of the push) + 200 (the PS applies it) = 1,800 us. On two cores
+/// nothing waits for the worker's ends: the step is the PS's two requests
+/// and the compute, 1,400 us, exactly the step without them; and without
+/// `host_cores` they cost nothing.
+#[test]
+fn worker_transfer_cpu_holds_a_core_and_delays_no_step() {
+    let cfg = |cores: &str, worker_us: u32| {
+        format!(
+            "model: {{ variables: [1, 1], compute_s: 0.001, ps_request_us: 0, ps_transfer_us: 100, worker_transfer_us: {worker_us} }}\n\
+             workers: 1\nps: 1\nsteps: 4\nstrategy: {{ async: {{}} }}\nnetwork: {{ topology: mesh, link_gbps: 10, latency_us: 0 }}\n{cores}"
+        )
+    };
+    let one_core = p50(&cfg("host_cores: 1\n", 100));
+    assert!((one_core - 1800e-6).abs() < 1e-7, "{one_core}");
+    let two = |us| simulate(&yaml(&cfg("host_cores: 2\n", us)), 7).unwrap().step_times_s;
+    assert_eq!(two(100), two(0), "on two cores the worker's ends delay nothing");
+    let two_cores = p50(&cfg("host_cores: 2\n", 100));
+    assert!((two_cores - 1400e-6).abs() < 1e-7, "{two_cores}");
+    let no_cores = |us| simulate(&yaml(&cfg("", us)), 7).unwrap().step_times_s;
+    assert_eq!(no_cores(100), no_cores(0));
+    assert!((p50(&cfg("", 100)) - 1400e-6).abs() < 1e-7);
+    assert_eq!(err(&cfg("", 0).replace("worker_transfer_us: 0", "worker_transfer_us: -1")), "invalid parameter `model.worker_transfer_us`: must be zero or positive and finite, got -1");
+}
+
 #[test]
 fn spread_tasks_take_every_endpoint_once_with_the_ps_tasks_evenly_apart() {
     for (ps, workers) in [(17usize, 200usize), (1, 5), (4, 12), (3, 3), (5, 1), (0, 8)] {

@@ -163,6 +163,9 @@ struct Sim<'a> {
     cores: Vec<SimTime>,
     overhead: SimTime,
     wait: SimTime,
+    /// The worker's CPU per tensor it moves (`worker_transfer_us`; only
+    /// with `host_cores`): it holds a core, nothing waits for it.
+    worker_transfer: SimTime,
     workers: Vec<WorkerState>,
     groups: Vec<GroupState>,
     transfers: Vec<Transfer>,
@@ -258,6 +261,7 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
         cores: vec![SimTime::ZERO; cfg.host_cores.unwrap_or(0) as usize],
         overhead: SimTime::from_secs_f64(w.step_overhead_us * 1e-6),
         wait: SimTime::from_secs_f64(w.step_wait_us * 1e-6),
+        worker_transfer: SimTime::from_secs_f64(w.worker_transfer_us * 1e-6),
         w,
         workers,
         groups,
@@ -610,6 +614,18 @@ impl Sim<'_> {
         end
     }
 
+    /// Worker `w`'s end of the tensors one fetch or push of its step moves,
+    /// from `from`: CPU on the shared host that nothing waits for (see
+    /// `Workload::worker_transfer_us`). Nothing without it or `host_cores`,
+    /// so that other workloads keep their cores' schedule bit for bit.
+    fn worker_transfer_cpu(&mut self, w: u32, from: SimTime) {
+        if self.worker_transfer == SimTime::ZERO || self.cores.is_empty() {
+            return;
+        }
+        let tensors: u64 = (0..self.layout.tasks()).filter(|&k| self.involved(w, k)).map(|k| self.layout.tensors[k]).sum();
+        self.cpu(from, SimTime(self.worker_transfer.0.saturating_mul(tensors)));
+    }
+
     fn involved(&self, w: u32, k: usize) -> bool {
         self.layout.dense[k] > 0 || self.sparse[w as usize * self.layout.tasks() + k] > 0
     }
@@ -625,6 +641,7 @@ impl Sim<'_> {
         }
         let epoch = self.workers[w as usize].epoch;
         let t0 = self.cpu(now, self.overhead) + self.wait;
+        self.worker_transfer_cpu(w, t0);
         let mut pending = 0;
         for k in 0..self.layout.tasks() {
             if self.involved(w, k) {
@@ -670,6 +687,7 @@ impl Sim<'_> {
 
     fn push(&mut self, w: u32, epoch: u64) -> Result<(), SimError> {
         let now = self.q.now();
+        self.worker_transfer_cpu(w, now);
         let mut pending = 0;
         for k in 0..self.layout.tasks() {
             if self.involved(w, k) {

@@ -55,6 +55,15 @@ pub struct Workload {
     /// On a shared host (`host_cores`) it holds a core.
     #[serde(default)]
     pub step_overhead_us: f64,
+    /// Worker CPU time per tensor it moves (its end of each fetch's and
+    /// push's `RecvTensor`), microseconds. On a shared host (`host_cores`)
+    /// it holds a core while the tensors move but delays no step: a
+    /// runtime's two ends of a transfer pipeline (the worker decodes one
+    /// fetched tensor while the PS serves the next), and the PS's end,
+    /// `ps_transfer_us`, is the one the step waits for. Without
+    /// `host_cores` it costs nothing.
+    #[serde(default)]
+    pub worker_transfer_us: f64,
     /// Fixed worker time per step that holds no CPU (waits the model's
     /// one flow per task does not have, e.g. one link latency per further
     /// tensor), microseconds, after `step_overhead_us`.
@@ -161,6 +170,7 @@ impl Default for Workload {
             ps_request_us: default_ps_request_us(),
             ps_transfer_us: 0.0,
             step_overhead_us: 0.0,
+            worker_transfer_us: 0.0,
             step_wait_us: 0.0,
             update_tokens: false,
             overlap: false,
@@ -188,6 +198,7 @@ impl Workload {
         finite_nn("model.ps_transfer_us", self.ps_transfer_us)?;
         finite_nn("model.step_overhead_us", self.step_overhead_us)?;
         finite_nn("model.step_wait_us", self.step_wait_us)?;
+        finite_nn("model.worker_transfer_us", self.worker_transfer_us)?;
         if !(0.0..=1.0).contains(&self.forward_fraction) {
             return Err(SimError::param(
                 "model.forward_fraction",
