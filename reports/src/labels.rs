@@ -123,6 +123,39 @@ pub(crate) fn format_axis_tick(v: f64, range: &std::ops::Range<f64>) -> String {
     format_tick(if v.abs() <= width * 1e-9 { 0.0 } else { v })
 }
 
+/// An axis's title and its tick labels. A time in seconds (a title ending
+/// in " (s)") whose axis lies within a second is shown in milliseconds, and
+/// within a millisecond in microseconds, so that its ticks read `4.5`
+/// rather than `0.0045`; the data stay in seconds. A plot's own label
+/// (`x_label`, `y_label`) says its unit itself: its values are shown as
+/// they are.
+pub(crate) struct Axis {
+    pub(crate) desc: String,
+    scale: f64,
+    range: std::ops::Range<f64>,
+}
+
+impl Axis {
+    /// The axis of `key` over `range` (the chart's, in the data's units),
+    /// titled `own` where the plot gives a title.
+    pub(crate) fn new(own: Option<&str>, key: &str, range: &std::ops::Range<f64>) -> Axis {
+        let label = own.map_or_else(|| axis_label(key), str::to_string);
+        let widest = range.start.abs().max(range.end.abs());
+        let seconds = if own.is_none() { label.strip_suffix(" (s)") } else { None };
+        let (scale, desc) = match seconds {
+            Some(stem) if widest > 0.0 && widest < 1e-3 => (1e6, format!("{stem} (µs)")),
+            Some(stem) if widest > 0.0 && widest < 1.0 => (1e3, format!("{stem} (ms)")),
+            _ => (1.0, label),
+        };
+        Axis { desc, scale, range: range.start * scale..range.end * scale }
+    }
+
+    /// The label of the tick at `v` (in the data's units).
+    pub(crate) fn tick(&self, v: f64) -> String {
+        format_axis_tick(v * self.scale, &self.range)
+    }
+}
+
 /// `v` with at most `digits` significant digits, trailing zeros removed.
 fn significant(v: f64, digits: i32) -> String {
     let a = v.abs();
@@ -161,6 +194,23 @@ mod tests {
         assert_eq!(axis_label("link_gbps"), "link (Gb/s)");
         assert_eq!(axis_label("model"), "model");
         assert_eq!(axis_label("_s"), "_s");
+    }
+
+    /// A step time of a few milliseconds reads in ms, a sub-millisecond
+    /// one in µs, one of seconds stays in s; other units, and an axis the
+    /// plot titles itself, keep their values.
+    #[test]
+    fn short_times_read_in_milliseconds_or_microseconds() {
+        let ms = Axis::new(None, "measured_step_s", &(0.0005..0.0062));
+        assert_eq!((ms.desc.as_str(), ms.tick(0.0045), ms.tick(0.0)), ("measured step time (ms)", "4.5".to_string(), "0".to_string()));
+        let us = Axis::new(None, "latency_s", &(0.0..0.00025));
+        assert_eq!((us.desc.as_str(), us.tick(0.000125)), ("latency (µs)", "125".to_string()));
+        let s = Axis::new(None, "step_p50_s", &(0.0..3.4));
+        assert_eq!((s.desc.as_str(), s.tick(2.5)), ("median step time (s)", "2.5".to_string()));
+        let fraction = Axis::new(None, "error", &(-0.4..0.3));
+        assert_eq!((fraction.desc.as_str(), fraction.tick(-0.25)), ("signed prediction error (fraction)", "-0.25".to_string()));
+        let own = Axis::new(Some("step (s)"), "measured_step_s", &(0.0..0.006));
+        assert_eq!((own.desc.as_str(), own.tick(0.0045)), ("step (s)", "0.0045".to_string()));
     }
 
     #[test]

@@ -514,8 +514,9 @@ plots:
         let first = svg("scatter-predicted_step_s-vs-measured_step_s.svg");
         for label in [
             "predicted step time vs measured step time",
-            "measured step time (s)",
-            "predicted step time (s)",
+            // 4-19 ms steps: the axes read in milliseconds
+            "measured step time (ms)",
+            "predicted step time (ms)",
             "\nsingle_device\n",
             "\nround_robin\n",
             "\nm_etf\n",

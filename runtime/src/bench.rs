@@ -462,15 +462,15 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
             let cpu = c.task_thread_cpu_s();
             Some((cpu.first()?.1?, cpu.get(1)?.1?))
         };
-        let Some((p0, w0)) = read(&cluster) else { return Ok(None) };
+        let Some((ps_cpu0, worker_cpu0)) = read(&cluster) else { return Ok(None) };
         let (m0, t0) = (process_cpu_s(), Instant::now());
         for _ in 0..ITERS {
             master.run(&[], &[&ps_const, &worker_const], targets)?;
         }
         let (m1, wall) = (process_cpu_s(), t0.elapsed().as_secs_f64());
-        let Some((p1, w1)) = read(&cluster) else { return Ok(None) };
+        let Some((ps_cpu1, worker_cpu1)) = read(&cluster) else { return Ok(None) };
         let n = ITERS as f64;
-        Ok(Some([(p1 - p0) / n, (w1 - w0) / n, (m1 - m0) / n, wall / n]))
+        Ok(Some([(ps_cpu1 - ps_cpu0) / n, (worker_cpu1 - worker_cpu0) / n, (m1 - m0) / n, wall / n]))
     };
     let (mut empty, mut moving) = (Vec::new(), Vec::new());
     for rep in 0..=reps.max(1) {

@@ -180,15 +180,6 @@ fn default_reps() -> usize {
 const MAX_TASKS: usize = 32;
 const MAX_EPOCHS: usize = 1000;
 
-/// Metrics only a point whose tasks are processes has: the calibration
-/// between task processes (`measure_task_processes`).
-const PROCESS_METRICS: &[&str] = &[
-    "calibrated_recv_producer_cpu_us",
-    "calibrated_recv_consumer_cpu_us",
-    "calibrated_step_master_cpu_us",
-    "calibrated_step_tasks_cpu_us",
-];
-
 const METRICS: &[&str] = &[
     "measured_step_s",
     "measured_p10_s",
@@ -669,6 +660,15 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
 mod tests {
     use super::*;
     use crate::kinds::Kind;
+
+    /// Metrics only a point whose tasks are processes has: the calibration
+    /// between task processes (`measure_task_processes`).
+    const PROCESS_METRICS: &[&str] = &[
+        "calibrated_recv_producer_cpu_us",
+        "calibrated_recv_consumer_cpu_us",
+        "calibrated_step_master_cpu_us",
+        "calibrated_step_tasks_cpu_us",
+    ];
     use flowlab_runtime::Launcher;
 
     fn point(yaml: &str) -> Result<Box<dyn crate::kinds::Runnable>, String> {

@@ -8,7 +8,7 @@ use plotters::prelude::*;
 
 use super::layout::{DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, Swatch, padded};
 use super::{FONT, series_colour};
-use crate::labels::{axis_label, format_axis_tick};
+use crate::labels::{Axis, format_axis_tick};
 use crate::prepare::CdfData;
 use crate::spec::PlotSpec;
 
@@ -72,13 +72,13 @@ where
         .build_cartesian_2d(xs, 0.0..1.0)
         .map_err(err)?;
     let (x_range, y_range) = (chart.x_range(), chart.y_range());
-    let fmt = |v: &f64| format_axis_tick(*v, &x_range);
+    let x_axis = Axis::new(spec.x_label.as_deref(), &spec.y, &x_range);
+    let fmt = |v: &f64| x_axis.tick(*v);
     let fmt_y = |v: &f64| format_axis_tick(*v, &y_range);
-    let x_desc = spec.x_label.clone().unwrap_or_else(|| axis_label(&spec.y));
     let y_desc = spec.y_label.clone().unwrap_or_else(|| "fraction of samples ≤ x".to_string());
     chart
         .configure_mesh()
-        .x_desc(x_desc)
+        .x_desc(x_axis.desc.as_str())
         .y_desc(y_desc)
         .x_label_formatter(&fmt)
         .y_label_formatter(&fmt_y)

@@ -13,7 +13,7 @@ use plotters::prelude::*;
 use super::layout::{DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, Marker, Swatch, Ticked, padded};
 use super::xy::log_ticks;
 use super::{FONT, series_colour};
-use crate::labels::{axis_label, format_axis_tick};
+use crate::labels::{Axis, axis_label};
 use crate::prepare::ScatterData;
 use crate::spec::PlotSpec;
 
@@ -138,14 +138,14 @@ where
         .build_cartesian_2d(xs, ys)
         .map_err(err)?;
     let (x_range, y_range) = (chart.x_range(), chart.y_range());
-    let fmt_x = |v: &f64| format_axis_tick(*v, &x_range);
-    let fmt_y = |v: &f64| format_axis_tick(*v, &y_range);
-    let x_desc = spec.x_label.clone().unwrap_or_else(|| axis_label(spec.x.as_deref().unwrap_or_default()));
-    let y_desc = spec.y_label.clone().unwrap_or_else(|| axis_label(&spec.y));
+    let x_axis = Axis::new(spec.x_label.as_deref(), spec.x.as_deref().unwrap_or_default(), &x_range);
+    let y_axis = Axis::new(spec.y_label.as_deref(), &spec.y, &y_range);
+    let fmt_x = |v: &f64| x_axis.tick(*v);
+    let fmt_y = |v: &f64| y_axis.tick(*v);
     chart
         .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
+        .x_desc(x_axis.desc.as_str())
+        .y_desc(y_axis.desc.as_str())
         .x_label_formatter(&fmt_x)
         .y_label_formatter(&fmt_y)
         .label_style((FONT, LABEL_SIZE))

@@ -10,7 +10,7 @@ use plotters::prelude::*;
 
 use super::layout::{CategoryLabels, DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, Swatch, Ticked, padded};
 use super::{FONT, series_colour};
-use crate::labels::{axis_label, format_axis_tick};
+use crate::labels::Axis;
 use crate::prepare::{XAxis, XyData};
 use crate::spec::{PlotSpec, Reference};
 
@@ -169,16 +169,16 @@ where
         .build_cartesian_2d(xs, ys)
         .map_err(err)?;
     let (x_range, y_range) = (chart.x_range(), chart.y_range());
+    let x_axis = Axis::new(spec.x_label.as_deref(), spec.x.as_deref().unwrap_or_default(), &x_range);
+    let y_axis = Axis::new(spec.y_label.as_deref(), &spec.y, &y_range);
     let x_label = |v: &f64| match categories {
         Some(c) => c.at(*v),
-        None => format_axis_tick(*v, &x_range),
+        None => x_axis.tick(*v),
     };
-    let y_label = |v: &f64| format_axis_tick(*v, &y_range);
-    let x_desc = spec.x_label.clone().unwrap_or_else(|| axis_label(spec.x.as_deref().unwrap_or_default()));
-    let y_desc = spec.y_label.clone().unwrap_or_else(|| axis_label(&spec.y));
+    let y_label = |v: &f64| y_axis.tick(*v);
     let mut mesh = chart.configure_mesh();
-    mesh.x_desc(x_desc)
-        .y_desc(y_desc)
+    mesh.x_desc(x_axis.desc.as_str())
+        .y_desc(y_axis.desc.as_str())
         .x_label_formatter(&x_label)
         .y_label_formatter(&y_label)
         .label_style((FONT, LABEL_SIZE))
