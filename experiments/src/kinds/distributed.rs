@@ -218,6 +218,7 @@ const METRICS: &[&str] = &[
     "sim_link_gbps",
     "sim_latency_us",
     "sim_ps_transfer_us",
+    "sim_worker_transfer_us",
     "sim_step_overhead_us",
     "sim_step_wait_us",
     "serial_transfers",
@@ -641,6 +642,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     put("sim_link_gbps", model.gbps);
     put("sim_latency_us", model.latency_us);
     put("sim_ps_transfer_us", model.workload.ps_transfer_us);
+    put("sim_worker_transfer_us", model.workload.worker_transfer_us);
     put("sim_step_overhead_us", model.workload.step_overhead_us);
     put("sim_step_wait_us", model.workload.step_wait_us);
     put("serial_transfers", model.transfers as f64);
@@ -713,6 +715,9 @@ mod tests {
         }
         assert!(PROCESS_METRICS.iter().all(|k| !m.contains_key(*k)), "{m:?}");
         assert_eq!(m["calibrated_between_processes"], 0.0);
+        // each end of a transfer is charged half of its calibrated CPU
+        assert_eq!(m["sim_worker_transfer_us"], m["sim_ps_transfer_us"]);
+        assert!((m["sim_ps_transfer_us"] - m["calibrated_recv_cpu_us"] / 2.0).abs() < 1e-9 * m["calibrated_recv_cpu_us"], "{m:?}");
         // one epoch of batches of 32 from the 1,438 training examples
         assert_eq!(m["steps"], 45.0);
         assert!(m["accuracy"] > 0.8, "{m:?}");
