@@ -37,6 +37,12 @@ pub struct ClusterBenchRecord {
     pub per_second: f64,
 }
 
+/// The middle value of `v` (the upper one of an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// Median over `reps` batches of `iters` runs of `f` (after one warm-up
 /// batch), per run, in seconds.
 fn median_per_run(reps: usize, iters: usize, mut f: impl FnMut(usize) -> Result<()>) -> Result<f64> {
@@ -54,8 +60,7 @@ fn median_per_run(reps: usize, iters: usize, mut f: impl FnMut(usize) -> Result<
         }
         times.push(t.elapsed().as_secs_f64() / iters as f64);
     }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    Ok(median(times))
 }
 
 fn record(name: &str, secs: f64) -> ClusterBenchRecord {
@@ -311,7 +316,7 @@ pub struct LoopbackFigures {
 /// [`LoopbackFigures::core_share`]): a thread spinning for `batch` each
 /// time (this process's other threads idle), the median over `reps` times.
 fn core_share(reps: usize, batch: Duration) -> f64 {
-    let mut shares: Vec<f64> = (0..reps.max(1))
+    let shares: Vec<f64> = (0..reps.max(1))
         .map(|_| {
             let cpu0 = process_cpu_s();
             let t = Instant::now();
@@ -325,8 +330,7 @@ fn core_share(reps: usize, batch: Duration) -> f64 {
             ((process_cpu_s() - cpu0) / wall).clamp(0.0, 1.0)
         })
         .collect();
-    shares.sort_by(f64::total_cmp);
-    shares[shares.len() / 2]
+    median(shares)
 }
 
 /// CPU time this process has used so far, seconds (every thread).
@@ -391,11 +395,8 @@ pub fn measure_loopback(bytes: usize, reps: usize) -> Result<LoopbackFigures> {
 /// What moving tensors and running steps cost the host's cores when each
 /// task is its own process (see [`measure_task_processes`]): per process,
 /// so that each end of a transfer is measured, not taken as half of both.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize)]
 pub struct ProcessFigures {
-    /// The tensors moved, in floats each, and their wire format.
-    pub tensor_floats: Vec<usize>,
-    pub format: CommFormat,
     /// CPU time of the producer's task process (ps:0, which serves the
     /// call) per `RecvTensor`, the mean over the tensors.
     pub recv_producer_cpu_s: f64,
@@ -411,12 +412,6 @@ pub struct ProcessFigures {
     /// processes together.
     pub step_master_cpu_s: f64,
     pub step_tasks_cpu_s: f64,
-}
-
-/// Median of a list of per-step figures.
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Measures [`ProcessFigures`] on a 1 PS + 1 worker local cluster of
@@ -484,8 +479,6 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
     let col = |v: &[[f64; 4]], i: usize| median(v.iter().map(|r| r[i]).collect());
     let per_transfer = |i: usize| ((col(&moving, i) - col(&empty, i)) / tensor_floats.len() as f64).max(0.0);
     Ok(Some(ProcessFigures {
-        tensor_floats: tensor_floats.to_vec(),
-        format,
         recv_producer_cpu_s: per_transfer(0),
         recv_consumer_cpu_s: per_transfer(1),
         recv_master_cpu_s: per_transfer(2),
