@@ -65,7 +65,34 @@ pub struct LocalCluster {
     pub link: Option<EmulatedLink>,
     dir: PathBuf,
     tasks: Vec<Task>,
+    /// The tasks' ports, held in [`HELD_PORTS`] until the cluster is dropped.
+    ports: Vec<u16>,
 }
+
+/// Binds a loopback port in 20000..32768, below Linux's ephemeral range
+/// (32768..61000), at a pseudo-random place from `state`: a port released
+/// there for a task to bind is not handed to another process's `bind(0)`
+/// or outgoing connection in the meantime, as one from the ephemeral range
+/// can be (another test's local cluster took one that way). `None` after
+/// 64 taken ports: the caller falls back to `bind(0)`.
+fn bind_below_ephemeral(state: &mut u64) -> Option<TcpListener> {
+    for _ in 0..64 {
+        // a 64-bit LCG (Knuth's MMIX constants): the high bits pick the port
+        *state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let port = 20000 + ((*state >> 33) % 12768) as u16;
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            return Some(l);
+        }
+    }
+    None
+}
+
+/// Loopback ports of this process's live local clusters. A cluster picks
+/// free ports by binding port 0 and releasing them for its tasks to bind;
+/// without this, a second cluster started in the meantime (tests run in
+/// parallel, a distributed point's calibration cluster beside its run)
+/// could be handed the same port and its task bind it first.
+static HELD_PORTS: std::sync::Mutex<std::collections::BTreeSet<u16>> = std::sync::Mutex::new(std::collections::BTreeSet::new());
 
 fn launch_error(task: TaskId, message: String) -> RuntimeError {
     RuntimeError::Launch { task: task.to_string(), message }
@@ -125,17 +152,30 @@ impl LocalCluster {
         // bind, and the master's error then carries that task's log
         let mut tasks = Vec::new();
         let mut listeners = Vec::new();
-        for (job, n) in [(Job::Ps, ps), (Job::Worker, workers)] {
-            for i in 0..n {
-                let l = TcpListener::bind("127.0.0.1:0").map_err(|e| io("finding a free loopback port".into(), e))?;
-                let port = l.local_addr().map_err(|e| io("finding a free loopback port".into(), e))?.port();
-                tasks.push((TaskId::new(job, i), format!("127.0.0.1:{port}")));
-                listeners.push(l);
+        let mut ports = Vec::new();
+        let mut pick = u64::from(nanos) ^ (u64::from(std::process::id()) << 32);
+        {
+            // a port another live cluster of this process holds (released,
+            // but its task may not have bound it yet) is not taken again
+            let mut held = HELD_PORTS.lock().unwrap_or_else(|e| e.into_inner());
+            for (job, n) in [(Job::Ps, ps), (Job::Worker, workers)] {
+                for i in 0..n {
+                    let port = loop {
+                        let l = bind_below_ephemeral(&mut pick).map_or_else(|| TcpListener::bind("127.0.0.1:0"), Ok).map_err(|e| io("finding a free loopback port".into(), e))?;
+                        let port = l.local_addr().map_err(|e| io("finding a free loopback port".into(), e))?.port();
+                        listeners.push(l);
+                        if held.insert(port) {
+                            break port;
+                        }
+                    };
+                    ports.push(port);
+                    tasks.push((TaskId::new(job, i), format!("127.0.0.1:{port}")));
+                }
             }
         }
         drop(listeners);
         let spec = ClusterSpec::from_tasks(tasks).map_err(|message| RuntimeError::Engine { message: format!("local cluster: {message}") })?;
-        let mut cluster = LocalCluster { spec, launcher: launcher.clone(), link, dir, tasks: Vec::new() };
+        let mut cluster = LocalCluster { spec, launcher: launcher.clone(), link, dir, tasks: Vec::new(), ports };
         let file = cluster.dir.join("cluster.yaml");
         std::fs::write(&file, cluster.spec.to_yaml()).map_err(|e| io(format!("writing {}", file.display()), e))?;
         let ids: Vec<TaskId> = cluster.spec.tasks().map(|(t, _)| t).collect();
@@ -291,6 +331,10 @@ impl Drop for LocalCluster {
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        let mut held = HELD_PORTS.lock().unwrap_or_else(|e| e.into_inner());
+        for p in &self.ports {
+            held.remove(p);
+        }
     }
 }
 
