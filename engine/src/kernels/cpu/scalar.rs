@@ -37,6 +37,8 @@ pub trait Float:
     const NEG_INFINITY: Self;
     /// Machine epsilon of the type.
     const EPSILON: Self;
+    /// The smallest positive normal value.
+    const MIN_POSITIVE: Self;
     /// Size in bytes, for cost accounting.
     const BYTES: usize;
 
@@ -89,6 +91,7 @@ macro_rules! impl_float {
             const INFINITY: Self = <$t>::INFINITY;
             const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
             const EPSILON: Self = <$t>::EPSILON;
+            const MIN_POSITIVE: Self = <$t>::MIN_POSITIVE;
             const BYTES: usize = std::mem::size_of::<$t>();
 
             #[inline(always)]
