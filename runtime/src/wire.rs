@@ -21,22 +21,46 @@ fn engine(e: flowlab_engine::EngineError) -> RuntimeError {
     RuntimeError::Engine { message: e.to_string() }
 }
 
+/// The element bytes of `t`, for every dtype stored as plain little-endian
+/// values (all but `bool`).
+fn raw_bytes(t: &Tensor) -> Option<&[u8]> {
+    fn cast<T: flowlab_engine::Element + bytemuck::Pod>(t: &Tensor) -> Option<&[u8]> {
+        t.as_slice::<T>().ok().map(bytemuck::cast_slice::<T, u8>)
+    }
+    match t.dtype() {
+        DType::F32 => cast::<f32>(t),
+        DType::F64 => cast::<f64>(t),
+        DType::F16 => cast::<f16>(t),
+        DType::BF16 => cast::<bf16>(t),
+        DType::I8 => cast::<i8>(t),
+        DType::I32 => cast::<i32>(t),
+        DType::I64 => cast::<i64>(t),
+        DType::Bool => None,
+    }
+}
+
+/// A tensor lent to a message as its bytes: the message's `data` shares the
+/// tensor's storage, so the only copy on the way out is the encoding into
+/// the gRPC frame (a 2.7 MB weight set was copied twice before).
+struct SharedElements(Tensor);
+
+impl AsRef<[u8]> for SharedElements {
+    fn as_ref(&self) -> &[u8] {
+        // built only for tensors `raw_bytes` accepts
+        raw_bytes(&self.0).unwrap_or(&[])
+    }
+}
+
 /// The message form of `t`.
 pub fn to_proto(t: &Tensor) -> Result<TensorProto> {
-    fn bytes<T: flowlab_engine::Element + bytemuck::Pod>(t: &Tensor) -> Result<Vec<u8>> {
-        Ok(bytemuck::cast_slice::<T, u8>(t.as_slice::<T>().map_err(engine)?).to_vec())
-    }
     let data = match t.dtype() {
-        DType::F32 => bytes::<f32>(t)?,
-        DType::F64 => bytes::<f64>(t)?,
-        DType::F16 => bytes::<f16>(t)?,
-        DType::BF16 => bytes::<bf16>(t)?,
-        DType::I8 => bytes::<i8>(t)?,
-        DType::I32 => bytes::<i32>(t)?,
-        DType::I64 => bytes::<i64>(t)?,
-        DType::Bool => t.as_slice::<bool>().map_err(engine)?.iter().map(|&b| u8::from(b)).collect(),
+        DType::Bool => t.as_slice::<bool>().map_err(engine)?.iter().map(|&b| u8::from(b)).collect::<Vec<u8>>().into(),
+        _ => {
+            raw_bytes(t).ok_or_else(|| bad(format!("tensor of dtype {} has no element bytes", t.dtype())))?;
+            bytes::Bytes::from_owner(SharedElements(t.clone()))
+        }
     };
-    Ok(TensorProto { dtype: t.dtype().name().to_string(), dims: t.dims().iter().map(|&d| d as u64).collect(), data: data.into() })
+    Ok(TensorProto { dtype: t.dtype().name().to_string(), dims: t.dims().iter().map(|&d| d as u64).collect(), data })
 }
 
 /// The tensor a message carries.
@@ -57,9 +81,19 @@ pub fn from_proto(p: &TensorProto) -> Result<Tensor> {
         )));
     }
     fn vec<T: flowlab_engine::Element + bytemuck::Pod>(data: &[u8], dims: Vec<usize>) -> Result<Tensor> {
-        // copy into an aligned vector: the message's buffer may be unaligned
-        let mut v = vec![T::zeroed(); data.len() / std::mem::size_of::<T>()];
-        bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(data);
+        // copy into an aligned vector (the message's buffer may be
+        // unaligned), without zeroing it first: a received weight set is
+        // megabytes, and the zeroing was a pass as long as the copy
+        let n = data.len() / std::mem::size_of::<T>();
+        let mut v: Vec<T> = Vec::with_capacity(n);
+        // SAFETY: `v` has room for `n` elements, `data` holds exactly
+        // `n * size_of::<T>()` bytes (checked by the caller) and does not
+        // overlap `v`; every bit pattern is a valid `T` (`T: Pod`), so the
+        // first `n` elements are initialized once the bytes are copied.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), v.as_mut_ptr().cast::<u8>(), n * std::mem::size_of::<T>());
+            v.set_len(n);
+        }
         Tensor::from_vec(v, dims).map_err(engine)
     }
     match dtype {
@@ -86,11 +120,32 @@ mod tests {
             let back = from_proto(&to_proto(&t).unwrap()).unwrap();
             assert_eq!(back.dims(), t.dims());
             assert_eq!(to_proto(&back).unwrap().data, to_proto(&t).unwrap().data, "{d}");
+            // the message's bytes are the element bytes, little-endian
+            let direct: Vec<u8> = match d {
+                DType::Bool => t.as_slice::<bool>().unwrap().iter().map(|&b| u8::from(b)).collect(),
+                _ => (0..8).flat_map(|i| le_bytes(&t, i)).collect(),
+            };
+            assert_eq!(to_proto(&t).unwrap().data.as_ref(), &direct[..], "{d}");
         }
         // a NaN with a payload keeps it
         let t = Tensor::from_vec(vec![f32::from_bits(0x7fc0_1234)], vec![1]).unwrap();
         let back = from_proto(&to_proto(&t).unwrap()).unwrap();
         assert_eq!(back.as_slice::<f32>().unwrap()[0].to_bits(), 0x7fc0_1234);
+    }
+
+    /// Element `i` of `t` in little-endian bytes, through each type's own
+    /// `to_le_bytes` rather than a cast of the storage.
+    fn le_bytes(t: &Tensor, i: usize) -> Vec<u8> {
+        match t.dtype() {
+            DType::F32 => t.as_slice::<f32>().unwrap()[i].to_le_bytes().to_vec(),
+            DType::F64 => t.as_slice::<f64>().unwrap()[i].to_le_bytes().to_vec(),
+            DType::F16 => t.as_slice::<f16>().unwrap()[i].to_le_bytes().to_vec(),
+            DType::BF16 => t.as_slice::<bf16>().unwrap()[i].to_le_bytes().to_vec(),
+            DType::I8 => t.as_slice::<i8>().unwrap()[i].to_le_bytes().to_vec(),
+            DType::I32 => t.as_slice::<i32>().unwrap()[i].to_le_bytes().to_vec(),
+            DType::I64 => t.as_slice::<i64>().unwrap()[i].to_le_bytes().to_vec(),
+            DType::Bool => vec![u8::from(t.as_slice::<bool>().unwrap()[i])],
+        }
     }
 
     #[test]
