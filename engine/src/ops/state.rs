@@ -188,7 +188,9 @@ fn scalar<T: Float + Element>(c: &KernelCtx, i: usize) -> Result<T> {
 /// stored slot) values whose every later product would be flushed.
 fn product_floor<T: Float>(factor: T) -> T {
     let f = if factor < T::ZERO { -factor } else { factor };
-    if f >= T::ONE || !(f > T::ZERO) { T::MIN_POSITIVE } else { T::MIN_POSITIVE / f }
+    // a factor of 1 or more (or infinite) never makes a normal value
+    // subnormal; zero or NaN make every product zero or NaN anyway
+    if f > T::ZERO && f < T::ONE { T::MIN_POSITIVE / f } else { T::MIN_POSITIVE }
 }
 
 /// `x`, or zero where its magnitude is below `floor`: a compare and a
