@@ -262,7 +262,13 @@ fn k_apply_adam(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
         let (ms, vs) = (mt.as_slice::<T>()?, vt.as_slice::<T>()?);
         Ok(vec![update::<T>(c, v, |w| {
             for ((w, &m), &s) in w.iter_mut().zip(ms).zip(vs) {
-                *w -= lr_t * zero_below(m, step_floor) / (s.sqrt() + eps);
+                // a zero step moves nothing, even where a zeroed second
+                // moment and epsilon 0 would make it 0 / 0
+                // (the quotient computed either way, so the loop stays a
+                // vector select: as a branch it cost 1.5 ms of a 4.4 ms step)
+                let step = lr_t * zero_below(m, step_floor);
+                let q = step / (s.sqrt() + eps);
+                *w -= if step == T::ZERO { T::ZERO } else { q };
             }
             Ok(())
         })?])

@@ -299,4 +299,35 @@ mod tests {
             assert!(zeroed > 0, "{opt:?}: no slot decayed below f32's normal range in {steps} steps");
         }
     }
+
+    /// With epsilon 0 and moments that both decay to zero (beta2 = 0.9, so
+    /// the second moment leaves the normal range with the first), a step
+    /// whose moments are zero leaves the variable as it is, where 0 / 0
+    /// would make it NaN.
+    #[test]
+    fn adam_without_epsilon_stays_finite_once_its_moments_are_zero() {
+        use crate::tensor::DType;
+        let g = Graph::new();
+        let w = g.variable("w", g.constant(Tensor::from_vec(vec![1.0f32, -2.0], vec![2]).unwrap()).unwrap()).unwrap();
+        let grad = g.placeholder("grad", DType::F32, [2i64]).unwrap();
+        let opt = Optimizer::Adam { lr: 0.01, beta1: 0.9, beta2: 0.9, epsilon: 0.0 };
+        let up = opt.apply_gradients(&g, &[(w, grad.clone())]).unwrap();
+        let sess = Session::new(&g).unwrap();
+        sess.run(&[], &[], &[&g.global_variables_initializer().unwrap()]).unwrap();
+        let (first, zero) = (Tensor::from_vec(vec![0.5f32, -3.0], vec![2]).unwrap(), Tensor::from_vec(vec![0.0f32; 2], vec![2]).unwrap());
+        sess.run(&[(&grad, &first)], &[], &[&up]).unwrap();
+        let after_first = sess.variable_value("w").unwrap().to_vec::<f32>().unwrap();
+        for _ in 0..1500 {
+            sess.run(&[(&grad, &zero)], &[], &[&up]).unwrap();
+        }
+        let m = sess.variable_value("w/Adam/m").unwrap().to_vec::<f32>().unwrap();
+        let v = sess.variable_value("w/Adam/v").unwrap().to_vec::<f32>().unwrap();
+        assert_eq!((m, v), (vec![0.0; 2], vec![0.0; 2]), "both moments leave f32's normal range within 1,500 steps of 0.9");
+        let w = sess.variable_value("w").unwrap().to_vec::<f32>().unwrap();
+        assert!(w.iter().all(|x| x.is_finite()), "{w:?}");
+        // later steps only move w by m / sqrt(v) ~ (0.9 / sqrt(0.9))^t: less than the first
+        for i in 0..2 {
+            assert!((w[i] - after_first[i]).abs() < 0.2, "w[{i}] = {} after {}", w[i], after_first[i]);
+        }
+    }
 }
