@@ -575,7 +575,7 @@ pub(crate) fn serve(runtime: &tokio::runtime::Runtime, listener: TcpListener, ro
             .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
-                .add_routes(routes)
+            .add_routes(routes)
             .serve_with_incoming_shutdown(incoming, async {
                 let _ = stopped.await;
             })
