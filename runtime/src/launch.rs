@@ -88,10 +88,11 @@ fn bind_below_ephemeral(state: &mut u64) -> Option<TcpListener> {
 }
 
 /// Loopback ports of this process's live local clusters. A cluster picks
-/// free ports by binding port 0 and releasing them for its tasks to bind;
-/// without this, a second cluster started in the meantime (tests run in
-/// parallel, a distributed point's calibration cluster beside its run)
-/// could be handed the same port and its task bind it first.
+/// free ports by binding them ([`bind_below_ephemeral`], or port 0) and
+/// releasing them for its tasks to bind; without this, a second cluster
+/// started in the meantime (tests run in parallel, a distributed point's
+/// calibration cluster beside its run) could pick the same port and its
+/// task bind it first.
 static HELD_PORTS: std::sync::Mutex<std::collections::BTreeSet<u16>> = std::sync::Mutex::new(std::collections::BTreeSet::new());
 
 fn launch_error(task: TaskId, message: String) -> RuntimeError {

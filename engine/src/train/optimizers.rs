@@ -236,6 +236,37 @@ mod tests {
         assert!(matches!(e, EngineError::DuplicateName(ref n) if n == "v/Adam/m"), "{e:?}");
     }
 
+    /// A variable `w` = [1, -2] that `opt` updates from the gradient fed
+    /// to a placeholder, in an initialized session.
+    struct OneVariable {
+        sess: Session,
+        grad: Output,
+        up: Output,
+    }
+
+    impl OneVariable {
+        fn new(opt: &Optimizer) -> OneVariable {
+            let g = Graph::new();
+            let w = g.variable("w", g.constant(Tensor::from_vec(vec![1.0f32, -2.0], vec![2]).unwrap()).unwrap()).unwrap();
+            let grad = g.placeholder("grad", crate::tensor::DType::F32, [2i64]).unwrap();
+            let up = opt.apply_gradients(&g, &[(w, grad.clone())]).unwrap();
+            let sess = Session::new(&g).unwrap();
+            sess.run(&[], &[], &[&g.global_variables_initializer().unwrap()]).unwrap();
+            OneVariable { sess, grad, up }
+        }
+
+        /// One update from the gradient `g`.
+        fn step(&self, g: [f32; 2]) {
+            let g = Tensor::from_vec(g.to_vec(), vec![2]).unwrap();
+            self.sess.run(&[(&self.grad, &g)], &[], &[&self.up]).unwrap();
+        }
+
+        /// The value of variable `name` (`w` or a slot).
+        fn value(&self, name: &str) -> Vec<f32> {
+            self.sess.variable_value(name).unwrap().to_vec::<f32>().unwrap()
+        }
+    }
+
     /// A gradient that stops (a unit that no longer fires) leaves Adam's
     /// moments and a momentum accumulator decaying geometrically. Against
     /// an f64 run of the textbook updates: the f32 variables follow it, no
@@ -245,16 +276,9 @@ mod tests {
     /// threads make it.
     #[test]
     fn decaying_optimizer_slots_never_turn_subnormal() {
-        use crate::tensor::DType;
         let steps = 2000;
         for opt in [Optimizer::adam(0.01), Optimizer::Momentum { lr: 0.01, momentum: 0.9 }] {
-            let g = Graph::new();
-            let w = g.variable("w", g.constant(Tensor::from_vec(vec![1.0f32, -2.0], vec![2]).unwrap()).unwrap()).unwrap();
-            let grad = g.placeholder("grad", DType::F32, [2i64]).unwrap();
-            let up = opt.apply_gradients(&g, &[(w, grad.clone())]).unwrap();
-            let sess = Session::new(&g).unwrap();
-            sess.run(&[], &[], &[&g.global_variables_initializer().unwrap()]).unwrap();
-            let (first, zero) = (Tensor::from_vec(vec![0.5f32, -3.0], vec![2]).unwrap(), Tensor::from_vec(vec![0.0f32; 2], vec![2]).unwrap());
+            let v = OneVariable::new(&opt);
             // the f64 reference: w, first slot, second slot (Adam's v)
             let mut r = [[1.0f64, -2.0], [0.0; 2], [0.0; 2]];
             let slots: Vec<&str> = match opt {
@@ -264,7 +288,7 @@ mod tests {
             let mut zeroed = 0;
             for t in 1..=steps {
                 let gv = if t == 1 { [0.5, -3.0] } else { [0.0, 0.0] };
-                sess.run(&[(&grad, if t == 1 { &first } else { &zero })], &[], &[&up]).unwrap();
+                v.step(if t == 1 { [0.5, -3.0] } else { [0.0, 0.0] });
                 for i in 0..2 {
                     match opt {
                         Optimizer::Adam { lr, beta1, beta2, epsilon } => {
@@ -280,12 +304,12 @@ mod tests {
                         Optimizer::Sgd { .. } => unreachable!(),
                     }
                 }
-                let wv = sess.variable_value("w").unwrap().to_vec::<f32>().unwrap();
+                let wv = v.value("w");
                 for i in 0..2 {
                     assert!((wv[i] as f64 - r[0][i]).abs() <= 1e-5 * r[0][i].abs(), "{opt:?} step {t}: w[{i}] = {} against {}", wv[i], r[0][i]);
                 }
                 for (k, name) in slots.iter().enumerate() {
-                    let sv = sess.variable_value(name).unwrap().to_vec::<f32>().unwrap();
+                    let sv = v.value(name);
                     for i in 0..2 {
                         assert!(!sv[i].is_subnormal() && !wv[i].is_subnormal(), "{opt:?} step {t}: {name}[{i}] = {:e}", sv[i]);
                         if r[k + 1][i].abs() < f32::MIN_POSITIVE as f64 {
@@ -306,24 +330,15 @@ mod tests {
     /// would make it NaN.
     #[test]
     fn adam_without_epsilon_stays_finite_once_its_moments_are_zero() {
-        use crate::tensor::DType;
-        let g = Graph::new();
-        let w = g.variable("w", g.constant(Tensor::from_vec(vec![1.0f32, -2.0], vec![2]).unwrap()).unwrap()).unwrap();
-        let grad = g.placeholder("grad", DType::F32, [2i64]).unwrap();
-        let opt = Optimizer::Adam { lr: 0.01, beta1: 0.9, beta2: 0.9, epsilon: 0.0 };
-        let up = opt.apply_gradients(&g, &[(w, grad.clone())]).unwrap();
-        let sess = Session::new(&g).unwrap();
-        sess.run(&[], &[], &[&g.global_variables_initializer().unwrap()]).unwrap();
-        let (first, zero) = (Tensor::from_vec(vec![0.5f32, -3.0], vec![2]).unwrap(), Tensor::from_vec(vec![0.0f32; 2], vec![2]).unwrap());
-        sess.run(&[(&grad, &first)], &[], &[&up]).unwrap();
-        let after_first = sess.variable_value("w").unwrap().to_vec::<f32>().unwrap();
+        let var = OneVariable::new(&Optimizer::Adam { lr: 0.01, beta1: 0.9, beta2: 0.9, epsilon: 0.0 });
+        var.step([0.5, -3.0]);
+        let after_first = var.value("w");
         for _ in 0..1500 {
-            sess.run(&[(&grad, &zero)], &[], &[&up]).unwrap();
+            var.step([0.0, 0.0]);
         }
-        let m = sess.variable_value("w/Adam/m").unwrap().to_vec::<f32>().unwrap();
-        let v = sess.variable_value("w/Adam/v").unwrap().to_vec::<f32>().unwrap();
+        let (m, v) = (var.value("w/Adam/m"), var.value("w/Adam/v"));
         assert_eq!((m, v), (vec![0.0; 2], vec![0.0; 2]), "both moments leave f32's normal range within 1,500 steps of 0.9");
-        let w = sess.variable_value("w").unwrap().to_vec::<f32>().unwrap();
+        let w = var.value("w");
         assert!(w.iter().all(|x| x.is_finite()), "{w:?}");
         // later steps only move w by m / sqrt(v) ~ (0.9 / sqrt(0.9))^t: less than the first
         for i in 0..2 {

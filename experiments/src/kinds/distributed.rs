@@ -662,6 +662,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
 mod tests {
     use super::*;
     use crate::kinds::Kind;
+    use flowlab_runtime::Launcher;
 
     /// Metrics only a point whose tasks are processes has: the calibration
     /// between task processes (`measure_task_processes`).
@@ -671,7 +672,6 @@ mod tests {
         "calibrated_step_master_cpu_us",
         "calibrated_step_tasks_cpu_us",
     ];
-    use flowlab_runtime::Launcher;
 
     fn point(yaml: &str) -> Result<Box<dyn crate::kinds::Runnable>, String> {
         let v: serde_json::Value = serde_saphyr::from_str(yaml).unwrap();
