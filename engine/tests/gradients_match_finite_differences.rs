@@ -202,6 +202,27 @@ fn convolution_and_pooling() {
     check("AvgPool SAME", &[&[1, 5, 4, 2]], |g, x| g.avg_pool(&x[0], [2, 2], [2, 2], true));
 }
 
+/// `_FusedConv2D` built directly (both `fused_ops` forms), and the Conv2D,
+/// BiasAdd, Relu chain the executor fuses into it at run time.
+#[test]
+fn fused_convolution_with_bias_and_relu() {
+    use flowlab_engine::AttrValue;
+    let shapes: &[&[usize]] = &[&[2, 5, 5, 2], &[3, 3, 2, 3], &[3]];
+    for ops in [&["BiasAdd"][..], &["BiasAdd", "Relu"]] {
+        check(&format!("_FusedConv2D {ops:?}"), shapes, |g, x| {
+            g.op("_FusedConv2D")
+                .input(&x[0])
+                .input(&x[1])
+                .input(&x[2])
+                .attr("strides", AttrValue::Ints(vec![1, 1]))
+                .attr("padding", AttrValue::Str("SAME".into()))
+                .attr("fused_ops", AttrValue::Strs(ops.iter().map(|s| s.to_string()).collect()))
+                .build()
+        });
+    }
+    check("Conv2D -> BiasAdd -> Relu", shapes, |g, x| g.relu(g.bias_add(g.conv2d(&x[0], &x[1], [1, 1], true)?, &x[2])?));
+}
+
 #[test]
 fn stop_gradient_treats_its_input_as_a_constant() {
     let g = Graph::new();

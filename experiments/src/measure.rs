@@ -205,7 +205,11 @@ pub struct ProfileRequest {
 /// is this model's: (step wall time - kernel times) / nodes run.
 pub fn profile_model(req: &ProfileRequest, mut progress: impl FnMut(&str)) -> Result<Profile, String> {
     let (model, init) = with_initializer(&req.model, &req.sizes, req.batch)?;
-    let nodes = model.graph.nodes();
+    // Keys from the step the engine executes (its fusions applied: a fused
+    // node carries the name of its chain's last node), as the simulator's
+    // `SimGraph::for_step` prices it.
+    let step = model.step();
+    let (nodes, _) = flowlab_engine::step_graph(&model.graph, &step.feeds, &step.fetches, &step.targets, Some(flowlab_engine::DeviceType::Cpu)).map_err(|e| format!("the training step: {e}"))?;
     let index: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
     progress(&format!("measuring host figures ({} threads)", req.threads));
     let mut host = measure_host(req.threads)?;

@@ -2,6 +2,14 @@
 //! Conv2DBackpropInput / Conv2DBackpropFilter, MaxPool / MaxPoolGrad and
 //! AvgPool / AvgPoolGrad. Attrs: `strides` [h, w], `ksize` [h, w] (pools),
 //! `padding` "SAME" or "VALID". Kernels in `kernels::cpu::{conv, pool}`.
+//!
+//! `_FusedConv2D(x, filter, bias)` is Conv2D, BiasAdd and (with
+//! `fused_ops: [BiasAdd, Relu]`) Relu as one node, TensorFlow's name and
+//! attribute for it. Graphs are built without it: the executor fuses a
+//! step's Conv2D -> BiasAdd [-> Relu] chains (`runtime::fusion`), and the
+//! simulator replays the same fused step. So does `_FusedMaxPoolGrad(y, g)`
+//! (`fused_ops: [ReluGrad]`): `ReluGrad(MaxPoolGrad(y, g), y)` for a pool
+//! over a Relu's output, in one pass.
 
 use super::{FLOATS, InferCtx, KernelCtx, Registry, attrs, same_dtype, with_float};
 use crate::graph::{AttrValue, NodeInfo};
@@ -9,8 +17,8 @@ use crate::error::Result;
 use crate::graph::{Graph, IntoOutput, Output};
 use crate::tensor::TensorType;
 use crate::kernels::cpu::{
-    Conv2dGeom, Padding, Pool2dGeom, avg_pool, avg_pool_grad, conv2d, conv2d_backprop_filter, conv2d_backprop_input, max_pool,
-    max_pool_grad,
+    Conv2dGeom, Padding, Pool2dGeom, avg_pool, avg_pool_grad, conv2d, conv2d_backprop_filter, conv2d_backprop_input, conv2d_bias,
+    max_pool, max_pool_grad, max_pool_relu_grad,
 };
 use crate::tensor::{PartialShape, Shape};
 use crate::tensor::Tensor;
@@ -97,6 +105,41 @@ fn k_conv(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     })
 }
 
+/// Whether a `_FusedConv2D` applies Relu after its bias: its `fused_ops`
+/// are `[BiasAdd]` or `[BiasAdd, Relu]`.
+fn fused_relu(n: &NodeInfo) -> Result<bool> {
+    match n.strs_or_empty("fused_ops")? {
+        [b] if b == "BiasAdd" => Ok(false),
+        [b, r] if b == "BiasAdd" && r == "Relu" => Ok(true),
+        other => Err(n.attr_err("fused_ops", format!("expected [BiasAdd] or [BiasAdd, Relu], got {other:?}"))),
+    }
+}
+
+fn infer_fused_conv(c: &InferCtx) -> Result<Vec<TensorType>> {
+    fused_relu(&c.n)?;
+    let out = infer_conv(&InferCtx { n: c.n, inputs: &c.inputs[..2], graph: c.graph })?;
+    let b = &c.inputs[2];
+    let oc = out[0].shape.dims()[3];
+    if b.dtype != out[0].dtype || b.shape.rank() != 1 || b.shape.dims()[0].is_some_and(|n| Some(n) != oc) {
+        return Err(c.n.shape_err(format!("bias {}{} must be a vector of the {} output channels", b.dtype, b.shape, out[0].shape)));
+    }
+    Ok(out)
+}
+
+fn k_fused_conv(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let relu = fused_relu(&c.n)?;
+    let (x, f, b) = (&c.inputs[0], &c.inputs[1], &c.inputs[2]);
+    let g = conv_geom(&c.n, x.shape(), f.shape())?;
+    if b.dims() != [g.out_c] {
+        return Err(c.n.shape_err(format!("bias {} must match the {} output channels", b.shape(), g.out_c)));
+    }
+    with_float!(c, x.dtype(), T => {
+        let mut out = vec![T::default(); g.output_len()];
+        conv2d_bias(x.as_slice::<T>()?, f.as_slice::<T>()?, b.as_slice::<T>()?, relu, &mut out, &g, c.threads);
+        Ok(vec![Tensor::from_vec(out, [g.batch, g.out_h, g.out_w, g.out_c])?])
+    })
+}
+
 fn check_grad_shape(c: &KernelCtx, grad: &Tensor, want: [usize; 4]) -> Result<()> {
     if grad.dims() != want {
         return Err(c.n.shape_err(format!("gradient {} does not match the forward output {:?}", grad.shape(), want)));
@@ -138,20 +181,49 @@ fn k_pool(c: &mut KernelCtx, max: bool) -> Result<Vec<Tensor>> {
     })
 }
 
-/// MaxPoolGrad(x, g) / AvgPoolGrad(x, g) -> dL/dx.
-fn k_pool_grad(c: &mut KernelCtx, max: bool) -> Result<Vec<Tensor>> {
+/// Which pooling gradient a kernel computes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PoolGrad {
+    Max,
+    /// `_FusedMaxPoolGrad`: MaxPoolGrad, then ReluGrad against the pool's input.
+    MaxRelu,
+    Avg,
+}
+
+/// `_FusedMaxPoolGrad`'s `fused_ops` must be `[ReluGrad]`.
+fn check_fused_relu_grad(n: &NodeInfo) -> Result<()> {
+    match n.strs_or_empty("fused_ops")? {
+        [r] if r == "ReluGrad" => Ok(()),
+        other => Err(n.attr_err("fused_ops", format!("expected [ReluGrad], got {other:?}"))),
+    }
+}
+
+/// MaxPoolGrad(x, g) / _FusedMaxPoolGrad(x, g) / AvgPoolGrad(x, g) -> dL/dx.
+fn k_pool_grad(c: &mut KernelCtx, kind: PoolGrad) -> Result<Vec<Tensor>> {
+    if kind == PoolGrad::MaxRelu {
+        check_fused_relu_grad(&c.n)?;
+    }
     let (x, gr) = (&c.inputs[0], &c.inputs[1]);
     let g = pool_geom(&c.n, x.shape())?;
     check_grad_shape(c, gr, [g.batch, g.out_h, g.out_w, g.channels])?;
     with_float!(c, x.dtype(), T => {
         let mut out = vec![T::default(); g.input_len()];
-        if max {
+        if kind == PoolGrad::Max {
             max_pool_grad(x.as_slice::<T>()?, gr.as_slice::<T>()?, &mut out, &g, c.threads)
+        } else if kind == PoolGrad::MaxRelu {
+            max_pool_relu_grad(x.as_slice::<T>()?, gr.as_slice::<T>()?, &mut out, &g, c.threads)
         } else {
             avg_pool_grad(gr.as_slice::<T>()?, &mut out, &g, c.threads)
         }
         Ok(vec![Tensor::from_vec(out, x.shape().clone())?])
     })
+}
+
+/// A pool's gradient visits each window once per incoming gradient element
+/// (the pooled shape, input 1), not per element of its output.
+fn pool_grad_flops(c: &super::CostCtx) -> f64 {
+    let k = c.n.ints("ksize").map(|k| k.iter().product::<i64>()).unwrap_or(1) as f64;
+    k * c.inputs.get(1).map_or(0, |(_, s)| s.num_elements()) as f64
 }
 
 fn copy_attrs(n: &NodeInfo) -> crate::graph::Attrs {
@@ -180,6 +252,33 @@ pub(crate) fn register(r: &mut Registry) {
         let patch = if f.len() == 4 { f[0] * f[1] * f[2] } else { 0 };
         2.0 * g * patch as f64
     };
+    r.def("_FusedConv2D", 3, Some(3), infer_fused_conv)
+        .flops(|c| {
+            // The convolution's 2 · outputs · patch, then one add (and one
+            // compare) per output.
+            let out = c.outputs.first().map(|(_, s)| s.num_elements()).unwrap_or(0) as f64;
+            let f = c.inputs.get(1).map(|(_, s)| s.dims().to_vec()).unwrap_or_default();
+            let patch = if f.len() == 4 { f[0] * f[1] * f[2] } else { 0 };
+            let post = if fused_relu(&c.n).unwrap_or(false) { 2.0 } else { 1.0 };
+            (2.0 * patch as f64 + post) * out
+        })
+        .grad(|c| {
+            // As the unfused chain's gradients: ReluGrad on the output, then
+            // BiasAddGrad and the two convolution backprops of that.
+            let gy = if fused_relu(&c.n)? {
+                c.g.build1("ReluGrad", vec![c.grads[0].clone(), c.outputs[0].clone()], attrs! {})?
+            } else {
+                c.grads[0].clone()
+            };
+            let mut conv_attrs = copy_attrs(&c.n);
+            conv_attrs.remove("fused_ops");
+            let ins = vec![c.inputs[0].clone(), c.inputs[1].clone(), gy.clone()];
+            let gx = c.g.build1("Conv2DBackpropInput", ins.clone(), conv_attrs.clone())?;
+            let gf = c.g.build1("Conv2DBackpropFilter", ins, conv_attrs)?;
+            let gb = c.g.build1("BiasAddGrad", vec![gy], attrs! {})?;
+            Ok(vec![Some(gx), Some(gf), Some(gb)])
+        });
+    r.cpu("_FusedConv2D", FLOATS, k_fused_conv);
     r.def("Conv2DBackpropInput", 3, Some(3), |c| Ok(vec![c.inputs[0].clone()])).flops(conv_bp_flops);
     r.cpu("Conv2DBackpropInput", FLOATS, k_conv_bp_input);
     r.def("Conv2DBackpropFilter", 3, Some(3), |c| Ok(vec![c.inputs[1].clone()])).flops(conv_bp_flops);
@@ -197,16 +296,17 @@ pub(crate) fn register(r: &mut Registry) {
         Ok(vec![Some(c.g.build1("AvgPoolGrad", vec![c.inputs[0].clone(), c.grads[0].clone()], copy_attrs(&c.n))?)])
     });
     r.cpu("AvgPool", FLOATS, |c| k_pool(c, false));
-    // A pool's gradient visits each window once per incoming gradient
-    // element (the pooled shape, input 1), not per element of its output.
-    let pool_grad_flops = |c: &super::CostCtx| -> f64 {
-        let k = c.n.ints("ksize").map(|k| k.iter().product::<i64>()).unwrap_or(1) as f64;
-        k * c.inputs.get(1).map_or(0, |(_, s)| s.num_elements()) as f64
-    };
     r.def("MaxPoolGrad", 2, Some(2), |c| Ok(vec![c.inputs[0].clone()])).flops(pool_grad_flops);
-    r.cpu("MaxPoolGrad", FLOATS, |c| k_pool_grad(c, true));
+    r.cpu("MaxPoolGrad", FLOATS, |c| k_pool_grad(c, PoolGrad::Max));
+    r.def("_FusedMaxPoolGrad", 2, Some(2), |c| {
+        check_fused_relu_grad(&c.n)?;
+        Ok(vec![c.inputs[0].clone()])
+    })
+    // The pooling gradient's visits, then one compare per input element.
+    .flops(|c| pool_grad_flops(c) + c.inputs.first().map_or(0, |(_, s)| s.num_elements()) as f64);
+    r.cpu("_FusedMaxPoolGrad", FLOATS, |c| k_pool_grad(c, PoolGrad::MaxRelu));
     r.def("AvgPoolGrad", 2, Some(2), |c| Ok(vec![c.inputs[0].clone()])).flops(pool_grad_flops);
-    r.cpu("AvgPoolGrad", FLOATS, |c| k_pool_grad(c, false));
+    r.cpu("AvgPoolGrad", FLOATS, |c| k_pool_grad(c, PoolGrad::Avg));
 }
 
 fn padding_name(same: bool) -> AttrValue {

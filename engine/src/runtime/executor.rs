@@ -24,6 +24,7 @@ use crate::error::{EngineError, Result};
 use crate::graph::{Graph, Node, NodeId};
 use crate::tensor::TensorType;
 use crate::ops::sendrecv::{StepComm, TransferSpec};
+use crate::runtime::fusion;
 use crate::framework::{QueueSpec, Resource};
 use crate::ops::{self, KernelCtx, KernelFn};
 use crate::tensor::DeviceType;
@@ -96,9 +97,9 @@ const INLINE_STEP_BYTES: f64 = 8e6;
 
 /// Static work of one execution of `node` (flops, bytes), when every input
 /// and output shape is fully known.
-fn static_cost(d: &crate::graph::GraphData, node: &Node, cheap: bool) -> Option<(f64, f64)> {
+fn static_cost(all: &[Node], node: &Node, cheap: bool) -> Option<(f64, f64)> {
     let concrete = |t: &TensorType| t.shape.to_shape().map(|s| (t.dtype, s));
-    let inputs: Vec<_> = node.inputs.iter().map(|&(s, i)| concrete(&d.nodes[s].outputs[i])).collect::<Option<_>>()?;
+    let inputs: Vec<_> = node.inputs.iter().map(|&(s, i)| concrete(&all[s].outputs[i])).collect::<Option<_>>()?;
     let outputs: Vec<_> = node.outputs.iter().map(concrete).collect::<Option<_>>()?;
     let cost = ops::op_cost(&node.op, &node.attrs, &inputs, &outputs).ok()?;
     Some((cost.flops, if cheap { 0.0 } else { cost.bytes }))
@@ -191,24 +192,26 @@ impl Prepared {
         let feed_index: HashMap<(NodeId, usize), usize> = feeds.iter().enumerate().map(|(i, &f)| (f, i)).collect();
         let feed_types = feed_types(&d.nodes, feeds)?;
 
-        let needed = needed_nodes(&d.nodes, &feed_index, fetches, targets)?;
+        let mut needed = needed_nodes(&d.nodes, &feed_index, fetches, targets)?;
+        let fused = fusion::fuse_step(&d.nodes, &mut needed, fetches, |n, i| feed_index.contains_key(&(n, i)), DeviceType::Cpu);
+        let all: &[Node] = fused.as_deref().unwrap_or(&d.nodes);
 
         // Node ids are a topological order: map needed ids to exec indices.
-        let ids: Vec<NodeId> = (0..d.nodes.len()).filter(|&i| needed[i]).collect();
-        let mut exec_of = vec![usize::MAX; d.nodes.len()];
+        let ids: Vec<NodeId> = (0..all.len()).filter(|&i| needed[i]).collect();
+        let mut exec_of = vec![usize::MAX; all.len()];
         let mut first_slot = 0;
         let mut nodes = Vec::with_capacity(ids.len());
         let mut work = Some((0.0, 0.0));
         for (e, &id) in ids.iter().enumerate() {
             exec_of[id] = e;
-            let node = &d.nodes[id];
+            let node = &all[id];
             if node.op == "Placeholder" {
                 let t = &node.outputs[0];
                 return Err(EngineError::MissingFeed { node: node.name.clone(), shape: t.shape.to_string(), dtype: t.dtype.to_string() });
             }
             let def = reg.op(&node.op).ok_or_else(|| EngineError::UnknownOp { node: node.name.clone(), op: node.op.clone() })?;
             let kdef = reg.kernel(&node.op, DeviceType::Cpu);
-            let in_types: Vec<TensorType> = node.inputs.iter().map(|&(s, i)| d.nodes[s].outputs[i].clone()).collect();
+            let in_types: Vec<TensorType> = node.inputs.iter().map(|&(s, i)| all[s].outputs[i].clone()).collect();
             let dtype = ops::kernel_dtype(&node.outputs, &in_types);
             let kernel = match (kdef, dtype) {
                 (Some(k), Some(dt)) if !k.dtypes.is_empty() && !k.dtypes.contains(&dt) => {
@@ -231,7 +234,7 @@ impl Prepared {
             } else if let Some(crate::graph::AttrValue::Str(v)) = node.attrs.get("var") {
                 for name in std::iter::once(v.as_str()).chain(info.strs_or_empty("slots")?.iter().map(|s| s.as_str())) {
                     let vid = *d.by_name.get(name).ok_or_else(|| EngineError::UnknownNode(name.to_string()))?;
-                    resources.push(res.var(name, &d.nodes[vid].outputs[0]));
+                    resources.push(res.var(name, &all[vid].outputs[0]));
                 }
             }
             if def.stateful && node.attrs.contains_key("seed") {
@@ -242,7 +245,7 @@ impl Prepared {
             }
             let constant = if node.op == "Const" { Some(info.tensor("value")?.to_tensor().map_err(|e| e.at_node(&node.name, &node.op))?) } else { None };
             let transfer = if node.op == "Send" || node.op == "Recv" { Some(TransferSpec::of(&info)?) } else { None };
-            work = work.and_then(|(f, b)| static_cost(&d, node, def.cheap).map(|(nf, nb)| (f + nf, b + nb)));
+            work = work.and_then(|(f, b)| static_cost(all, node, def.cheap).map(|(nf, nb)| (f + nf, b + nb)));
             nodes.push(ExecNode {
                 name: node.name.clone(),
                 op: node.op.clone(),
@@ -266,7 +269,7 @@ impl Prepared {
         let control_flow = nodes.iter().any(|n| ops::control_flow::ROUTING_OPS.contains(&n.op.as_str()) || n.op.starts_with("Stack"));
         let mut cf_preds: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new(); if control_flow { nodes.len() } else { 0 }];
         for (e, &id) in ids.iter().enumerate() {
-            let node = &d.nodes[id];
+            let node = &all[id];
             let mut preds: Vec<usize> = Vec::new();
             let mut inputs = Vec::with_capacity(node.inputs.len());
             if node.op == "Recv" {

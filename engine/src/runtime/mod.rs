@@ -10,6 +10,7 @@
 //! programs above use it through `Session`.
 
 pub(crate) mod executor;
+pub(crate) mod fusion;
 pub(crate) mod multi_device;
 pub(crate) mod partition;
 pub(crate) mod placement;
@@ -20,7 +21,8 @@ pub use placement::{DefaultPlacer, Placement, Placer};
 pub use session::{Session, SessionOptions};
 
 use crate::error::Result;
-use crate::graph::{Graph, NodeId};
+use crate::graph::{Graph, Node, NodeId};
+use crate::tensor::DeviceType;
 use std::collections::HashMap;
 
 /// The nodes one `Session::run(feeds, fetches, targets)` executes, as a mask
@@ -30,4 +32,24 @@ use std::collections::HashMap;
 pub fn step_nodes(graph: &Graph, feeds: &[(NodeId, usize)], fetches: &[(NodeId, usize)], targets: &[NodeId]) -> Result<Vec<bool>> {
     let feed_index: HashMap<(NodeId, usize), usize> = feeds.iter().enumerate().map(|(i, &f)| (f, i)).collect();
     executor::needed_nodes(&graph.nodes(), &feed_index, fetches, targets)
+}
+
+/// The step one `Session::run(feeds, fetches, targets)` executes on one
+/// device of type `fuse_for`: the graph's nodes with the fusions that
+/// device has kernels for (see `fusion`: a fused node keeps the id and name
+/// of its chain's last node; `None`: no fusion) and the mask of the nodes
+/// that run. The simulator replays this step, so that its nodes, costs and
+/// profile keys are those of the real one.
+pub fn step_graph(
+    graph: &Graph,
+    feeds: &[(NodeId, usize)],
+    fetches: &[(NodeId, usize)],
+    targets: &[NodeId],
+    fuse_for: Option<DeviceType>,
+) -> Result<(Vec<Node>, Vec<bool>)> {
+    let feed_index: HashMap<(NodeId, usize), usize> = feeds.iter().enumerate().map(|(i, &f)| (f, i)).collect();
+    let nodes = graph.nodes();
+    let mut needed = executor::needed_nodes(&nodes, &feed_index, fetches, targets)?;
+    let fused = fuse_for.and_then(|d| fusion::fuse_step(&nodes, &mut needed, fetches, |n, i| feed_index.contains_key(&(n, i)), d));
+    Ok((fused.unwrap_or(nodes), needed))
 }

@@ -7,7 +7,7 @@
 //! (with a warning), since the registry prices concrete shapes.
 
 use crate::error::SimError;
-use flowlab_engine::{AttrValue, DType, Graph, Node, NodeId, Shape, TensorType, op_cost, step_nodes};
+use flowlab_engine::{AttrValue, DType, DeviceType, Graph, Node, NodeId, Shape, TensorType, op_cost, step_graph};
 use flowlab_hw::{Dtype, OpClass};
 
 /// The GEMM an op lowers to on a systolic array: (M, N, K).
@@ -157,7 +157,7 @@ fn hw_dtype(d: DType) -> Dtype {
 fn op_class(op: &str, flops: f64) -> OpClass {
     if op.contains("MatMul") {
         OpClass::Matmul
-    } else if op.starts_with("Conv") {
+    } else if op.starts_with("Conv") || op == "_FusedConv2D" {
         OpClass::Conv
     } else if flops == 0.0 {
         OpClass::DataMovement
@@ -212,7 +212,8 @@ fn gemm_of(n: &Node, ins: &[(DType, Shape)], outs: &[(DType, Shape)]) -> Option<
             let k = if ta { a[0] } else { a[1] };
             Some((out[0] as u64, out[1] as u64, k as u64))
         }
-        "Conv2D" => {
+        // The fused bias and activation are a few operations per output.
+        "Conv2D" | "_FusedConv2D" => {
             let f = ins.get(1)?.1.dims();
             if f.len() != 4 || out.len() != 4 {
                 return None;
@@ -381,13 +382,17 @@ impl SimGraph {
     }
 
     /// Prepares the part of `graph` that one step runs: the nodes
-    /// [`step_nodes`] (the engine's own pruning) selects, plus the fed
+    /// [`step_graph`] (the engine's own pruning and fusions) selects, plus the fed
     /// placeholders, whose values the engine holds on their devices and
     /// sends from there. Initializers and anything else the step does not
     /// need are left out, so a simulated step is the step the engine runs.
-    pub fn for_step(graph: &Graph, step: &StepSpec) -> Result<SimGraph, SimError> {
+    /// `fuse_for` is the engine device type whose fusions the step gets
+    /// (`None`: none, as on a device the engine has no kernels for).
+    pub fn for_step(graph: &Graph, step: &StepSpec, fuse_for: Option<DeviceType>) -> Result<SimGraph, SimError> {
+        // `nodes` as built (for following edges to the nodes left out),
+        // `run` with the engine's fusions (what is kept and priced).
         let nodes = graph.nodes();
-        let mut keep = step_nodes(graph, &step.feeds, &step.fetches, &step.targets)
+        let (run, mut keep) = step_graph(graph, &step.feeds, &step.fetches, &step.targets, fuse_for)
             .map_err(|e| SimError::Graph { node: String::new(), detail: format!("the step's fetches and targets: {e}") })?;
         let engine_runs = keep.clone();
         for &(p, _) in &step.feeds {
@@ -421,7 +426,7 @@ impl SimGraph {
         }
         let mut pruned = Vec::with_capacity(full_id.len());
         for &i in &full_id {
-            let mut n = nodes[i as usize].clone();
+            let mut n = run[i as usize].clone();
             if fed.contains(&(i as usize)) {
                 n.inputs.clear();
                 n.control_inputs.clear();

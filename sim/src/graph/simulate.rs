@@ -147,11 +147,29 @@ pub(crate) struct Trace {
 
 const NONE: u32 = u32::MAX;
 
+/// The engine device type whose fused kernels a step on `cluster` runs:
+/// the CPU's on a cluster of CPUs, the CUDA backend's on one of GPUs (it
+/// has no fused kernels yet, so a GPU step stays unfused, as the PyTorch
+/// runs it is checked against); none on TPUs or a mixed cluster, where a
+/// placement could split a chain the engine would fuse only on one side.
+fn fusing_device(cluster: &VirtualCluster) -> Option<flowlab_engine::DeviceType> {
+    let mut kinds = cluster.devices().iter().map(|d| d.spec.kind.as_str());
+    let first = kinds.next()?;
+    if !kinds.all(|k| k == first) {
+        return None;
+    }
+    match first {
+        "cpu" => Some(flowlab_engine::DeviceType::Cpu),
+        "gpu" => Some(flowlab_engine::DeviceType::Cuda),
+        _ => None,
+    }
+}
+
 impl GraphSimulator {
     /// Prepares `graph` for `cluster` (node costs per device, wire sizes).
     pub fn new(graph: &Graph, cluster: &VirtualCluster, opts: &SimOptions) -> Result<GraphSimulator, SimError> {
         let g = match &opts.step {
-            Some(step) => SimGraph::for_step(graph, step)?,
+            Some(step) => SimGraph::for_step(graph, step, fusing_device(cluster))?,
             None => SimGraph::new(graph)?,
         };
         GraphSimulator::from_sim_graph(g, cluster, opts)

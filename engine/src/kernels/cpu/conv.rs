@@ -327,22 +327,70 @@ pub fn conv2d<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Conv2dGeom
     assert_eq!(input.len(), g.input_len(), "conv2d: input length");
     assert_eq!(filter.len(), g.filter_len(), "conv2d: filter length");
     assert_eq!(out.len(), g.output_len(), "conv2d: output length");
-    if !g.is_pointwise() && conv_direct::forward(input, filter, out, g, threads) {
+    if !g.is_pointwise() && conv_direct::forward(input, filter, out, g, threads, |_| ()) {
         return;
     }
     conv2d_by_im2col(input, filter, out, g, threads);
+}
+
+/// `out = relu?(conv2d(input, filter) + bias)`: the convolution with its
+/// bias (one per output channel) and, when `relu`, the activation applied
+/// to each block of output while it is in cache, instead of two more passes
+/// over the whole output (TensorFlow's `_FusedConv2D`). Every value is the
+/// one Conv2D, BiasAdd and Relu give one after the other, bit for bit: the
+/// same products, then the same single-precision add and select.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_bias<T: Float>(input: &[T], filter: &[T], bias: &[T], relu: bool, out: &mut [T], g: &Conv2dGeom, threads: usize) {
+    assert_eq!(bias.len(), g.out_c, "conv2d_bias: bias length");
+    assert_eq!(out.len(), g.output_len(), "conv2d_bias: output length");
+    if !g.is_pointwise()
+        && let Some(b32) = conv_direct::as_f32(bias)
+        && conv_direct::forward(input, filter, out, g, threads, |img| bias_act(img, b32, relu))
+    {
+        return;
+    }
+    forward_by_im2col(input, filter, out, g, threads, |rows| bias_act(rows, bias, relu));
+}
+
+/// Adds `bias` to every row of `out` (rows of `bias.len()` channels), then
+/// zeroes what is not positive when `relu` (as the Relu kernel: NaN too).
+fn bias_act<T: Float>(out: &mut [T], bias: &[T], relu: bool) {
+    vectorized(
+        #[inline(always)]
+        || {
+            for row in out.chunks_exact_mut(bias.len()) {
+                if relu {
+                    for (o, &b) in row.iter_mut().zip(bias) {
+                        let v = *o + b;
+                        *o = if v > T::ZERO { v } else { T::ZERO };
+                    }
+                } else {
+                    for (o, &b) in row.iter_mut().zip(bias) {
+                        *o = *o + b;
+                    }
+                }
+            }
+        },
+    )
 }
 
 /// [`conv2d`] by im2col + GEMM whatever the shape: the path for shapes the
 /// direct kernel does not take, and its peer in `cargo bench --bench
 /// cnn_kernels`.
 pub fn conv2d_by_im2col<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Conv2dGeom, threads: usize) {
+    forward_by_im2col(input, filter, out, g, threads, |_| ());
+}
+
+/// [`conv2d_by_im2col`], running `epilogue` on each chunk of output rows
+/// right after its product.
+fn forward_by_im2col<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Conv2dGeom, threads: usize, epilogue: impl Fn(&mut [T])) {
     assert_eq!(input.len(), g.input_len(), "conv2d: input length");
     assert_eq!(filter.len(), g.filter_len(), "conv2d: filter length");
     assert_eq!(out.len(), g.output_len(), "conv2d: output length");
     let (kl, oc, p) = (g.patch_len(), g.out_c, g.positions());
     if g.is_pointwise() {
         gemm_strided(input, filter, out, p, oc, kl, false, false, false, threads);
+        epilogue(out);
         return;
     }
     let chunk = g.rows_per_chunk().min(p.max(1));
@@ -352,7 +400,9 @@ pub fn conv2d_by_im2col<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &
         let rows = chunk.min(p - r0);
         let pt = &mut patches[..rows * kl];
         im2col(input, pt, r0, g, threads);
-        gemm_strided(pt, filter, &mut out[r0 * oc..(r0 + rows) * oc], rows, oc, kl, false, false, false, threads);
+        let block = &mut out[r0 * oc..(r0 + rows) * oc];
+        gemm_strided(pt, filter, block, rows, oc, kl, false, false, false, threads);
+        epilogue(block);
         r0 += rows;
     }
 }
@@ -609,6 +659,51 @@ mod tests {
             close(&y, &y_want, "im2col forward");
             close(&dx, &dx_want, "im2col input gradient");
             close(&dw, &dw_want, "im2col filter gradient");
+        }
+    }
+
+    /// The fused bias and activation against direct loops in f64 (the
+    /// convolution, plus the channel's bias, then max(0, .)), on the direct
+    /// kernel's shapes and on the im2col path's, at one and two threads;
+    /// and bit for bit what Conv2D, then BiasAdd, then Relu give.
+    #[test]
+    fn fused_bias_and_relu_match_direct_loops_and_the_unfused_chain() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for (i, (inp, fil, st, pad)) in direct_cases().into_iter().chain(cases()).enumerate() {
+            let g = Conv2dGeom::new(inp, fil, st, pad).unwrap();
+            let x = random::<f64>(g.input_len(), 170 + i as u64);
+            let w = random::<f64>(g.filter_len(), 180 + i as u64);
+            let b = random::<f64>(g.out_c, 190 + i as u64);
+            let conv = naive_conv(&x, &w, &g);
+            let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+            let (x32, w32, b32) = (f32s(&x), f32s(&w), f32s(&b));
+            let mut unfused = vec![f32::NAN; g.output_len()];
+            conv2d(&x32, &w32, &mut unfused, &g, 1);
+            for relu in [false, true] {
+                let act = |v: f64| if relu { v.max(0.0) } else { v };
+                let want: Vec<f64> = conv.iter().enumerate().map(|(j, &v)| act(v + b[j % g.out_c])).collect();
+                let chain: Vec<f32> = unfused
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &v)| {
+                        let v = v + b32[j % g.out_c];
+                        if relu && !(v > 0.0) { 0.0 } else { v }
+                    })
+                    .collect();
+                for threads in [1, 2] {
+                    let mut y = vec![f32::NAN; g.output_len()];
+                    pool.install(|| conv2d_bias(&x32, &w32, &b32, relu, &mut y, &g, threads));
+                    for (j, (a, e)) in y.iter().zip(&want).enumerate() {
+                        assert!((*a as f64 - e).abs() < 2e-4 * (1.0 + e.abs()), "case {i} relu {relu} [{j}]: {a} vs {e}");
+                    }
+                    assert!(y.iter().zip(&chain).all(|(a, c)| a.to_bits() == c.to_bits()), "case {i} relu {relu}: differs from the unfused chain");
+                }
+                let mut y64 = vec![f64::NAN; g.output_len()];
+                conv2d_bias(&x, &w, &b, relu, &mut y64, &g, 1);
+                for (j, (a, e)) in y64.iter().zip(&want).enumerate() {
+                    assert!((a - e).abs() < 1e-12 * (1.0 + e.abs()), "case {i} relu {relu} f64 [{j}]: {a} vs {e}");
+                }
+            }
         }
     }
 

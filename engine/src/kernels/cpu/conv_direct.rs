@@ -62,7 +62,7 @@ fn cpu_has_avx512() -> bool {
 }
 
 /// `x` as f32 when `T` is f32.
-fn as_f32<T: Float>(x: &[T]) -> Option<&[f32]> {
+pub(super) fn as_f32<T: Float>(x: &[T]) -> Option<&[f32]> {
     // SAFETY: T is f32 (same TypeId), so the slice is one of f32.
     (TypeId::of::<T>() == TypeId::of::<f32>()).then(|| unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f32>(), x.len()) })
 }
@@ -194,9 +194,17 @@ fn pad_image(src: &[f32], h: usize, w: usize, top: usize, left: usize, p: &Padde
     }
 }
 
-/// `out = conv2d(input, filter)` by the direct kernel; false (nothing
-/// written) when it does not apply.
-pub(crate) fn forward<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Conv2dGeom, threads: usize) -> bool {
+/// `out = conv2d(input, filter)` by the direct kernel, then `epilogue` on
+/// each image's output while it is still in cache (a fused bias and
+/// activation); false (nothing written) when the kernel does not apply.
+pub(crate) fn forward<T: Float>(
+    input: &[T],
+    filter: &[T],
+    out: &mut [T],
+    g: &Conv2dGeom,
+    threads: usize,
+    epilogue: impl Fn(&mut [f32]) + Sync,
+) -> bool {
     if !DirectKernels::of::<T>(g).forward {
         return false;
     }
@@ -208,6 +216,7 @@ pub(crate) fn forward<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Co
         // SAFETY: AVX-512F is present (DirectKernels::of checked it); the
         // buffers have the lengths `convolve_image` documents.
         unsafe { convolve_image(scratch, w, y_img, &p) };
+        epilogue(y_img);
     };
     per_image(y, out_len, threads, image);
     true

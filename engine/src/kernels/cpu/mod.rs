@@ -22,9 +22,9 @@ pub(crate) mod vectorize {
 }
 
 pub use conv::{
-    Conv2dGeom, Padding, conv2d, conv2d_backprop_filter, conv2d_backprop_filter_by_im2col, conv2d_backprop_input,
+    Conv2dGeom, Padding, conv2d, conv2d_backprop_filter, conv2d_bias, conv2d_backprop_filter_by_im2col, conv2d_backprop_input,
     conv2d_backprop_input_by_im2col, conv2d_by_im2col,
 };
 pub use matmul::{batch_matmul, matmul};
-pub use pool::{Pool2dGeom, avg_pool, avg_pool_grad, max_pool, max_pool_grad};
+pub use pool::{Pool2dGeom, avg_pool, avg_pool_grad, max_pool, max_pool_grad, max_pool_relu_grad};
 pub use scalar::Float;

@@ -167,6 +167,20 @@ pub fn max_pool<T: Float>(input: &[T], out: &mut [T], g: &Pool2dGeom, threads: u
 /// form, read the window at a stride of `channels` and took 2.9 / 1.4 ms for
 /// the CNN's two pools at batch 64 (`cargo bench --bench cnn_kernels`).
 pub fn max_pool_grad<T: Float>(input: &[T], grad_out: &[T], grad_in: &mut [T], g: &Pool2dGeom, threads: usize) {
+    max_pool_grad_masked(input, grad_out, grad_in, g, threads, false)
+}
+
+/// `ReluGrad(max_pool_grad(y, grad_out), y)` in one pass, for a max pool
+/// whose input `y` is a Relu's output: the routed gradient where `y > 0`,
+/// else zero. The ReluGrad pass over the whole input-sized gradient (a
+/// read of two such tensors and a write of one) goes away: the pooling
+/// gradient already reads `y` and writes every position. Bit for bit the
+/// two kernels' result.
+pub fn max_pool_relu_grad<T: Float>(input: &[T], grad_out: &[T], grad_in: &mut [T], g: &Pool2dGeom, threads: usize) {
+    max_pool_grad_masked(input, grad_out, grad_in, g, threads, true)
+}
+
+fn max_pool_grad_masked<T: Float>(input: &[T], grad_out: &[T], grad_in: &mut [T], g: &Pool2dGeom, threads: usize, relu: bool) {
     debug_assert_eq!(input.len(), g.input_len());
     debug_assert_eq!(grad_out.len(), g.output_len());
     debug_assert_eq!(grad_in.len(), g.input_len());
@@ -216,8 +230,16 @@ pub fn max_pool_grad<T: Float>(input: &[T], grad_out: &[T], grad_in: &mut [T], g
                     for y in y0..y1 {
                         for x in x0..x1 {
                             let dst = &mut gin[(y * g.in_w + x) * c..][..c];
-                            for ((d, &a), &gv) in dst.iter_mut().zip(at.iter()).zip(go) {
-                                *d = if a == k { gv } else { T::ZERO };
+                            if relu {
+                                let src = &img[(y * g.in_w + x) * c..][..c];
+                                for (((d, &a), &gv), &s) in dst.iter_mut().zip(at.iter()).zip(go).zip(src) {
+                                    let routed = if a == k { gv } else { T::ZERO };
+                                    *d = if s > T::ZERO { routed } else { T::ZERO };
+                                }
+                            } else {
+                                for ((d, &a), &gv) in dst.iter_mut().zip(at.iter()).zip(go) {
+                                    *d = if a == k { gv } else { T::ZERO };
+                                }
                             }
                             k += 1;
                         }
@@ -229,6 +251,12 @@ pub fn max_pool_grad<T: Float>(input: &[T], grad_out: &[T], grad_in: &mut [T], g
                         gin[(y * g.in_w + x) * c + ch] += gv;
                     }
                 }
+            }
+        }
+        if relu && !tiles {
+            // Overlapping windows: mask once every window has added its part.
+            for (d, &s) in gin.iter_mut().zip(img) {
+                *d = if s > T::ZERO { *d } else { T::ZERO };
             }
         }
     }));
@@ -365,6 +393,66 @@ mod tests {
         assert!(tiles(6, [2, 2], [2, 2], Padding::Valid));
         assert!(!tiles(7, [3, 3], [2, 2], Padding::Same));
         assert!(!tiles(7, [2, 2], [3, 3], Padding::Valid));
+    }
+
+    /// `max_pool_relu_grad` against a direct scatter in f64 (each window's
+    /// gradient to its first maximum, summed, then zero where the input is
+    /// not positive), on tiling and overlapping windows with about a third
+    /// of the inputs at or below zero; and bit for bit `max_pool_grad`
+    /// followed by ReluGrad's select, at one and two threads.
+    #[test]
+    fn fused_relu_grad_matches_a_direct_scatter_and_the_two_kernels() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for (i, (inp, k, s, p)) in cases().into_iter().enumerate() {
+            let g = Pool2dGeom::new(inp, k, s, p).unwrap();
+            // Relu-like inputs: negatives clipped to zero (ties at zero
+            // included), as a pool over a Relu's output sees them.
+            let x: Vec<f64> = random::<f64>(g.input_len(), 30 + i as u64).iter().map(|&v| if v < -0.3 { 0.0 } else { v }).collect();
+            let dy = random::<f64>(g.output_len(), 40 + i as u64);
+            let mut want = vec![0.0; g.input_len()];
+            for b in 0..g.batch {
+                for oy in 0..g.out_h {
+                    for ox in 0..g.out_w {
+                        for ch in 0..g.channels {
+                            let mut best: Option<(f64, usize)> = None;
+                            for ky in 0..g.k_h {
+                                for kx in 0..g.k_w {
+                                    let iy = (oy * g.stride_h + ky) as isize - g.pad_top as isize;
+                                    let ix = (ox * g.stride_w + kx) as isize - g.pad_left as isize;
+                                    if iy < 0 || ix < 0 || iy as usize >= g.in_h || ix as usize >= g.in_w {
+                                        continue;
+                                    }
+                                    let at = ((b * g.in_h + iy as usize) * g.in_w + ix as usize) * g.channels + ch;
+                                    if best.is_none_or(|(m, _)| x[at] > m) {
+                                        best = Some((x[at], at));
+                                    }
+                                }
+                            }
+                            if let Some((_, at)) = best {
+                                want[at] += dy[((b * g.out_h + oy) * g.out_w + ox) * g.channels + ch];
+                            }
+                        }
+                    }
+                }
+            }
+            for (w, &v) in want.iter_mut().zip(&x) {
+                if v <= 0.0 {
+                    *w = 0.0;
+                }
+            }
+            for threads in [1, 2] {
+                let mut got = vec![f64::NAN; g.input_len()];
+                pool.install(|| max_pool_relu_grad(&x, &dy, &mut got, &g, threads));
+                for (j, (a, e)) in got.iter().zip(&want).enumerate() {
+                    assert!((a - e).abs() < 1e-12, "case {i} [{j}]: {a} vs {e}");
+                }
+                let mut plain = vec![f64::NAN; g.input_len()];
+                pool.install(|| max_pool_grad(&x, &dy, &mut plain, &g, threads));
+                let chain: Vec<u64> = plain.iter().zip(&x).map(|(&d, &v)| if v > 0.0 { d } else { 0.0 }.to_bits()).collect();
+                assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), chain, "case {i}");
+            }
+            assert!(x.iter().filter(|&&v| v == 0.0).count() > g.input_len() / 5, "case {i}: too few zeros to test the mask");
+        }
     }
 
     #[test]
