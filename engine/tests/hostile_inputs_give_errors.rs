@@ -111,3 +111,43 @@ fn a_product_of_empty_operands_whose_output_overflows_is_an_error() {
     let e = s.run(&[(&a, &av), (&b, &bv)], &[&p], &[]).unwrap_err().to_string();
     assert_eq!(e, "node 'MatMul' (MatMul): shape mismatch: the product of [8589934592, 0] and [0, 8589934592] is larger than this machine can address");
 }
+
+/// The fused ops the executor makes can also be built by hand (a graph
+/// file may hold one): a bad `fused_ops` list or a bias that does not fit
+/// the output channels is refused when the node is built, naming it.
+#[test]
+fn a_hand_built_fused_op_with_bad_attributes_or_bias_is_refused_naming_the_node() {
+    use flowlab_engine::AttrValue;
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, [1, 4, 4, 2]).unwrap();
+    let w = g.constant(Tensor::from_vec(vec![0f32; 3 * 3 * 2 * 16], [3, 3, 2, 16]).unwrap()).unwrap();
+    let fused = |name: &str, bias_len: usize, ops: &[&str]| {
+        let b = g.constant(Tensor::from_vec(vec![0f32; bias_len], [bias_len]).unwrap()).unwrap();
+        g.op("_FusedConv2D")
+            .name(name)
+            .input(&x)
+            .input(&w)
+            .input(&b)
+            .attr("strides", AttrValue::Ints(vec![1, 1]))
+            .attr("padding", AttrValue::Str("SAME".into()))
+            .attr("fused_ops", AttrValue::Strs(ops.iter().map(|s| s.to_string()).collect()))
+            .build()
+    };
+    assert!(fused("ok", 16, &["BiasAdd", "Relu"]).is_ok());
+    let e = fused("f1", 16, &["Relu"]).unwrap_err().to_string();
+    assert_eq!(e, "node 'f1' (_FusedConv2D): attribute 'fused_ops': expected [BiasAdd] or [BiasAdd, Relu], got [\"Relu\"]");
+    let e = fused("f2", 8, &["BiasAdd"]).unwrap_err().to_string();
+    assert!(e.starts_with("node 'f2' (_FusedConv2D): ") && e.contains("bias f32[8] must be a vector of the [1, 4, 4, 16] output channels"), "{e}");
+    let e = g
+        .op("_FusedMaxPoolGrad")
+        .name("p")
+        .input(&x)
+        .input(&x)
+        .attr("ksize", AttrValue::Ints(vec![1, 1]))
+        .attr("strides", AttrValue::Ints(vec![1, 1]))
+        .attr("padding", AttrValue::Str("SAME".into()))
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert_eq!(e, "node 'p' (_FusedMaxPoolGrad): attribute 'fused_ops': expected [ReluGrad], got []");
+}

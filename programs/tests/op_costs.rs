@@ -4,7 +4,7 @@
 //! helper ops the autodiff inserts are costed with the shapes they really get.
 
 use flowlab_programs::train::{build_model, ModelKind};
-use flowlab_engine::{op_cost, op_names, DType, Graph, Optimizer, Output, Result, Shape, Tensor};
+use flowlab_engine::{op_cost, op_names, step_graph, DType, DeviceType, Graph, NodeId, Optimizer, Output, Result, Shape, Tensor};
 use std::collections::BTreeMap;
 
 /// Ops that only move, alias or create data without computing on it: a cost
@@ -22,15 +22,19 @@ const NO_ARITHMETIC: &[&str] = &[
 /// A CNN trained with Adam: Conv2D, MaxPool, BiasAdd, Relu, MatMul and their
 /// gradients (Conv2DBackpropInput/Filter, MaxPoolGrad, BiasAddGrad, ReluGrad),
 /// sparse softmax cross-entropy, ApplyAdam.
-fn cnn_training(g: &Graph) -> Result<()> {
+/// Returns the training step as (feeds, fetches, targets), for the fused
+/// ops the executor makes of it.
+fn cnn_training(g: &Graph) -> Result<Step> {
     let x = g.placeholder("x", DType::F32, [16, 64])?;
     let y = g.placeholder("y", DType::I64, [16])?;
     let logits = build_model(g, ModelKind::Cnn, &x, 1)?;
     let loss = g.reduce_mean(g.sparse_softmax_cross_entropy_with_logits(&logits, &y)?, &[], false)?;
     let vars = g.variables();
-    Optimizer::adam(1e-3).minimize(&loss, &vars.iter().collect::<Vec<_>>())?;
-    Ok(())
+    let train = Optimizer::adam(1e-3).minimize(&loss, &vars.iter().collect::<Vec<_>>())?;
+    Ok((vec![(x.node_id(), 0), (y.node_id(), 0)], vec![(loss.node_id(), 0)], vec![train.node_id()]))
 }
+
+type Step = (Vec<(NodeId, usize)>, Vec<(NodeId, usize)>, Vec<NodeId>);
 
 /// Most remaining differentiable ops with their gradients, under SGD and Momentum.
 fn many_ops_training(g: &Graph) -> Result<()> {
@@ -93,12 +97,16 @@ fn many_ops_training(g: &Graph) -> Result<()> {
 #[test]
 fn every_arithmetic_op_reports_flops() {
     let g = Graph::new();
-    cnn_training(&g.scope("cnn")).unwrap();
+    let (feeds, fetches, targets) = cnn_training(&g.scope("cnn")).unwrap();
     many_ops_training(&g.scope("many")).unwrap();
     // op -> (nodes seen, nodes with 0 flops)
     let mut seen: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
+    // The graph's nodes, and the fused ones of the CNN's step as a CPU runs it.
     let nodes = g.nodes();
-    for n in &nodes {
+    let (step, _) = step_graph(&g, &feeds, &fetches, &targets, Some(DeviceType::Cpu)).unwrap();
+    let fused: Vec<_> = step.iter().filter(|n| n.op.starts_with("_Fused")).cloned().collect();
+    assert!(fused.iter().any(|n| n.op == "_FusedConv2D") && fused.iter().any(|n| n.op == "_FusedMaxPoolGrad"), "{fused:?}");
+    for n in nodes.iter().chain(&fused) {
         let concrete = |t: &flowlab_engine::TensorType| {
             (t.dtype, t.shape.to_shape().unwrap_or_else(|| panic!("node {} has a partial shape {:?}", n.name, t.shape)))
         };
