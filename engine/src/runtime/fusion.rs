@@ -81,22 +81,9 @@ pub(crate) fn fuse_step(
         let Some(b) = sole_reader(c, "BiasAdd") else { continue };
         let relu = sole_reader(b, "Relu");
         let tail = relu.unwrap_or(b);
-        let (conv, bias_add) = (&nodes[c], &nodes[b]);
-        let mut attrs = conv.attrs.clone();
-        let ops = if relu.is_some() { vec!["BiasAdd", "Relu"] } else { vec!["BiasAdd"] };
-        attrs.insert("fused_ops".into(), AttrValue::Strs(ops.into_iter().map(String::from).collect()));
-        let mut control: Vec<NodeId> = [c, b, tail].iter().flat_map(|&i| nodes[i].control_inputs.iter().copied()).collect();
-        control.sort_unstable();
-        control.dedup();
-        let fused = Node {
-            name: nodes[tail].name.clone(),
-            op: FUSED_CONV.into(),
-            attrs,
-            inputs: vec![conv.inputs[0], conv.inputs[1], bias_add.inputs[1]],
-            control_inputs: control,
-            device: nodes[tail].device.clone(),
-            outputs: nodes[tail].outputs.clone(),
-        };
+        let ops: &[&str] = if relu.is_some() { &["BiasAdd", "Relu"] } else { &["BiasAdd"] };
+        let inputs = vec![nodes[c].inputs[0], nodes[c].inputs[1], nodes[b].inputs[1]];
+        let fused = fused_node(nodes, FUSED_CONV, ops, &[c, b, tail], inputs);
         out.get_or_insert_with(|| nodes.to_vec())[tail] = fused;
         needed[c] = false;
         if tail != b {
@@ -111,24 +98,24 @@ pub(crate) fn fuse_step(
         if nodes[r].inputs.get(1) != nodes[m].inputs.first() {
             continue;
         }
-        let mut attrs = nodes[m].attrs.clone();
-        attrs.insert("fused_ops".into(), AttrValue::Strs(vec!["ReluGrad".into()]));
-        let mut control: Vec<NodeId> = [m, r].iter().flat_map(|&i| nodes[i].control_inputs.iter().copied()).collect();
-        control.sort_unstable();
-        control.dedup();
-        let fused = Node {
-            name: nodes[r].name.clone(),
-            op: FUSED_POOL_GRAD.into(),
-            attrs,
-            inputs: nodes[m].inputs.clone(),
-            control_inputs: control,
-            device: nodes[r].device.clone(),
-            outputs: nodes[r].outputs.clone(),
-        };
+        let fused = fused_node(nodes, FUSED_POOL_GRAD, &["ReluGrad"], &[m, r], nodes[m].inputs.clone());
         out.get_or_insert_with(|| nodes.to_vec())[r] = fused;
         needed[m] = false;
     }
     out
+}
+
+/// The node standing for the chain `parts` (its first node's attrs, its
+/// last node's name, device and outputs, every part's control inputs), with
+/// `fused_ops` naming what follows the first op.
+fn fused_node(nodes: &[Node], op: &str, fused_ops: &[&str], parts: &[NodeId], inputs: Vec<(NodeId, usize)>) -> Node {
+    let (first, last) = (&nodes[parts[0]], &nodes[parts[parts.len() - 1]]);
+    let mut attrs = first.attrs.clone();
+    attrs.insert("fused_ops".into(), AttrValue::Strs(fused_ops.iter().map(|s| s.to_string()).collect()));
+    let mut control_inputs: Vec<NodeId> = parts.iter().flat_map(|&i| nodes[i].control_inputs.iter().copied()).collect();
+    control_inputs.sort_unstable();
+    control_inputs.dedup();
+    Node { name: last.name.clone(), op: op.into(), attrs, inputs, control_inputs, device: last.device.clone(), outputs: last.outputs.clone() }
 }
 
 #[cfg(test)]

@@ -366,7 +366,7 @@ fn bias_act<T: Float>(out: &mut [T], bias: &[T], relu: bool) {
                     }
                 } else {
                     for (o, &b) in row.iter_mut().zip(bias) {
-                        *o = *o + b;
+                        *o += b;
                     }
                 }
             }

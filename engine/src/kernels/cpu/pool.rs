@@ -329,34 +329,39 @@ mod tests {
     use super::*;
     use crate::kernels::cpu::matmul::tests::random;
 
-    /// Direct reference: (max, mean over valid) per output, in f64.
-    fn naive(input: &[f64], g: &Pool2dGeom) -> (Vec<f64>, Vec<f64>) {
-        let mut mx = vec![0.0; g.output_len()];
-        let mut av = vec![0.0; g.output_len()];
+    /// Every (output index, input indices of its window in row-major
+    /// order, padding left out) of the geometry, channel by channel.
+    fn windows(g: &Pool2dGeom) -> Vec<(usize, Vec<usize>)> {
+        let mut out = Vec::with_capacity(g.output_len());
         for b in 0..g.batch {
             for oy in 0..g.out_h {
                 for ox in 0..g.out_w {
                     for ch in 0..g.channels {
-                        let (mut m, mut s, mut n) = (f64::NEG_INFINITY, 0.0, 0);
+                        let mut at = Vec::new();
                         for ky in 0..g.k_h {
                             for kx in 0..g.k_w {
                                 let iy = (oy * g.stride_h + ky) as isize - g.pad_top as isize;
                                 let ix = (ox * g.stride_w + kx) as isize - g.pad_left as isize;
-                                if iy < 0 || ix < 0 || iy as usize >= g.in_h || ix as usize >= g.in_w {
-                                    continue;
+                                if iy >= 0 && ix >= 0 && (iy as usize) < g.in_h && (ix as usize) < g.in_w {
+                                    at.push(((b * g.in_h + iy as usize) * g.in_w + ix as usize) * g.channels + ch);
                                 }
-                                let v = input[((b * g.in_h + iy as usize) * g.in_w + ix as usize) * g.channels + ch];
-                                m = m.max(v);
-                                s += v;
-                                n += 1;
                             }
                         }
-                        let o = ((b * g.out_h + oy) * g.out_w + ox) * g.channels + ch;
-                        mx[o] = m;
-                        av[o] = s / n as f64;
+                        out.push((((b * g.out_h + oy) * g.out_w + ox) * g.channels + ch, at));
                     }
                 }
             }
+        }
+        out
+    }
+
+    /// Direct reference: (max, mean over valid) per output, in f64.
+    fn naive(input: &[f64], g: &Pool2dGeom) -> (Vec<f64>, Vec<f64>) {
+        let mut mx = vec![0.0; g.output_len()];
+        let mut av = vec![0.0; g.output_len()];
+        for (o, at) in windows(g) {
+            mx[o] = at.iter().map(|&i| input[i]).fold(f64::NEG_INFINITY, f64::max);
+            av[o] = at.iter().map(|&i| input[i]).sum::<f64>() / at.len() as f64;
         }
         (mx, av)
     }
@@ -410,29 +415,11 @@ mod tests {
             let x: Vec<f64> = random::<f64>(g.input_len(), 30 + i as u64).iter().map(|&v| if v < -0.3 { 0.0 } else { v }).collect();
             let dy = random::<f64>(g.output_len(), 40 + i as u64);
             let mut want = vec![0.0; g.input_len()];
-            for b in 0..g.batch {
-                for oy in 0..g.out_h {
-                    for ox in 0..g.out_w {
-                        for ch in 0..g.channels {
-                            let mut best: Option<(f64, usize)> = None;
-                            for ky in 0..g.k_h {
-                                for kx in 0..g.k_w {
-                                    let iy = (oy * g.stride_h + ky) as isize - g.pad_top as isize;
-                                    let ix = (ox * g.stride_w + kx) as isize - g.pad_left as isize;
-                                    if iy < 0 || ix < 0 || iy as usize >= g.in_h || ix as usize >= g.in_w {
-                                        continue;
-                                    }
-                                    let at = ((b * g.in_h + iy as usize) * g.in_w + ix as usize) * g.channels + ch;
-                                    if best.is_none_or(|(m, _)| x[at] > m) {
-                                        best = Some((x[at], at));
-                                    }
-                                }
-                            }
-                            if let Some((_, at)) = best {
-                                want[at] += dy[((b * g.out_h + oy) * g.out_w + ox) * g.channels + ch];
-                            }
-                        }
-                    }
+            for (o, at) in windows(&g) {
+                // The first position holding the window's maximum.
+                let first = at.iter().copied().reduce(|best, i| if x[i] > x[best] { i } else { best });
+                if let Some(i) = first {
+                    want[i] += dy[o];
                 }
             }
             for (w, &v) in want.iter_mut().zip(&x) {
