@@ -4,8 +4,10 @@
 //! the dense layer's three products, at 1 and 2 threads. Each thread count
 //! runs inside a rayon pool of exactly that size. Each convolution runs
 //! twice: as the engine runs it (the direct kernels on AVX-512 CPUs) and by
-//! im2col + GEMM (`_im2col`), its peer. `flowlab profile --model
-//! cnn --batch 64` gives the same ops' share of a whole step.
+//! im2col + GEMM (`_im2col`), its peer. `cnn_b64_fusions` times the
+//! executor's fusions on these shapes against the same ops unfused.
+//! `flowlab profile --model cnn --batch 64` gives the same ops' share of a
+//! whole step.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use flowlab_engine::kernels::cpu::{
@@ -107,5 +109,82 @@ fn cnn_kernels(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, cnn_kernels);
+/// The executor's fusions on this step's shapes, one thread: a session runs
+/// `Relu(BiasAdd(Conv2D(x, w), b))` fetching the Relu (fused into one
+/// `_FusedConv2D`) and fetching the Conv2D's output too (which keeps the
+/// three kernels apart); likewise `ReluGrad(MaxPoolGrad(y, g), y)` alone
+/// (`_FusedMaxPoolGrad`) and with the MaxPoolGrad's output fetched. The
+/// pairs differ only in the fusion: fetching an output hands back a handle,
+/// not a copy.
+fn cnn_fusions(c: &mut Criterion) {
+    use flowlab_engine::{AttrValue, DType, Graph, Output, Session, Tensor};
+    let mut group = c.benchmark_group("cnn_b64_fusions");
+    group.sample_size(10);
+    let built = || -> flowlab_engine::Result<Vec<(String, Graph, Output, Output, Output, Tensor)>> {
+        let mut cases = Vec::new();
+        for (name, input, filter) in [("conv1", [64usize, 28, 28, 1], [5usize, 5, 1, 32]), ("conv2", [64, 14, 14, 32], [5, 5, 32, 64])] {
+            let g = Graph::new();
+            let x = g.placeholder("x", DType::F32, input.map(|d| d as i64))?;
+            let w = g.constant(Tensor::from_vec(data(filter.iter().product(), 2), filter)?)?;
+            let b = g.constant(Tensor::from_vec(data(filter[3], 3), [filter[3]])?)?;
+            let conv = g.conv2d(&x, &w, [1, 1], true)?;
+            let relu = g.relu(g.bias_add(&conv, &b)?)?;
+            cases.push((format!("{name}_bias_relu"), g, x, relu, conv, Tensor::from_vec(data(input.iter().product(), 1), input)?));
+        }
+        for (name, input) in [("pool1", [64usize, 28, 28, 32]), ("pool2", [64, 14, 14, 64])] {
+            let g = Graph::new();
+            let x = g.placeholder("x", DType::F32, input.map(|d| d as i64))?;
+            let y = g.relu(&x)?;
+            let pooled = g.max_pool(&y, [2, 2], [2, 2], true)?;
+            let dy = g.placeholder("dy", DType::F32, pooled.shape())?;
+            let ints = |v: [i64; 2]| AttrValue::Ints(v.to_vec());
+            let pool_grad = g
+                .op("MaxPoolGrad")
+                .input(&y)
+                .input(&dy)
+                .attr("ksize", ints([2, 2]))
+                .attr("strides", ints([2, 2]))
+                .attr("padding", AttrValue::Str("SAME".into()))
+                .build()?;
+            let relu_grad = g.op("ReluGrad").input(&pool_grad).input(&y).build()?;
+            // The pooled gradient is fed as `dy`; `x` is the pool's input.
+            let _ = dy;
+            cases.push((format!("{name}_grad_relu_grad"), g, x, relu_grad, pool_grad, Tensor::from_vec(data(input.iter().product(), 4), input)?));
+        }
+        Ok(cases)
+    };
+    let cases = match built() {
+        Ok(c) => c,
+        Err(e) => return skip(&format!("the fusion graphs: {e}")),
+    };
+    for (name, g, x, out, inner, xt) in &cases {
+        let sess = match Session::new(g) {
+            Ok(s) => s,
+            Err(e) => return skip(&format!("{name}: {e}")),
+        };
+        // Extra feeds (the pooled gradient) by name, zeros of their shape.
+        let extra: Vec<(Output, Tensor)> = g
+            .nodes()
+            .iter()
+            .filter(|n| n.op == "Placeholder" && n.name != x.name())
+            .filter_map(|n| {
+                let o = g.output_by_name(&n.name, 0).ok()?;
+                let dims: Vec<usize> = n.outputs[0].shape.dims().iter().map(|d| d.unwrap_or(1)).collect();
+                let len = dims.iter().product();
+                Some((o, Tensor::from_vec(data(len, 5), dims).ok()?))
+            })
+            .collect();
+        let mut feeds: Vec<(&Output, &Tensor)> = vec![(x, xt)];
+        feeds.extend(extra.iter().map(|(o, t)| (o, t)));
+        for (label, fetches) in [("fused", vec![out]), ("unfused", vec![out, inner])] {
+            if let Err(e) = sess.run(&feeds, &fetches, &[]) {
+                return skip(&format!("{name} {label}: {e}"));
+            }
+            group.bench_function(BenchmarkId::new(name.as_str(), label), |b| b.iter(|| sess.run(black_box(&feeds), &fetches, &[])));
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, cnn_kernels, cnn_fusions);
 criterion_main!(benches);
