@@ -313,6 +313,17 @@ const fn block_rows(ov: usize) -> usize {
     if ov == 4 { 6 } else { 8 }
 }
 
+/// Pixels per block at 2 vectors of channels when a window row is long
+/// (at least 16 input channels): 12, filling 24 accumulators as at 4
+/// vectors. The 12 pixel pointers cost more to set up per window row, which
+/// long rows amortise and short ones do not. The CNN's second convolution's
+/// input gradient (32 channels out, 64 in) went from 1.14-1.33x its forward
+/// pass's time to 1.03-1.14x (`cargo bench -p flowlab-engine --bench
+/// cnn_kernels`, 8 and 12 alternated); its first convolution's forward (one
+/// input channel, rows of 5 values) measured 1.0-1.3 ms at 12 against
+/// 1.0 ms at 8, so it keeps 8.
+const LONG_ROW_PIXELS: usize = 12;
+
 /// Filter rows per filter-gradient register block: the compiler loads every
 /// row's broadcast value at once there, so accumulators, gradient vectors
 /// and broadcasts must fit the 32 registers together (6 rows of 4 vectors
@@ -348,6 +359,7 @@ unsafe fn convolve_image(xp: &[f32], w: &[f32], out: &mut [f32], p: &Padded) {
                     match ov {
                         4 => forward_blocks::<{ block_rows(4) }, 4>(xp, w, out, p, ob, positions, taps),
                         3 => forward_blocks::<{ block_rows(3) }, 3>(xp, w, out, p, ob, positions, taps),
+                        2 if p.c >= LANES => forward_blocks::<LONG_ROW_PIXELS, 2>(xp, w, out, p, ob, positions, taps),
                         2 => forward_blocks::<{ block_rows(2) }, 2>(xp, w, out, p, ob, positions, taps),
                         _ => forward_blocks::<{ block_rows(1) }, 1>(xp, w, out, p, ob, positions, taps),
                     }
