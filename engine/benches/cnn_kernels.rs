@@ -120,7 +120,9 @@ fn cnn_fusions(c: &mut Criterion) {
     use flowlab_engine::{AttrValue, DType, Graph, Output, Session, Tensor};
     let mut group = c.benchmark_group("cnn_b64_fusions");
     group.sample_size(10);
-    let built = || -> flowlab_engine::Result<Vec<(String, Graph, Output, Output, Output, Tensor)>> {
+    // (name, graph, feeds, fused output, inner output that keeps the ops apart)
+    type Case = (String, Graph, Vec<(Output, Tensor)>, Output, Output);
+    let built = || -> flowlab_engine::Result<Vec<Case>> {
         let mut cases = Vec::new();
         for (name, input, filter) in [("conv1", [64usize, 28, 28, 1], [5usize, 5, 1, 32]), ("conv2", [64, 14, 14, 32], [5, 5, 32, 64])] {
             let g = Graph::new();
@@ -129,7 +131,8 @@ fn cnn_fusions(c: &mut Criterion) {
             let b = g.constant(Tensor::from_vec(data(filter[3], 3), [filter[3]])?)?;
             let conv = g.conv2d(&x, &w, [1, 1], true)?;
             let relu = g.relu(g.bias_add(&conv, &b)?)?;
-            cases.push((format!("{name}_bias_relu"), g, x, relu, conv, Tensor::from_vec(data(input.iter().product(), 1), input)?));
+            let feeds = vec![(x, Tensor::from_vec(data(input.iter().product(), 1), input)?)];
+            cases.push((format!("{name}_bias_relu"), g, feeds, relu, conv));
         }
         for (name, input) in [("pool1", [64usize, 28, 28, 32]), ("pool2", [64, 14, 14, 64])] {
             let g = Graph::new();
@@ -147,9 +150,13 @@ fn cnn_fusions(c: &mut Criterion) {
                 .attr("padding", AttrValue::Str("SAME".into()))
                 .build()?;
             let relu_grad = g.op("ReluGrad").input(&pool_grad).input(&y).build()?;
-            // The pooled gradient is fed as `dy`; `x` is the pool's input.
-            let _ = dy;
-            cases.push((format!("{name}_grad_relu_grad"), g, x, relu_grad, pool_grad, Tensor::from_vec(data(input.iter().product(), 4), input)?));
+            let pooled_len = input[0] * input[1].div_ceil(2) * input[2].div_ceil(2) * input[3];
+            let pooled_dims = [input[0], input[1].div_ceil(2), input[2].div_ceil(2), input[3]];
+            let feeds = vec![
+                (x, Tensor::from_vec(data(input.iter().product(), 4), input)?),
+                (dy, Tensor::from_vec(data(pooled_len, 5), pooled_dims)?),
+            ];
+            cases.push((format!("{name}_grad_relu_grad"), g, feeds, relu_grad, pool_grad));
         }
         Ok(cases)
     };
@@ -157,25 +164,12 @@ fn cnn_fusions(c: &mut Criterion) {
         Ok(c) => c,
         Err(e) => return skip(&format!("the fusion graphs: {e}")),
     };
-    for (name, g, x, out, inner, xt) in &cases {
+    for (name, g, case_feeds, out, inner) in &cases {
         let sess = match Session::new(g) {
             Ok(s) => s,
             Err(e) => return skip(&format!("{name}: {e}")),
         };
-        // Extra feeds (the pooled gradient) by name, zeros of their shape.
-        let extra: Vec<(Output, Tensor)> = g
-            .nodes()
-            .iter()
-            .filter(|n| n.op == "Placeholder" && n.name != x.name())
-            .filter_map(|n| {
-                let o = g.output_by_name(&n.name, 0).ok()?;
-                let dims: Vec<usize> = n.outputs[0].shape.dims().iter().map(|d| d.unwrap_or(1)).collect();
-                let len = dims.iter().product();
-                Some((o, Tensor::from_vec(data(len, 5), dims).ok()?))
-            })
-            .collect();
-        let mut feeds: Vec<(&Output, &Tensor)> = vec![(x, xt)];
-        feeds.extend(extra.iter().map(|(o, t)| (o, t)));
+        let feeds: Vec<(&Output, &Tensor)> = case_feeds.iter().map(|(o, t)| (o, t)).collect();
         for (label, fetches) in [("fused", vec![out]), ("unfused", vec![out, inner])] {
             if let Err(e) = sess.run(&feeds, &fetches, &[]) {
                 return skip(&format!("{name} {label}: {e}"));
