@@ -875,7 +875,6 @@ impl FlowNetwork {
                 for attempt in 0..=NARROW_RETRIES {
                     self.g_movers.clear();
                     self.g_move_links.clear();
-                    self.g_saturated.clear();
                     if self.try_group_fill(true) {
                         self.narrow_backoff = 0;
                         self.narrow_recomputations += 1;
@@ -930,6 +929,7 @@ impl FlowNetwork {
     /// failed and 82% of their retries succeeded: the fillings of every
     /// watched link fell from 37% to 9% of the group path's attempts.
     fn try_group_fill(&mut self, narrow: bool) -> bool {
+        self.g_saturated.clear();
         self.g_epoch = self.g_epoch.wrapping_add(1);
         if self.g_epoch == 0 {
             self.g_in.fill(0);
