@@ -150,11 +150,10 @@ fn cnn_fusions(c: &mut Criterion) {
                 .attr("padding", AttrValue::Str("SAME".into()))
                 .build()?;
             let relu_grad = g.op("ReluGrad").input(&pool_grad).input(&y).build()?;
-            let pooled_len = input[0] * input[1].div_ceil(2) * input[2].div_ceil(2) * input[3];
-            let pooled_dims = [input[0], input[1].div_ceil(2), input[2].div_ceil(2), input[3]];
+            let pooled = [input[0], input[1].div_ceil(2), input[2].div_ceil(2), input[3]];
             let feeds = vec![
                 (x, Tensor::from_vec(data(input.iter().product(), 4), input)?),
-                (dy, Tensor::from_vec(data(pooled_len, 5), pooled_dims)?),
+                (dy, Tensor::from_vec(data(pooled.iter().product(), 5), pooled)?),
             ];
             cases.push((format!("{name}_grad_relu_grad"), g, feeds, relu_grad, pool_grad));
         }

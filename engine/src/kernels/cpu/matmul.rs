@@ -19,6 +19,38 @@ impl<T> View<T> {
         let (rs, cs) = if trans { (1, cols as isize) } else { (cols as isize, 1) };
         View { ptr: x.as_ptr(), rs, cs }
     }
+
+    /// The operand from column `j0` on.
+    ///
+    /// # Safety
+    /// Column `j0` lies inside the operand.
+    unsafe fn at_column(self, j0: usize) -> Self {
+        // SAFETY: forwarded.
+        View { ptr: unsafe { self.ptr.offset(j0 as isize * self.cs) }, ..self }
+    }
+}
+
+// SAFETY: a view only reads the slice it was made from, which outlives
+// every product that uses it.
+unsafe impl<T: Sync> Send for View<T> {}
+unsafe impl<T: Sync> Sync for View<T> {}
+
+/// `c`'s first element, shared by the threads of one product that write
+/// disjoint column panels of `c` (`columns_in_parallel`,
+/// `aliased_transposed_rhs`).
+#[derive(Clone, Copy)]
+struct PanelsOut<T>(*mut T);
+
+// SAFETY: each panel writes only its own columns of `c`.
+unsafe impl<T> Send for PanelsOut<T> {}
+unsafe impl<T> Sync for PanelsOut<T> {}
+
+impl<T> PanelsOut<T> {
+    /// Taken whole (a method, not `.0`), so that a closure captures the
+    /// `Sync` wrapper rather than the raw pointer inside it.
+    fn ptr(self) -> *mut T {
+        self.0
+    }
 }
 
 /// One gemm call: `c = a · b` (`c += a · b` when `accumulate`) for an
@@ -157,33 +189,16 @@ const COLUMN_PANEL: usize = 64;
 /// so that a faster core takes more of them (see `gemm_strided`).
 #[allow(clippy::too_many_arguments)]
 fn columns_in_parallel<T: Float>(m: usize, n: usize, k: usize, a: View<T>, b: View<T>, c: &mut [T], accumulate: bool, threads: usize) {
-    /// The operands and `c`'s first element, shared by the threads that
-    /// write disjoint column panels of `c`.
-    #[derive(Clone, Copy)]
-    struct Shared<T>(View<T>, View<T>, *mut T);
-    // SAFETY: the views are only read, and each panel writes only its own
-    // columns of `c`.
-    unsafe impl<T> Send for Shared<T> {}
-    unsafe impl<T> Sync for Shared<T> {}
-    impl<T> Shared<T> {
-        // taken whole, so that a closure captures the `Sync` wrapper and
-        // not its fields
-        fn parts(self) -> (View<T>, View<T>, *mut T) {
-            (self.0, self.1, self.2)
-        }
-    }
-    let shared = Shared(a, b, c.as_mut_ptr());
+    let out = PanelsOut(c.as_mut_ptr());
     let panels = (2 * threads).min(n / COLUMN_PANEL).max(1);
     let width = n.div_ceil(panels).next_multiple_of(16);
     (0..n.div_ceil(width)).into_par_iter().for_each(|p| {
-        let (a, b, c) = shared.parts();
         let j0 = p * width;
         let cols = width.min(n - j0);
         // SAFETY: columns j0..j0 + cols of op(b) and of c lie inside the
         // asserted lengths (as in `gemm_strided`); the panels are disjoint.
         unsafe {
-            let b = View { ptr: b.ptr.offset(j0 as isize * b.cs), ..b };
-            gemm_block(m, cols, k, a, b, c.add(j0), n as isize, accumulate, gemm::Parallelism::None);
+            gemm_block(m, cols, k, a, b.at_column(j0), out.ptr().add(j0), n as isize, accumulate, gemm::Parallelism::None);
         }
     });
 }
@@ -203,13 +218,7 @@ fn columns_in_parallel<T: Float>(m: usize, n: usize, k: usize, a: View<T>, b: Vi
 #[allow(clippy::too_many_arguments)]
 fn aliased_transposed_rhs<T: Float>(a: &[T], b: &[T], c: &mut [T], m: usize, n: usize, k: usize, trans_a: bool, accumulate: bool, parallel: bool) {
     let rs = k + ALIASING_PAD;
-    /// `c`'s first element, shared by the threads that write its disjoint column panels.
-    #[derive(Clone, Copy)]
-    struct Out<T>(*mut T);
-    // SAFETY: each panel writes only its own columns of `c` (see below).
-    unsafe impl<T> Send for Out<T> {}
-    unsafe impl<T> Sync for Out<T> {}
-    let out = Out(c.as_mut_ptr());
+    let out = PanelsOut(c.as_mut_ptr());
     let panel = |j0: usize, scratch: &mut Vec<T>| {
         let rows = ALIASED_PANEL_ROWS.min(n - j0);
         scratch.resize(ALIASED_PANEL_ROWS * rs, T::ZERO);
@@ -218,12 +227,11 @@ fn aliased_transposed_rhs<T: Float>(a: &[T], b: &[T], c: &mut [T], m: usize, n: 
         }
         let av = View::of(a, if trans_a { m } else { k }, trans_a);
         let bv = View { ptr: scratch.as_ptr(), rs: 1, cs: rs as isize };
-        let out = out;
         // SAFETY: element (i, j) of the panel's op(b) is scratch[j*rs + i]
         // with i < k, j < rows, inside the scratch; `a` as in gemm_strided;
         // the block of c is columns j0..j0+rows of its m rows (row stride
         // n), inside c, and no other panel writes those columns.
-        unsafe { gemm_block(m, rows, k, av, bv, out.0.add(j0), n as isize, accumulate, gemm::Parallelism::None) };
+        unsafe { gemm_block(m, rows, k, av, bv, out.ptr().add(j0), n as isize, accumulate, gemm::Parallelism::None) };
     };
     if parallel {
         (0..n.div_ceil(ALIASED_PANEL_ROWS)).into_par_iter().for_each_init(Vec::new, |scratch, p| panel(p * ALIASED_PANEL_ROWS, scratch));
