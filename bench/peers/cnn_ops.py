@@ -51,22 +51,17 @@ ROWS = [
 
 def tf_node_min_ms(threads, steps):
     """{node: minimum ms over `steps` traced steps} of TensorFlow's CNN step."""
-    import numpy as np
-
     tf = peers.import_tf()
-    rng = np.random.default_rng(2)
-    xs = rng.random((64, 28, 28, 1), dtype=np.float32)
-    ys = rng.integers(0, 10, 64).astype(np.int32)
-    g, x, y, train, init = peers.cnn_train_graph(tf, 64)
+    g, train, init, feed = peers.tf_cnn_step(tf, 64)
     per = collections.defaultdict(list)
     with peers.tf_session(tf, g, threads) as sess:
         sess.run(init)
         for _ in range(5):
-            sess.run(train, {x: xs, y: ys})
+            sess.run(train, feed)
         opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
         for _ in range(steps):
             md = tf.compat.v1.RunMetadata()
-            sess.run(train, {x: xs, y: ys}, options=opts, run_metadata=md)
+            sess.run(train, feed, options=opts, run_metadata=md)
             step = collections.defaultdict(float)
             for dev in md.step_stats.dev_stats:
                 for ns in dev.node_stats:

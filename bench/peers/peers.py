@@ -159,17 +159,24 @@ def tf_train_step_secs(batch, threads, reps):
         return median_secs(reps, lambda: sess.run(train, {x: xs, y: ys}))
 
 
-def tf_cnn_step_secs(batch, threads, reps):
+def tf_cnn_step(tf, batch):
+    """The CNN's training graph with its fixed feed: (graph, train op,
+    initializer, feed dict), as `tf_cnn_step_secs` and `cnn_ops.py` run it."""
     import numpy as np
 
-    tf = import_tf()
     rng = np.random.default_rng(2)
     xs = rng.random((batch, 28, 28, 1), dtype=np.float32)
     ys = rng.integers(0, 10, batch).astype(np.int32)
     g, x, y, train, init = cnn_train_graph(tf, batch)
+    return g, train, init, {x: xs, y: ys}
+
+
+def tf_cnn_step_secs(batch, threads, reps):
+    tf = import_tf()
+    g, train, init, feed = tf_cnn_step(tf, batch)
     with tf_session(tf, g, threads) as sess:
         sess.run(init)
-        return median_secs(reps, lambda: sess.run(train, {x: xs, y: ys}))
+        return median_secs(reps, lambda: sess.run(train, feed))
 
 
 def tf_chain_secs(n_ops, reps):
