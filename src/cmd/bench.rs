@@ -17,6 +17,15 @@ pub struct BenchArgs {
     /// Engine only: run just the rows whose names contain this text (e.g. `send_recv`, `mlp_infer`).
     #[arg(long, value_name = "TEXT")]
     only: Option<String>,
+    /// Engine only, with `--only` naming one model-zoo row (`cnn_train_b64`
+    /// or `lstm_lm_train_b32`): build its 1- and 2-thread steps once, print
+    /// `ready`, then answer each line `THREADS STEPS` on standard input with
+    /// the seconds those steps took. The flowlab side of
+    /// `bench/peers/paired.py --lockstep`, which alternates short blocks of
+    /// steps with the peer's so that both meet the same spell of a shared
+    /// machine.
+    #[arg(long, requires = "only")]
+    lockstep: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -82,16 +91,59 @@ fn lstm_lm_case(threads: usize) -> anyhow::Result<flowlab_programs::bench::Case>
     zoo_case(LSTM_ROW, flowlab_sim::zoo::build_with("lstm_lm", &o)?, 1000, threads)
 }
 
+type ZooCase = fn(usize) -> anyhow::Result<flowlab_programs::bench::Case>;
+
+/// The engine rows built from the model zoo (the rows the peers compare).
+const ZOO_ROWS: [(&str, ZooCase); 2] = [(CNN_ROW, cnn_case), (LSTM_ROW, lstm_lm_case)];
+
+/// `--lockstep`: serves blocks of steps of the zoo row `only` names to a
+/// driver on standard input (see [`BenchArgs::lockstep`]).
+fn lockstep(only: &str, input: impl std::io::BufRead, mut out: impl std::io::Write) -> anyhow::Result<()> {
+    let rows: Vec<_> = ZOO_ROWS.iter().filter(|(row, _)| row.contains(only)).collect();
+    let [(row, case)] = rows.as_slice() else {
+        anyhow::bail!("--lockstep: --only {only:?} must name exactly one of {CNN_ROW}, {LSTM_ROW}");
+    };
+    let mut cases = Vec::new();
+    for threads in [1, 2] {
+        let mut c = case(threads)?;
+        c.step()?; // warm-up
+        cases.push(c);
+    }
+    writeln!(out, "ready")?;
+    out.flush()?;
+    for (k, line) in input.lines().enumerate() {
+        let line = line?;
+        let bad = || anyhow::anyhow!("--lockstep: line {} of standard input: expected `THREADS STEPS` (1 or 2, then a count), got {line:?}", k + 1);
+        let nums: Vec<usize> = line.split_whitespace().map(|w| w.parse().map_err(|_| bad())).collect::<anyhow::Result<_>>()?;
+        let [threads, steps] = nums.as_slice() else { return Err(bad()) };
+        let c = cases.iter_mut().find(|c| c.threads == *threads).ok_or_else(bad)?;
+        let t = std::time::Instant::now();
+        for _ in 0..*steps {
+            c.step().map_err(|e| anyhow::anyhow!("--lockstep: {row} at {threads} threads: {e}"))?;
+        }
+        writeln!(out, "{}", t.elapsed().as_secs_f64())?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.only.is_some() && !matches!(args.target, BenchTarget::Engine) {
         anyhow::bail!("--only applies to `flowlab bench engine` only");
     }
+    if args.lockstep {
+        if !matches!(args.target, BenchTarget::Engine) {
+            anyhow::bail!("--lockstep applies to `flowlab bench engine` only");
+        }
+        // the driver may close the pipe first: a failed write ends the serve
+        super::ignore_sigpipe();
+        lockstep(args.only.as_deref().unwrap_or_default(), std::io::stdin().lock(), std::io::stdout().lock())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let records: Vec<serde_json::Value> = match args.target {
         BenchTarget::Engine => {
             let mut rows = flowlab_programs::bench::bench(args.quick, args.only.as_deref())?;
-            type ZooCase = fn(usize) -> anyhow::Result<flowlab_programs::bench::Case>;
-            let zoo_rows: [(&str, ZooCase); 2] = [(CNN_ROW, cnn_case), (LSTM_ROW, lstm_lm_case)];
-            for (row, case) in zoo_rows {
+            for (row, case) in ZOO_ROWS {
                 if args.only.as_deref().is_none_or(|o| row.contains(o)) {
                     for threads in [1, 2] {
                         rows.push(case(threads)?.record(if args.quick { 3 } else { 30 })?);
@@ -146,5 +198,25 @@ mod tests {
         let r = super::cnn_case(1).unwrap().record(2).unwrap();
         assert_eq!((r.name.as_str(), r.threads), (super::CNN_ROW, 1));
         assert!(r.median_ms > 0.0, "{r:?}");
+    }
+
+    /// The lockstep serve answers each block with its seconds, in order,
+    /// and names the line it cannot read.
+    #[test]
+    fn lockstep_answers_blocks_and_names_a_bad_line() {
+        let mut out = Vec::new();
+        super::lockstep("lstm", "1 2\n2 1\n".as_bytes(), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!(lines[0], "ready");
+        for l in &lines[1..] {
+            let secs: f64 = l.parse().unwrap();
+            assert!(secs > 0.0 && secs < 60.0, "{text}");
+        }
+        let e = super::lockstep("lstm", "1 1\n3 1\n".as_bytes(), Vec::new()).unwrap_err().to_string();
+        assert_eq!(e, "--lockstep: line 2 of standard input: expected `THREADS STEPS` (1 or 2, then a count), got \"3 1\"");
+        let e = super::lockstep("train", "".as_bytes(), Vec::new()).unwrap_err().to_string();
+        assert!(e.contains("must name exactly one of cnn_train_b64, lstm_lm_train_b32"), "{e}");
     }
 }
