@@ -68,11 +68,7 @@ def peer_step(case, threads):
     """One training step of the peer as a function, built in this process
     (which then runs the peer at `threads` threads)."""
     if case == "cnn":
-        tf = peers.import_tf()
-        g, train, init, feed = peers.tf_cnn_step(tf, 64)
-        sess = peers.tf_session(tf, g, threads)
-        sess.run(init)
-        return lambda: sess.run(train, feed)
+        return peers.tf_cnn_train_step(64, threads)
     sys.path.insert(0, HERE)
     import lstm_lm
 

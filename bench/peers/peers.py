@@ -161,7 +161,7 @@ def tf_train_step_secs(batch, threads, reps):
 
 def tf_cnn_step(tf, batch):
     """The CNN's training graph with its fixed feed: (graph, train op,
-    initializer, feed dict), as `tf_cnn_step_secs` and `cnn_ops.py` run it."""
+    initializer, feed dict), as `tf_cnn_train_step` and `cnn_ops.py` run it."""
     import numpy as np
 
     rng = np.random.default_rng(2)
@@ -171,12 +171,18 @@ def tf_cnn_step(tf, batch):
     return g, train, init, {x: xs, y: ys}
 
 
-def tf_cnn_step_secs(batch, threads, reps):
+def tf_cnn_train_step(batch, threads):
+    """One CNN training step in TensorFlow as a function, its session
+    initialised (TensorFlow then runs `threads` threads in this process)."""
     tf = import_tf()
     g, train, init, feed = tf_cnn_step(tf, batch)
-    with tf_session(tf, g, threads) as sess:
-        sess.run(init)
-        return median_secs(reps, lambda: sess.run(train, feed))
+    sess = tf_session(tf, g, threads)
+    sess.run(init)
+    return lambda: sess.run(train, feed)
+
+
+def tf_cnn_step_secs(batch, threads, reps):
+    return median_secs(reps, tf_cnn_train_step(batch, threads))
 
 
 def tf_chain_secs(n_ops, reps):

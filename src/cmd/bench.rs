@@ -131,10 +131,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.only.is_some() && !matches!(args.target, BenchTarget::Engine) {
         anyhow::bail!("--only applies to `flowlab bench engine` only");
     }
+    // `--lockstep` requires `--only`, which the check above keeps to the engine
     if args.lockstep {
-        if !matches!(args.target, BenchTarget::Engine) {
-            anyhow::bail!("--lockstep applies to `flowlab bench engine` only");
-        }
         // the driver may close the pipe first: a failed write ends the serve
         super::ignore_sigpipe();
         lockstep(args.only.as_deref().unwrap_or_default(), std::io::stdin().lock(), std::io::stdout().lock())?;

@@ -391,9 +391,10 @@ struct Taps {
 /// taps of 64 channels, 128 of 32. With a fixed 64 taps the 32-channel
 /// blocks of the CNN's second input gradient made 25 passes of 8 KiB, each
 /// reloading and storing every pixel's accumulators; at 16 KiB it runs
-/// 7-8% faster (`scratch` alternation of both in one process, 40 rounds,
-/// medians 14.3-14.5 against 15.5-15.7 ms; the forward pass at 64 channels
-/// is unchanged). A pass only splits where the accumulators are stored and
+/// 7-8% faster (a build with the pass size as a runtime setting, both
+/// sizes alternated 40 times in one process: medians 9.87 against 10.67
+/// ms in a fast spell, 14.3-14.5 against 15.5-15.7 ms in a slow one; the
+/// forward pass at 64 channels is unchanged). A pass only splits where the accumulators are stored and
 /// reloaded, so the sums are bit for bit the same at any pass size.
 const PASS_BYTES: usize = 16 << 10;
 
