@@ -267,6 +267,17 @@ impl ClusterSpec {
     }
 }
 
+/// `ps` PS tasks and `workers` workers on free loopback ports, for tests.
+/// Every port is picked while the others are still bound: ports picked
+/// one by one (bind, read, close) can come back twice.
+#[cfg(test)]
+pub(crate) fn loopback_spec(ps: u32, workers: u32) -> ClusterSpec {
+    let ids: Vec<TaskId> = (0..ps).map(|i| TaskId::new(Job::Ps, i)).chain((0..workers).map(|i| TaskId::new(Job::Worker, i))).collect();
+    let held: Vec<std::net::TcpListener> = ids.iter().map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    let tasks = ids.into_iter().zip(&held).map(|(t, l)| (t, format!("127.0.0.1:{}", l.local_addr().unwrap().port())));
+    ClusterSpec::from_tasks(tasks.collect::<Vec<_>>()).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

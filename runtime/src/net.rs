@@ -106,8 +106,8 @@ mod tests {
 
     #[test]
     fn an_absent_task_gives_up_at_the_deadline_naming_it() {
-        let port = free_port();
-        let s = spec(port, free_port());
+        let s = crate::cluster::loopback_spec(1, 1);
+        let port = s.address(TaskId::new(Job::Ps, 0)).unwrap().rsplit(':').next().unwrap().to_string();
         let t = Instant::now();
         let e = connect_task(&s, TaskId::new(Job::Ps, 0), Duration::from_millis(400)).unwrap_err();
         let took = t.elapsed();
@@ -118,8 +118,8 @@ mod tests {
 
     #[test]
     fn a_task_that_starts_late_is_reached() {
-        let port = free_port();
-        let s = spec(port, free_port());
+        let s = crate::cluster::loopback_spec(1, 1);
+        let port: u16 = s.address(TaskId::new(Job::Ps, 0)).unwrap().rsplit(':').next().unwrap().parse().unwrap();
         let server = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(150));
             let l = TcpListener::bind(("127.0.0.1", port)).unwrap();

@@ -918,19 +918,13 @@ mod tests {
     use crate::worker::TaskServer;
     use flowlab_engine::EmulatedLink;
     use flowlab_programs::train::{ModelKind, train};
-    use std::net::TcpListener;
 
     pub(crate) fn local_spec(workers: u32) -> ClusterSpec {
         local_spec_ps(1, workers)
     }
 
     pub(crate) fn local_spec_ps(ps: u32, workers: u32) -> ClusterSpec {
-        let port = || TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut tasks: Vec<(TaskId, String)> = (0..ps).map(|i| (TaskId::new(Job::Ps, i), format!("127.0.0.1:{}", port()))).collect();
-        for i in 0..workers {
-            tasks.push((TaskId::new(Job::Worker, i), format!("127.0.0.1:{}", port())));
-        }
-        ClusterSpec::from_tasks(tasks).unwrap()
+        crate::cluster::loopback_spec(ps, workers)
     }
 
     fn digits() -> Dataset {

@@ -837,12 +837,7 @@ mod tests {
     }
 
     fn cluster() -> ClusterSpec {
-        let port = || TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        ClusterSpec::from_tasks([
-            (TaskId::new(Job::Ps, 0), format!("127.0.0.1:{}", port())),
-            (TaskId::new(Job::Worker, 0), format!("127.0.0.1:{}", port())),
-        ])
-        .unwrap()
+        crate::cluster::loopback_spec(1, 1)
     }
 
     #[test]

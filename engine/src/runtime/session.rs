@@ -447,6 +447,12 @@ impl Session {
         s.vars.get(name).and_then(|v| v.lock().clone())
     }
 
+    /// The slot of the variable named `name`, for tests that hold its lock.
+    #[cfg(test)]
+    pub(crate) fn var_slot(&self, name: &str) -> Option<Arc<VarSlot>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).vars.get(name).cloned()
+    }
+
     /// Sets the variable named `name` (a Variable node of this graph).
     pub fn set_variable(&self, name: &str, value: Tensor) -> Result<()> {
         let v = self.graph.output_by_name(name, 0)?;

@@ -345,4 +345,58 @@ mod tests {
             assert!((w[i] - after_first[i]).abs() < 0.2, "w[{i}] = {} after {}", w[i], after_first[i]);
         }
     }
+
+    /// Asynchronous workers run updates of one shared variable at once. An
+    /// update must change the variable and both moments together: a first
+    /// moment from two gradients beside a second moment from one gives
+    /// steps of m / epsilon. The test holds the second moment's lock, lets
+    /// the update reach the first moment (holding that lock too, then
+    /// letting it go), and checks that whenever it can read the first
+    /// moment and the variable while the second is still its own, neither
+    /// has changed. Then the update goes on and makes the textbook step
+    /// (f64, one update from zero moments).
+    #[test]
+    fn an_adam_update_publishes_its_variable_and_both_moments_together() {
+        let var = OneVariable::new(&Optimizer::adam(0.1));
+        let (w0, m0) = (var.value("w"), var.value("w/Adam/m"));
+        let slot = |n: &str| var.sess.var_slot(n).unwrap();
+        let (v_slot, m_slot, w_slot) = (slot("w/Adam/v"), slot("w/Adam/m"), slot("w"));
+        let pause = || std::thread::sleep(std::time::Duration::from_millis(50));
+        // with v held, m and w (where the update does not hold them) are as before
+        let unchanged = || {
+            for (got, before, name) in [(&m_slot, &m0, "m"), (&w_slot, &w0, "w")] {
+                if let Some(t) = got.try_lock() {
+                    assert_eq!(&t.as_ref().unwrap().to_vec::<f32>().unwrap(), before, "{name} changed while v had not");
+                }
+            }
+        };
+        std::thread::scope(|s| {
+            let mut held_v = Some(v_slot.lock());
+            let step = s.spawn(|| var.step([0.5, 0.0]));
+            pause();
+            unchanged();
+            // take m too (unless the update already holds it), let v go, take it back
+            let held_m = m_slot.try_lock();
+            drop(held_v.take());
+            pause();
+            held_v = v_slot.try_lock();
+            drop(held_m);
+            pause();
+            if held_v.is_some() {
+                unchanged();
+            }
+            drop(held_v);
+            step.join().unwrap();
+        });
+        let (lr, b1, b2, eps, g) = (0.1f64, 0.9f64, 0.999f64, 1e-8f64, [0.5f64, 0.0]);
+        let lr_t = lr * (1.0 - b2).sqrt() / (1.0 - b1);
+        for i in 0..2 {
+            let (m, v) = ((1.0 - b1) * g[i], (1.0 - b2) * g[i] * g[i]);
+            let w = w0[i] as f64 - lr_t * m / (v.sqrt() + eps);
+            assert!((var.value("w")[i] as f64 - w).abs() < 1e-6, "w[{i}] {:?} vs {w}", var.value("w"));
+            // f32's 1 - beta2 is 1.3e-5 off in relative terms
+            let (gm, gv) = (var.value("w/Adam/m")[i] as f64, var.value("w/Adam/v")[i] as f64);
+            assert!((gm - m).abs() <= 1e-6 * m.abs() && (gv - v).abs() <= 1e-4 * v, "m {gm} vs {m}, v {gv} vs {v}");
+        }
+    }
 }
