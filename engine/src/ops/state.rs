@@ -80,8 +80,8 @@ fn update<T: Element>(c: &KernelCtx, slot: &VarSlot, f: impl Fn(&mut [T]) -> Res
 /// workers sharing one optimizer state), then never sees one slot updated
 /// and the other not. Adam's first moment from two gradients beside a
 /// second moment from one made steps of `m / epsilon` wherever the second
-/// gradient was zero (the digits MLP's async runs ended 5 points lower in
-/// about one run in thirty).
+/// gradient was zero (two CI runs of the digits MLP's async training ended
+/// 5 points lower).
 fn lock_together<'a>(c: &KernelCtx, slots: &[&'a VarSlot]) -> Result<Vec<MutexGuard<'a, Option<Tensor>>>> {
     for (i, a) in slots.iter().enumerate() {
         if slots[..i].iter().any(|b| std::ptr::eq(*a, *b)) {
