@@ -97,8 +97,10 @@ fn lock_together<'a>(c: &KernelCtx, slots: &[&'a VarSlot]) -> Result<Vec<MutexGu
     Ok(guards.into_iter().flatten().collect())
 }
 
-/// The value under a guard of [`lock_together`], made writable.
-fn locked_slice<'g, T: Element>(slot: &VarSlot, guard: &'g mut MutexGuard<'_, Option<Tensor>>) -> Result<&'g mut [T]> {
+/// The value under a guard of [`lock_together`], checked to be shaped like
+/// the gradient `like` (see [`same_len`]) and made writable.
+fn locked_slice<'g, T: Element>(c: &KernelCtx, slot: &VarSlot, guard: &'g mut MutexGuard<'_, Option<Tensor>>, like: &Tensor) -> Result<&'g mut [T]> {
+    shaped_like(c, slot, guard.as_ref(), like, "gradient")?;
     let t = guard.as_mut().ok_or_else(|| EngineError::Uninitialized(slot.name.clone()))?;
     owned_slice(t)
 }
@@ -107,18 +109,22 @@ fn locked_slice<'g, T: Element>(slot: &VarSlot, guard: &'g mut MutexGuard<'_, Op
 /// in place when unshared: a large update is bound by memory traffic, and
 /// two passes read the slot twice. Both are locked at once (see
 /// [`lock_together`]).
-fn update_with_slot<T: Element>(c: &KernelCtx, var: &VarSlot, slot: &VarSlot, f: impl Fn(&mut [T], &mut [T])) -> Result<Tensor> {
+fn update_with_slot<T: Element>(c: &KernelCtx, var: &VarSlot, slot: &VarSlot, grad: &Tensor, f: impl Fn(&mut [T], &mut [T])) -> Result<Tensor> {
     let mut g = lock_together(c, &[var, slot])?;
     let [gv, gs] = &mut g[..] else { return Err(c.n.kernel_err("two slots locked, not two guards")) };
-    f(locked_slice(var, gv)?, locked_slice(slot, gs)?);
+    f(locked_slice(c, var, gv, grad)?, locked_slice(c, slot, gs, grad)?);
     gv.clone().ok_or_else(|| EngineError::Uninitialized(var.name.clone()))
 }
 
 fn same_len(c: &KernelCtx, var: &VarSlot, t: &Tensor, what: &str) -> Result<()> {
-    let cur = var.lock().as_ref().map(|v| v.shape().clone());
-    match cur {
+    shaped_like(c, var, var.lock().as_ref(), t, what)
+}
+
+/// Whether `value`, the variable's, is initialized and shaped like `t`.
+fn shaped_like(c: &KernelCtx, var: &VarSlot, value: Option<&Tensor>, t: &Tensor, what: &str) -> Result<()> {
+    match value.map(|v| v.shape()) {
         None => Err(EngineError::Uninitialized(var.name.clone())),
-        Some(s) if s != *t.shape() => Err(c.n.shape_err(format!("{what} {} does not match variable '{}' of shape {s}", t.shape(), var.name))),
+        Some(s) if s != t.shape() => Err(c.n.shape_err(format!("{what} {} does not match variable '{}' of shape {s}", t.shape(), var.name))),
         Some(_) => Ok(()),
     }
 }
@@ -238,15 +244,13 @@ fn k_apply_sgd(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
 fn k_apply_momentum(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let (v, acc) = (c.var(0)?, c.var(1)?);
     let g = &c.inputs[1];
-    same_len(c, v, g, "gradient")?;
-    same_len(c, acc, g, "gradient")?;
     with_float!(c, g.dtype(), T => {
         let lr: T = scalar(c, 0)?;
         let mom: T = scalar(c, 2)?;
         let gs = g.as_slice::<T>()?;
         // see `product_floor`
         let (a_floor, step_floor) = (product_floor(mom), product_floor(lr));
-        Ok(vec![update_with_slot::<T>(c, v, acc, |w, a| {
+        Ok(vec![update_with_slot::<T>(c, v, acc, g, |w, a| {
             for ((w, a), &g) in w.iter_mut().zip(a.iter_mut()).zip(gs) {
                 *a = zero_below(*a * mom + g, a_floor);
                 *w -= lr * zero_below(*a, step_floor);
@@ -258,9 +262,6 @@ fn k_apply_momentum(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
 fn k_apply_adam(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let (v, m, s) = (c.var(0)?, c.var(1)?, c.var(2)?);
     let g = &c.inputs[6];
-    for slot in [v, m, s] {
-        same_len(c, slot, g, "gradient")?;
-    }
     with_float!(c, g.dtype(), T => {
         let (lr, b1, b2, eps, b1p, b2p): (T, T, T, T, T, T) =
             (scalar(c, 0)?, scalar(c, 1)?, scalar(c, 2)?, scalar(c, 3)?, scalar(c, 4)?, scalar(c, 5)?);
@@ -272,7 +273,7 @@ fn k_apply_adam(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
         // var, m and v in one pass under one lock (see `lock_together`)
         let mut guards = lock_together(c, &[v, m, s])?;
         let [gv, gm, gs2] = &mut guards[..] else { return Err(c.n.kernel_err("three slots locked, not three guards")) };
-        let (w, ms, vs) = (locked_slice::<T>(v, gv)?, locked_slice::<T>(m, gm)?, locked_slice::<T>(s, gs2)?);
+        let (w, ms, vs) = (locked_slice::<T>(c, v, gv, g)?, locked_slice::<T>(c, m, gm, g)?, locked_slice::<T>(c, s, gs2, g)?);
         for (((w, m), s), &g) in w.iter_mut().zip(ms.iter_mut()).zip(vs.iter_mut()).zip(gs) {
             *m = zero_below(*m + (g - *m) * (T::ONE - b1), m_floor);
             let g = zero_below(g, g_floor);
