@@ -24,6 +24,7 @@ mod error;
 mod launch;
 mod master;
 mod net;
+mod tensor_rpc;
 mod wire;
 mod train;
 mod worker;

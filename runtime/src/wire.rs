@@ -63,23 +63,27 @@ pub fn to_proto(t: &Tensor) -> Result<TensorProto> {
     Ok(TensorProto { dtype: t.dtype().name().to_string(), dims: t.dims().iter().map(|&d| d as u64).collect(), data })
 }
 
-/// The tensor a message carries.
-pub fn from_proto(p: &TensorProto) -> Result<Tensor> {
+/// The dtype and dims a message names, checked against its `len` data
+/// bytes.
+pub(crate) fn checked(dtype: &str, dims: &[u64], len: usize) -> Result<(DType, Vec<usize>)> {
     let dtype = DTYPES
         .into_iter()
-        .find(|d| d.name() == p.dtype)
-        .ok_or_else(|| bad(format!("tensor message has unknown dtype `{}`", p.dtype)))?;
-    let dims: Vec<usize> = p.dims.iter().map(|&d| usize::try_from(d)).collect::<Result<_, _>>().map_err(|_| {
-        bad(format!("tensor message dims {:?} do not fit this machine", p.dims))
+        .find(|d| d.name() == dtype)
+        .ok_or_else(|| bad(format!("tensor message has unknown dtype `{dtype}`")))?;
+    let dims: Vec<usize> = dims.iter().map(|&d| usize::try_from(d)).collect::<Result<_, _>>().map_err(|_| {
+        bad(format!("tensor message dims {dims:?} do not fit this machine"))
     })?;
     let n = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     let want = n.and_then(|n| n.checked_mul(dtype.size_in_bytes()));
-    if want != Some(p.data.len()) {
-        return Err(bad(format!(
-            "tensor message of dtype {dtype} and dims {dims:?} carries {} bytes (expected {want:?})",
-            p.data.len()
-        )));
+    if want != Some(len) {
+        return Err(bad(format!("tensor message of dtype {dtype} and dims {dims:?} carries {len} bytes (expected {want:?})")));
     }
+    Ok((dtype, dims))
+}
+
+/// The tensor a message carries.
+pub fn from_proto(p: &TensorProto) -> Result<Tensor> {
+    let (dtype, dims) = checked(&p.dtype, &p.dims, p.data.len())?;
     fn vec<T: flowlab_engine::Element + bytemuck::Pod>(data: &[u8], dims: Vec<usize>) -> Result<Tensor> {
         // copy into an aligned vector (the message's buffer may be
         // unaligned), without zeroing it first: a received weight set is

@@ -47,12 +47,12 @@ use tonic::{Request, Response, Status};
 use crate::cluster::{ClusterSpec, TaskId};
 use crate::error::{Result, RuntimeError};
 use crate::pb::worker_client::WorkerClient;
-use crate::pb::worker_server::{Worker, WorkerServer};
+use crate::pb::worker_server::Worker;
 use crate::pb::{
     AbortStepRequest, AbortStepResponse, Addressee, GetStatusRequest, GetStatusResponse, NamedTensor, RecvTensorRequest, RecvTensorResponse, RegisterGraphRequest,
     RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
 };
-use crate::wire;
+use crate::{tensor_rpc, wire};
 
 /// A number a task draws when it starts: another run of the same task
 /// (a restart) draws another.
@@ -235,11 +235,19 @@ impl Rendezvous for LinkDelivery {
 /// for a WINDOW_UPDATE round trip mid-message; with windows above the
 /// largest tensor the 784-512-512-10 MLP's 1 PS + 1 worker step took
 /// 6.8-7.8 ms instead of 8.1-8.4 ms (`flowlab bench cluster --quick`, three
-/// runs each, interleaved), 4 workers 18-22 ms instead of 23-26 ms. The
-/// default 16 KB frames stay: with larger ones a message's first frame is
-/// most of it, and tonic copies it again when it reserves the whole length.
+/// runs each, interleaved), 4 workers 18-22 ms instead of 23-26 ms.
 const STREAM_WINDOW: u32 = 32 << 20;
 const CONNECTION_WINDOW: u32 = 64 << 20;
+
+/// The largest HTTP/2 frame every channel and server accepts (the
+/// default is 16 KB). A tensor's bytes pass through h2 frame by frame, and
+/// each frame costs both ends their bookkeeping and a wake-up: since
+/// `RecvTensor` answers are read without tonic's copies (see
+/// `tensor_rpc`), 1 MB frames made the 784-512-512-10 MLP's 1 PS + 1
+/// worker step 5.9-7.3 ms instead of 6.7-8.3 ms, and 4 workers 16-17 ms
+/// instead of 20-21 ms (`flowlab bench cluster --quick`, alternated); 4 MB
+/// frames were slower again (7.0-7.4 ms).
+const MAX_FRAME: u32 = 1 << 20;
 
 /// The endpoint of `task`, with `connect_timeout`.
 pub(crate) fn endpoint(spec: &ClusterSpec, task: TaskId, connect_timeout: Duration) -> Result<Endpoint> {
@@ -249,6 +257,7 @@ pub(crate) fn endpoint(spec: &ClusterSpec, task: TaskId, connect_timeout: Durati
         .tcp_nodelay(true)
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(MAX_FRAME)
         .connect_timeout(connect_timeout))
 }
 
@@ -260,6 +269,7 @@ fn worker_client(channel: Channel) -> WorkerClient<Channel> {
 }
 
 /// The gRPC side of one task.
+#[derive(Clone)]
 pub struct WorkerService {
     state: Arc<TaskState>,
 }
@@ -331,6 +341,32 @@ impl WorkerService {
     }
 }
 
+impl WorkerService {
+    /// The tensor a `RecvTensor` asks for, once its Send has run here.
+    pub(crate) async fn recv_tensor_value(&self, r: RecvTensorRequest) -> std::result::Result<Tensor, Status> {
+        self.state.admit(r.to.as_ref(), false)?;
+        let key = key_of(&r)?;
+        let timeout = Duration::from_millis(r.timeout_ms);
+        // wait without a thread: the rendezvous calls back when the Send comes
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.state.rendezvous.recv_async(key.clone(), Box::new(move |res| {
+            let _ = tx.send(res);
+        }));
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(Ok(t))) => Ok(t),
+            Ok(Ok(Err(e))) => Err(Status::aborted(e.to_string())),
+            Ok(Err(_)) => Err(Status::aborted(format!("{key}: the step was cleaned up before its Send ran"))),
+            Err(_) => Err(Status::deadline_exceeded(format!("{key}: no Send within {timeout:?}"))),
+        }
+    }
+
+    /// Counts one `RecvTensor` answered with `bytes` data bytes.
+    pub(crate) fn count_served(&self, bytes: usize) {
+        self.state.served.fetch_add(1, Ordering::Relaxed);
+        self.state.served_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+}
+
 #[tonic::async_trait]
 impl Worker for WorkerService {
     async fn get_status(&self, req: Request<GetStatusRequest>) -> std::result::Result<Response<GetStatusResponse>, Status> {
@@ -349,24 +385,11 @@ impl Worker for WorkerService {
     }
 
     async fn recv_tensor(&self, req: Request<RecvTensorRequest>) -> std::result::Result<Response<RecvTensorResponse>, Status> {
-        let r = req.into_inner();
-        self.state.admit(r.to.as_ref(), false)?;
-        let key = key_of(&r)?;
-        let timeout = Duration::from_millis(r.timeout_ms);
-        // wait without a thread: the rendezvous calls back when the Send comes
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.state.rendezvous.recv_async(key.clone(), Box::new(move |res| {
-            let _ = tx.send(res);
-        }));
-        let t = match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(Ok(t))) => t,
-            Ok(Ok(Err(e))) => return Err(Status::aborted(e.to_string())),
-            Ok(Err(_)) => return Err(Status::aborted(format!("{key}: the step was cleaned up before its Send ran"))),
-            Err(_) => return Err(Status::deadline_exceeded(format!("{key}: no Send within {timeout:?}"))),
-        };
+        // a task's own server answers through `tensor_rpc`; this serves a
+        // stock gRPC client
+        let t = self.recv_tensor_value(req.into_inner()).await?;
         let tensor = wire::to_proto(&t).map_err(|e| Status::internal(e.to_string()))?;
-        self.state.served.fetch_add(1, Ordering::Relaxed);
-        self.state.served_bytes.fetch_add(tensor.data.len() as u64, Ordering::Relaxed);
+        self.count_served(tensor.data.len());
         Ok(Response::new(RecvTensorResponse { tensor: Some(tensor) }))
     }
 
@@ -473,14 +496,10 @@ impl StepRendezvous {
             return fire(Err(fail("no network runtime on this thread".into(), &key)));
         };
         handle.spawn(async move {
-            let mut client = worker_client(channel);
-            let r = match tokio::time::timeout(limit, client.recv_tensor(req)).await {
+            let r = match tokio::time::timeout(limit, tensor_rpc::call(channel, &req)).await {
                 Err(_) => Err(fail(format!("RecvTensor from task {src} at {address}: no answer in {limit:?}"), &key)),
                 Ok(Err(s)) => Err(fail(format!("RecvTensor from task {src} at {address}: {}", s.message()), &key)),
-                Ok(Ok(resp)) => match resp.into_inner().tensor {
-                    None => Err(fail(format!("RecvTensor from task {src} at {address}: answer without a tensor"), &key)),
-                    Some(p) => wire::from_proto(&p).map_err(|e| fail(format!("RecvTensor from task {src}: {e}"), &key)),
-                },
+                Ok(Ok(t)) => Ok(t),
             };
             fire(r);
         });
@@ -575,6 +594,7 @@ pub(crate) fn serve(runtime: &tokio::runtime::Runtime, listener: TcpListener, ro
             .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_frame_size(MAX_FRAME)
             .add_routes(routes)
             .serve_with_incoming_shutdown(incoming, async {
                 let _ = stopped.await;
@@ -644,7 +664,7 @@ impl TaskServer {
             links: links.clone(),
         });
         let svc = WorkerService { state };
-        let routes = tonic::service::Routes::new(WorkerServer::new(svc).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX));
+        let routes = tonic::service::Routes::new(tensor_rpc::WorkerRoutes::new(svc));
         let stop = serve(&runtime, listener, routes).map_err(io)?;
         Ok(TaskServer { rendezvous, address, task, incarnation, link, links, runtime: Some(runtime), stop: Some(stop) })
     }
@@ -694,6 +714,8 @@ pub struct TaskClient {
     pub link: Option<EmulatedLink>,
     cluster: u64,
     client: WorkerClient<Channel>,
+    /// The client's channel, for `RecvTensor` (see `tensor_rpc`).
+    channel: Channel,
     runtime: Arc<tokio::runtime::Runtime>,
 }
 
@@ -719,15 +741,15 @@ impl TaskClient {
         let mut attempts = 0u32;
         let cluster = spec.fingerprint();
         let to = Some(Addressee { cluster, incarnation: 0 });
-        let (client, status) = loop {
+        let (client, channel, status) = loop {
             attempts += 1;
             let left = deadline.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
             let ep = endpoint(spec, task, left)?;
             let tried = runtime.block_on(async {
                 let ch = ep.connect().await.map_err(|e| error_chain(&e))?;
-                let mut c = worker_client(ch);
+                let mut c = worker_client(ch.clone());
                 match tokio::time::timeout(left, c.get_status(GetStatusRequest { to })).await {
-                    Ok(Ok(s)) => Ok((c, s.into_inner())),
+                    Ok(Ok(s)) => Ok((c, ch, s.into_inner())),
                     Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => Err(format!("refused: {}", s.message())),
                     Ok(Err(s)) => Err(s.message().to_string()),
                     Err(_) => Err("no answer to GetStatus".to_string()),
@@ -755,7 +777,7 @@ impl TaskClient {
         } else {
             None
         };
-        Ok(TaskClient { task, address, incarnation: status.incarnation, device, last_step: status.last_step_id, link, cluster, client, runtime })
+        Ok(TaskClient { task, address, incarnation: status.incarnation, device, last_step: status.last_step_id, link, cluster, client, channel, runtime })
     }
 
     /// What every request to this task carries.
@@ -800,15 +822,11 @@ impl TaskClient {
             timeout_ms: millis(timeout),
             to: self.to(),
         };
-        let mut client = self.client.clone();
-        let resp = self.runtime.block_on(async move {
-            tokio::time::timeout(timeout + Duration::from_secs(5), client.recv_tensor(req)).await
-        });
-        let resp = resp
+        let channel = self.channel.clone();
+        self.runtime
+            .block_on(async move { tokio::time::timeout(timeout + Duration::from_secs(5), tensor_rpc::call(channel, &req)).await })
             .map_err(|_| self.rpc_error(format!("RecvTensor {key} got no answer in time")))?
-            .map_err(|s| self.rpc_error(format!("RecvTensor {key}: {}", s.message())))?;
-        let p = resp.into_inner().tensor.ok_or_else(|| self.rpc_error(format!("RecvTensor {key}: answer without a tensor")))?;
-        wire::from_proto(&p)
+            .map_err(|s| self.rpc_error(format!("RecvTensor {key}: {}", s.message())))
     }
 
     /// The tensor under `key` decoded from `format` by the engine's own
@@ -879,6 +897,35 @@ mod tests {
         let got = remote.recv_wire(&key(3), Duration::from_secs(20)).unwrap().to_vec::<f32>().unwrap();
         assert_eq!(got.len(), n);
         assert!(got.iter().enumerate().all(|(i, &v)| v == i as f32));
+    }
+
+    /// A stock tonic client of a task's `RecvTensor` (tonic's own codec)
+    /// gets the tensor that `tensor_rpc`'s frame-by-frame reader gets.
+    #[test]
+    fn a_stock_grpc_client_reads_the_same_answer() {
+        let spec = cluster();
+        let ps = TaskId::new(Job::Ps, 0);
+        let server = TaskServer::start(&spec, ps, bind_task(&spec, ps).unwrap()).unwrap();
+        let mut remote = TaskClient::connect(&spec, ps, Duration::from_secs(10)).unwrap();
+        let t = Tensor::from_vec((0..300_000).map(|i| (i as f32 * 0.1).cos()).collect::<Vec<f32>>(), vec![600, 500]).unwrap();
+        server.rendezvous.send(&key(4), t.clone()).unwrap();
+        server.rendezvous.send(&key(5), t.clone()).unwrap();
+        let ours = remote.recv_wire(&key(4), Duration::from_secs(5)).unwrap();
+        let req = RecvTensorRequest {
+            step_id: 5,
+            edge: "w:0".into(),
+            src_device: key(5).src_device.to_string(),
+            dst_device: key(5).dst_device.to_string(),
+            timeout_ms: 5000,
+            to: remote.to(),
+        };
+        let mut stock = remote.client.clone();
+        let p = remote.runtime.block_on(stock.recv_tensor(req)).unwrap().into_inner().tensor.unwrap();
+        let theirs = wire::from_proto(&p).unwrap();
+        let bits = |x: &Tensor| x.as_slice::<f32>().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&ours), bits(&t));
+        assert_eq!(bits(&theirs), bits(&t));
+        assert_eq!((ours.dims(), theirs.dims()), (t.dims(), t.dims()));
     }
 
     #[test]
