@@ -858,12 +858,18 @@ mod tests {
         crate::cluster::loopback_spec(1, 1)
     }
 
-    #[test]
-    fn a_remote_recv_gives_the_in_process_bytes_in_every_format() {
+    /// A PS task's server and a client of it.
+    fn ps_and_client() -> (TaskServer, TaskClient) {
         let spec = cluster();
         let ps = TaskId::new(Job::Ps, 0);
         let server = TaskServer::start(&spec, ps, bind_task(&spec, ps).unwrap()).unwrap();
-        let mut remote = TaskClient::connect(&spec, ps, Duration::from_secs(10)).unwrap();
+        let client = TaskClient::connect(&spec, ps, Duration::from_secs(10)).unwrap();
+        (server, client)
+    }
+
+    #[test]
+    fn a_remote_recv_gives_the_in_process_bytes_in_every_format() {
+        let (server, mut remote) = ps_and_client();
         let vals: Vec<f32> = (0..1000).map(|i| ((i as f32) * 0.37).sin() * 10.0 - 0.001 * i as f32).collect();
         let t = Tensor::from_vec(vals, vec![10, 100]).unwrap();
         let formats = [CommFormat::F32, CommFormat::F16, CommFormat::Bf16, CommFormat::Int8 { block: None }];
@@ -887,10 +893,7 @@ mod tests {
         // 2 M floats = 8 MB, twice gRPC's usual 4 MB cap on a message: a
         // dense layer's weights of that size (e.g. 3136 x 1024 = 12.8 MB)
         // must reach the worker whole.
-        let spec = cluster();
-        let ps = TaskId::new(Job::Ps, 0);
-        let server = TaskServer::start(&spec, ps, bind_task(&spec, ps).unwrap()).unwrap();
-        let mut remote = TaskClient::connect(&spec, ps, Duration::from_secs(10)).unwrap();
+        let (server, mut remote) = ps_and_client();
         let n = 2 << 20;
         let t = Tensor::from_vec((0..n).map(|i| i as f32).collect::<Vec<f32>>(), vec![n]).unwrap();
         server.rendezvous.send(&key(3), t).unwrap();
@@ -903,10 +906,7 @@ mod tests {
     /// gets the tensor that `tensor_rpc`'s frame-by-frame reader gets.
     #[test]
     fn a_stock_grpc_client_reads_the_same_answer() {
-        let spec = cluster();
-        let ps = TaskId::new(Job::Ps, 0);
-        let server = TaskServer::start(&spec, ps, bind_task(&spec, ps).unwrap()).unwrap();
-        let mut remote = TaskClient::connect(&spec, ps, Duration::from_secs(10)).unwrap();
+        let (server, mut remote) = ps_and_client();
         let t = Tensor::from_vec((0..300_000).map(|i| (i as f32 * 0.1).cos()).collect::<Vec<f32>>(), vec![600, 500]).unwrap();
         server.rendezvous.send(&key(4), t.clone()).unwrap();
         server.rendezvous.send(&key(5), t.clone()).unwrap();
@@ -930,10 +930,7 @@ mod tests {
 
     #[test]
     fn a_recv_of_another_step_never_gets_the_tensor() {
-        let spec = cluster();
-        let ps = TaskId::new(Job::Ps, 0);
-        let server = TaskServer::start(&spec, ps, bind_task(&spec, ps).unwrap()).unwrap();
-        let mut remote = TaskClient::connect(&spec, ps, Duration::from_secs(10)).unwrap();
+        let (server, mut remote) = ps_and_client();
         let t = Tensor::from_vec(vec![1.0f32, 2.0], vec![2]).unwrap();
         server.rendezvous.send(&key(7), t.clone()).unwrap();
         // a retried step has a new id: it waits (and times out), not steals step 7's tensor
