@@ -339,9 +339,7 @@ impl WorkerService {
         }
         Ok(RunGraphResponse { fetched })
     }
-}
 
-impl WorkerService {
     /// The tensor a `RecvTensor` asks for, once its Send has run here.
     pub(crate) async fn recv_tensor_value(&self, r: RecvTensorRequest) -> std::result::Result<Tensor, Status> {
         self.state.admit(r.to.as_ref(), false)?;
