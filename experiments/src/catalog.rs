@@ -73,6 +73,11 @@ const ENTRIES: &[CatalogEntry] = &[
         summary: "The cluster simulator against real PS/worker processes on loopback: digits MLP, 1/2/4 workers, 1/2 PS, sync and async",
         text: include_str!("../catalog/distributed-loopback.yaml"),
     },
+    CatalogEntry {
+        name: "distributed-mlp784",
+        summary: "The cluster simulator against real PS/worker processes on issue 16's goal model: the 784-512-512-10 MLP, 1/2/4 workers, sync",
+        text: include_str!("../catalog/distributed-mlp784.yaml"),
+    },
 ];
 
 /// Every catalog entry.

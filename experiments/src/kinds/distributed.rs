@@ -6,7 +6,7 @@
 //!
 //! ```yaml
 //! base:
-//!   model: mlp            # mlp (64-128-10) or cnn, on the digits set
+//!   model: mlp            # mlp (64-128-10), mlp784 (784-512-512-10, the digits at 28 x 28) or cnn, on the digits set
 //!   ps: 1                 # PS tasks (variables sharded greedily by size)
 //!   workers: 2            # worker tasks, backups included
 //!   strategy: sync        # sync | async
@@ -243,8 +243,9 @@ impl DistributedPoint {
     fn model_kind(&self) -> Result<ModelKind, String> {
         match self.model.as_str() {
             "mlp" => Ok(ModelKind::Mlp),
+            "mlp784" => Ok(ModelKind::Mlp784),
             "cnn" => Ok(ModelKind::Cnn),
-            other => Err(format!("invalid parameter `model`: `{other}` is not a digits model (expected mlp or cnn)")),
+            other => Err(format!("invalid parameter `model`: `{other}` is not a digits model (expected mlp, mlp784 or cnn)")),
         }
     }
 
@@ -465,8 +466,13 @@ fn predict_inputs(
 
 fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     let emulated = p.link.as_ref().map(LinkParams::check).transpose()?;
-    let data = builtin_digits().map_err(|e| e.to_string())?;
     let cfg = p.train_config(env.seed)?;
+    let data = builtin_digits().map_err(|e| e.to_string())?;
+    // the 784-input MLP takes the digits at MNIST's 28 x 28
+    let data = match cfg.model {
+        ModelKind::Mlp784 => data.resized_images(8, 28).map_err(|e| e.to_string())?,
+        _ => data,
+    };
     let needed = p.needed();
     let shard = p.batch / needed;
     let vars = shard_variables(cfg.model, p.ps);
