@@ -178,15 +178,19 @@ fn unframe(body: &[u8]) -> Result<&[u8], String> {
     Ok(message)
 }
 
-/// Calls `RecvTensor` on `channel` and builds the answer's tensor from the
-/// frames as they arrive.
-pub(crate) async fn call(mut channel: Channel, req: &RecvTensorRequest) -> Result<Tensor, Status> {
-    let message = req.encode_to_vec();
+/// `message` behind its gRPC prefix (uncompressed, its length).
+fn framed(message: &[u8]) -> Bytes {
     let mut body = BytesMut::with_capacity(5 + message.len());
     body.put_u8(0);
     body.put_u32(message.len() as u32);
-    body.put_slice(&message);
-    let mut request = http::Request::new(Body::new(http_body_util::Full::new(body.freeze())));
+    body.put_slice(message);
+    body.freeze()
+}
+
+/// Calls `RecvTensor` on `channel` and builds the answer's tensor from the
+/// frames as they arrive.
+pub(crate) async fn call(mut channel: Channel, req: &RecvTensorRequest) -> Result<Tensor, Status> {
+    let mut request = http::Request::new(Body::new(http_body_util::Full::new(framed(&req.encode_to_vec()))));
     *request.method_mut() = http::Method::POST;
     *request.uri_mut() = http::Uri::from_static(PATH);
     *request.version_mut() = http::Version::HTTP_2;
@@ -302,35 +306,51 @@ impl TensorReader {
             d.left -= bytes.len();
             return Ok(());
         }
-        self.head.extend_from_slice(bytes);
         if self.whole {
+            self.head.extend_from_slice(bytes);
             return Ok(());
         }
-        match parse_head(&self.head) {
-            Head::More => Ok(()),
-            Head::Whole => {
+        // the head is read where it lies: in the frame itself when it
+        // starts the message (the first frame holds a megabyte of data,
+        // which must not be copied into the head on the way)
+        let gathered = !self.head.is_empty();
+        if gathered {
+            self.head.extend_from_slice(bytes);
+        }
+        let view: &[u8] = if gathered { &self.head } else { bytes };
+        let (at, len, dtype, dims) = match parse_head(view) {
+            Head::Data { at, len, dtype, dims } => (at, len, dtype, dims),
+            head => {
+                self.whole = matches!(head, Head::Whole);
+                if !gathered {
+                    self.head.extend_from_slice(bytes);
+                }
+                return Ok(());
+            }
+        };
+        let (dtype, dims) = wire::checked(&dtype, &dims, len).map_err(|e| e.to_string())?;
+        let fill = match dtype {
+            DType::F32 => Filler::<f32>::boxed(len),
+            DType::F64 => Filler::<f64>::boxed(len),
+            DType::F16 => Filler::<f16>::boxed(len),
+            DType::BF16 => Filler::<bf16>::boxed(len),
+            DType::I8 => Filler::<i8>::boxed(len),
+            DType::I32 => Filler::<i32>::boxed(len),
+            DType::I64 => Filler::<i64>::boxed(len),
+            DType::Bool => {
                 self.whole = true;
-                Ok(())
+                if !gathered {
+                    self.head.extend_from_slice(bytes);
+                }
+                return Ok(());
             }
-            Head::Data { at, len, dtype, dims } => {
-                let (dtype, dims) = wire::checked(&dtype, &dims, len).map_err(|e| e.to_string())?;
-                let fill = match dtype {
-                    DType::F32 => Filler::<f32>::boxed(len),
-                    DType::F64 => Filler::<f64>::boxed(len),
-                    DType::F16 => Filler::<f16>::boxed(len),
-                    DType::BF16 => Filler::<bf16>::boxed(len),
-                    DType::I8 => Filler::<i8>::boxed(len),
-                    DType::I32 => Filler::<i32>::boxed(len),
-                    DType::I64 => Filler::<i64>::boxed(len),
-                    DType::Bool => {
-                        self.whole = true;
-                        return Ok(());
-                    }
-                };
-                let rest = self.head.split_off(at);
-                self.data = Some(Data { fill, dims, left: len });
-                self.push(&rest)
-            }
+        };
+        self.data = Some(Data { fill, dims, left: len });
+        if gathered {
+            let head = std::mem::take(&mut self.head);
+            self.push(&head[at..])
+        } else {
+            self.push(&bytes[at..])
         }
     }
 
@@ -348,17 +368,12 @@ impl TensorReader {
     }
 }
 
-/// A varint at the start of `b`, and its length; `None` if `b` ends
-/// first or it runs past ten bytes.
+/// A varint at the start of `b` (prost's decoder), and its length;
+/// `None` if `b` ends first or it is not a varint.
 fn varint(b: &[u8]) -> Option<(u64, usize)> {
-    let mut v = 0u64;
-    for (i, &byte) in b.iter().enumerate().take(10) {
-        v |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((v, i + 1));
-        }
-    }
-    None
+    let mut rest = b;
+    let v = prost::encoding::decode_varint(&mut rest).ok()?;
+    Some((v, b.len() - rest.len()))
 }
 
 /// Where the data of the answer starting `b` lie, if it is laid out as
@@ -424,11 +439,7 @@ mod tests {
     use super::*;
 
     fn prost_answer(t: &Tensor) -> Vec<u8> {
-        let message = RecvTensorResponse { tensor: Some(wire::to_proto(t).unwrap()) }.encode_to_vec();
-        let mut framed = vec![0];
-        framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
-        framed.extend_from_slice(&message);
-        framed
+        framed(&RecvTensorResponse { tensor: Some(wire::to_proto(t).unwrap()) }.encode_to_vec()).to_vec()
     }
 
     fn tensors() -> Vec<Tensor> {
@@ -497,9 +508,7 @@ mod tests {
         encode_key(1, WireType::LengthDelimited, &mut message);
         encode_varint(tensor.len() as u64, &mut message);
         message.extend(tensor);
-        let mut wire = vec![0];
-        wire.extend_from_slice(&(message.len() as u32).to_be_bytes());
-        wire.extend(message);
+        let wire = framed(&message);
         let mut r = TensorReader::default();
         for b in wire.chunks(5) {
             r.push(b).unwrap();
@@ -522,10 +531,7 @@ mod tests {
         // dims that do not match the bytes: from_proto's own message
         let mut p = wire::to_proto(&t).unwrap();
         p.dims = vec![10, 99];
-        let message = RecvTensorResponse { tensor: Some(p) }.encode_to_vec();
-        let mut bad = vec![0];
-        bad.extend_from_slice(&(message.len() as u32).to_be_bytes());
-        bad.extend(message);
+        let bad = framed(&RecvTensorResponse { tensor: Some(p) }.encode_to_vec());
         let e = TensorReader::default().push(&bad).unwrap_err();
         assert!(e.contains("carries 4000 bytes") && e.contains("[10, 99]"), "{e}");
         // a message too short for its own prefix
