@@ -711,8 +711,8 @@ pub struct TaskClient {
     /// The link the task emulates to the other tasks (`flowlab server --link`).
     pub link: Option<EmulatedLink>,
     cluster: u64,
-    client: WorkerClient<Channel>,
-    /// The client's channel, for `RecvTensor` (see `tensor_rpc`).
+    /// One HTTP/2 connection to the task: tonic's client for every method
+    /// but `RecvTensor`, which `tensor_rpc` calls on it.
     channel: Channel,
     runtime: Arc<tokio::runtime::Runtime>,
 }
@@ -739,7 +739,7 @@ impl TaskClient {
         let mut attempts = 0u32;
         let cluster = spec.fingerprint();
         let to = Some(Addressee { cluster, incarnation: 0 });
-        let (client, channel, status) = loop {
+        let (channel, status) = loop {
             attempts += 1;
             let left = deadline.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
             let ep = endpoint(spec, task, left)?;
@@ -747,7 +747,7 @@ impl TaskClient {
                 let ch = ep.connect().await.map_err(|e| error_chain(&e))?;
                 let mut c = worker_client(ch.clone());
                 match tokio::time::timeout(left, c.get_status(GetStatusRequest { to })).await {
-                    Ok(Ok(s)) => Ok((c, ch, s.into_inner())),
+                    Ok(Ok(s)) => Ok((ch, s.into_inner())),
                     Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => Err(format!("refused: {}", s.message())),
                     Ok(Err(s)) => Err(s.message().to_string()),
                     Err(_) => Err("no answer to GetStatus".to_string()),
@@ -775,7 +775,7 @@ impl TaskClient {
         } else {
             None
         };
-        Ok(TaskClient { task, address, incarnation: status.incarnation, device, last_step: status.last_step_id, link, cluster, client, channel, runtime })
+        Ok(TaskClient { task, address, incarnation: status.incarnation, device, last_step: status.last_step_id, link, cluster, channel, runtime })
     }
 
     /// What every request to this task carries.
@@ -787,9 +787,9 @@ impl TaskClient {
         RuntimeError::Rpc { task: self.task.to_string(), address: self.address.clone(), message }
     }
 
-    /// The raw gRPC client (a cheap clone) for concurrent calls.
+    /// The raw gRPC client (on a clone of the channel) for concurrent calls.
     pub(crate) fn raw(&self) -> WorkerClient<Channel> {
-        self.client.clone()
+        worker_client(self.channel.clone())
     }
 
     /// Runs `f` on this client's runtime.
@@ -799,7 +799,7 @@ impl TaskClient {
 
     /// The task's `RecvTensor` answers and their data bytes so far.
     pub fn traffic(&self) -> Result<(u64, u64)> {
-        let mut client = self.client.clone();
+        let mut client = self.raw();
         let to = self.to();
         let r = self
             .runtime
@@ -917,7 +917,7 @@ mod tests {
             timeout_ms: 5000,
             to: remote.to(),
         };
-        let mut stock = remote.client.clone();
+        let mut stock = remote.raw();
         let p = remote.runtime.block_on(stock.recv_tensor(req)).unwrap().into_inner().tensor.unwrap();
         let theirs = wire::from_proto(&p).unwrap();
         let bits = |x: &Tensor| x.as_slice::<f32>().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
