@@ -481,6 +481,8 @@ pub struct ShardedGraph {
     /// Mean of the replica losses (the full-batch loss).
     pub loss: Output,
     pub train_op: Output,
+    /// Per replica: its gradients (variable order), what the average reads.
+    pub replica_gradients: Vec<Vec<Output>>,
     /// Initializes every variable.
     pub init: Output,
     /// Evaluation placeholders and results, on the parameter device.
@@ -511,7 +513,7 @@ pub fn build_sharded(g: &Graph, cfg: &TrainConfig, features: usize, params: &[De
     })?;
     let (eval_x, eval_y, eval_loss, eval_accuracy) = eval_tower(&pg, &layers, features)?;
     let init = g.global_variables_initializer()?;
-    Ok(ShardedGraph { xs, ys, loss: r.loss, train_op: r.train_op, init, eval_x, eval_y, eval_loss, eval_accuracy })
+    Ok(ShardedGraph { xs, ys, loss: r.loss, train_op: r.train_op, replica_gradients: r.replica_gradients, init, eval_x, eval_y, eval_loss, eval_accuracy })
 }
 
 /// The evaluation placeholders, loss and accuracy on the parameter device.
@@ -560,9 +562,11 @@ fn replica_gradients(
 pub struct AsyncGraph {
     pub xs: Vec<Output>,
     pub ys: Vec<Output>,
-    /// Per replica: its batch loss and its update.
+    /// Per replica: its batch loss, its update and the gradients (variable
+    /// order) the update applies.
     pub losses: Vec<Output>,
     pub train_ops: Vec<Output>,
+    pub gradients: Vec<Vec<Output>>,
     pub init: Output,
     pub eval_x: Output,
     pub eval_y: Output,
@@ -578,17 +582,18 @@ pub fn build_async(g: &Graph, cfg: &TrainConfig, features: usize, params: &[Devi
     let pg = g.device(&params[0].to_string());
     let vars: Vec<&Output> = layers.iter().flat_map(|l| l.vars()).collect();
     let opt = Optimizer::adam(cfg.learning_rate);
-    let (mut xs, mut ys, mut losses, mut train_ops) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut xs, mut ys, mut losses, mut train_ops, mut gradients) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (i, d) in replicas.iter().enumerate() {
         let (x, y, loss, pairs) = replica_gradients(g, i, d, &layers, &vars, features)?;
         train_ops.push(opt.apply_gradients_shared(&pg, &pairs)?);
+        gradients.push(pairs.into_iter().map(|(_, gr)| gr).collect());
         xs.push(x);
         ys.push(y);
         losses.push(loss);
     }
     let (eval_x, eval_y, eval_loss, eval_accuracy) = eval_tower(&pg, &layers, features)?;
     let init = g.global_variables_initializer()?;
-    Ok(AsyncGraph { xs, ys, losses, train_ops, init, eval_x, eval_y, eval_loss, eval_accuracy })
+    Ok(AsyncGraph { xs, ys, losses, train_ops, gradients, init, eval_x, eval_y, eval_loss, eval_accuracy })
 }
 
 /// The graph of synchronous data parallelism with backup workers

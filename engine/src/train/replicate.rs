@@ -41,6 +41,9 @@ pub struct Replicated {
     /// The averaged gradient of each variable (same order as `vars`), on the
     /// parameter device.
     pub gradients: Vec<Output>,
+    /// Each replica's own gradients (replica, then `vars` order): what the
+    /// average reads, so that the update alone can be run on fed values.
+    pub replica_gradients: Vec<Vec<Output>>,
 }
 
 /// The replica devices and variables both callers need.
@@ -163,7 +166,7 @@ where
     let loss = mean(&pg.scope("average"), replica_losses.clone(), replica_losses[0].dtype())?;
     let pairs: Vec<(Output, Output)> = vars.iter().map(|v| (*v).clone()).zip(gradients.iter().cloned()).collect();
     let train_op = optimizer.apply_gradients(&pg, &pairs)?;
-    Ok(Replicated { loss, train_op, replica_losses, gradients })
+    Ok(Replicated { loss, train_op, replica_losses, gradients, replica_gradients: replica_grads })
 }
 
 #[cfg(test)]

@@ -32,7 +32,9 @@
 //! - calibrated, in the same sitting, before the run: `compute_s`, the time
 //!   of one worker's forward and backward pass on its shard, run in this
 //!   process on one device (the median of timed repetitions); `apply_s`,
-//!   the PS update (gradient average and Adam) the same way; the loopback
+//!   the PS update the same way, on the point's own graph: the average of
+//!   its `needed` gradients (masked stashes of every worker with backups;
+//!   none for async) and Adam, the gradients fed (`InProcessStep`); the loopback
 //!   link from a `RecvTensor` of 16 bytes (half of it is the one-way
 //!   latency) and of the model's
 //!   gradient bytes, at least a megabyte (the added bytes over the added
@@ -107,10 +109,10 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use flowlab_engine::{DeviceSet, Graph, Session, SessionOptions, Tensor};
+use flowlab_engine::{DeviceSet, Graph, Output, Session, SessionOptions, Tensor};
 use flowlab_hw::CommFormat;
 use flowlab_programs::datasets::{Dataset, builtin_digits};
-use flowlab_programs::train::{CheckpointConfig, ModelKind, TrainConfig, batch_tensors, build_backup, local_cpu, shard_variables};
+use flowlab_programs::train::{CheckpointConfig, ModelKind, TrainConfig, batch_tensors, build_async, build_backup, build_sharded, local_cpu, shard_variables};
 use flowlab_runtime::{ClusterTraining, Hooks, Job, LocalCluster, MasterOptions, Mode, TaskId, train_on_cluster_with};
 use flowlab_sim::cluster::{ClusterConfig, ModelRef, NetworkConfig, Strategy, TopologyKind, Workload, simulate};
 
@@ -357,20 +359,78 @@ fn median_per_run(reps: usize, iters: usize, mut f: impl FnMut() -> Result<(), S
 }
 
 /// One worker's forward and backward pass on its shard, and the PS's
-/// update, timed in this process on one device: (compute_s, apply_s).
-fn calibrate_compute(cfg: &TrainConfig, data: &Dataset, shard: usize, reps: usize) -> Result<(f64, f64), String> {
-    let e = |e: flowlab_engine::EngineError| format!("calibrating the step in process: {e}");
-    let g = Graph::new();
-    let dev = local_cpu(0);
-    let bg = build_backup(&g, cfg, data.features, std::slice::from_ref(&dev), std::slice::from_ref(&dev), 1).map_err(e)?;
-    let sess = Session::with_options(&g, SessionOptions { threads: cfg.threads, devices: DeviceSet::local_cpus(1), ..Default::default() }).map_err(e)?;
-    sess.run(&[], &[], &[&bg.init]).map_err(e)?;
-    let idx: Vec<usize> = (0..shard.min(data.len())).collect();
-    let (x, y) = batch_tensors(data, &idx).map_err(e)?;
-    let compute = median_per_run(reps, 20, || sess.run(&[(&bg.xs[0], &x), (&bg.ys[0], &y)], &[], &[&bg.computes[0]]).map(drop).map_err(e))?;
-    let mask = Tensor::from_vec(vec![1.0f32], Vec::<usize>::new()).map_err(e)?;
-    let apply = median_per_run(reps, 20, || sess.run(&[(&bg.masks[0], &mask)], &[], &[&bg.apply]).map(drop).map_err(e))?;
-    Ok((compute, apply))
+/// update, as two steps of the graph the point's strategy trains, every
+/// replica on one device of this process: the update is the one the PS
+/// runs, the average of `needed` gradients (of every worker's stash,
+/// masked, with backups) and Adam, or Adam alone for an asynchronous
+/// worker. The update's gradients are fed (the compute's own, as every
+/// replica's), so that it runs without the replicas' passes.
+struct InProcessStep {
+    sess: Session,
+    compute: (Vec<(Output, Tensor)>, Output),
+    update: (Vec<(Output, Tensor)>, Output),
+}
+
+impl InProcessStep {
+    fn new(p: &DistributedPoint, cfg: &TrainConfig, data: &Dataset, shard: usize) -> Result<InProcessStep, String> {
+        let e = |e: flowlab_engine::EngineError| format!("calibrating the step in process: {e}");
+        let g = Graph::new();
+        let dev = local_cpu(0);
+        let sess = Session::with_options(&g, SessionOptions { threads: cfg.threads, devices: DeviceSet::local_cpus(1), ..Default::default() }).map_err(e)?;
+        let idx: Vec<usize> = (0..shard.min(data.len())).collect();
+        let (x, y) = batch_tensors(data, &idx).map_err(e)?;
+        let needed = p.needed();
+        let batch = |x0: &Output, y0: &Output| vec![(x0.clone(), x.clone()), (y0.clone(), y.clone())];
+        // replica 0's gradients computed once, fed as every replica's
+        type Steps = ((Vec<(Output, Tensor)>, Output), (Vec<(Output, Tensor)>, Output));
+        let fed_update = |x0: &Output, y0: &Output, replicas: &[Vec<Output>], update: &Output| -> Result<Steps, String> {
+            let grads = &replicas[0];
+            let compute = g.group("calibrate_compute", &grads.iter().collect::<Vec<_>>()).map_err(e)?;
+            let feeds = batch(x0, y0);
+            let fed: Vec<(&Output, &Tensor)> = feeds.iter().map(|(o, t)| (o, t)).collect();
+            let values = sess.run(&fed, &grads.iter().collect::<Vec<_>>(), &[]).map_err(e)?;
+            let update_feeds = replicas.iter().flat_map(|r| r.iter().cloned().zip(values.iter().cloned())).collect();
+            Ok(((feeds, compute), (update_feeds, update.clone())))
+        };
+        let (compute, update) = match p.strategy {
+            StrategyName::Sync if p.backup == 0 => {
+                let sg = build_sharded(&g, cfg, data.features, std::slice::from_ref(&dev), &vec![dev.clone(); needed]).map_err(e)?;
+                sess.run(&[], &[], &[&sg.init]).map_err(e)?;
+                fed_update(&sg.xs[0], &sg.ys[0], &sg.replica_gradients, &sg.train_op)?
+            }
+            StrategyName::Async => {
+                let ag = build_async(&g, cfg, data.features, std::slice::from_ref(&dev), std::slice::from_ref(&dev)).map_err(e)?;
+                sess.run(&[], &[], &[&ag.init]).map_err(e)?;
+                fed_update(&ag.xs[0], &ag.ys[0], &ag.gradients[..1], &ag.train_ops[0])?
+            }
+            StrategyName::Sync => {
+                // a worker's compute leaves its gradients in its stash; the
+                // update averages the first `needed` stashes (masks 1) and
+                // multiplies the backups' by 0
+                let bg = build_backup(&g, cfg, data.features, std::slice::from_ref(&dev), &vec![dev.clone(); p.workers], needed).map_err(e)?;
+                sess.run(&[], &[], &[&bg.init]).map_err(e)?;
+                for (i, c) in bg.computes.iter().enumerate() {
+                    sess.run(&[(&bg.xs[i], &x), (&bg.ys[i], &y)], &[], &[c]).map_err(e)?;
+                }
+                let masks = (0..p.workers)
+                    .map(|i| Tensor::from_vec(vec![if i < needed { 1.0f32 } else { 0.0 }], Vec::<usize>::new()).map(|t| (bg.masks[i].clone(), t)))
+                    .collect::<Result<_, _>>()
+                    .map_err(e)?;
+                ((batch(&bg.xs[0], &bg.ys[0]), bg.computes[0].clone()), (masks, bg.apply.clone()))
+            }
+        };
+        Ok(InProcessStep { sess, compute, update })
+    }
+
+    /// Median seconds of the compute and of the update over `reps` timed
+    /// batches: (compute_s, apply_s).
+    fn time(&self, reps: usize) -> Result<(f64, f64), String> {
+        let run = |(feeds, target): &(Vec<(Output, Tensor)>, Output)| {
+            let fed: Vec<(&Output, &Tensor)> = feeds.iter().map(|(o, t)| (o, t)).collect();
+            median_per_run(reps, 20, || self.sess.run(&fed, &[], &[target]).map(drop).map_err(|e| format!("calibrating the step in process: {e}")))
+        };
+        Ok((run(&self.compute)?, run(&self.update)?))
+    }
 }
 
 /// What the simulator is given for one point (see the module comment).
@@ -484,7 +544,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     let largest = per_ps.iter().copied().max().unwrap_or(total);
 
     // calibration, in this sitting, before the run
-    let (compute_s, apply_s) = calibrate_compute(&cfg, &data, shard, p.calibration_reps)?;
+    let (compute_s, apply_s) = InProcessStep::new(p, &cfg, &data, shard)?.time(p.calibration_reps)?;
     let grad_bytes = cfg.comm.bytes_for(total as u64) as usize;
     // the rate from at least a megabyte, so that the added time stands well
     // above the jitter of a small RecvTensor
@@ -765,5 +825,73 @@ mod tests {
         let m = run.run(&PointEnv { seed: 1, launcher: Launcher::Threads }).unwrap().metrics;
         assert_eq!((m["restarts"], m["steps"]), (1.0, 45.0), "{m:?}");
         assert!((4.0..=6.0).contains(&m["steps_lost"]), "{m:?}");
+    }
+
+    fn typed(yaml: &str) -> DistributedPoint {
+        serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    /// The calibration's update is the PS's: every needed gradient averaged
+    /// (N - 1 adds and a scale per variable; a mask multiply per worker
+    /// with backups) and one Adam per variable, and none of a replica's
+    /// pass (no MatMul) runs in it.
+    #[test]
+    fn the_calibrated_update_runs_the_average_of_the_points_strategy() {
+        let data = builtin_digits().unwrap();
+        // the mlp's 2 layers: 4 variables; counted over what one gradient's
+        // update (workers: 1) runs, Adam's own arithmetic
+        let mut base = None;
+        for (yaml, adds, muls) in [
+            ("workers: 1", 0, 0),
+            ("workers: 3", 2 * 4, 4),
+            ("workers: 3\nbackup: 1", 2 * 4, 3 * 4 + 4),
+            ("workers: 3\nstrategy: async", 0, 0),
+        ] {
+            let p = typed(yaml);
+            let cfg = p.train_config(1).unwrap();
+            let step = InProcessStep::new(&p, &cfg, &data, p.batch / p.needed()).unwrap();
+            let (feeds, target) = &step.update;
+            let fed: Vec<(&Output, &Tensor)> = feeds.iter().map(|(o, t)| (o, t)).collect();
+            let (_, stats) = step.sess.run_traced(&fed, &[], &[target]).unwrap();
+            let count = |op: &str| stats.nodes.iter().filter(|n| n.op == op).count();
+            let (add0, mul0) = *base.get_or_insert((count("Add"), count("Mul")));
+            assert_eq!((count("Add") - add0, count("Mul") - mul0, count("ApplyAdam"), count("MatMul")), (adds, muls, 4, 0), "{yaml}");
+            // the compute is a replica's pass and no update
+            let (feeds, target) = &step.compute;
+            let fed: Vec<(&Output, &Tensor)> = feeds.iter().map(|(o, t)| (o, t)).collect();
+            let (_, stats) = step.sess.run_traced(&fed, &[], &[target]).unwrap();
+            assert!(stats.nodes.iter().any(|n| n.op == "MatMul") && !stats.nodes.iter().any(|n| n.op == "ApplyAdam"), "{yaml}");
+        }
+    }
+
+    /// Feeding one replica's gradients as every replica's gives the update
+    /// that the whole synchronous step makes when every replica reads the
+    /// same batch, bit for bit.
+    #[test]
+    fn the_fed_update_is_the_synchronous_steps_update() {
+        let data = builtin_digits().unwrap();
+        let p = typed("workers: 2");
+        let cfg = p.train_config(1).unwrap();
+        let shard = p.batch / 2;
+        let step = InProcessStep::new(&p, &cfg, &data, shard).unwrap();
+        let (feeds, target) = &step.update;
+        let fed: Vec<(&Output, &Tensor)> = feeds.iter().map(|(o, t)| (o, t)).collect();
+        step.sess.run(&fed, &[], &[target]).unwrap();
+
+        let g = Graph::new();
+        let dev = local_cpu(0);
+        let sg = build_sharded(&g, &cfg, data.features, std::slice::from_ref(&dev), &[dev.clone(), dev.clone()]).unwrap();
+        let sess = Session::with_options(&g, SessionOptions { devices: DeviceSet::local_cpus(1), ..Default::default() }).unwrap();
+        sess.run(&[], &[], &[&sg.init]).unwrap();
+        let (x, y) = batch_tensors(&data, &(0..shard).collect::<Vec<_>>()).unwrap();
+        sess.run(&[(&sg.xs[0], &x), (&sg.ys[0], &y), (&sg.xs[1], &x), (&sg.ys[1], &y)], &[], &[&sg.train_op]).unwrap();
+
+        let names: Vec<String> = g.variables().iter().map(|v| v.name()).collect();
+        let fetch: Vec<&str> = names.iter().map(String::as_str).collect();
+        let (a, b) = (step.sess.run_named(&[], &fetch, &[]).unwrap(), sess.run_named(&[], &fetch, &[]).unwrap());
+        assert!(names.len() > 4, "{names:?}");
+        for ((n, a), b) in names.iter().zip(&a).zip(&b) {
+            assert_eq!(a.as_slice::<f32>().unwrap(), b.as_slice::<f32>().unwrap(), "{n}");
+        }
     }
 }
