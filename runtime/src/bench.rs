@@ -417,8 +417,8 @@ pub struct ProcessFigures {
 /// Measures [`ProcessFigures`] on a 1 PS + 1 worker local cluster of
 /// `launcher`'s task processes, moving tensors of `tensor_floats` floats
 /// (a model's variables: what its fetches and pushes move) in `format`;
-/// `None` when the tasks are threads of this process (or `/proc` has no
-/// per-thread clocks), where [`measure_loopback`] is the measurement.
+/// `None` when the tasks are threads of this process (or the host has no
+/// per-process CPU clocks), where [`measure_loopback`] is the measurement.
 ///
 /// Two steps run in alternating batches of 20, `reps` pairs after a
 /// warm-up pair: an empty step (a constant fetched from each task) and the
@@ -454,7 +454,7 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
     // per step: (ps:0, worker:0, master) CPU seconds and the wall time
     let batch = |targets: &[&Output]| -> Result<Option<[f64; 4]>> {
         let read = |c: &LocalCluster| -> Option<(f64, f64)> {
-            let cpu = c.task_thread_cpu_s();
+            let cpu = c.task_cpu_s();
             Some((cpu.first()?.1?, cpu.get(1)?.1?))
         };
         let Some((ps_cpu0, worker_cpu0)) = read(&cluster) else { return Ok(None) };

@@ -235,20 +235,14 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// CPU time (user and system, every thread) each task process has
-    /// used so far, seconds, from `/proc/<pid>/stat`: how a run's CPU
-    /// divides between the tasks. Tasks on threads of this process, and
-    /// hosts without `/proc`, have none.
+    /// CPU time (user and system, every thread, those that have exited
+    /// too) each task process has used so far, seconds, to the nanosecond
+    /// (the kernel's clock of the process, [`process_clock_s`]): how a run's
+    /// CPU divides between the tasks, over windows as short as a
+    /// calibration's batches. Tasks on threads of this process, and hosts
+    /// without per-process clocks, have none.
     pub fn task_cpu_s(&self) -> Vec<(TaskId, Option<f64>)> {
-        self.cpu_by(proc_cpu_s)
-    }
-
-    /// CPU time each task process's live threads have used so far, seconds,
-    /// to the nanosecond (see [`threads_cpu_s`]): for short windows, such as
-    /// a calibration's batches, where [`LocalCluster::task_cpu_s`]'s 10 ms
-    /// ticks are too coarse. Tasks on threads have none.
-    pub fn task_thread_cpu_s(&self) -> Vec<(TaskId, Option<f64>)> {
-        self.cpu_by(threads_cpu_s)
+        self.cpu_by(process_clock_s)
     }
 
     fn cpu_by(&self, clock: fn(u32) -> Option<f64>) -> Vec<(TaskId, Option<f64>)> {
@@ -280,33 +274,18 @@ impl LocalCluster {
     }
 }
 
-/// utime + stime of process `pid`, seconds (fields 14 and 15 of
-/// `/proc/<pid>/stat`, after the parenthesized command name).
-fn proc_cpu_s(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state): utime is field 14, stime 15
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf reads a configuration value and has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    (hz > 0).then(|| ticks as f64 / hz as f64)
-}
-
-/// CPU time of the live threads of process `pid`, seconds: the sum of the
-/// first field of `/proc/<pid>/task/*/schedstat` (nanoseconds each thread
-/// has run, user and system). Exact, where `/proc/<pid>/stat` counts clock
-/// ticks, but a thread that has exited is no longer in it: fit for windows
-/// over which a task keeps its threads (its runtimes' workers do).
-fn threads_cpu_s(pid: u32) -> Option<f64> {
-    let mut ns = 0u64;
-    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
-        let path = entry.ok()?.path().join("schedstat");
-        // a thread may exit between the listing and the read
-        let Ok(line) = std::fs::read_to_string(path) else { continue };
-        ns += line.split_whitespace().next()?.parse::<u64>().ok()?;
-    }
-    Some(ns as f64 * 1e-9)
+/// CPU time of process `pid`, every thread of it (those that have exited
+/// too), seconds: the kernel's CPU clock of the process
+/// (`clock_getcpuclockid`), exact where `/proc/<pid>/stat` counts 10 ms
+/// ticks.
+fn process_clock_s(pid: u32) -> Option<f64> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: both calls write one value through a valid pointer; a pid
+    // that has gone gives an error code, not undefined behaviour.
+    let ok = unsafe { libc::clock_getcpuclockid(pid, &mut clock) == 0 && libc::clock_gettime(clock, &mut ts) == 0 };
+    ok.then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
 }
 
 impl Drop for LocalCluster {
@@ -359,39 +338,56 @@ mod tests {
         assert!(c.task_cpu_s().iter().all(|(_, cpu)| cpu.is_none()));
     }
 
-    /// A process's CPU from `/proc/<pid>/stat` (in clock ticks) against
-    /// the kernel's other account of it, `CLOCK_PROCESS_CPUTIME_ID`, over
-    /// 0.3 s of spinning on this thread.
-    #[test]
-    fn proc_stat_cpu_agrees_with_the_process_clock() {
-        let me = std::process::id();
-        let (p0, c0) = (proc_cpu_s(me).unwrap(), crate::bench::process_cpu_s());
-        let mut x = 0u64;
-        while crate::bench::process_cpu_s() - c0 < 0.3 {
-            x = std::hint::black_box(x.wrapping_add(1));
-        }
-        let (p1, c1) = (proc_cpu_s(me).unwrap(), crate::bench::process_cpu_s());
-        // two ticks of 10 ms, and the other test threads of this binary
-        // (which both clocks count)
-        assert!(((p1 - p0) - (c1 - c0)).abs() < 0.05, "proc {} clock {}", p1 - p0, c1 - c0);
+    /// utime + stime of process `pid`, seconds (fields 14 and 15 of
+    /// `/proc/<pid>/stat`, after the parenthesized command name): the
+    /// kernel's other account of a process's CPU, in clock ticks.
+    fn proc_stat_cpu_s(pid: u32) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // rest starts at field 3 (state): utime is field 14, stime 15
+        let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+        // SAFETY: sysconf reads a configuration value and has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        (hz > 0).then(|| ticks as f64 / hz as f64)
     }
 
-    /// The threads' schedstat sum of a spinning child process (one thread,
-    /// so none exits under the reading, as other test threads of this
-    /// binary do) against the kernel's other account of it, the clock
-    /// ticks of `/proc/<pid>/stat`, after 0.3 s.
+    /// The process clock of a spinning child process against the clock
+    /// ticks of `/proc/<pid>/stat`, after 0.3 s; and a thread of this
+    /// process that spins and exits stays counted in its process clock.
     #[test]
-    fn schedstat_threads_cpu_agrees_with_proc_stat_ticks() {
+    fn the_process_clock_agrees_with_proc_stat_ticks() {
         let mut child = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(300));
-        let (exact, ticks) = (threads_cpu_s(child.id()), proc_cpu_s(child.id()));
+        let (exact, ticks) = (process_clock_s(child.id()), proc_stat_cpu_s(child.id()));
         let _ = child.kill();
         let _ = child.wait();
         let (exact, ticks) = (exact.unwrap(), ticks.unwrap());
         // it ran (a loaded host may give it less than the wall time), and
         // the two accounts differ by at most two 10 ms ticks and the moment
         // between the two readings
-        assert!(exact > 0.02, "schedstat {exact} s");
-        assert!((exact - ticks).abs() < 0.025, "schedstat {exact} s, /proc/<pid>/stat {ticks} s");
+        assert!(exact > 0.02, "process clock {exact} s");
+        assert!((exact - ticks).abs() < 0.025, "process clock {exact} s, /proc/<pid>/stat {ticks} s");
+        // gone: no clock
+        assert_eq!(process_clock_s(child.id()), None);
+
+        let me = std::process::id();
+        let before = process_clock_s(me).unwrap();
+        let thread_cpu_s = || {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: clock_gettime writes one timespec through a valid pointer.
+            assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) }, 0);
+            ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+        };
+        let spun = std::thread::spawn(move || {
+            let t = thread_cpu_s();
+            let mut x = 0u64;
+            while thread_cpu_s() - t < 0.1 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+        });
+        spun.join().unwrap();
+        // the exited thread's 0.1 s is still counted
+        assert!(process_clock_s(me).unwrap() - before >= 0.1);
     }
 }

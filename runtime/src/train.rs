@@ -153,7 +153,7 @@ fn config(detail: String) -> RuntimeError {
 /// Trains `cfg` on `data` over the tasks of `spec` (see the module comment).
 /// `cfg.devices` is taken as the number of workers in `spec`.
 pub fn train_on_cluster(data: &Dataset, cfg: &TrainConfig, spec: &ClusterSpec, how: &ClusterTraining) -> Result<ClusterTrainReport> {
-    train_on_cluster_with(data, cfg, spec, how, &Hooks { on_step: &|_| {}, restart: None })
+    train_on_cluster_with(data, cfg, spec, how, &Hooks { on_step: &|_| {}, restart: None, steps_done: None })
 }
 
 /// What the launcher lends a training run.
@@ -167,6 +167,11 @@ pub struct Hooks<'a> {
     /// checkpoint (or initializes) and goes on from there; `restarts` and
     /// `steps_lost` count this.
     pub restart: Option<&'a (dyn Fn(TaskId) -> Result<()> + Sync)>,
+    /// Called once, after the last update and before the held-out
+    /// evaluation: with `on_step`'s first call, the window a launcher
+    /// measures the updates alone over (no start-up, registration or
+    /// evaluation in it).
+    pub steps_done: Option<&'a (dyn Fn() + Sync)>,
 }
 
 /// The chief's duty after each update: a checkpoint every `every` updates
@@ -537,6 +542,9 @@ pub fn train_on_cluster_with(
     };
     let [eval_x, eval_y, eval_accuracy, eval_loss] = eval;
     let train_seconds = train_start.elapsed().as_secs_f64();
+    if let Some(done) = hooks.steps_done {
+        done();
+    }
     let traffic = master.traffic();
     let all: Vec<usize> = (0..test_set.len()).collect();
     let (tx, ty) = batch_tensors(&test_set, &all)?;
@@ -1103,7 +1111,7 @@ mod tests {
             }
         };
         let how = ClusterTraining { backup: 1, ..Default::default() };
-        let got = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &kill, restart: None }).unwrap();
+        let got = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &kill, restart: None, steps_done: None }).unwrap();
         let want = train(&data, &cfg).unwrap();
         assert_eq!(got.failed_workers, ["worker:2"], "{got:?}");
         assert!(got.report.steps > 20 && got.report.steps as u64 * 2 + got.dropped_gradients == want.steps as u64 * 2, "{got:?}");
@@ -1122,7 +1130,7 @@ mod tests {
         let t = std::time::Instant::now();
         // Recvs would wait 30 s: the master's AbortStep ends the PS's step at once
         let how = ClusterTraining { master: MasterOptions { recv_timeout: Duration::from_secs(30), ..Default::default() }, ..Default::default() };
-        let e = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &kill, restart: None }).unwrap_err().to_string();
+        let e = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &kill, restart: None, steps_done: None }).unwrap_err().to_string();
         let w1 = TaskId::new(Job::Worker, 1);
         assert!(e.starts_with(&format!("task {w1} at {}: RunGraph step 7", spec.address(w1).unwrap())), "{e}");
         assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
@@ -1298,7 +1306,7 @@ mod tests {
             *servers[victim].lock().unwrap() = Some(TaskServer::start(&spec, t, listener)?);
             Ok(())
         };
-        let got = train_on_cluster_with(&data, cfg, &spec, &how, &Hooks { on_step: &kill, restart: Some(&restart) }).unwrap();
+        let got = train_on_cluster_with(&data, cfg, &spec, &how, &Hooks { on_step: &kill, restart: Some(&restart), steps_done: None }).unwrap();
         assert_ne!(servers[victim].lock().unwrap().as_ref().unwrap().incarnation, first);
         got
     }

@@ -397,7 +397,7 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
         eprintln!("restarted task {task}");
         Ok(())
     };
-    let hooks = Hooks { on_step: &on_step, restart: if args.local_cluster.is_some() { Some(&restart) } else { None } };
+    let hooks = Hooks { on_step: &on_step, restart: if args.local_cluster.is_some() { Some(&restart) } else { None }, steps_done: None };
     let result = train_on_cluster_with(data, &cfg, &spec, &how, &hooks);
     let mut local = local_cell.into_inner().unwrap_or_else(|e| e.into_inner());
     let r = match result {

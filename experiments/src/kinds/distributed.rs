@@ -25,7 +25,8 @@
 //!   (the master's training round in sync, a worker's step in async, update
 //!   to update with backups), tensors and bytes between tasks per step,
 //!   held-out accuracy and loss; the CPU time of the runner (the master)
-//!   and of each task process over the run, per update, beside the CPU
+//!   and of each task process per update, over the updates alone (the
+//!   first update's end to the last's) and over the whole run, beside the CPU
 //!   the simulator's inputs charge per update: where a prediction falls
 //!   short because the host's CPU is undercounted, these say by how much
 //!   and on which task.
@@ -227,6 +228,7 @@ const METRICS: &[&str] = &[
     "processes",
     "measured_cpu_per_update_us",
     "measured_runner_cpu_per_update_us",
+    "measured_run_cpu_per_update_us",
     "predicted_cpu_per_update_us",
 ];
 
@@ -524,6 +526,26 @@ fn predict_inputs(
     }
 }
 
+/// The runner's CPU clock and each task process's, seconds.
+type CpuReading = (f64, Vec<(TaskId, Option<f64>)>);
+
+/// CPU seconds between two readings: the runner's, and per task process
+/// running at the end (none on threads: the runner's CPU holds theirs); a
+/// restarted task's clock starts again, so it counts from 0; a killed
+/// one's is gone.
+fn cpu_between(from: &CpuReading, to: &CpuReading) -> (f64, Vec<f64>) {
+    let tasks = to
+        .1
+        .iter()
+        .zip(&from.1)
+        .filter_map(|(&(_, after), &(_, before))| {
+            let (a, b) = (after?, before?);
+            Some(if a >= b { a - b } else { a })
+        })
+        .collect();
+    (to.0 - from.0, tasks)
+}
+
 fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     let emulated = p.link.as_ref().map(LinkParams::check).transpose()?;
     let cfg = p.train_config(env.seed)?;
@@ -574,40 +596,48 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     };
     let cluster = LocalCluster::start_with_link(&env.launcher, p.ps as u32, p.workers as u32, emulated).map_err(|e| e.to_string())?;
     let spec = cluster.spec.clone();
-    let (runner_cpu0, tasks_cpu0) = (flowlab_runtime::process_cpu_s(), cluster.task_cpu_s());
+    let cpu_now = |c: &LocalCluster| (flowlab_runtime::process_cpu_s(), c.task_cpu_s());
+    let run_start = cpu_now(&cluster);
     let cluster = Mutex::new(cluster);
+    let lock = || cluster.lock().unwrap_or_else(|e| e.into_inner());
+    // the CPU clocks after the first update and after the last: the
+    // updates alone, without start-up, registration, the first step's
+    // plans or the evaluation
+    let window: Mutex<(Option<CpuReading>, Option<CpuReading>)> = Mutex::new((None, None));
     let kill = p.kill_at()?;
     // once: a restarted run replays the updates after its checkpoint
     let killed = std::sync::atomic::AtomicBool::new(false);
     let on_step = |steps: usize| {
+        if steps == 1 {
+            let mut w = window.lock().unwrap_or_else(|e| e.into_inner());
+            if w.0.is_none() {
+                w.0 = Some(cpu_now(&lock()));
+            }
+        }
         if let Some((task, at)) = kill
             && steps == at
             && !killed.swap(true, std::sync::atomic::Ordering::Relaxed)
         {
-            cluster.lock().unwrap_or_else(|e| e.into_inner()).kill_task(task);
+            lock().kill_task(task);
         }
     };
-    let restart = |task: TaskId| cluster.lock().unwrap_or_else(|e| e.into_inner()).restart_task(task);
-    let r = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &on_step, restart: Some(&restart) }).map_err(|e| {
-        let exited = cluster.lock().unwrap_or_else(|e| e.into_inner()).exited();
+    let restart = |task: TaskId| lock().restart_task(task);
+    let steps_done = || window.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(cpu_now(&lock()));
+    let r = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &on_step, restart: Some(&restart), steps_done: Some(&steps_done) }).map_err(|e| {
+        let exited = lock().exited();
         format!("training over the local cluster: {e}{}", exited.iter().map(|x| format!("; {x}")).collect::<String>())
     })?;
-    let runner_cpu = flowlab_runtime::process_cpu_s() - runner_cpu0;
-    // per task process running at the end (none on threads: the
-    // runner's CPU holds theirs); a restarted task's clock starts again,
-    // so it counts from 0; a killed one's is gone
-    let tasks_cpu: Vec<f64> = cluster
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .task_cpu_s()
-        .iter()
-        .zip(&tasks_cpu0)
-        .filter_map(|(&(_, after), &(_, before))| {
-            let (a, b) = (after?, before?);
-            Some(if a >= b { a - b } else { a })
-        })
-        .collect();
+    let run_end = cpu_now(&lock());
     drop(cluster);
+    let updates = r.report.steps.max(1) as f64;
+    let (run_runner_cpu, run_tasks_cpu) = cpu_between(&run_start, &run_end);
+    let (runner_cpu, tasks_cpu, window_updates) = match window.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        (Some(first), Some(last)) if r.report.steps > 1 => {
+            let (runner, tasks) = cpu_between(&first, &last);
+            (runner, tasks, (r.report.steps - 1) as f64)
+        }
+        _ => (run_runner_cpu, run_tasks_cpu.clone(), updates),
+    };
 
     // the prediction (module comment: what the runtime does and how each
     // part is given to the simulator)
@@ -644,7 +674,6 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     let gradients = sim.examples_committed as f64 / shard as f64;
     let predicted_steps_per_s = if sim.sim_time_s > 0.0 { gradients / needed as f64 / sim.sim_time_s } else { 0.0 };
     let measured = r.step_p50_s;
-    let updates = r.report.steps.max(1) as f64;
     // the CPU the simulator's inputs charge per update: every computing
     // worker's step overhead, compute and a fetch and a push on each PS
     // task, and the update tokens at both ends
@@ -713,14 +742,15 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     put("sim_step_wait_us", model.workload.step_wait_us);
     put("serial_transfers", model.transfers as f64);
     put("processes", if env.launcher.processes() { 1.0 } else { 0.0 });
-    put("measured_cpu_per_update_us", (runner_cpu + tasks_cpu.iter().sum::<f64>()) * 1e6 / updates);
-    put("measured_runner_cpu_per_update_us", runner_cpu * 1e6 / updates);
+    put("measured_cpu_per_update_us", (runner_cpu + tasks_cpu.iter().sum::<f64>()) * 1e6 / window_updates);
+    put("measured_runner_cpu_per_update_us", runner_cpu * 1e6 / window_updates);
+    put("measured_run_cpu_per_update_us", (run_runner_cpu + run_tasks_cpu.iter().sum::<f64>()) * 1e6 / updates);
     put("predicted_cpu_per_update_us", predicted_cpu_us);
     let mut series = BTreeMap::new();
     series.insert("measured_step_times_s".to_string(), r.step_times_s);
     // ps:0.., then worker:0.., of those running at the end (empty when
     // the tasks are threads)
-    series.insert("task_cpu_per_update_us".to_string(), tasks_cpu.iter().map(|c| c * 1e6 / updates).collect());
+    series.insert("task_cpu_per_update_us".to_string(), tasks_cpu.iter().map(|c| c * 1e6 / window_updates).collect());
     Ok(Outcome { metrics: m, series })
 }
 
@@ -797,6 +827,8 @@ mod tests {
         // tasks on threads: their CPU is the runner's, no per-task clock
         assert_eq!(m["measured_cpu_per_update_us"], m["measured_runner_cpu_per_update_us"]);
         assert!(o.series["task_cpu_per_update_us"].is_empty());
+        // the updates' window lies inside the run
+        assert!(m["measured_run_cpu_per_update_us"] * m["steps"] >= m["measured_cpu_per_update_us"] * (m["steps"] - 1.0), "{m:?}");
         assert_eq!(o.series["measured_step_times_s"].len(), 45);
         // an emulated slow link: every task delays its tensors, so the
         // measured step holds the closed form (8 serial transfers of 1 PS
