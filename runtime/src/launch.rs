@@ -285,7 +285,7 @@ fn process_clock_s(pid: u32) -> Option<f64> {
     // SAFETY: both calls write one value through a valid pointer; a pid
     // that has gone gives an error code, not undefined behaviour.
     let ok = unsafe { libc::clock_getcpuclockid(pid, &mut clock) == 0 && libc::clock_gettime(clock, &mut ts) == 0 };
-    ok.then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+    ok.then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
 }
 
 impl Drop for LocalCluster {
