@@ -204,6 +204,15 @@ pub struct ProfileRequest {
 /// time by shape key, plus this host's figures. The profile's dispatch time
 /// is this model's: (step wall time - kernel times) / nodes run.
 pub fn profile_model(req: &ProfileRequest, mut progress: impl FnMut(&str)) -> Result<Profile, String> {
+    progress(&format!("measuring host figures ({} threads)", req.threads));
+    let host = measure_host(req.threads)?;
+    profile_model_on(req, host, progress)
+}
+
+/// [`profile_model`] with this host's figures already measured (in the
+/// same sitting, with `req.threads`): a sweep that prices some points by
+/// the roofline and some by the profile measures the host once per model.
+pub(crate) fn profile_model_on(req: &ProfileRequest, mut host: HostMeasurement, mut progress: impl FnMut(&str)) -> Result<Profile, String> {
     let (model, init) = with_initializer(&req.model, &req.sizes, req.batch)?;
     // Keys from the step the engine executes (its fusions applied: a fused
     // node carries the name of its chain's last node), as the simulator's
@@ -211,8 +220,6 @@ pub fn profile_model(req: &ProfileRequest, mut progress: impl FnMut(&str)) -> Re
     let step = model.step();
     let (nodes, _) = flowlab_engine::step_graph(&model.graph, &step.feeds, &step.fetches, &step.targets, Some(flowlab_engine::DeviceType::Cpu)).map_err(|e| format!("the training step: {e}"))?;
     let index: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
-    progress(&format!("measuring host figures ({} threads)", req.threads));
-    let mut host = measure_host(req.threads)?;
     let devices = req.devices.max(1);
     let placement = (devices > 1).then(|| {
         let first = DeviceSet::local_cpus(1).devices()[0].0.clone();

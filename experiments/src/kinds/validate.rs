@@ -26,7 +26,9 @@
 //! bandwidth, in-process transfer, dispatch), and the profile of each
 //! (model, batch, threads) once, in the same sitting as the timed runs,
 //! unless `profile:` names a file. Points that differ only in `predictor`
-//! and give the same placement share one measurement.
+//! and give the same placement share one measurement, and so do points
+//! whose placement moves no tensor between devices and that differ only
+//! in `link` and `comm` (the same run).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -285,7 +287,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// This host, measured once per run, thread count and model: just before
 /// the model's points, as their profile is, since this machine's speed
 /// drifts within minutes (a figure measured at the start of a sweep was
-/// 30-50% off for the points run two minutes later).
+/// 30-50% off for the points run two minutes later). A profile measured
+/// in the run starts from the same figures (`point_profile`).
 fn host(threads: usize, model: &str) -> Result<HostMeasurement, String> {
     static HOSTS: OnceLock<Mutex<HashMap<(usize, String), HostMeasurement>>> = OnceLock::new();
     let hosts = HOSTS.get_or_init(Default::default);
@@ -314,7 +317,9 @@ fn point_profile(p: &ValidatePoint) -> Result<Arc<Profile>, String> {
         return Ok(prof.clone());
     }
     let req = ProfileRequest { model: p.model.clone(), sizes: p.sizes.clone(), batch: p.batch, threads: p.threads, devices, warmup: p.warmup.max(2), steps: p.steps.max(10) };
-    let prof = Arc::new(measure::profile_model(&req, |_| {}).map_err(|e| format!("profiling {} at batch {}: {e}", p.model, p.batch))?);
+    // the host figures the model's roofline points use, measured once
+    let host = host(p.threads, &p.sizes.model_id(&p.model))?;
+    let prof = Arc::new(measure::profile_model_on(&req, host, |_| {}).map_err(|e| format!("profiling {} at batch {}: {e}", p.model, p.batch))?);
     lock(measured).insert(key, prof.clone());
     Ok(prof)
 }
@@ -439,11 +444,13 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     let report = sim.simulate(&outcome.placement).map_err(|e| e.to_string())?;
 
     // One measurement per distinct placement and run settings: predictors
-    // that choose the same placement share it.
+    // that choose the same placement share it, and a placement that moves
+    // no tensor between devices is the same run over any link and format.
     type Key = (String, usize, usize, usize, String, String, u64);
     static RUNS: OnceLock<Mutex<HashMap<Key, Measured>>> = OnceLock::new();
     let runs = RUNS.get_or_init(Default::default);
-    let key: Key = (p.sizes.model_id(&p.model), p.batch, n, p.threads, p.comm_format()?.to_string(), p.link_label(), placement_hash(&outcome.placement));
+    let (comm, link) = if report.transfers == 0 { (String::new(), String::new()) } else { (p.comm_format()?.to_string(), p.link_label()) };
+    let key: Key = (p.sizes.model_id(&p.model), p.batch, n, p.threads, comm, link, placement_hash(&outcome.placement));
     let cached = lock(runs).get(&key).cloned();
     let measured = match cached {
         Some(m) => m,
