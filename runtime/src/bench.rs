@@ -335,13 +335,17 @@ fn core_share(reps: usize, batch: Duration) -> f64 {
 
 /// CPU time this process has used so far, seconds (every thread).
 pub fn process_cpu_s() -> f64 {
+    clock_s(libc::CLOCK_PROCESS_CPUTIME_ID).unwrap_or(f64::NAN)
+}
+
+/// The reading of kernel clock `clock`, seconds; `None` when the kernel
+/// refuses it (a CPU clock of a process that has gone).
+pub(crate) fn clock_s(clock: libc::clockid_t) -> Option<f64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return f64::NAN;
-    }
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    // SAFETY: clock_gettime writes one timespec through a valid pointer; a
+    // clock that does not exist gives an error code.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    (rc == 0).then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
 }
 
 /// `f`'s wall time per run (as [`median_per_run`]) and the process's CPU

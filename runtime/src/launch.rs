@@ -281,11 +281,10 @@ impl LocalCluster {
 fn process_clock_s(pid: u32) -> Option<f64> {
     let pid = libc::pid_t::try_from(pid).ok()?;
     let mut clock: libc::clockid_t = 0;
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: both calls write one value through a valid pointer; a pid
-    // that has gone gives an error code, not undefined behaviour.
-    let ok = unsafe { libc::clock_getcpuclockid(pid, &mut clock) == 0 && libc::clock_gettime(clock, &mut ts) == 0 };
-    ok.then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+    // SAFETY: writes one clock id through a valid pointer; a pid that has
+    // gone gives an error code, not undefined behaviour.
+    let found = unsafe { libc::clock_getcpuclockid(pid, &mut clock) } == 0;
+    if found { crate::bench::clock_s(clock) } else { None }
 }
 
 impl Drop for LocalCluster {
@@ -373,12 +372,7 @@ mod tests {
 
         let me = std::process::id();
         let before = process_clock_s(me).unwrap();
-        let thread_cpu_s = || {
-            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-            // SAFETY: clock_gettime writes one timespec through a valid pointer.
-            assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) }, 0);
-            ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-        };
+        let thread_cpu_s = || crate::bench::clock_s(libc::CLOCK_THREAD_CPUTIME_ID).unwrap();
         let spun = std::thread::spawn(move || {
             let t = thread_cpu_s();
             let mut x = 0u64;

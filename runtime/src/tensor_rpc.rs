@@ -318,39 +318,44 @@ impl TensorReader {
             self.head.extend_from_slice(bytes);
         }
         let view: &[u8] = if gathered { &self.head } else { bytes };
-        let (at, len, dtype, dims) = match parse_head(view) {
-            Head::Data { at, len, dtype, dims } => (at, len, dtype, dims),
-            head => {
-                self.whole = matches!(head, Head::Whole);
-                if !gathered {
-                    self.head.extend_from_slice(bytes);
-                }
-                return Ok(());
-            }
-        };
-        let (dtype, dims) = wire::checked(&dtype, &dims, len).map_err(|e| e.to_string())?;
-        let fill = match dtype {
-            DType::F32 => Filler::<f32>::boxed(len),
-            DType::F64 => Filler::<f64>::boxed(len),
-            DType::F16 => Filler::<f16>::boxed(len),
-            DType::BF16 => Filler::<bf16>::boxed(len),
-            DType::I8 => Filler::<i8>::boxed(len),
-            DType::I32 => Filler::<i32>::boxed(len),
-            DType::I64 => Filler::<i64>::boxed(len),
-            DType::Bool => {
+        // where the data start, once the head says how to read them
+        let start = match parse_head(view) {
+            Head::More => None,
+            Head::Whole => {
                 self.whole = true;
-                if !gathered {
-                    self.head.extend_from_slice(bytes);
-                }
-                return Ok(());
+                None
+            }
+            Head::Data { at, len, dtype, dims } => {
+                let (dtype, dims) = wire::checked(&dtype, &dims, len).map_err(|e| e.to_string())?;
+                let fill = match dtype {
+                    DType::F32 => Some(Filler::<f32>::boxed(len)),
+                    DType::F64 => Some(Filler::<f64>::boxed(len)),
+                    DType::F16 => Some(Filler::<f16>::boxed(len)),
+                    DType::BF16 => Some(Filler::<bf16>::boxed(len)),
+                    DType::I8 => Some(Filler::<i8>::boxed(len)),
+                    DType::I32 => Some(Filler::<i32>::boxed(len)),
+                    DType::I64 => Some(Filler::<i64>::boxed(len)),
+                    DType::Bool => None,
+                };
+                self.whole = fill.is_none();
+                fill.map(|fill| {
+                    self.data = Some(Data { fill, dims, left: len });
+                    at
+                })
             }
         };
-        self.data = Some(Data { fill, dims, left: len });
-        if gathered {
-            let head = std::mem::take(&mut self.head);
-            self.push(&head[at..])
-        } else {
-            self.push(&bytes[at..])
+        match start {
+            // the head (or the whole message) so far, kept for the next frame
+            None if !gathered => {
+                self.head.extend_from_slice(bytes);
+                Ok(())
+            }
+            None => Ok(()),
+            Some(at) if gathered => {
+                let head = std::mem::take(&mut self.head);
+                self.push(&head[at..])
+            }
+            Some(at) => self.push(&bytes[at..]),
         }
     }
 

@@ -107,7 +107,7 @@
 //! runs, so they run one at a time.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use flowlab_engine::{DeviceSet, Graph, Output, Session, SessionOptions, Tensor};
@@ -603,16 +603,14 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     // the CPU clocks after the first update and after the last: the
     // updates alone, without start-up, registration, the first step's
     // plans or the evaluation
-    let window: Mutex<(Option<CpuReading>, Option<CpuReading>)> = Mutex::new((None, None));
+    let (first, last) = (OnceLock::<CpuReading>::new(), OnceLock::<CpuReading>::new());
     let kill = p.kill_at()?;
     // once: a restarted run replays the updates after its checkpoint
     let killed = std::sync::atomic::AtomicBool::new(false);
     let on_step = |steps: usize| {
         if steps == 1 {
-            let mut w = window.lock().unwrap_or_else(|e| e.into_inner());
-            if w.0.is_none() {
-                w.0 = Some(cpu_now(&lock()));
-            }
+            // once: a restart from update 0 counts its first update again
+            first.get_or_init(|| cpu_now(&lock()));
         }
         if let Some((task, at)) = kill
             && steps == at
@@ -622,7 +620,9 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         }
     };
     let restart = |task: TaskId| lock().restart_task(task);
-    let steps_done = || window.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(cpu_now(&lock()));
+    let steps_done = || {
+        last.get_or_init(|| cpu_now(&lock()));
+    };
     let r = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &on_step, restart: Some(&restart), steps_done: Some(&steps_done) }).map_err(|e| {
         let exited = lock().exited();
         format!("training over the local cluster: {e}{}", exited.iter().map(|x| format!("; {x}")).collect::<String>())
@@ -631,9 +631,9 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     drop(cluster);
     let updates = r.report.steps.max(1) as f64;
     let (run_runner_cpu, run_tasks_cpu) = cpu_between(&run_start, &run_end);
-    let (runner_cpu, tasks_cpu, window_updates) = match window.into_inner().unwrap_or_else(|e| e.into_inner()) {
+    let (runner_cpu, tasks_cpu, window_updates) = match (first.get(), last.get()) {
         (Some(first), Some(last)) if r.report.steps > 1 => {
-            let (runner, tasks) = cpu_between(&first, &last);
+            let (runner, tasks) = cpu_between(first, last);
             (runner, tasks, (r.report.steps - 1) as f64)
         }
         _ => (run_runner_cpu, run_tasks_cpu.clone(), updates),
