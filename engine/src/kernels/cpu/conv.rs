@@ -600,6 +600,13 @@ mod tests {
             ([2, 7, 7, 16], [3, 2, 16, 16], [1, 1], Padding::Valid),
             ([2, 9, 10, 32], [4, 3, 32, 16], [2, 3], Padding::Valid),
             ([4, 12, 12, 1], [5, 5, 1, 32], [1, 1], Padding::Same),
+            // Widths that split into whole row blocks of 14 pixels at 2
+            // vectors of channels (32 or 64 channels read): the forward
+            // pass, the input gradient, or both, over several tap passes.
+            ([2, 14, 14, 64], [3, 3, 64, 32], [1, 1], Padding::Same),
+            ([1, 6, 28, 32], [5, 5, 32, 32], [1, 1], Padding::Same),
+            ([2, 5, 14, 32], [5, 5, 32, 64], [1, 1], Padding::Same),
+            ([1, 4, 16, 32], [3, 3, 32, 32], [1, 1], Padding::Valid),
         ]
     }
 

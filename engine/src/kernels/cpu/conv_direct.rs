@@ -358,18 +358,114 @@ unsafe fn convolve_image(xp: &[f32], w: &[f32], out: &mut [f32], p: &Padded) {
                 let taps = Taps { j0, j1: (j0 + taps_per_pass(ov)).min(taps_all), first: j0 == 0 };
                 // SAFETY: forwarded; `ob + ov * 16 <= p.oc`, the taps lie in the window.
                 unsafe {
-                    match ov {
-                        4 => forward_blocks::<{ block_rows(4) }, 4>(xp, w, out, p, ob, positions, taps),
-                        3 => forward_blocks::<{ block_rows(3) }, 3>(xp, w, out, p, ob, positions, taps),
-                        2 if p.c >= LANES => forward_blocks::<LONG_ROW_PIXELS, 2>(xp, w, out, p, ob, positions, taps),
-                        2 => forward_blocks::<{ block_rows(2) }, 2>(xp, w, out, p, ob, positions, taps),
-                        _ => forward_blocks::<{ block_rows(1) }, 1>(xp, w, out, p, ob, positions, taps),
+                    // Rows that split into whole blocks (widths 14, 28, 56,
+                    // 112: the common ImageNet and MNIST feature maps); any
+                    // other width would leave a short block per row.
+                    let rows = p.sw == 1 && p.ow % ROW_PIXELS == 0;
+                    match (ov, p.c) {
+                        (2, 32) if rows => row_blocks::<ROW_PIXELS, 2, 32>(xp, w, out, p, ob, taps),
+                        (2, 64) if rows => row_blocks::<ROW_PIXELS, 2, 64>(xp, w, out, p, ob, taps),
+                        _ => any_blocks(ov, xp, w, out, p, ob, 0..positions, taps),
                     }
                 }
                 j0 = taps.j1;
             }
         }
         ob += ov * LANES;
+    }
+}
+
+/// The forward kernel for `ov` vectors of channels over `positions`, at
+/// the block size for that width.
+///
+/// # Safety
+/// As `forward_blocks`.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn any_blocks(ov: usize, xp: &[f32], w: &[f32], out: &mut [f32], p: &Padded, ob: usize, positions: std::ops::Range<usize>, taps: Taps) {
+    // SAFETY: forwarded.
+    unsafe {
+        match ov {
+            4 => forward_blocks::<{ block_rows(4) }, 4>(xp, w, out, p, ob, positions, taps),
+            3 => forward_blocks::<{ block_rows(3) }, 3>(xp, w, out, p, ob, positions, taps),
+            2 if p.c >= LANES => forward_blocks::<LONG_ROW_PIXELS, 2>(xp, w, out, p, ob, positions, taps),
+            2 => forward_blocks::<{ block_rows(2) }, 2>(xp, w, out, p, ob, positions, taps),
+            _ => forward_blocks::<{ block_rows(1) }, 1>(xp, w, out, p, ob, positions, taps),
+        }
+    }
+}
+
+/// Pixels per block of [`row_blocks`] (2 vectors of channels): 28
+/// accumulators, 2 filter vectors and a broadcast fill 31 of the 32 vector
+/// registers.
+const ROW_PIXELS: usize = 14;
+
+/// `forward_blocks` for stride 1 and `C` input channels known when
+/// compiling: a block is `PX` neighbouring pixels of one output row, so
+/// pixel `i` reads the padded image at the block's corner plus `i * C`, a
+/// constant offset, and one pointer serves every pixel where
+/// `forward_blocks` sets up `PX` of them per window row. The CNN's second
+/// input gradient (32 channels out of 64, 14 x 14) went from 5.74-5.86 ms
+/// to 5.26-5.48 ms (`cargo bench -p flowlab-engine --bench cnn_kernels --
+/// conv2_dx/1t`, four alternated runs of each binary). At 4 vectors the
+/// same blocks measured no faster as two halves of 2 vectors (5.53-5.69
+/// against 5.58-5.69 ms) and slower at 6 or 7 pixels of 4 vectors (6.1-7.1
+/// ms: 7 spill, 6 leave 2 of 14 columns to a short block), so the forward
+/// pass at 4 vectors keeps `forward_blocks`, as does any width that is not a
+/// multiple of `PX`.
+///
+/// # Safety
+/// As `forward_blocks`, with `p.sw == 1`, `p.c == C` and `p.ow` a multiple
+/// of `PX`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn row_blocks<const PX: usize, const OV: usize, const C: usize>(xp: &[f32], w: &[f32], out: &mut [f32], p: &Padded, ob: usize, taps: Taps) {
+    use std::arch::x86_64::*;
+    debug_assert!(p.sw == 1 && p.c == C && p.ow % PX == 0);
+    // SAFETY: as in `forward_blocks`: every pixel of a block is a real
+    // output position of the row, its window inside the padded image.
+    unsafe {
+        let (run, row, oc) = (p.run(), p.row(), p.oc);
+        let wb = w.as_ptr().add(ob);
+        let (xb, ob_out) = (xp.as_ptr(), out.as_mut_ptr().add(ob));
+        for oy in 0..p.oh {
+            for ox0 in (0..p.ow).step_by(PX) {
+                let pos0 = oy * p.ow + ox0;
+                let corner = xb.add(p.base(pos0));
+                let o = ob_out.add(pos0 * oc);
+                let mut acc = [[_mm512_setzero_ps(); OV]; PX];
+                if !taps.first {
+                    for (i, acc_i) in acc.iter_mut().enumerate() {
+                        for (v, a) in acc_i.iter_mut().enumerate() {
+                            *a = _mm512_loadu_ps(o.add(i * oc + v * LANES));
+                        }
+                    }
+                }
+                let mut j = taps.j0;
+                while j < taps.j1 {
+                    let (ky, t0) = (j / run, j % run);
+                    let t1 = run.min(t0 + (taps.j1 - j));
+                    let x = corner.add(ky * row);
+                    let wk = wb.add(ky * run * oc);
+                    for t in t0..t1 {
+                        let wr = wk.add(t * oc);
+                        let wv: [__m512; OV] = std::array::from_fn(|v| _mm512_loadu_ps(wr.add(v * LANES)));
+                        for (i, acc_i) in acc.iter_mut().enumerate() {
+                            let a = _mm512_set1_ps(*x.add(i * C + t));
+                            for v in 0..OV {
+                                acc_i[v] = _mm512_fmadd_ps(a, wv[v], acc_i[v]);
+                            }
+                        }
+                    }
+                    j += t1 - t0;
+                }
+                for (i, acc_i) in acc.iter().enumerate() {
+                    for (v, a) in acc_i.iter().enumerate() {
+                        _mm512_storeu_ps(o.add(i * oc + v * LANES), *a);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -420,7 +516,7 @@ unsafe fn forward_blocks<const PX: usize, const OV: usize>(
     out: &mut [f32],
     p: &Padded,
     ob: usize,
-    positions: usize,
+    positions: std::ops::Range<usize>,
     taps: Taps,
 ) {
     use std::arch::x86_64::*;
@@ -431,9 +527,9 @@ unsafe fn forward_blocks<const PX: usize, const OV: usize>(
         let (run, row, oc) = (p.run(), p.row(), p.oc);
         let w = w.as_ptr().add(ob);
         let (xp, out) = (xp.as_ptr(), out.as_mut_ptr().add(ob));
-        let mut pos0 = 0;
-        while pos0 < positions {
-            let valid = PX.min(positions - pos0);
+        let mut pos0 = positions.start;
+        while pos0 < positions.end {
+            let valid = PX.min(positions.end - pos0);
             let bases = p.bases::<PX>(pos0, valid);
             let corner: [*const f32; PX] = std::array::from_fn(|i| xp.add(bases[i]));
             let mut acc = [[_mm512_setzero_ps(); OV]; PX];

@@ -137,23 +137,52 @@ pub fn max_pool<T: Float>(input: &[T], out: &mut [T], g: &Pool2dGeom, threads: u
     for_output_rows(out, g, threads, |r, orow| vectorized(#[inline(always)] || {
         let (b, oy) = (r / g.out_h, r % g.out_h);
         let (y0, y1) = g.rows(oy);
+        let whole = c - c % CHUNK;
         for ox in 0..g.out_w {
             let (x0, x1) = g.cols(ox);
             let o = &mut orow[ox * c..][..c];
+            let at = |y: usize, x: usize| ((b * g.in_h + y) * g.in_w + x) * c;
+            // Whole chunks of channels, the running maxima in registers.
+            for ch in (0..whole).step_by(CHUNK) {
+                let mut best = [T::NEG_INFINITY; CHUNK];
+                for y in y0..y1 {
+                    for x in x0..x1 {
+                        let src = chunk(input, at(y, x) + ch);
+                        for (d, s) in best.iter_mut().zip(src) {
+                            // Strict `>` keeps the first maximum, as the gradient assumes.
+                            *d = if s > *d { s } else { *d };
+                        }
+                    }
+                }
+                o[ch..ch + CHUNK].copy_from_slice(&best);
+            }
+            // The channels after the last whole chunk.
+            let o = &mut o[whole..];
             o.fill(T::NEG_INFINITY);
             for y in y0..y1 {
                 for x in x0..x1 {
-                    let src = &input[((b * g.in_h + y) * g.in_w + x) * c..][..c];
-                    for (d, &s) in o.iter_mut().zip(src) {
-                        // Strict `>` keeps the first maximum, as the gradient assumes.
-                        if s > *d {
-                            *d = s;
-                        }
+                    for (d, &s) in o.iter_mut().zip(&input[at(y, x) + whole..][..c - whole]) {
+                        *d = if s > *d { s } else { *d };
                     }
                 }
             }
         }
     }));
+}
+
+/// Channels the pooling loops keep in registers at once: two AVX2 vectors
+/// of f32. The per-channel loops over a whole row of channels kept their
+/// running maxima (and argmaxima) in memory, a load and a store per
+/// window position; the CNN's first pool's gradient took 2.4x
+/// TensorFlow's time that way.
+const CHUNK: usize = 16;
+
+/// `s[at..at + CHUNK]` as an array (a plain load once inlined).
+#[inline(always)]
+fn chunk<T: Float>(s: &[T], at: usize) -> [T; CHUNK] {
+    let mut v = [T::ZERO; CHUNK];
+    v.copy_from_slice(&s[at..at + CHUNK]);
+    v
 }
 
 /// Gradient of [`max_pool`]: each window's upstream gradient goes to the
@@ -187,10 +216,12 @@ fn max_pool_grad_masked<T: Float>(input: &[T], grad_out: &[T], grad_in: &mut [T]
     let c = g.channels;
     let tiles = g.windows_tile_the_input();
     for_input_images(grad_in, g, threads, |b, gin| vectorized(#[inline(always)] || {
-        if !tiles {
-            gin.fill(T::ZERO);
-        }
         let img = &input[b * g.in_h * g.in_w * c..][..g.in_h * g.in_w * c];
+        if tiles {
+            tiled_grad_image(img, &grad_out[b * g.out_h * g.out_w * c..][..g.out_h * g.out_w * c], gin, g, relu);
+            return;
+        }
+        gin.fill(T::ZERO);
         // Per channel: the largest value seen in the window and the index
         // (row-major within the window) of the first position holding it.
         // u32 indices keep the select as wide as the f32 compare.
@@ -222,44 +253,90 @@ fn max_pool_grad_masked<T: Float>(input: &[T], grad_out: &[T], grad_in: &mut [T]
                     }
                 }
                 let go = &grad_out[((b * g.out_h + oy) * g.out_w + ox) * c..][..c];
-                if tiles {
-                    // This window alone covers its positions: write each
-                    // once (the gradient or zero) instead of zeroing the
-                    // image first and adding.
-                    let mut k = 0u32;
-                    for y in y0..y1 {
-                        for x in x0..x1 {
-                            let dst = &mut gin[(y * g.in_w + x) * c..][..c];
-                            if relu {
-                                let src = &img[(y * g.in_w + x) * c..][..c];
-                                for (((d, &a), &gv), &s) in dst.iter_mut().zip(at.iter()).zip(go).zip(src) {
-                                    let routed = if a == k { gv } else { T::ZERO };
-                                    *d = if s > T::ZERO { routed } else { T::ZERO };
-                                }
-                            } else {
-                                for ((d, &a), &gv) in dst.iter_mut().zip(at.iter()).zip(go) {
-                                    *d = if a == k { gv } else { T::ZERO };
-                                }
-                            }
-                            k += 1;
-                        }
-                    }
-                } else {
-                    let width = (x1 - x0) as u32;
-                    for (ch, (&a, &gv)) in at.iter().zip(go).enumerate() {
-                        let (y, x) = (y0 + (a / width) as usize, x0 + (a % width) as usize);
-                        gin[(y * g.in_w + x) * c + ch] += gv;
-                    }
+                let width = (x1 - x0) as u32;
+                for (ch, (&a, &gv)) in at.iter().zip(go).enumerate() {
+                    let (y, x) = (y0 + (a / width) as usize, x0 + (a % width) as usize);
+                    gin[(y * g.in_w + x) * c + ch] += gv;
                 }
             }
         }
-        if relu && !tiles {
+        if relu {
             // Overlapping windows: mask once every window has added its part.
             for (d, &s) in gin.iter_mut().zip(img) {
                 *d = if s > T::ZERO { *d } else { T::ZERO };
             }
         }
     }));
+}
+
+/// One image's max-pool gradient when every input position lies in exactly
+/// one window: each position is written once (the routed gradient or zero,
+/// masked by `img > 0` when `relu`), with no zeroing pass and no adds.
+/// Whole chunks of channels keep their maxima and argmaxima in registers;
+/// the channels after the last whole chunk run the same steps over a slice.
+#[inline(always)]
+fn tiled_grad_image<T: Float>(img: &[T], grad_out: &[T], gin: &mut [T], g: &Pool2dGeom, relu: bool) {
+    let c = g.channels;
+    let whole = c - c % CHUNK;
+    let (mut best, mut at) = (vec![T::ZERO; c - whole], vec![0u32; c - whole]);
+    let mut offsets = Vec::with_capacity(g.k_h * g.k_w);
+    for oy in 0..g.out_h {
+        let (y0, y1) = g.rows(oy);
+        for ox in 0..g.out_w {
+            let (x0, x1) = g.cols(ox);
+            if y0 == y1 || x0 == x1 {
+                continue;
+            }
+            // Offsets of the window's positions, row-major.
+            offsets.clear();
+            offsets.extend((y0..y1).flat_map(|y| (x0..x1).map(move |x| (y * g.in_w + x) * c)));
+            let (pos, n) = (|k: usize| offsets[k], offsets.len());
+            let go = &grad_out[(oy * g.out_w + ox) * c..][..c];
+            for ch in (0..whole).step_by(CHUNK) {
+                // The window's first position wins until a strictly larger
+                // value comes (a NaN there is kept; a later NaN never wins).
+                let mut best = chunk(img, pos(0) + ch);
+                let mut at = [0u32; CHUNK];
+                for k in 1..n {
+                    let src = chunk(img, pos(k) + ch);
+                    for ((bv, av), s) in best.iter_mut().zip(at.iter_mut()).zip(src) {
+                        let wins = s > *bv;
+                        *bv = if wins { s } else { *bv };
+                        *av = if wins { k as u32 } else { *av };
+                    }
+                }
+                let go = chunk(go, ch);
+                for k in 0..n {
+                    let dst = &mut gin[pos(k) + ch..][..CHUNK];
+                    let src = chunk(img, pos(k) + ch);
+                    for (((d, &a), gv), s) in dst.iter_mut().zip(&at).zip(go).zip(src) {
+                        let routed = if a == k as u32 { gv } else { T::ZERO };
+                        *d = if !relu || s > T::ZERO { routed } else { T::ZERO };
+                    }
+                }
+            }
+            if whole == c {
+                continue;
+            }
+            best.copy_from_slice(&img[pos(0) + whole..][..c - whole]);
+            at.fill(0);
+            for k in 1..n {
+                for ((bv, av), &s) in best.iter_mut().zip(at.iter_mut()).zip(&img[pos(k) + whole..][..c - whole]) {
+                    let wins = s > *bv;
+                    *bv = if wins { s } else { *bv };
+                    *av = if wins { k as u32 } else { *av };
+                }
+            }
+            for k in 0..n {
+                let src = &img[pos(k) + whole..][..c - whole];
+                let dst = &mut gin[pos(k) + whole..][..c - whole];
+                for (((d, &a), &gv), &s) in dst.iter_mut().zip(&at).zip(&go[whole..]).zip(src) {
+                    let routed = if a == k as u32 { gv } else { T::ZERO };
+                    *d = if !relu || s > T::ZERO { routed } else { T::ZERO };
+                }
+            }
+        }
+    }
 }
 
 /// Average pooling: each output is the mean of the inputs inside its window,
@@ -375,6 +452,12 @@ mod tests {
             ([1, 5, 5, 2], [3, 3], [1, 1], Padding::Same),
             ([3, 8, 5, 1], [2, 3], [3, 1], Padding::Valid),
             ([1, 4, 4, 2], [4, 4], [3, 3], Padding::Same),
+            // Whole chunks of 16 channels, and a chunk with channels after it,
+            // tiling and overlapping.
+            ([2, 6, 7, 16], [2, 2], [2, 2], Padding::Same),
+            ([1, 4, 6, 40], [2, 2], [2, 2], Padding::Valid),
+            ([2, 5, 5, 20], [3, 3], [2, 2], Padding::Same),
+            ([1, 6, 6, 18], [3, 3], [3, 3], Padding::Valid),
             // Large enough to take the parallel path, overlapping and tiling.
             ([4, 64, 64, 8], [3, 3], [2, 2], Padding::Same),
             ([4, 64, 64, 8], [2, 2], [2, 2], Padding::Same),
@@ -489,6 +572,40 @@ mod tests {
         let mut gin = [9.0f64; 8];
         max_pool_grad(&x, &[1.5, 2.5], &mut gin, &g, 1);
         assert_eq!(gin, [1.5, 0.0, 0.0, 0.0, 0.0, 2.5, 0.0, 0.0]);
+    }
+
+    /// The same rules on 20 channels (a chunk of 16 and 4 after it), NaNs
+    /// leading and later in both parts, checked channel by channel against
+    /// a scalar scan of the window; the forward pass skips every NaN.
+    #[test]
+    fn nan_rules_hold_in_whole_chunks_and_the_channels_after_them() {
+        let c = 20;
+        let g = Pool2dGeom::new([1, 2, 2, c], [2, 2], [2, 2], Padding::Valid).unwrap();
+        let mut x = random::<f64>(4 * c, 77);
+        for (pos, ch) in [(0, 3), (0, 17), (2, 5), (1, 18), (3, 0)] {
+            x[pos * c + ch] = f64::NAN;
+        }
+        let dy: Vec<f64> = (0..c).map(|ch| 1.0 + ch as f64).collect();
+        let mut gin = vec![9.0; 4 * c];
+        max_pool_grad(&x, &dy, &mut gin, &g, 1);
+        let mut out = vec![0.0; c];
+        max_pool(&x, &mut out, &g, 1);
+        for ch in 0..c {
+            let mut first = 0;
+            for pos in 1..4 {
+                if x[pos * c + ch] > x[first * c + ch] {
+                    first = pos;
+                }
+            }
+            for pos in 0..4 {
+                let want = if pos == first { dy[ch] } else { 0.0 };
+                assert_eq!(gin[pos * c + ch], want, "channel {ch}, position {pos}");
+            }
+            let max = (0..4).map(|pos| x[pos * c + ch]).filter(|v| !v.is_nan()).fold(f64::NEG_INFINITY, f64::max);
+            assert_eq!(out[ch], max, "channel {ch}");
+        }
+        // The leading NaNs kept their window's gradient.
+        assert_eq!((gin[3], gin[17]), (dy[3], dy[17]));
     }
 
     fn dot(a: &[f64], b: &[f64]) -> f64 {
