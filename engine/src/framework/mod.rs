@@ -7,6 +7,7 @@
 //! `resource_mgr`, `step_stats`). They depend only on `tensor` and `error`;
 //! the executor and sessions that provide them live in `runtime`.
 
+mod buffers;
 mod device;
 pub(crate) mod link;
 mod queue;
@@ -14,6 +15,7 @@ pub(crate) mod rendezvous;
 mod resource;
 pub(crate) mod stats;
 
+pub(crate) use buffers::BufferPool;
 pub use device::{DeviceName, DeviceSet};
 pub use link::{EmulatedLink, LinkEmulator, LinkMap};
 pub(crate) use queue::{Queue, QueueSpec};

@@ -99,7 +99,7 @@ fn k_conv(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let (x, f) = (&c.inputs[0], &c.inputs[1]);
     let g = conv_geom(&c.n, x.shape(), f.shape())?;
     with_float!(c, x.dtype(), T => {
-        let mut out = vec![T::default(); g.output_len()];
+        let mut out = c.overwritten_output::<T>(g.output_len());
         conv2d(x.as_slice::<T>()?, f.as_slice::<T>()?, &mut out, &g, c.threads);
         Ok(vec![Tensor::from_vec(out, [g.batch, g.out_h, g.out_w, g.out_c])?])
     })
@@ -134,7 +134,7 @@ fn k_fused_conv(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
         return Err(c.n.shape_err(format!("bias {} must match the {} output channels", b.shape(), g.out_c)));
     }
     with_float!(c, x.dtype(), T => {
-        let mut out = vec![T::default(); g.output_len()];
+        let mut out = c.overwritten_output::<T>(g.output_len());
         conv2d_bias(x.as_slice::<T>()?, f.as_slice::<T>()?, b.as_slice::<T>()?, relu, &mut out, &g, c.threads);
         Ok(vec![Tensor::from_vec(out, [g.batch, g.out_h, g.out_w, g.out_c])?])
     })
@@ -153,7 +153,7 @@ fn k_conv_bp_input(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let g = conv_geom(&c.n, x.shape(), f.shape())?;
     check_grad_shape(c, gr, [g.batch, g.out_h, g.out_w, g.out_c])?;
     with_float!(c, x.dtype(), T => {
-        let mut out = vec![T::default(); g.input_len()];
+        let mut out = c.overwritten_output::<T>(g.input_len());
         conv2d_backprop_input(gr.as_slice::<T>()?, f.as_slice::<T>()?, &mut out, &g, c.threads);
         Ok(vec![Tensor::from_vec(out, x.shape().clone())?])
     })
@@ -165,7 +165,7 @@ fn k_conv_bp_filter(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let g = conv_geom(&c.n, x.shape(), f.shape())?;
     check_grad_shape(c, gr, [g.batch, g.out_h, g.out_w, g.out_c])?;
     with_float!(c, x.dtype(), T => {
-        let mut out = vec![T::default(); g.filter_len()];
+        let mut out = c.overwritten_output::<T>(g.filter_len());
         conv2d_backprop_filter(x.as_slice::<T>()?, gr.as_slice::<T>()?, &mut out, &g, c.threads);
         Ok(vec![Tensor::from_vec(out, f.shape().clone())?])
     })
@@ -175,7 +175,7 @@ fn k_pool(c: &mut KernelCtx, max: bool) -> Result<Vec<Tensor>> {
     let x = &c.inputs[0];
     let g = pool_geom(&c.n, x.shape())?;
     with_float!(c, x.dtype(), T => {
-        let mut out = vec![T::default(); g.output_len()];
+        let mut out = c.overwritten_output::<T>(g.output_len());
         if max { max_pool(x.as_slice::<T>()?, &mut out, &g, c.threads) } else { avg_pool(x.as_slice::<T>()?, &mut out, &g, c.threads) }
         Ok(vec![Tensor::from_vec(out, [g.batch, g.out_h, g.out_w, g.channels])?])
     })
@@ -207,7 +207,7 @@ fn k_pool_grad(c: &mut KernelCtx, kind: PoolGrad) -> Result<Vec<Tensor>> {
     let g = pool_geom(&c.n, x.shape())?;
     check_grad_shape(c, gr, [g.batch, g.out_h, g.out_w, g.channels])?;
     with_float!(c, x.dtype(), T => {
-        let mut out = vec![T::default(); g.input_len()];
+        let mut out = c.overwritten_output::<T>(g.input_len());
         if kind == PoolGrad::Max {
             max_pool_grad(x.as_slice::<T>()?, gr.as_slice::<T>()?, &mut out, &g, c.threads)
         } else if kind == PoolGrad::MaxRelu {

@@ -70,7 +70,7 @@ fn k_matmul(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
         return Err(c.n.shape_err(format!("the product of {} and {} is larger than this machine can address", a.shape(), b.shape())));
     }
     with_float!(c, a.dtype(), T => {
-        let mut out = vec![T::default(); m * n];
+        let mut out = c.overwritten_output::<T>(m * n);
         matmul(a.as_slice::<T>()?, b.as_slice::<T>()?, &mut out, m, n, k, ta, tb, c.threads);
         Ok(vec![Tensor::from_vec(out, [m, n])?])
     })
@@ -96,7 +96,7 @@ fn k_batch_matmul(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
         return Err(c.n.shape_err(format!("the product of {} and {} is larger than this machine can address", a.shape(), b.shape())));
     }
     with_float!(c, a.dtype(), T => {
-        let mut out = vec![T::default(); batch * m * n];
+        let mut out = c.overwritten_output::<T>(batch * m * n);
         batch_matmul(a.as_slice::<T>()?, b.as_slice::<T>()?, &mut out, batch, m, n, k, ta, tb, c.threads);
         Ok(vec![Tensor::from_vec(out, od)?])
     })

@@ -70,9 +70,21 @@ pub(crate) struct KernelCtx<'a> {
     pub transfer: Option<&'a sendrecv::TransferSpec>,
     /// The step's StackPush / StackPop tapes (steps of graphs with loops).
     pub stacks: Option<&'a control_flow::Stacks>,
+    /// Released storage for outputs the kernel overwrites whole.
+    pub buffers: Option<&'a crate::framework::BufferPool>,
 }
 
 impl KernelCtx<'_> {
+    /// An output vector of `len` elements with unspecified values (a
+    /// released tensor's storage where one fits, else zeros): for kernels
+    /// that write every element of their output.
+    pub fn overwritten_output<T: crate::tensor::Element>(&self, len: usize) -> Vec<T> {
+        match self.buffers {
+            Some(pool) => pool.take(len),
+            None => vec![T::default(); len],
+        }
+    }
+
     pub fn var(&self, i: usize) -> Result<&crate::framework::VarSlot> {
         match self.resources.get(i) {
             Some(Resource::Var(v)) => Ok(v),

@@ -83,6 +83,9 @@ pub(crate) struct Prepared {
     small: bool,
     /// Frames and iterations, for graphs with control flow (None: the plain path).
     frames: Option<frames::FramePlan>,
+    /// Storage of the tensors this step released, for the outputs of the
+    /// next steps' kernels that overwrite theirs.
+    buffers: crate::framework::BufferPool,
 }
 
 /// A step with less arithmetic than this (and less traffic than
@@ -345,7 +348,7 @@ impl Prepared {
         } else {
             None
         };
-        Ok(Prepared { nodes, pending, roots, num_slots, uses, fetches: fetch_src, recvs, writes, feed_types, small, frames })
+        Ok(Prepared { nodes, pending, roots, num_slots, uses, fetches: fetch_src, recvs, writes, feed_types, small, frames, buffers: Default::default() })
     }
 
     /// (node name, transfer) of every Send node of the step.
@@ -717,6 +720,7 @@ impl<'a> Step<'a> {
                 comm: self.comm,
                 transfer: node.transfer.as_ref(),
                 stacks: None,
+                buffers: Some(&self.prep.buffers),
             };
             let out = (node.kernel)(&mut ctx).map_err(|e| e.at_node(&node.name, &node.op))?;
             drop(ctx);
@@ -724,8 +728,9 @@ impl<'a> Step<'a> {
             for src in &node.inputs {
                 if let Source::Slot(s) = *src
                     && self.uses[s].fetch_sub(1, Ordering::AcqRel) == 1
+                    && let Some(t) = self.slots[s].lock().unwrap_or_else(|e| e.into_inner()).take()
                 {
-                    self.slots[s].lock().unwrap_or_else(|e| e.into_inner()).take();
+                    self.prep.buffers.give(t);
                 }
             }
             out
@@ -737,6 +742,8 @@ impl<'a> Step<'a> {
             let s = node.first_slot + i;
             if self.uses[s].load(Ordering::Acquire) > 0 {
                 *self.slots[s].lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+            } else {
+                self.prep.buffers.give(t);
             }
         }
         if let (Some(stats), Some(t0)) = (&self.stats, t0) {

@@ -66,6 +66,8 @@ pub trait Element: Copy + Send + Sync + 'static + fmt::Debug + PartialOrd + Defa
     fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]>;
     #[doc(hidden)]
     fn wrap(v: Vec<Self>) -> CpuStorage;
+    #[doc(hidden)]
+    fn unwrap_vec(s: CpuStorage) -> Option<Vec<Self>>;
     /// Lossy conversion to f64 (true is 1).
     fn to_f64(self) -> f64;
     /// Conversion from f64 (saturating for integers, nonzero is true).
@@ -93,6 +95,13 @@ macro_rules! impl_element {
             #[inline]
             fn wrap(v: Vec<Self>) -> CpuStorage {
                 CpuStorage::$variant(v)
+            }
+            #[inline]
+            fn unwrap_vec(s: CpuStorage) -> Option<Vec<Self>> {
+                match s {
+                    CpuStorage::$variant(v) => Some(v),
+                    _ => None,
+                }
             }
             #[inline]
             fn to_f64(self) -> f64 {

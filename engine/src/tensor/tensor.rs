@@ -188,6 +188,14 @@ impl Tensor {
         Tensor { storage: Arc::new(Storage::Cpu(s)), shape }
     }
 
+    /// The storage, when this tensor is its only owner (no clone or view
+    /// shares it).
+    pub(crate) fn into_cpu_storage(self) -> Option<CpuStorage> {
+        Arc::try_unwrap(self.storage).ok().map(|s| match s {
+            Storage::Cpu(c) => c,
+        })
+    }
+
     /// A rank-0 tensor.
     pub fn scalar<T: Element>(v: T) -> Tensor {
         Tensor::from_storage(T::wrap(vec![v]), Shape::scalar())

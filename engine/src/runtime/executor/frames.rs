@@ -614,6 +614,7 @@ impl super::Prepared {
                             comm,
                             transfer: spec.as_ref(),
                             stacks: Some(&stacks),
+                            buffers: None,
                         };
                         (node.kernel)(&mut ctx).map_err(|err| err.at_node(&node.name, &node.op))?
                     };
