@@ -20,24 +20,46 @@ use std::sync::Mutex;
 /// less than the lock.
 const MIN_BYTES: usize = 64 << 10;
 
-/// Buffers kept per (dtype, length): a step's live outputs of one size
-/// rarely exceed it, and the bound keeps a size that kernels release but
-/// never take (an elementwise op's output) from piling up.
-const PER_SIZE: usize = 8;
-
 /// Released storage by dtype and length, for kernels that overwrite their
 /// output. One per prepared step, shared by the threads that run it.
+///
+/// A length keeps at most as many buffers as one step took of it (the most
+/// seen in any step): sizes no kernel takes (an elementwise op's output)
+/// are never kept, and the storage held stays under what a step uses.
 #[derive(Default)]
 pub(crate) struct BufferPool {
-    free: Mutex<HashMap<(DType, usize), Vec<CpuStorage>>>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    free: HashMap<(DType, usize), Vec<CpuStorage>>,
+    /// Takes per size in the current step.
+    taken: HashMap<(DType, usize), usize>,
+    /// The most takes per size in any step.
+    demand: HashMap<(DType, usize), usize>,
 }
 
 impl BufferPool {
+    /// A step begins: its takes are counted afresh.
+    pub fn new_step(&self) {
+        self.lock().taken.clear();
+    }
+
     /// A vector of `len` elements whose values are unspecified (zeros, or a
     /// released tensor's): the caller must write every element.
     pub fn take<T: Element>(&self, len: usize) -> Vec<T> {
         if len.saturating_mul(std::mem::size_of::<T>()) >= MIN_BYTES {
-            let found = self.free.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&(T::DTYPE, len)).and_then(Vec::pop);
+            let key = (T::DTYPE, len);
+            let found = {
+                let mut inner = self.lock();
+                let taken = inner.taken.entry(key).or_default();
+                *taken += 1;
+                let taken = *taken;
+                let demand = inner.demand.entry(key).or_default();
+                *demand = (*demand).max(taken);
+                inner.free.get_mut(&key).and_then(Vec::pop)
+            };
             if let Some(v) = found.and_then(T::unwrap_vec) {
                 return v;
             }
@@ -46,23 +68,30 @@ impl BufferPool {
     }
 
     /// Keeps `t`'s storage for a later `take` when `t` was its only owner,
-    /// is large enough and its size has room; drops it otherwise.
+    /// is large enough and its size is short of its demand; drops it
+    /// otherwise.
     pub fn give(&self, t: Tensor) {
         if t.size_in_bytes() < MIN_BYTES {
             return;
         }
         let Some(s) = t.into_cpu_storage() else { return };
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        let list = free.entry((s.dtype(), s.len())).or_default();
-        if list.len() < PER_SIZE {
+        let key = (s.dtype(), s.len());
+        let mut inner = self.lock();
+        let demand = inner.demand.get(&key).copied().unwrap_or(0);
+        let list = inner.free.entry(key).or_default();
+        if list.len() < demand {
             list.push(s);
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Buffers held, for tests.
     #[cfg(test)]
     pub fn held(&self) -> usize {
-        self.free.lock().unwrap_or_else(|e| e.into_inner()).values().map(Vec::len).sum()
+        self.lock().free.values().map(Vec::len).sum()
     }
 }
 
@@ -74,10 +103,13 @@ mod tests {
     fn a_released_buffer_comes_back_for_the_same_dtype_and_length_only() {
         let pool = BufferPool::default();
         let n = MIN_BYTES / 4;
+        // A step that took one buffer of this size (a fresh, zeroed one).
+        assert_eq!(pool.take::<f32>(n), vec![0.0; n]);
         let t = Tensor::from_vec(vec![7.0f32; n], [n]).unwrap();
         let ptr = t.as_slice::<f32>().unwrap().as_ptr();
         pool.give(t);
         assert_eq!(pool.held(), 1);
+        pool.new_step();
         // Another length or dtype gets a fresh, zeroed vector.
         assert_eq!(pool.take::<f32>(n + 1), vec![0.0; n + 1]);
         assert_eq!(pool.take::<i32>(n), vec![0; n]);
@@ -89,20 +121,36 @@ mod tests {
     }
 
     #[test]
-    fn shared_small_and_surplus_buffers_are_not_kept() {
+    fn shared_small_untaken_and_surplus_buffers_are_not_kept() {
         let pool = BufferPool::default();
         let n = MIN_BYTES / 4;
+        let tensor = |len: usize| Tensor::from_vec(vec![1.0f32; len], [len]).unwrap();
+        // No kernel has taken this size yet.
+        pool.give(tensor(n));
+        assert_eq!(pool.held(), 0);
+        // A step takes three.
+        for _ in 0..3 {
+            pool.take::<f32>(n);
+        }
         // Still owned elsewhere (a clone, as a fetched tensor or a view).
-        let t = Tensor::from_vec(vec![1.0f32; n], [n]).unwrap();
+        let t = tensor(n);
         let other = t.clone();
         pool.give(t);
         // Below the size worth keeping.
-        pool.give(Tensor::from_vec(vec![1.0f32; n - 1], [n - 1]).unwrap());
+        pool.take::<f32>(n - 1);
+        pool.give(tensor(n - 1));
         assert_eq!(pool.held(), 0);
         assert_eq!(other.as_slice::<f32>().unwrap()[0], 1.0);
-        for _ in 0..PER_SIZE + 3 {
-            pool.give(Tensor::from_vec(vec![1.0f32; n], [n]).unwrap());
+        // At most as many as a step took.
+        for _ in 0..5 {
+            pool.give(tensor(n));
         }
-        assert_eq!(pool.held(), PER_SIZE);
+        assert_eq!(pool.held(), 3);
+        // A later step that takes one does not lower the bound.
+        pool.new_step();
+        pool.take::<f32>(n);
+        pool.give(tensor(n));
+        pool.give(tensor(n));
+        assert_eq!(pool.held(), 3);
     }
 }

@@ -396,6 +396,7 @@ impl Prepared {
         }
         // A small step runs on this thread, its kernels unsplit.
         let threads = if self.small { 1 } else { threads };
+        self.buffers.new_step();
         let inbox = Arc::new(Inbox::default());
         let step = Step {
             prep: self,
@@ -834,6 +835,42 @@ pub(crate) mod tests {
         // Unknown batch: the work is not known, so the pool is used.
         let (g, x, y) = layer(None, 784, 512);
         assert!(!prepare(&g, &[&x], &y).small);
+    }
+
+    /// Two layers whose products' outputs (64 x 512 and 64 x 256 f32) are
+    /// large enough to be recycled: a run after another feed's run reuses
+    /// that run's storage, full of its values, and must give the first
+    /// run's bits again.
+    #[test]
+    fn recycled_output_buffers_never_carry_a_previous_steps_values() {
+        let g = Graph::new();
+        let x = g.placeholder("x", DType::F32, vec![Some(64), Some(128)]).unwrap();
+        let w1 = g.constant(Tensor::from_vec((0..128 * 512).map(|i| ((i % 7) as f32 - 3.0) * 0.01).collect::<Vec<f32>>(), [128, 512]).unwrap()).unwrap();
+        let w2 = g.constant(Tensor::from_vec((0..512 * 256).map(|i| ((i % 5) as f32 - 2.0) * 0.01).collect::<Vec<f32>>(), [512, 256]).unwrap()).unwrap();
+        let y = g.matmul(&g.relu(g.matmul(&x, &w1).unwrap()).unwrap(), &w2).unwrap();
+        let p = prepare(&g, &[&x], &y);
+        let feed = |scale: f32| Tensor::from_vec((0..64 * 128).map(|i| ((i % 11) as f32 - 4.0) * scale).collect::<Vec<f32>>(), [64, 128]).unwrap();
+        let run = |t: Tensor| p.run(&[t], 1, None, false, None, "cpu").unwrap().0[0].to_vec::<f32>().unwrap();
+        let first = run(feed(1.0));
+        assert_eq!(p.buffers.held(), 1, "the first product's output is kept, the Relu's is not");
+        let other = run(feed(-3.0));
+        assert_ne!(first, other);
+        let again = run(feed(1.0));
+        assert_eq!(first.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), again.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        // One product of each size takes one a step, so one of each is
+        // kept; the Relu's output (made anew, not taken) is dropped.
+        assert_eq!(p.buffers.held(), 1);
+        // The reference: y = relu(x w1) w2 in f64.
+        let (xf, w1f, w2f): (Vec<f64>, Vec<f64>, Vec<f64>) = (
+            (0..64 * 128).map(|i| ((i % 11) as f64 - 4.0)).collect(),
+            (0..128 * 512).map(|i| ((i % 7) as f64 - 3.0) * 0.01).collect(),
+            (0..512 * 256).map(|i| ((i % 5) as f64 - 2.0) * 0.01).collect(),
+        );
+        for (r, col) in [(0, 0), (17, 101), (63, 255)] {
+            let h: Vec<f64> = (0..512).map(|j| (0..128).map(|k| xf[r * 128 + k] * w1f[k * 512 + j]).sum::<f64>().max(0.0)).collect();
+            let want: f64 = (0..512).map(|j| h[j] * w2f[j * 256 + col]).sum();
+            assert!((first[r * 256 + col] as f64 - want).abs() < 1e-3 * want.abs().max(1.0), "y[{r}, {col}]");
+        }
     }
 
     #[test]
