@@ -862,7 +862,7 @@ pub(crate) mod tests {
         assert_eq!(p.buffers.held(), 1);
         // The reference: y = relu(x w1) w2 in f64.
         let (xf, w1f, w2f): (Vec<f64>, Vec<f64>, Vec<f64>) = (
-            (0..64 * 128).map(|i| ((i % 11) as f64 - 4.0)).collect(),
+            (0..64 * 128).map(|i| (i % 11) as f64 - 4.0).collect(),
             (0..128 * 512).map(|i| ((i % 7) as f64 - 3.0) * 0.01).collect(),
             (0..512 * 256).map(|i| ((i % 5) as f64 - 2.0) * 0.01).collect(),
         );

@@ -78,6 +78,21 @@ impl Pool2dGeom {
             && covers(self.k_w, self.stride_w, self.out_w, self.pad_left, self.in_w)
     }
 
+    /// `f(oy, ox, (y0, y1), (x0, x1))` for every output position whose
+    /// window holds at least one input position, row-major.
+    #[inline(always)]
+    fn for_each_window(&self, mut f: impl FnMut(usize, usize, (usize, usize), (usize, usize))) {
+        for oy in 0..self.out_h {
+            let rows = self.rows(oy);
+            for ox in 0..self.out_w {
+                let cols = self.cols(ox);
+                if rows.0 < rows.1 && cols.0 < cols.1 {
+                    f(oy, ox, rows, cols);
+                }
+            }
+        }
+    }
+
     /// Input rows `[y0, y1)` covered by output row `oy`, clipped to the image.
     #[inline]
     fn rows(&self, oy: usize) -> (usize, usize) {
@@ -227,39 +242,32 @@ fn max_pool_grad_masked<T: Float>(input: &[T], grad_out: &[T], grad_in: &mut [T]
         // u32 indices keep the select as wide as the f32 compare.
         let mut best = vec![T::ZERO; c];
         let mut at = vec![0u32; c];
-        for oy in 0..g.out_h {
-            let (y0, y1) = g.rows(oy);
-            for ox in 0..g.out_w {
-                let (x0, x1) = g.cols(ox);
-                if y0 == y1 || x0 == x1 {
-                    continue;
-                }
-                // The window's first position wins until a strictly larger
-                // value comes (a NaN there is kept; a later NaN never wins).
-                best.copy_from_slice(&img[(y0 * g.in_w + x0) * c..][..c]);
-                at.fill(0);
-                let mut k = 0u32;
-                for y in y0..y1 {
-                    for x in x0..x1 {
-                        if k > 0 {
-                            let src = &img[(y * g.in_w + x) * c..][..c];
-                            for ((bv, av), &s) in best.iter_mut().zip(at.iter_mut()).zip(src) {
-                                let wins = s > *bv;
-                                *bv = if wins { s } else { *bv };
-                                *av = if wins { k } else { *av };
-                            }
+        g.for_each_window(#[inline(always)] |oy, ox, (y0, y1), (x0, x1)| {
+            // The window's first position wins until a strictly larger
+            // value comes (a NaN there is kept; a later NaN never wins).
+            best.copy_from_slice(&img[(y0 * g.in_w + x0) * c..][..c]);
+            at.fill(0);
+            let mut k = 0u32;
+            for y in y0..y1 {
+                for x in x0..x1 {
+                    if k > 0 {
+                        let src = &img[(y * g.in_w + x) * c..][..c];
+                        for ((bv, av), &s) in best.iter_mut().zip(at.iter_mut()).zip(src) {
+                            let wins = s > *bv;
+                            *bv = if wins { s } else { *bv };
+                            *av = if wins { k } else { *av };
                         }
-                        k += 1;
                     }
-                }
-                let go = &grad_out[((b * g.out_h + oy) * g.out_w + ox) * c..][..c];
-                let width = (x1 - x0) as u32;
-                for (ch, (&a, &gv)) in at.iter().zip(go).enumerate() {
-                    let (y, x) = (y0 + (a / width) as usize, x0 + (a % width) as usize);
-                    gin[(y * g.in_w + x) * c + ch] += gv;
+                    k += 1;
                 }
             }
-        }
+            let go = &grad_out[((b * g.out_h + oy) * g.out_w + ox) * c..][..c];
+            let width = (x1 - x0) as u32;
+            for (ch, (&a, &gv)) in at.iter().zip(go).enumerate() {
+                let (y, x) = (y0 + (a / width) as usize, x0 + (a % width) as usize);
+                gin[(y * g.in_w + x) * c + ch] += gv;
+            }
+        });
         if relu {
             // Overlapping windows: mask once every window has added its part.
             for (d, &s) in gin.iter_mut().zip(img) {
@@ -280,63 +288,56 @@ fn tiled_grad_image<T: Float>(img: &[T], grad_out: &[T], gin: &mut [T], g: &Pool
     let whole = c - c % CHUNK;
     let (mut best, mut at) = (vec![T::ZERO; c - whole], vec![0u32; c - whole]);
     let mut offsets = Vec::with_capacity(g.k_h * g.k_w);
-    for oy in 0..g.out_h {
-        let (y0, y1) = g.rows(oy);
-        for ox in 0..g.out_w {
-            let (x0, x1) = g.cols(ox);
-            if y0 == y1 || x0 == x1 {
-                continue;
-            }
-            // Offsets of the window's positions, row-major.
-            offsets.clear();
-            offsets.extend((y0..y1).flat_map(|y| (x0..x1).map(move |x| (y * g.in_w + x) * c)));
-            let (pos, n) = (|k: usize| offsets[k], offsets.len());
-            let go = &grad_out[(oy * g.out_w + ox) * c..][..c];
-            for ch in (0..whole).step_by(CHUNK) {
-                // The window's first position wins until a strictly larger
-                // value comes (a NaN there is kept; a later NaN never wins).
-                let mut best = chunk(img, pos(0) + ch);
-                let mut at = [0u32; CHUNK];
-                for k in 1..n {
-                    let src = chunk(img, pos(k) + ch);
-                    for ((bv, av), s) in best.iter_mut().zip(at.iter_mut()).zip(src) {
-                        let wins = s > *bv;
-                        *bv = if wins { s } else { *bv };
-                        *av = if wins { k as u32 } else { *av };
-                    }
-                }
-                let go = chunk(go, ch);
-                for k in 0..n {
-                    let dst = &mut gin[pos(k) + ch..][..CHUNK];
-                    let src = chunk(img, pos(k) + ch);
-                    for (((d, &a), gv), s) in dst.iter_mut().zip(&at).zip(go).zip(src) {
-                        let routed = if a == k as u32 { gv } else { T::ZERO };
-                        *d = if !relu || s > T::ZERO { routed } else { T::ZERO };
-                    }
-                }
-            }
-            if whole == c {
-                continue;
-            }
-            best.copy_from_slice(&img[pos(0) + whole..][..c - whole]);
-            at.fill(0);
+    g.for_each_window(#[inline(always)] |oy, ox, (y0, y1), (x0, x1)| {
+        // Offsets of the window's positions, row-major.
+        offsets.clear();
+        offsets.extend((y0..y1).flat_map(|y| (x0..x1).map(move |x| (y * g.in_w + x) * c)));
+        let (pos, n) = (|k: usize| offsets[k], offsets.len());
+        let go = &grad_out[(oy * g.out_w + ox) * c..][..c];
+        for ch in (0..whole).step_by(CHUNK) {
+            // The window's first position wins until a strictly larger
+            // value comes (a NaN there is kept; a later NaN never wins).
+            let mut best = chunk(img, pos(0) + ch);
+            let mut at = [0u32; CHUNK];
             for k in 1..n {
-                for ((bv, av), &s) in best.iter_mut().zip(at.iter_mut()).zip(&img[pos(k) + whole..][..c - whole]) {
+                let src = chunk(img, pos(k) + ch);
+                for ((bv, av), s) in best.iter_mut().zip(at.iter_mut()).zip(src) {
                     let wins = s > *bv;
                     *bv = if wins { s } else { *bv };
                     *av = if wins { k as u32 } else { *av };
                 }
             }
+            let go = chunk(go, ch);
             for k in 0..n {
-                let src = &img[pos(k) + whole..][..c - whole];
-                let dst = &mut gin[pos(k) + whole..][..c - whole];
-                for (((d, &a), &gv), &s) in dst.iter_mut().zip(&at).zip(&go[whole..]).zip(src) {
+                let dst = &mut gin[pos(k) + ch..][..CHUNK];
+                let src = chunk(img, pos(k) + ch);
+                for (((d, &a), gv), s) in dst.iter_mut().zip(&at).zip(go).zip(src) {
                     let routed = if a == k as u32 { gv } else { T::ZERO };
                     *d = if !relu || s > T::ZERO { routed } else { T::ZERO };
                 }
             }
         }
-    }
+        if whole == c {
+            return;
+        }
+        best.copy_from_slice(&img[pos(0) + whole..][..c - whole]);
+        at.fill(0);
+        for k in 1..n {
+            for ((bv, av), &s) in best.iter_mut().zip(at.iter_mut()).zip(&img[pos(k) + whole..][..c - whole]) {
+                let wins = s > *bv;
+                *bv = if wins { s } else { *bv };
+                *av = if wins { k as u32 } else { *av };
+            }
+        }
+        for k in 0..n {
+            let src = &img[pos(k) + whole..][..c - whole];
+            let dst = &mut gin[pos(k) + whole..][..c - whole];
+            for (((d, &a), &gv), &s) in dst.iter_mut().zip(&at).zip(&go[whole..]).zip(src) {
+                let routed = if a == k as u32 { gv } else { T::ZERO };
+                *d = if !relu || s > T::ZERO { routed } else { T::ZERO };
+            }
+        }
+    });
 }
 
 /// Average pooling: each output is the mean of the inputs inside its window,
