@@ -361,7 +361,7 @@ unsafe fn convolve_image(xp: &[f32], w: &[f32], out: &mut [f32], p: &Padded) {
                     // Rows that split into whole blocks (widths 14, 28, 56,
                     // 112: the common ImageNet and MNIST feature maps); any
                     // other width would leave a short block per row.
-                    let rows = p.sw == 1 && p.ow % ROW_PIXELS == 0;
+                    let rows = p.sw == 1 && p.ow.is_multiple_of(ROW_PIXELS);
                     match (ov, p.c) {
                         (2, 32) if rows => row_blocks::<ROW_PIXELS, 2, 32>(xp, w, out, p, ob, taps),
                         (2, 64) if rows => row_blocks::<ROW_PIXELS, 2, 64>(xp, w, out, p, ob, taps),
@@ -421,7 +421,7 @@ const ROW_PIXELS: usize = 14;
 #[target_feature(enable = "avx512f")]
 unsafe fn row_blocks<const PX: usize, const OV: usize, const C: usize>(xp: &[f32], w: &[f32], out: &mut [f32], p: &Padded, ob: usize, taps: Taps) {
     use std::arch::x86_64::*;
-    debug_assert!(p.sw == 1 && p.c == C && p.ow % PX == 0);
+    debug_assert!(p.sw == 1 && p.c == C && p.ow.is_multiple_of(PX));
     // SAFETY: as in `forward_blocks`: every pixel of a block is a real
     // output position of the row, its window inside the padded image.
     unsafe {
