@@ -365,33 +365,17 @@ unsafe fn convolve_image(xp: &[f32], w: &[f32], out: &mut [f32], p: &Padded) {
                     match (ov, p.c) {
                         (2, 32) if rows => row_blocks::<ROW_PIXELS, 2, 32>(xp, w, out, p, ob, taps),
                         (2, 64) if rows => row_blocks::<ROW_PIXELS, 2, 64>(xp, w, out, p, ob, taps),
-                        _ => any_blocks(ov, xp, w, out, p, ob, 0..positions, taps),
+                        (4, _) => forward_blocks::<{ block_rows(4) }, 4>(xp, w, out, p, ob, positions, taps),
+                        (3, _) => forward_blocks::<{ block_rows(3) }, 3>(xp, w, out, p, ob, positions, taps),
+                        (2, c) if c >= LANES => forward_blocks::<LONG_ROW_PIXELS, 2>(xp, w, out, p, ob, positions, taps),
+                        (2, _) => forward_blocks::<{ block_rows(2) }, 2>(xp, w, out, p, ob, positions, taps),
+                        _ => forward_blocks::<{ block_rows(1) }, 1>(xp, w, out, p, ob, positions, taps),
                     }
                 }
                 j0 = taps.j1;
             }
         }
         ob += ov * LANES;
-    }
-}
-
-/// The forward kernel for `ov` vectors of channels over `positions`, at
-/// the block size for that width.
-///
-/// # Safety
-/// As `forward_blocks`.
-#[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn any_blocks(ov: usize, xp: &[f32], w: &[f32], out: &mut [f32], p: &Padded, ob: usize, positions: std::ops::Range<usize>, taps: Taps) {
-    // SAFETY: forwarded.
-    unsafe {
-        match ov {
-            4 => forward_blocks::<{ block_rows(4) }, 4>(xp, w, out, p, ob, positions, taps),
-            3 => forward_blocks::<{ block_rows(3) }, 3>(xp, w, out, p, ob, positions, taps),
-            2 if p.c >= LANES => forward_blocks::<LONG_ROW_PIXELS, 2>(xp, w, out, p, ob, positions, taps),
-            2 => forward_blocks::<{ block_rows(2) }, 2>(xp, w, out, p, ob, positions, taps),
-            _ => forward_blocks::<{ block_rows(1) }, 1>(xp, w, out, p, ob, positions, taps),
-        }
     }
 }
 
@@ -516,7 +500,7 @@ unsafe fn forward_blocks<const PX: usize, const OV: usize>(
     out: &mut [f32],
     p: &Padded,
     ob: usize,
-    positions: std::ops::Range<usize>,
+    positions: usize,
     taps: Taps,
 ) {
     use std::arch::x86_64::*;
@@ -527,9 +511,9 @@ unsafe fn forward_blocks<const PX: usize, const OV: usize>(
         let (run, row, oc) = (p.run(), p.row(), p.oc);
         let w = w.as_ptr().add(ob);
         let (xp, out) = (xp.as_ptr(), out.as_mut_ptr().add(ob));
-        let mut pos0 = positions.start;
-        while pos0 < positions.end {
-            let valid = PX.min(positions.end - pos0);
+        let mut pos0 = 0;
+        while pos0 < positions {
+            let valid = PX.min(positions - pos0);
             let bases = p.bases::<PX>(pos0, valid);
             let corner: [*const f32; PX] = std::array::from_fn(|i| xp.add(bases[i]));
             let mut acc = [[_mm512_setzero_ps(); OV]; PX];
