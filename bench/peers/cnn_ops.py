@@ -26,7 +26,9 @@ import peers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# (row, flowlab shape-key prefixes summed, TensorFlow node names summed)
+# (row, flowlab shape-key prefixes summed, TensorFlow node names summed); a
+# tuple of prefixes names one key by alternatives (builds before the pools'
+# workspaces, 2026-11-28, ran MaxPool and _FusedMaxPoolGrad)
 ROWS = [
     ("conv2 forward + bias + Relu", ["_FusedConv2D f32[64,14,14,32]"], ["Relu_1"]),
     ("conv2 input gradient", ["Conv2DBackpropInput f32[64,14,14,32]"], ["gradients/Conv2D_1_grad/Conv2DBackpropInput"]),
@@ -38,12 +40,12 @@ ROWS = [
     ("momentum, dense weight", ["ApplyMomentum f32[] f32[3136,1024]"], ["Momentum/update_fc0/ResourceApplyMomentum"]),
     ("conv1 forward + bias + Relu", ["_FusedConv2D f32[64,28,28,1]"], ["Relu"]),
     ("conv1 filter gradient", ["Conv2DBackpropFilter f32[64,28,28,1]"], ["gradients/Conv2D_grad/Conv2DBackpropFilter"]),
-    ("pool1 gradient + ReluGrad", ["_FusedMaxPoolGrad f32[64,28,28,32]"],
+    ("pool1 gradient + ReluGrad", [("_FusedMaxPoolGrad f32[64,28,28,32]", "_MaxPoolGradWithWorkspace i8[64,14,14,32]")],
      ["gradients/MaxPool2d_grad/MaxPoolGrad", "gradients/Relu_grad/ReluGrad"]),
-    ("pool2 gradient + ReluGrad", ["_FusedMaxPoolGrad f32[64,14,14,64]"],
+    ("pool2 gradient + ReluGrad", [("_FusedMaxPoolGrad f32[64,14,14,64]", "_MaxPoolGradWithWorkspace i8[64,7,7,64]")],
      ["gradients/MaxPool2d_1_grad/MaxPoolGrad", "gradients/Relu_1_grad/ReluGrad"]),
-    ("pool1", ["MaxPool f32[64,28,28,32]"], ["MaxPool2d"]),
-    ("pool2", ["MaxPool f32[64,14,14,64]"], ["MaxPool2d_1"]),
+    ("pool1", [("MaxPool f32[64,28,28,32]", "_MaxPoolWithWorkspace f32[64,28,28,32]")], ["MaxPool2d"]),
+    ("pool2", [("MaxPool f32[64,14,14,64]", "_MaxPoolWithWorkspace f32[64,14,14,64]")], ["MaxPool2d_1"]),
     ("BiasAddGrad conv1", ["BiasAddGrad f32[64,28,28,32]"], ["gradients/BiasAdd_grad/BiasAddGrad"]),
     ("BiasAddGrad conv2", ["BiasAddGrad f32[64,14,14,64]"], ["gradients/BiasAdd_1_grad/BiasAddGrad"]),
 ]
@@ -105,7 +107,8 @@ def main():
         tfm = peers.run_isolated(tf_node_min_ms, args.threads, args.steps)
         for row, fl_prefixes, tf_names in ROWS:
             # a prefix names one shape key (the op and its input shapes)
-            keys = [next((k for k in fl if k.startswith("cpu " + p)), None) for p in fl_prefixes]
+            keys = [next((k for k in fl for a in (p if isinstance(p, tuple) else (p,)) if k.startswith("cpu " + a)), None)
+                    for p in fl_prefixes]
             f = None if None in keys else sum(fl[k] for k in keys)
             t = total(tfm, tf_names)
             if f is not None:

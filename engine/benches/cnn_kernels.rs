@@ -12,7 +12,8 @@
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use flowlab_engine::kernels::cpu::{
     Conv2dGeom, Padding, Pool2dGeom, conv2d, conv2d_backprop_filter, conv2d_backprop_filter_by_im2col, conv2d_backprop_input,
-    conv2d_backprop_input_by_im2col, conv2d_by_im2col, matmul, max_pool, max_pool_grad,
+    conv2d_backprop_input_by_im2col, conv2d_by_im2col, matmul, max_pool, max_pool_grad, max_pool_grad_with_workspace, max_pool_relu_grad,
+    max_pool_with_workspace,
 };
 use std::hint::black_box;
 
@@ -83,6 +84,18 @@ fn cnn_kernels(c: &mut Criterion) {
                 });
                 group.bench_function(BenchmarkId::new(format!("{name}_grad"), &t), |b| {
                     pool.install(|| b.iter(|| max_pool_grad(black_box(&x), black_box(&dy), &mut dx, &g, threads)))
+                });
+                // As the step runs them: the gradient with its ReluGrad,
+                // reading the input or the pool's workspace.
+                group.bench_function(BenchmarkId::new(format!("{name}_relu_grad"), &t), |b| {
+                    pool.install(|| b.iter(|| max_pool_relu_grad(black_box(&x), black_box(&dy), &mut dx, &g, threads)))
+                });
+                let mut ws = vec![0i8; g.output_len()];
+                group.bench_function(BenchmarkId::new(format!("{name}_fwd_ws"), &t), |b| {
+                    pool.install(|| b.iter(|| max_pool_with_workspace(black_box(&x), &mut y, &mut ws, &g, threads)))
+                });
+                group.bench_function(BenchmarkId::new(format!("{name}_relu_grad_ws"), &t), |b| {
+                    pool.install(|| b.iter(|| max_pool_grad_with_workspace(black_box(&ws), black_box(&dy), &mut dx, &g, threads, true)))
                 });
             }
         }

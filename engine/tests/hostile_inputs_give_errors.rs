@@ -151,3 +151,50 @@ fn a_hand_built_fused_op_with_bad_attributes_or_bias_is_refused_naming_the_node(
         .to_string();
     assert_eq!(e, "node 'p' (_FusedMaxPoolGrad): attribute 'fused_ops': expected [ReluGrad], got []");
 }
+
+/// The pools' workspace ops, which only the executor's rewrite produces,
+/// refuse what they cannot index or size, naming the node; a workspace
+/// whose entries name positions outside their windows routes nothing
+/// rather than writing out of bounds.
+#[test]
+fn workspace_pool_ops_refuse_bad_windows_dtypes_and_sizes() {
+    use flowlab_engine::AttrValue;
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, [1, 4, 4, 2]).unwrap();
+    let pool = |name: &str, k: i64| {
+        g.op("_MaxPoolWithWorkspace")
+            .name(name)
+            .input(&x)
+            .attr("ksize", AttrValue::Ints(vec![k, k]))
+            .attr("strides", AttrValue::Ints(vec![2, 2]))
+            .attr("padding", AttrValue::Str("SAME".into()))
+            .build()
+    };
+    assert!(pool("ok", 3).is_ok());
+    let e = pool("big", 12).unwrap_err().to_string();
+    assert_eq!(e, "node 'big' (_MaxPoolWithWorkspace): attribute 'ksize': a pool's workspace indexes windows of at most 127 positions, got 12x12");
+    let grad = |name: &str, ws: &flowlab_engine::Output, dy: &flowlab_engine::Output, hw: i64| {
+        g.op("_MaxPoolGradWithWorkspace")
+            .name(name)
+            .input(ws)
+            .input(dy)
+            .attr("ksize", AttrValue::Ints(vec![3, 3]))
+            .attr("strides", AttrValue::Ints(vec![2, 2]))
+            .attr("padding", AttrValue::Str("SAME".into()))
+            .attr("input_hw", AttrValue::Ints(vec![hw, hw]))
+            .build()
+    };
+    let dy = g.placeholder("dy", DType::F32, [1, 2, 2, 2]).unwrap();
+    let e = grad("f32ws", &dy, &dy, 4).unwrap_err().to_string();
+    assert!(e.starts_with("node 'f32ws' (_MaxPoolGradWithWorkspace): ") && e.contains("workspace (input 0) must be i8, got f32"), "{e}");
+    // Entries of 100 name no position of a 3x3 window.
+    let ws = g.constant(Tensor::from_vec(vec![100i8; 8], [1, 2, 2, 2]).unwrap()).unwrap();
+    let e = grad("hw", &ws, &dy, 8).unwrap_err().to_string();
+    assert!(e.starts_with("node 'hw' (_MaxPoolGradWithWorkspace): ") && e.contains("workspace [1, 2, 2, 2] is not the pooled shape of a 8x8 input (4x4)"), "{e}");
+    let dx = grad("dx", &ws, &dy, 4).unwrap();
+    let s = Session::new(&g).unwrap();
+    let dyt = Tensor::from_vec(vec![1f32; 8], [1, 2, 2, 2]).unwrap();
+    let out = s.run(&[(&dy, &dyt)], &[&dx], &[]).unwrap();
+    assert_eq!(out[0].dims(), [1, 4, 4, 2]);
+    assert!(out[0].as_slice::<f32>().unwrap().iter().all(|&v| v == 0.0));
+}

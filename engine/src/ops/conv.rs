@@ -9,16 +9,21 @@
 //! step's Conv2D -> BiasAdd [-> Relu] chains (`runtime::fusion`), and the
 //! simulator replays the same fused step. So does `_FusedMaxPoolGrad(y, g)`
 //! (`fused_ops: [ReluGrad]`): `ReluGrad(MaxPoolGrad(y, g), y)` for a pool
-//! over a Relu's output, in one pass.
+//! over a Relu's output, in one pass. Likewise `_MaxPoolWithWorkspace(x) ->
+//! (y, workspace)` and `_MaxPoolGradWithWorkspace(workspace, g)` (attrs
+//! of the pool, `input_hw` [h, w], `fused_ops` [] or [ReluGrad]): a pool
+//! whose gradient runs in the same step writes an i8 per pooled element
+//! naming where the gradient goes, and the gradient reads that instead of
+//! the pool's input.
 
 use super::{FLOATS, InferCtx, KernelCtx, Registry, attrs, same_dtype, with_float};
 use crate::graph::{AttrValue, NodeInfo};
 use crate::error::Result;
 use crate::graph::{Graph, IntoOutput, Output};
-use crate::tensor::TensorType;
+use crate::tensor::{DType, TensorType};
 use crate::kernels::cpu::{
     Conv2dGeom, Padding, Pool2dGeom, avg_pool, avg_pool_grad, conv2d, conv2d_backprop_filter, conv2d_backprop_input, conv2d_bias,
-    max_pool, max_pool_grad, max_pool_relu_grad,
+    MAX_WORKSPACE_WINDOW, max_pool, max_pool_grad, max_pool_grad_with_workspace, max_pool_relu_grad, max_pool_with_workspace,
 };
 use crate::tensor::{PartialShape, Shape};
 use crate::tensor::Tensor;
@@ -219,6 +224,101 @@ fn k_pool_grad(c: &mut KernelCtx, kind: PoolGrad) -> Result<Vec<Tensor>> {
     })
 }
 
+/// A workspace's windows are at most `MAX_WORKSPACE_WINDOW` positions.
+fn check_workspace_window(n: &NodeInfo) -> Result<()> {
+    let [kh, kw] = pair(n, "ksize")?;
+    match kh.checked_mul(kw) {
+        Some(p) if p <= MAX_WORKSPACE_WINDOW => Ok(()),
+        _ => Err(n.attr_err("ksize", format!("a pool's workspace indexes windows of at most {MAX_WORKSPACE_WINDOW} positions, got {kh}x{kw}"))),
+    }
+}
+
+/// `_MaxPoolWithWorkspace(x) -> (y, workspace)`: MaxPool's output, and an
+/// i8 per output element naming where its gradient goes.
+fn infer_pool_with_workspace(c: &InferCtx) -> Result<Vec<TensorType>> {
+    check_workspace_window(&c.n)?;
+    let mut out = infer_pool(c)?;
+    let shape = out[0].shape.clone();
+    out.push(TensorType { dtype: DType::I8, shape });
+    Ok(out)
+}
+
+/// `_MaxPoolGradWithWorkspace`'s `fused_ops`: none (MaxPoolGrad) or
+/// `[ReluGrad]` (`_FusedMaxPoolGrad`).
+fn workspace_grad_relu(n: &NodeInfo) -> Result<bool> {
+    match n.strs_or_empty("fused_ops")? {
+        [] => Ok(false),
+        [r] if r == "ReluGrad" => Ok(true),
+        other => Err(n.attr_err("fused_ops", format!("expected [] or [ReluGrad], got {other:?}"))),
+    }
+}
+
+/// The pool's geometry from its workspace's shape (batch, pooled size,
+/// channels) and the `input_hw` attr; the pooled size must be the one
+/// those give.
+fn workspace_geom(n: &NodeInfo, ws: &Shape) -> Result<Pool2dGeom> {
+    let [b, oh, ow, ch] = dims4(n, "workspace (NHWC)", ws)?;
+    let [h, w] = pair(n, "input_hw")?;
+    let g = Pool2dGeom::new([b, h, w, ch], pair(n, "ksize")?, pair(n, "strides")?, padding(n)?)
+        .map_err(|e| n.shape_err(format!("{e} (input_hw {h}x{w})")))?;
+    if (g.out_h, g.out_w) != (oh, ow) {
+        return Err(n.shape_err(format!("workspace {ws} is not the pooled shape of a {h}x{w} input ({}x{})", g.out_h, g.out_w)));
+    }
+    Ok(g)
+}
+
+/// `_MaxPoolGradWithWorkspace(workspace, g) -> dL/dx`.
+fn infer_pool_grad_with_workspace(c: &InferCtx) -> Result<Vec<TensorType>> {
+    workspace_grad_relu(&c.n)?;
+    check_workspace_window(&c.n)?;
+    let (ws, gr) = (&c.inputs[0], &c.inputs[1]);
+    if ws.dtype != DType::I8 {
+        return Err(c.n.dtype_err(format!("workspace (input 0) must be i8, got {}", ws.dtype)));
+    }
+    if !FLOATS.contains(&gr.dtype) {
+        return Err(c.n.dtype_err(format!("gradient dtype {} not supported (supported: {})", gr.dtype, super::names(FLOATS))));
+    }
+    if ws.shape.rank() != 4 {
+        return Err(c.n.shape_err(format!("workspace {} must have rank 4 (NHWC)", ws.shape)));
+    }
+    if let Some(s) = ws.shape.to_shape() {
+        let g = workspace_geom(&c.n, &s)?;
+        if let Some(gs) = gr.shape.to_shape().filter(|gs| gs.dims() != s.dims()) {
+            return Err(c.n.shape_err(format!("gradient {gs} does not match the workspace {s} ({}x{} input)", g.in_h, g.in_w)));
+        }
+    }
+    let [h, w] = pair(&c.n, "input_hw")?;
+    let d = ws.shape.dims();
+    Ok(vec![TensorType { dtype: gr.dtype, shape: PartialShape::new(vec![d[0], Some(h), Some(w), d[3]]) }])
+}
+
+fn k_pool_with_workspace(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    check_workspace_window(&c.n)?;
+    let x = &c.inputs[0];
+    let g = pool_geom(&c.n, x.shape())?;
+    let dims = [g.batch, g.out_h, g.out_w, g.channels];
+    with_float!(c, x.dtype(), T => {
+        let mut out = c.overwritten_output::<T>(g.output_len());
+        let mut ws = c.overwritten_output::<i8>(g.output_len());
+        max_pool_with_workspace(x.as_slice::<T>()?, &mut out, &mut ws, &g, c.threads);
+        Ok(vec![Tensor::from_vec(out, dims)?, Tensor::from_vec(ws, dims)?])
+    })
+}
+
+fn k_pool_grad_with_workspace(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let relu = workspace_grad_relu(&c.n)?;
+    check_workspace_window(&c.n)?;
+    let (ws, gr) = (&c.inputs[0], &c.inputs[1]);
+    let g = workspace_geom(&c.n, ws.shape())?;
+    check_grad_shape(c, gr, [g.batch, g.out_h, g.out_w, g.channels])?;
+    let entries = ws.as_slice::<i8>().map_err(|_| c.n.dtype_err(format!("workspace (input 0) must be i8, got {}", ws.dtype())))?;
+    with_float!(c, gr.dtype(), T => {
+        let mut out = c.overwritten_output::<T>(g.input_len());
+        max_pool_grad_with_workspace(entries, gr.as_slice::<T>()?, &mut out, &g, c.threads, relu);
+        Ok(vec![Tensor::from_vec(out, [g.batch, g.in_h, g.in_w, g.channels])?])
+    })
+}
+
 /// A pool's gradient visits each window once per incoming gradient element
 /// (the pooled shape, input 1), not per element of its output.
 fn pool_grad_flops(c: &super::CostCtx) -> f64 {
@@ -305,6 +405,13 @@ pub(crate) fn register(r: &mut Registry) {
     // The pooling gradient's visits, then one compare per input element.
     .flops(|c| pool_grad_flops(c) + c.inputs.first().map_or(0, |(_, s)| s.num_elements()) as f64);
     r.cpu("_FusedMaxPoolGrad", FLOATS, |c| k_pool_grad(c, PoolGrad::MaxRelu));
+    // The executor's rewrite of a max pool whose gradient runs in the same
+    // step (`runtime::fusion`): the pool writes where each window's
+    // gradient goes, and the gradient reads that instead of the input.
+    r.def("_MaxPoolWithWorkspace", 1, Some(1), infer_pool_with_workspace).flops(pool_flops);
+    r.cpu("_MaxPoolWithWorkspace", FLOATS, k_pool_with_workspace);
+    r.def("_MaxPoolGradWithWorkspace", 2, Some(2), infer_pool_grad_with_workspace).flops(pool_grad_flops);
+    r.cpu("_MaxPoolGradWithWorkspace", FLOATS, k_pool_grad_with_workspace);
     r.def("AvgPoolGrad", 2, Some(2), |c| Ok(vec![c.inputs[0].clone()])).flops(pool_grad_flops);
     r.cpu("AvgPoolGrad", FLOATS, |c| k_pool_grad(c, PoolGrad::Avg));
 }

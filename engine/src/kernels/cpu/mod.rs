@@ -26,5 +26,8 @@ pub use conv::{
     conv2d_backprop_input_by_im2col, conv2d_by_im2col,
 };
 pub use matmul::{batch_matmul, matmul};
-pub use pool::{Pool2dGeom, avg_pool, avg_pool_grad, max_pool, max_pool_grad, max_pool_relu_grad};
+pub use pool::{
+    MAX_WORKSPACE_WINDOW, Pool2dGeom, avg_pool, avg_pool_grad, max_pool, max_pool_grad, max_pool_grad_with_workspace, max_pool_relu_grad,
+    max_pool_with_workspace,
+};
 pub use scalar::Float;

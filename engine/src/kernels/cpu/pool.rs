@@ -200,6 +200,14 @@ fn chunk<T: Float>(s: &[T], at: usize) -> [T; CHUNK] {
     v
 }
 
+/// `s[at..at + CHUNK]` of a workspace as an array.
+#[inline(always)]
+fn chunk_i8(s: &[i8], at: usize) -> [i8; CHUNK] {
+    let mut v = [0; CHUNK];
+    v.copy_from_slice(&s[at..at + CHUNK]);
+    v
+}
+
 /// Gradient of [`max_pool`]: each window's upstream gradient goes to the
 /// first position (row-major within the window) holding its maximum, as
 /// TensorFlow's CPU kernel does; overlapping windows add up. Overwrites
@@ -338,6 +346,154 @@ fn tiled_grad_image<T: Float>(img: &[T], grad_out: &[T], gin: &mut [T], g: &Pool
             }
         }
     });
+}
+
+/// Largest window a max pool's workspace can index: an entry keeps the
+/// winning position in its low 7 bits.
+pub const MAX_WORKSPACE_WINDOW: usize = 127;
+
+/// Set in a workspace entry whose window's winner is not positive (or is
+/// NaN): a ReluGrad after the pool's gradient zeroes what it routes there.
+const NOT_POSITIVE: i8 = i8::MIN;
+
+/// [`max_pool`], also writing its *workspace*: per output element, the
+/// position (row-major in the window clipped to the image) that
+/// [`max_pool_grad`] routes its gradient to, and whether the value there is
+/// positive (see [`max_pool_grad_with_workspace`]). The gradient then reads
+/// one byte per window instead of the pool's whole input, which by the
+/// time the backward pass runs has usually left the cache (the CNN's first
+/// pool's input is 6.4 MB at batch 64); oneDNN's pooling keeps such a
+/// workspace for the same reason. The output is [`max_pool`]'s bit for bit
+/// (NaN skipped), while the routed position follows the gradient's rule
+/// (the first position wins until a strictly larger value comes, so a NaN
+/// there keeps it). Windows of more than [`MAX_WORKSPACE_WINDOW`]
+/// positions are the caller's to refuse.
+pub fn max_pool_with_workspace<T: Float>(input: &[T], out: &mut [T], ws: &mut [i8], g: &Pool2dGeom, threads: usize) {
+    debug_assert_eq!(input.len(), g.input_len());
+    debug_assert_eq!(out.len(), g.output_len());
+    debug_assert_eq!(ws.len(), g.output_len());
+    debug_assert!(g.k_h * g.k_w <= MAX_WORKSPACE_WINDOW);
+    let c = g.channels;
+    let row = (g.out_w * c).max(1);
+    let body = |r: usize, orow: &mut [T], wrow: &mut [i8]| vectorized(#[inline(always)] || {
+        let (b, oy) = (r / g.out_h, r % g.out_h);
+        let (y0, y1) = g.rows(oy);
+        let whole = c - c % CHUNK;
+        let entry = |arg: u32, best: T| arg as i8 | if best > T::ZERO { 0 } else { NOT_POSITIVE };
+        for ox in 0..g.out_w {
+            let (x0, x1) = g.cols(ox);
+            let (o, w) = (&mut orow[ox * c..][..c], &mut wrow[ox * c..][..c]);
+            let at = |y: usize, x: usize| ((b * g.in_h + y) * g.in_w + x) * c;
+            let positions = || (y0..y1).flat_map(|y| (x0..x1).map(move |x| (y, x)));
+            for ch in (0..whole).step_by(CHUNK) {
+                // `top`: the forward's maximum; `best`, `arg`: the gradient's winner.
+                let mut top = [T::NEG_INFINITY; CHUNK];
+                let mut best = [T::ZERO; CHUNK];
+                let mut arg = [0u32; CHUNK];
+                for (k, (y, x)) in positions().enumerate() {
+                    let src = chunk(input, at(y, x) + ch);
+                    for (t, s) in top.iter_mut().zip(src) {
+                        *t = if s > *t { s } else { *t };
+                    }
+                    if k == 0 {
+                        best = src;
+                        continue;
+                    }
+                    for ((bv, av), s) in best.iter_mut().zip(arg.iter_mut()).zip(src) {
+                        let wins = s > *bv;
+                        *bv = if wins { s } else { *bv };
+                        *av = if wins { k as u32 } else { *av };
+                    }
+                }
+                o[ch..ch + CHUNK].copy_from_slice(&top);
+                for ((e, &a), &bv) in w[ch..ch + CHUNK].iter_mut().zip(&arg).zip(&best) {
+                    *e = entry(a, bv);
+                }
+            }
+            // The channels after the last whole chunk, one at a time.
+            for ch in whole..c {
+                let (mut top, mut best, mut arg) = (T::NEG_INFINITY, T::ZERO, 0u32);
+                for (k, (y, x)) in positions().enumerate() {
+                    let s = input[at(y, x) + ch];
+                    top = if s > top { s } else { top };
+                    if k == 0 || s > best {
+                        (best, arg) = (s, k as u32);
+                    }
+                }
+                o[ch] = top;
+                w[ch] = entry(arg, best);
+            }
+        }
+    });
+    if out.len() >= PARALLEL_MIN_OUTPUT && threads > 1 {
+        out.par_chunks_mut(row).zip(ws.par_chunks_mut(row)).enumerate().for_each(|(r, (o, w))| body(r, o, w));
+    } else {
+        out.chunks_mut(row).zip(ws.chunks_mut(row)).enumerate().for_each(|(r, (o, w))| body(r, o, w));
+    }
+}
+
+/// [`max_pool_grad`] from the pool's workspace (see
+/// [`max_pool_with_workspace`]) instead of its input; with `relu`,
+/// [`max_pool_relu_grad`] (the routed gradient kept only where the winner
+/// is positive). Bit for bit those kernels' results. Overwrites `grad_in`.
+pub fn max_pool_grad_with_workspace<T: Float>(ws: &[i8], grad_out: &[T], grad_in: &mut [T], g: &Pool2dGeom, threads: usize, relu: bool) {
+    debug_assert_eq!(ws.len(), g.output_len());
+    debug_assert_eq!(grad_out.len(), g.output_len());
+    debug_assert_eq!(grad_in.len(), g.input_len());
+    let c = g.channels;
+    let tiles = g.windows_tile_the_input();
+    let out_image = g.out_h * g.out_w * c;
+    for_input_images(grad_in, g, threads, |b, gin| vectorized(#[inline(always)] || {
+        let (ws, go) = (&ws[b * out_image..][..out_image], &grad_out[b * out_image..][..out_image]);
+        // Entry `a` routes to position `key(a)` (with `relu`, a set sign
+        // bit matches no position). A mask, not a branch on `relu`, so that
+        // the loops below stay vector code.
+        let mask: i8 = if relu { -1 } else { i8::MAX };
+        let key = |a: i8| a & mask;
+        if tiles {
+            // Every position written once: the routed gradient or zero.
+            let whole = c - c % CHUNK;
+            g.for_each_window(#[inline(always)] |oy, ox, (y0, y1), (x0, x1)| {
+                let e = (oy * g.out_w + ox) * c;
+                let (wv, gv) = (&ws[e..][..c], &go[e..][..c]);
+                let mut k = 0i8;
+                for y in y0..y1 {
+                    for x in x0..x1 {
+                        let dst = &mut gin[(y * g.in_w + x) * c..][..c];
+                        for ch in (0..whole).step_by(CHUNK) {
+                            let (keys, grads) = (chunk_i8(wv, ch), chunk(gv, ch));
+                            for ((d, a), gr) in dst[ch..ch + CHUNK].iter_mut().zip(keys).zip(grads) {
+                                *d = if key(a) == k { gr } else { T::ZERO };
+                            }
+                        }
+                        for ((d, &a), &gr) in dst[whole..].iter_mut().zip(&wv[whole..]).zip(&gv[whole..]) {
+                            *d = if key(a) == k { gr } else { T::ZERO };
+                        }
+                        k += 1;
+                    }
+                }
+            });
+            return;
+        }
+        // Overlapping windows add up, in window order as `max_pool_grad`;
+        // a position whose value is not positive is the winner of no window
+        // that routes (all its windows' entries say so), so it stays zero
+        // as the masked sum would.
+        gin.fill(T::ZERO);
+        g.for_each_window(#[inline(always)] |oy, ox, (y0, y1), (x0, x1)| {
+            let e = (oy * g.out_w + ox) * c;
+            let width = x1 - x0;
+            for (ch, (&a, &gr)) in ws[e..][..c].iter().zip(&go[e..][..c]).enumerate() {
+                let k = key(a) as usize;
+                // A set sign bit under `relu`, or (in a workspace not
+                // written by the pool) a position outside the window.
+                if k >= (y1 - y0) * width {
+                    continue;
+                }
+                gin[((y0 + k / width) * g.in_w + x0 + k % width) * c + ch] += gr;
+            }
+        });
+    }));
 }
 
 /// Average pooling: each output is the mean of the inputs inside its window,
@@ -524,6 +680,72 @@ mod tests {
             }
             assert!(x.iter().filter(|&&v| v == 0.0).count() > g.input_len() / 5, "case {i}: too few zeros to test the mask");
         }
+    }
+
+    /// The workspace pair against the kernels it stands in for, bit for
+    /// bit: the pool's output against `max_pool`, and the gradient from the
+    /// workspace against `max_pool_grad` and `max_pool_relu_grad` reading
+    /// the input, on every geometry (tiling and overlapping, 16-channel
+    /// chunks and the channels after them), at one and two threads, over
+    /// inputs with zeros, ties, negative zeros, infinities and NaNs leading
+    /// and later in windows.
+    #[test]
+    fn workspace_gradients_equal_the_input_reading_kernels_bit_for_bit() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for (i, (inp, k, s, p)) in cases().into_iter().enumerate() {
+            let g = Pool2dGeom::new(inp, k, s, p).unwrap();
+            let specials = [0.0, -0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.25];
+            let x: Vec<f32> = random::<f32>(g.input_len(), 50 + i as u64)
+                .iter()
+                .enumerate()
+                .map(|(j, &v)| if j % 7 == 3 { specials[(j / 7) % specials.len()] } else if v < -0.3 { 0.0 } else { v })
+                .collect();
+            let mut dy = random::<f32>(g.output_len(), 60 + i as u64);
+            dy[0] = -0.0;
+            for threads in [1, 2] {
+                let (mut want_out, mut got_out) = (vec![f32::NAN; g.output_len()], vec![f32::NAN; g.output_len()]);
+                let mut ws = vec![0i8; g.output_len()];
+                pool.install(|| {
+                    max_pool(&x, &mut want_out, &g, threads);
+                    max_pool_with_workspace(&x, &mut got_out, &mut ws, &g, threads);
+                });
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got_out), bits(&want_out), "case {i}, {threads} threads: pool output");
+                for relu in [false, true] {
+                    let (mut want, mut got) = (vec![f32::NAN; g.input_len()], vec![f32::NAN; g.input_len()]);
+                    pool.install(|| {
+                        if relu {
+                            max_pool_relu_grad(&x, &dy, &mut want, &g, threads);
+                        } else {
+                            max_pool_grad(&x, &dy, &mut want, &g, threads);
+                        }
+                        max_pool_grad_with_workspace(&ws, &dy, &mut got, &g, threads, relu);
+                    });
+                    assert_eq!(bits(&got), bits(&want), "case {i}, {threads} threads, relu {relu}");
+                }
+            }
+        }
+    }
+
+    /// A workspace entry by hand: one 2x2 window per channel, the winner's
+    /// position in the low bits, the sign bit where it is not positive.
+    #[test]
+    fn workspace_entries_name_the_winner_and_its_sign() {
+        let g = Pool2dGeom::new([1, 2, 2, 4], [2, 2], [2, 2], Padding::Valid).unwrap();
+        // Channels: max 3.0 at position 2; all negative, max at 1; leading
+        // NaN (kept by the gradient; the pool's output skips it); a tie at
+        // zero (the first, position 0).
+        #[rustfmt::skip]
+        let x = [
+            0.5f32, -4.0, f32::NAN, 0.0,
+            1.0,    -1.0, 2.0,      0.0,
+            3.0,    -3.0, 1.0,      -1.0,
+            2.0,    -2.0, 5.0,      0.0,
+        ];
+        let (mut out, mut ws) = ([0f32; 4], [0i8; 4]);
+        max_pool_with_workspace(&x, &mut out, &mut ws, &g, 1);
+        assert_eq!(out, [3.0, -1.0, 5.0, 0.0]);
+        assert_eq!(ws, [2, 1 | i8::MIN, i8::MIN, i8::MIN]);
     }
 
     #[test]
