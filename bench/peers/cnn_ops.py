@@ -26,11 +26,19 @@ import peers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# (row, flowlab shape-key prefixes summed, TensorFlow node names summed); a
-# tuple of prefixes names one key by alternatives (builds before the pools'
-# workspaces, 2026-11-28, ran MaxPool and _FusedMaxPoolGrad)
+# (row, flowlab shape-key prefixes summed, TensorFlow node names summed). A
+# tuple stands for alternatives, the first one whose keys all exist wins,
+# each a prefix or a list of prefixes summed: builds before 2026-11-28
+# evening ran MaxPool and _FusedMaxPoolGrad, and the convolutions apart
+# from their pools.
+CONV1_POOL1 = ("_FusedConv2DMaxPool f32[64,28,28,1]",
+               ["_FusedConv2D f32[64,28,28,1]", "_MaxPoolWithWorkspace f32[64,28,28,32]"],
+               ["_FusedConv2D f32[64,28,28,1]", "MaxPool f32[64,28,28,32]"])
+CONV2_POOL2 = ("_FusedConv2DMaxPool f32[64,14,14,32]",
+               ["_FusedConv2D f32[64,14,14,32]", "_MaxPoolWithWorkspace f32[64,14,14,64]"],
+               ["_FusedConv2D f32[64,14,14,32]", "MaxPool f32[64,14,14,64]"])
 ROWS = [
-    ("conv2 forward + bias + Relu", ["_FusedConv2D f32[64,14,14,32]"], ["Relu_1"]),
+    ("conv2 + bias + Relu + pool2", [CONV2_POOL2], ["Relu_1", "MaxPool2d_1"]),
     ("conv2 input gradient", ["Conv2DBackpropInput f32[64,14,14,32]"], ["gradients/Conv2D_1_grad/Conv2DBackpropInput"]),
     ("conv2 filter gradient", ["Conv2DBackpropFilter f32[64,14,14,32]"], ["gradients/Conv2D_1_grad/Conv2DBackpropFilter"]),
     ("dense forward + bias + Relu", ["MatMul f32[64,3136] f32[3136,1024]", "BiasAdd f32[64,1024]", "Relu f32[64,1024]"],
@@ -38,17 +46,24 @@ ROWS = [
     ("dense input gradient", ["MatMul f32[64,1024] f32[3136,1024]"], ["gradients/MatMul_grad/MatMul"]),
     ("dense filter gradient", ["MatMul f32[64,3136] f32[64,1024]"], ["gradients/MatMul_grad/MatMul_1"]),
     ("momentum, dense weight", ["ApplyMomentum f32[] f32[3136,1024]"], ["Momentum/update_fc0/ResourceApplyMomentum"]),
-    ("conv1 forward + bias + Relu", ["_FusedConv2D f32[64,28,28,1]"], ["Relu"]),
+    ("conv1 + bias + Relu + pool1", [CONV1_POOL1], ["Relu", "MaxPool2d"]),
     ("conv1 filter gradient", ["Conv2DBackpropFilter f32[64,28,28,1]"], ["gradients/Conv2D_grad/Conv2DBackpropFilter"]),
     ("pool1 gradient + ReluGrad", [("_FusedMaxPoolGrad f32[64,28,28,32]", "_MaxPoolGradWithWorkspace i8[64,14,14,32]")],
      ["gradients/MaxPool2d_grad/MaxPoolGrad", "gradients/Relu_grad/ReluGrad"]),
     ("pool2 gradient + ReluGrad", [("_FusedMaxPoolGrad f32[64,14,14,64]", "_MaxPoolGradWithWorkspace i8[64,7,7,64]")],
      ["gradients/MaxPool2d_1_grad/MaxPoolGrad", "gradients/Relu_1_grad/ReluGrad"]),
-    ("pool1", [("MaxPool f32[64,28,28,32]", "_MaxPoolWithWorkspace f32[64,28,28,32]")], ["MaxPool2d"]),
-    ("pool2", [("MaxPool f32[64,14,14,64]", "_MaxPoolWithWorkspace f32[64,14,14,64]")], ["MaxPool2d_1"]),
     ("BiasAddGrad conv1", ["BiasAddGrad f32[64,28,28,32]"], ["gradients/BiasAdd_grad/BiasAddGrad"]),
     ("BiasAddGrad conv2", ["BiasAddGrad f32[64,14,14,64]"], ["gradients/BiasAdd_1_grad/BiasAddGrad"]),
 ]
+
+
+def resolve(fl, spec):
+    """The ms of one row entry (see ROWS), or None when its keys are missing."""
+    for alt in spec if isinstance(spec, tuple) else (spec,):
+        keys = [next((k for k in fl if k.startswith("cpu " + a)), None) for a in ([alt] if isinstance(alt, str) else alt)]
+        if None not in keys:
+            return sum(fl[k] for k in keys)
+    return None
 
 
 def tf_node_min_ms(threads, steps):
@@ -107,9 +122,10 @@ def main():
         tfm = peers.run_isolated(tf_node_min_ms, args.threads, args.steps)
         for row, fl_prefixes, tf_names in ROWS:
             # a prefix names one shape key (the op and its input shapes)
-            keys = [next((k for k in fl for a in (p if isinstance(p, tuple) else (p,)) if k.startswith("cpu " + a)), None)
-                    for p in fl_prefixes]
-            f = None if None in keys else sum(fl[k] for k in keys)
+            f = 0.0
+            for spec in fl_prefixes:
+                v = resolve(fl, spec)
+                f = None if f is None or v is None else f + v
             t = total(tfm, tf_names)
             if f is not None:
                 best_fl[row] = min(best_fl.get(row, f), f)

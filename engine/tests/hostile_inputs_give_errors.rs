@@ -152,7 +152,8 @@ fn a_hand_built_fused_op_with_bad_attributes_or_bias_is_refused_naming_the_node(
     assert_eq!(e, "node 'p' (_FusedMaxPoolGrad): attribute 'fused_ops': expected [ReluGrad], got []");
 }
 
-/// The pools' workspace ops, which only the executor's rewrite produces,
+/// The pools' workspace ops (and the pool fused with a convolution), which
+/// only the executor's rewrites produce,
 /// refuse what they cannot index or size, naming the node; a workspace
 /// whose entries name positions outside their windows routes nothing
 /// rather than writing out of bounds.
@@ -191,6 +192,27 @@ fn workspace_pool_ops_refuse_bad_windows_dtypes_and_sizes() {
     let ws = g.constant(Tensor::from_vec(vec![100i8; 8], [1, 2, 2, 2]).unwrap()).unwrap();
     let e = grad("hw", &ws, &dy, 8).unwrap_err().to_string();
     assert!(e.starts_with("node 'hw' (_MaxPoolGradWithWorkspace): ") && e.contains("workspace [1, 2, 2, 2] is not the pooled shape of a 8x8 input (4x4)"), "{e}");
+    // The pool fused with a convolution reads its window from `pool_*` attrs.
+    let w = g.constant(Tensor::from_vec(vec![0f32; 3 * 3 * 2 * 16], [3, 3, 2, 16]).unwrap()).unwrap();
+    let b = g.constant(Tensor::from_vec(vec![0f32; 16], [16]).unwrap()).unwrap();
+    let conv_pool = |name: &str, pool_padding: &str| {
+        g.op("_FusedConv2DMaxPool")
+            .name(name)
+            .input(&x)
+            .input(&w)
+            .input(&b)
+            .attr("strides", AttrValue::Ints(vec![1, 1]))
+            .attr("padding", AttrValue::Str("SAME".into()))
+            .attr("fused_ops", AttrValue::Strs(vec!["BiasAdd".into(), "Relu".into()]))
+            .attr("pool_ksize", AttrValue::Ints(vec![2, 2]))
+            .attr("pool_strides", AttrValue::Ints(vec![2, 2]))
+            .attr("pool_padding", AttrValue::Str(pool_padding.into()))
+            .build()
+    };
+    let pooled = conv_pool("cp", "VALID").unwrap();
+    assert_eq!((pooled.dtype(), pooled.shape().to_string()), (DType::F32, "[1, 2, 2, 16]".to_string()));
+    let e = conv_pool("cpf", "FULL").unwrap_err().to_string();
+    assert_eq!(e, "node 'cpf' (_FusedConv2DMaxPool): attribute 'pool_padding': 'FULL' is neither SAME nor VALID");
     let dx = grad("dx", &ws, &dy, 4).unwrap();
     let s = Session::new(&g).unwrap();
     let dyt = Tensor::from_vec(vec![1f32; 8], [1, 2, 2, 2]).unwrap();

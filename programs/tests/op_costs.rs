@@ -106,7 +106,7 @@ fn every_arithmetic_op_reports_flops() {
     let (step, _) = step_graph(&g, &feeds, &fetches, &targets, Some(DeviceType::Cpu)).unwrap();
     // The executor's own ops (underscored): fused chains and pools with workspaces.
     let fused: Vec<_> = step.iter().filter(|n| n.op.starts_with('_')).cloned().collect();
-    for op in ["_FusedConv2D", "_MaxPoolWithWorkspace", "_MaxPoolGradWithWorkspace"] {
+    for op in ["_FusedConv2DMaxPool", "_MaxPoolGradWithWorkspace"] {
         assert!(fused.iter().any(|n| n.op == op), "no {op} in {fused:?}");
     }
     for n in nodes.iter().chain(&fused) {
@@ -162,8 +162,11 @@ fn hand_costed() -> Vec<(&'static str, Io, Io)> {
         ("ModPartition", vec![i(&[6])], vec![i(&[3]), i(&[3]), i(&[3]), i(&[3])]),
         ("DynamicStitch", vec![i(&[3]), i(&[3]), f(&[3, 8]), f(&[3, 8])], vec![f(&[6, 8])]),
         ("LogUniformCandidateSampler", vec![i(&[4])], vec![i(&[16]), f(&[4]), f(&[16])]),
-        // The CNN's step routes its pools' gradients from workspaces instead.
+        // The CNN's step routes its pools' gradients from workspaces instead,
         ("_FusedMaxPoolGrad", vec![f(&[1, 4, 4, 3]), f(&[1, 2, 2, 3])], vec![f(&[1, 4, 4, 3])]),
+        // Its convolutions run fused with their pools.
+        ("_FusedConv2D", vec![f(&[1, 4, 4, 3]), f(&[3, 3, 3, 8]), f(&[8])], vec![f(&[1, 4, 4, 8])]),
+        ("_MaxPoolWithWorkspace", vec![f(&[1, 4, 4, 3])], vec![f(&[1, 2, 2, 3]), (DType::I8, Shape::new(vec![1, 2, 2, 3]))]),
     ]
 }
 

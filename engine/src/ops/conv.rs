@@ -23,16 +23,20 @@ use crate::graph::{Graph, IntoOutput, Output};
 use crate::tensor::{DType, TensorType};
 use crate::kernels::cpu::{
     Conv2dGeom, Padding, Pool2dGeom, avg_pool, avg_pool_grad, conv2d, conv2d_backprop_filter, conv2d_backprop_input, conv2d_bias,
-    MAX_WORKSPACE_WINDOW, max_pool, max_pool_grad, max_pool_grad_with_workspace, max_pool_relu_grad, max_pool_with_workspace,
+    MAX_WORKSPACE_WINDOW, conv2d_bias_max_pool, max_pool, max_pool_grad, max_pool_grad_with_workspace, max_pool_relu_grad, max_pool_with_workspace,
 };
 use crate::tensor::{PartialShape, Shape};
 use crate::tensor::Tensor;
 
 fn padding(n: &NodeInfo) -> Result<Padding> {
-    match n.str("padding")? {
+    padding_at(n, "padding")
+}
+
+fn padding_at(n: &NodeInfo, key: &str) -> Result<Padding> {
+    match n.str(key)? {
         "SAME" => Ok(Padding::Same),
         "VALID" => Ok(Padding::Valid),
-        p => Err(n.attr_err("padding", format!("'{p}' is neither SAME nor VALID"))),
+        p => Err(n.attr_err(key, format!("'{p}' is neither SAME nor VALID"))),
     }
 }
 
@@ -224,19 +228,19 @@ fn k_pool_grad(c: &mut KernelCtx, kind: PoolGrad) -> Result<Vec<Tensor>> {
     })
 }
 
-/// A workspace's windows are at most `MAX_WORKSPACE_WINDOW` positions.
-fn check_workspace_window(n: &NodeInfo) -> Result<()> {
-    let [kh, kw] = pair(n, "ksize")?;
+/// A workspace's windows (attr `key`) are at most `MAX_WORKSPACE_WINDOW` positions.
+fn check_workspace_window(n: &NodeInfo, key: &str) -> Result<()> {
+    let [kh, kw] = pair(n, key)?;
     match kh.checked_mul(kw) {
         Some(p) if p <= MAX_WORKSPACE_WINDOW => Ok(()),
-        _ => Err(n.attr_err("ksize", format!("a pool's workspace indexes windows of at most {MAX_WORKSPACE_WINDOW} positions, got {kh}x{kw}"))),
+        _ => Err(n.attr_err(key, format!("a pool's workspace indexes windows of at most {MAX_WORKSPACE_WINDOW} positions, got {kh}x{kw}"))),
     }
 }
 
 /// `_MaxPoolWithWorkspace(x) -> (y, workspace)`: MaxPool's output, and an
 /// i8 per output element naming where its gradient goes.
 fn infer_pool_with_workspace(c: &InferCtx) -> Result<Vec<TensorType>> {
-    check_workspace_window(&c.n)?;
+    check_workspace_window(&c.n, "ksize")?;
     let mut out = infer_pool(c)?;
     let shape = out[0].shape.clone();
     out.push(TensorType { dtype: DType::I8, shape });
@@ -270,7 +274,7 @@ fn workspace_geom(n: &NodeInfo, ws: &Shape) -> Result<Pool2dGeom> {
 /// `_MaxPoolGradWithWorkspace(workspace, g) -> dL/dx`.
 fn infer_pool_grad_with_workspace(c: &InferCtx) -> Result<Vec<TensorType>> {
     workspace_grad_relu(&c.n)?;
-    check_workspace_window(&c.n)?;
+    check_workspace_window(&c.n, "ksize")?;
     let (ws, gr) = (&c.inputs[0], &c.inputs[1]);
     if ws.dtype != DType::I8 {
         return Err(c.n.dtype_err(format!("workspace (input 0) must be i8, got {}", ws.dtype)));
@@ -293,7 +297,7 @@ fn infer_pool_grad_with_workspace(c: &InferCtx) -> Result<Vec<TensorType>> {
 }
 
 fn k_pool_with_workspace(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
-    check_workspace_window(&c.n)?;
+    check_workspace_window(&c.n, "ksize")?;
     let x = &c.inputs[0];
     let g = pool_geom(&c.n, x.shape())?;
     let dims = [g.batch, g.out_h, g.out_w, g.channels];
@@ -307,7 +311,7 @@ fn k_pool_with_workspace(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
 
 fn k_pool_grad_with_workspace(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let relu = workspace_grad_relu(&c.n)?;
-    check_workspace_window(&c.n)?;
+    check_workspace_window(&c.n, "ksize")?;
     let (ws, gr) = (&c.inputs[0], &c.inputs[1]);
     let g = workspace_geom(&c.n, ws.shape())?;
     check_grad_shape(c, gr, [g.batch, g.out_h, g.out_w, g.channels])?;
@@ -316,6 +320,46 @@ fn k_pool_grad_with_workspace(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
         let mut out = c.overwritten_output::<T>(g.input_len());
         max_pool_grad_with_workspace(entries, gr.as_slice::<T>()?, &mut out, &g, c.threads, relu);
         Ok(vec![Tensor::from_vec(out, [g.batch, g.in_h, g.in_w, g.channels])?])
+    })
+}
+
+/// `_FusedConv2DMaxPool`'s pool over the convolution's output `out`
+/// (NHWC): attrs `pool_ksize`, `pool_strides`, `pool_padding`.
+fn conv_pool_geom(n: &NodeInfo, out: [usize; 4]) -> Result<Pool2dGeom> {
+    check_workspace_window(n, "pool_ksize")?;
+    Pool2dGeom::new(out, pair(n, "pool_ksize")?, pair(n, "pool_strides")?, padding_at(n, "pool_padding")?)
+        .map_err(|e| n.shape_err(format!("{e} (pooling the convolution's output {out:?})")))
+}
+
+/// `_FusedConv2DMaxPool(x, filter, bias) -> (pooled, workspace)`:
+/// `_MaxPoolWithWorkspace(_FusedConv2D(x, filter, bias))` with the pool's
+/// window in the `pool_*` attrs.
+fn infer_fused_conv_pool(c: &InferCtx) -> Result<Vec<TensorType>> {
+    let conv = infer_fused_conv(c)?;
+    let (dt, y) = (conv[0].dtype, &conv[0].shape);
+    let k = pair(&c.n, "pool_ksize")?;
+    // Unknown dims stand in as in `infer_pool` for the geometry check.
+    let d = y.dims();
+    let stand_in = |i: usize| d[i].unwrap_or(if i == 1 || i == 2 { k[i - 1].max(1) * 8 } else { 1 });
+    let g = conv_pool_geom(&c.n, [stand_in(0), stand_in(1), stand_in(2), stand_in(3)])?;
+    let shape = PartialShape::new(vec![d[0], d[1].map(|_| g.out_h), d[2].map(|_| g.out_w), d[3]]);
+    Ok(vec![TensorType { dtype: dt, shape: shape.clone() }, TensorType { dtype: DType::I8, shape }])
+}
+
+fn k_fused_conv_pool(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let relu = fused_relu(&c.n)?;
+    let (x, f, b) = (&c.inputs[0], &c.inputs[1], &c.inputs[2]);
+    let g = conv_geom(&c.n, x.shape(), f.shape())?;
+    if b.dims() != [g.out_c] {
+        return Err(c.n.shape_err(format!("bias {} must match the {} output channels", b.shape(), g.out_c)));
+    }
+    let pg = conv_pool_geom(&c.n, [g.batch, g.out_h, g.out_w, g.out_c])?;
+    let dims = [pg.batch, pg.out_h, pg.out_w, pg.channels];
+    with_float!(c, x.dtype(), T => {
+        let mut pooled = c.overwritten_output::<T>(pg.output_len());
+        let mut ws = c.overwritten_output::<i8>(pg.output_len());
+        conv2d_bias_max_pool(x.as_slice::<T>()?, f.as_slice::<T>()?, b.as_slice::<T>()?, relu, &mut pooled, &mut ws, &g, &pg, c.threads);
+        Ok(vec![Tensor::from_vec(pooled, dims)?, Tensor::from_vec(ws, dims)?])
     })
 }
 
@@ -412,6 +456,20 @@ pub(crate) fn register(r: &mut Registry) {
     r.cpu("_MaxPoolWithWorkspace", FLOATS, k_pool_with_workspace);
     r.def("_MaxPoolGradWithWorkspace", 2, Some(2), infer_pool_grad_with_workspace).flops(pool_grad_flops);
     r.cpu("_MaxPoolGradWithWorkspace", FLOATS, k_pool_grad_with_workspace);
+    // And such a pool over a fused convolution's output, which nothing else
+    // reads: one node, pooling each image while it is in cache.
+    r.def("_FusedConv2DMaxPool", 3, Some(3), infer_fused_conv_pool).flops(|c| {
+        // The fused convolution's (over its own output, which this node
+        // does not return), then the pool's visits.
+        let (Some((_, xs)), Some((_, fs))) = (c.inputs.first(), c.inputs.get(1)) else { return 0.0 };
+        let Ok(g) = conv_geom(&c.n, xs, fs) else { return 0.0 };
+        let patch = (g.k_h * g.k_w * g.in_c) as f64;
+        let post = if fused_relu(&c.n).unwrap_or(false) { 2.0 } else { 1.0 };
+        let k = c.n.ints("pool_ksize").map(|k| k.iter().product::<i64>()).unwrap_or(1) as f64;
+        let pooled = c.outputs.first().map_or(0, |(_, s)| s.num_elements()) as f64;
+        (2.0 * patch + post) * g.output_len() as f64 + k * pooled
+    });
+    r.cpu("_FusedConv2DMaxPool", FLOATS, k_fused_conv_pool);
     r.def("AvgPoolGrad", 2, Some(2), |c| Ok(vec![c.inputs[0].clone()])).flops(pool_grad_flops);
     r.cpu("AvgPoolGrad", FLOATS, |c| k_pool_grad(c, PoolGrad::Avg));
 }

@@ -4,7 +4,9 @@
 //! (`ReluGrad(MaxPoolGrad(y, g), y)`, y a Relu's output) into one
 //! `_FusedMaxPoolGrad`; then giving a max pool whose gradient runs in the
 //! same step a *workspace* (`_MaxPoolWithWorkspace` writes where each
-//! window's gradient goes, `_MaxPoolGradWithWorkspace` routes from it).
+//! window's gradient goes, `_MaxPoolGradWithWorkspace` routes from it);
+//! then such a pool over a `_FusedConv2D` that nothing else reads into one
+//! `_FusedConv2DMaxPool`.
 //!
 //! Why: the bias and the activation are each one more pass over the whole
 //! convolution output, which on this host's memory costs more than the
@@ -40,6 +42,7 @@ pub(crate) const FUSED_CONV: &str = "_FusedConv2D";
 pub(crate) const FUSED_POOL_GRAD: &str = "_FusedMaxPoolGrad";
 pub(crate) const WORKSPACE_POOL: &str = "_MaxPoolWithWorkspace";
 pub(crate) const WORKSPACE_POOL_GRAD: &str = "_MaxPoolGradWithWorkspace";
+pub(crate) const FUSED_CONV_POOL: &str = "_FusedConv2DMaxPool";
 
 /// Rewrites the fusable chains among the `needed` nodes of a step: returns
 /// the rewritten node list (ids unchanged) and clears `needed` for the nodes
@@ -115,8 +118,67 @@ pub(crate) fn fuse_step(
     }
     if workspaces_on {
         use_workspaces(nodes, &mut out, needed, &fed);
+        if reg.kernel(FUSED_CONV_POOL, device).is_some() {
+            pool_fused_convs(&mut out, needed, fetches, &fed);
+        }
     }
     out
+}
+
+/// `_MaxPoolWithWorkspace(_FusedConv2D(x, w, b))` where nothing else of the
+/// step reads the convolution's output (not a node, a fetch or a feed; its
+/// gradient reads the pool's workspace instead) and both run on one
+/// device: one `_FusedConv2DMaxPool` under the pool's name, with its
+/// outputs, the convolution's attrs and the pool's window as `pool_ksize`,
+/// `pool_strides`, `pool_padding`. The convolution's output, the largest
+/// tensor of a CNN's forward pass, is then never written whole.
+fn pool_fused_convs(out: &mut Option<Vec<Node>>, needed: &mut [bool], fetches: &[(NodeId, usize)], fed: &impl Fn(NodeId, usize) -> bool) {
+    let Some(cur) = out.as_deref() else { return };
+    // Data and control edges out of each needed node, in the rewritten step.
+    let mut reads: HashMap<NodeId, usize> = HashMap::new();
+    for n in cur.iter().zip(needed.iter()).filter_map(|(n, &k)| k.then_some(n)) {
+        for &(src, idx) in &n.inputs {
+            if !fed(src, idx) {
+                *reads.entry(src).or_default() += 1;
+            }
+        }
+        for &c in &n.control_inputs {
+            *reads.entry(c).or_default() += 1;
+        }
+    }
+    let mut fusions = Vec::new();
+    for (p, n) in cur.iter().enumerate().filter(|&(i, n)| needed[i] && n.op == WORKSPACE_POOL) {
+        let Some(&(c, 0)) = n.inputs.first() else { continue };
+        let conv = &cur[c];
+        let alone = reads.get(&c) == Some(&1) && !fetches.iter().any(|&(f, _)| f == c) && !fed(c, 0);
+        if c < p && needed[c] && conv.op == FUSED_CONV && conv.device == n.device && alone {
+            let mut attrs = conv.attrs.clone();
+            for key in ["ksize", "strides", "padding"] {
+                if let Some(v) = n.attrs.get(key) {
+                    attrs.insert(format!("pool_{key}"), v.clone());
+                }
+            }
+            let mut control_inputs: Vec<NodeId> = conv.control_inputs.iter().chain(&n.control_inputs).copied().collect();
+            control_inputs.sort_unstable();
+            control_inputs.dedup();
+            let fused = Node {
+                name: n.name.clone(),
+                op: FUSED_CONV_POOL.into(),
+                attrs,
+                inputs: conv.inputs.clone(),
+                control_inputs,
+                device: n.device.clone(),
+                outputs: n.outputs.clone(),
+            };
+            fusions.push((c, p, fused));
+        }
+    }
+    if let Some(v) = out.as_mut() {
+        for (c, p, fused) in fusions {
+            v[p] = fused;
+            needed[c] = false;
+        }
+    }
 }
 
 /// A max pool's gradient (alone or fused with its ReluGrad) whose input is
@@ -157,7 +219,7 @@ fn use_workspaces(nodes: &[Node], out: &mut Option<Vec<Node>>, needed: &[bool], 
         }
         let mut grad_attrs = n.attrs.clone();
         grad_attrs.remove("fused_ops");
-        let same = |p: &NodeId| *p < m && cur[*p].attrs == grad_attrs && cur[*p].device == n.device;
+        let same = |p: &NodeId| *p < m && cur[*p].attrs == grad_attrs && cur[*p].device == n.device && cur[*p].outputs.len() == 1;
         if let Some(&p) = pools.get(&x).and_then(|ps| ps.iter().find(|p| same(p))) {
             rewrites.push((p, m, [h as i64, w as i64]));
         }
@@ -299,8 +361,8 @@ mod tests {
         let dw = c.g.gradients(&[&loss], &[&c.w]).unwrap().remove(0).unwrap();
         let (fused, ops) = run(&c, &[&dw]);
         let ops = ops_of(&ops);
-        assert!(ops.contains(&"_MaxPoolGradWithWorkspace") && ops.contains(&"_MaxPoolWithWorkspace"), "{ops:?}");
-        for apart in ["MaxPool", "MaxPoolGrad", "ReluGrad", "_FusedMaxPoolGrad"] {
+        assert!(ops.contains(&"_MaxPoolGradWithWorkspace") && ops.contains(&"_FusedConv2DMaxPool"), "{ops:?}");
+        for apart in ["MaxPool", "MaxPoolGrad", "ReluGrad", "_FusedMaxPoolGrad", "_MaxPoolWithWorkspace", "_FusedConv2D"] {
             assert!(!ops.contains(&apart), "{apart}: {ops:?}");
         }
         let pool_grad = c.g.nodes().into_iter().find(|n| n.op == "MaxPoolGrad").unwrap();
@@ -309,6 +371,25 @@ mod tests {
         let ops = ops_of(&ops);
         assert!(ops.contains(&"_MaxPoolGradWithWorkspace") && ops.contains(&"ReluGrad") && !ops.contains(&"_FusedMaxPoolGrad"), "{ops:?}");
         assert_eq!(bits(&fused[0]), bits(&plain[0]));
+    }
+
+    /// A training step's pool over the fused convolution, whose output only
+    /// the pool reads once the gradient reads the workspace: one
+    /// `_FusedConv2DMaxPool` under the pool's name, with the pool's output
+    /// and the gradient of the step that keeps them apart (the Relu's
+    /// output fetched), bit for bit.
+    #[test]
+    fn a_pool_over_a_fused_convolution_runs_with_it_as_one_node() {
+        let c = chain();
+        let pooled = c.g.max_pool(&c.relu, [2, 2], [2, 2], true).unwrap();
+        let loss = c.g.reduce_sum(c.g.square(&pooled).unwrap(), &[], false).unwrap();
+        let dw = c.g.gradients(&[&loss], &[&c.w]).unwrap().remove(0).unwrap();
+        let (fused, ops) = run(&c, &[&pooled, &dw]);
+        assert!(ops.contains(&(pooled.name(), "_FusedConv2DMaxPool".to_string())), "{ops:?}");
+        assert!(!ops.iter().any(|(_, o)| o == "_FusedConv2D" || o == "_MaxPoolWithWorkspace"), "{ops:?}");
+        let (apart, ops) = run(&c, &[&pooled, &dw, &c.relu]);
+        assert!(ops.iter().any(|(_, o)| o == "_FusedConv2D") && ops.iter().any(|(_, o)| o == "_MaxPoolWithWorkspace"), "{ops:?}");
+        assert_eq!((bits(&fused[0]), bits(&fused[1])), (bits(&apart[0]), bits(&apart[1])));
     }
 
     /// The workspace rewrite against the gradients that read the pool's

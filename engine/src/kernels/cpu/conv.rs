@@ -17,6 +17,7 @@
 //! skip it too: [`super::conv_direct`] convolves without a patch matrix.
 
 use super::conv_direct;
+use super::pool::{Pool2dGeom, max_pool_with_workspace};
 use super::matmul::gemm_strided;
 use super::scalar::Float;
 use super::vectorize::vectorized;
@@ -350,6 +351,52 @@ pub fn conv2d_bias<T: Float>(input: &[T], filter: &[T], bias: &[T], relu: bool, 
         return;
     }
     forward_by_im2col(input, filter, out, g, threads, |rows| bias_act(rows, bias, relu));
+}
+
+/// [`conv2d_bias`], then [`max_pool_with_workspace`] with `pool` (whose
+/// input is the convolution's output) into `pooled` and `ws`. With the
+/// direct kernel each image is pooled while its convolution output is in
+/// cache, and that output is never written whole; bit for bit the two
+/// kernels one after the other.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_bias_max_pool<T: Float>(
+    input: &[T],
+    filter: &[T],
+    bias: &[T],
+    relu: bool,
+    pooled: &mut [T],
+    ws: &mut [i8],
+    g: &Conv2dGeom,
+    pool: &Pool2dGeom,
+    threads: usize,
+) {
+    assert_eq!(bias.len(), g.out_c, "conv2d_bias_max_pool: bias length");
+    assert_eq!(
+        (pool.batch, pool.in_h, pool.in_w, pool.channels),
+        (g.batch, g.out_h, g.out_w, g.out_c),
+        "conv2d_bias_max_pool: the pool's input is the convolution's output"
+    );
+    assert!(pooled.len() == pool.output_len() && ws.len() == pool.output_len(), "conv2d_bias_max_pool: output lengths");
+    let one = Pool2dGeom { batch: 1, ..*pool };
+    if !g.is_pointwise()
+        && let Some(b32) = conv_direct::as_f32(bias)
+        && conv_direct::forward_pooled(
+            input,
+            filter,
+            pooled,
+            ws,
+            one.output_len(),
+            g,
+            threads,
+            |img| bias_act(img, b32, relu),
+            |img, p, w| max_pool_with_workspace(img, p, w, &one, 1),
+        )
+    {
+        return;
+    }
+    let mut y = vec![T::ZERO; g.output_len()];
+    conv2d_bias(input, filter, bias, relu, &mut y, g, threads);
+    max_pool_with_workspace(&y, pooled, ws, pool, threads);
 }
 
 /// Adds `bias` to every row of `out` (rows of `bias.len()` channels), then
@@ -709,6 +756,40 @@ mod tests {
                 conv2d_bias(&x, &w, &b, relu, &mut y64, &g, 1);
                 for (j, (a, e)) in y64.iter().zip(&want).enumerate() {
                     assert!((a - e).abs() < 1e-12 * (1.0 + e.abs()), "case {i} relu {relu} f64 [{j}]: {a} vs {e}");
+                }
+            }
+        }
+    }
+
+    /// The convolution with its pool fused, bit for bit `conv2d_bias` then
+    /// `max_pool_with_workspace` (the output and the workspace), on the
+    /// direct kernel's shapes and the im2col path's, with tiling and
+    /// overlapping windows, at one and two threads.
+    #[test]
+    fn a_pooled_convolution_equals_the_convolution_then_the_pool() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for (i, (inp, fil, st, pad)) in direct_cases().into_iter().chain(cases()).enumerate() {
+            let g = Conv2dGeom::new(inp, fil, st, pad).unwrap();
+            if g.output_len() == 0 {
+                continue;
+            }
+            let x: Vec<f32> = random::<f32>(g.input_len(), 200 + i as u64);
+            let w: Vec<f32> = random::<f32>(g.filter_len(), 210 + i as u64);
+            let b: Vec<f32> = random::<f32>(g.out_c, 220 + i as u64);
+            for (k, s) in [([2, 2], [2, 2]), ([3, 3], [2, 2])] {
+                let pg = Pool2dGeom::new([g.batch, g.out_h, g.out_w, g.out_c], k, s, Padding::Same).unwrap();
+                for relu in [false, true] {
+                    let mut y = vec![0f32; g.output_len()];
+                    conv2d_bias(&x, &w, &b, relu, &mut y, &g, 1);
+                    let (mut want, mut want_ws) = (vec![0f32; pg.output_len()], vec![0i8; pg.output_len()]);
+                    max_pool_with_workspace(&y, &mut want, &mut want_ws, &pg, 1);
+                    for threads in [1, 2] {
+                        let (mut got, mut got_ws) = (vec![f32::NAN; pg.output_len()], vec![7i8; pg.output_len()]);
+                        pool.install(|| conv2d_bias_max_pool(&x, &w, &b, relu, &mut got, &mut got_ws, &g, &pg, threads));
+                        let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&got), bits(&want), "case {i} {k:?} relu {relu}, {threads} threads");
+                        assert_eq!(got_ws, want_ws, "case {i} {k:?} relu {relu}, {threads} threads: workspace");
+                    }
                 }
             }
         }

@@ -272,6 +272,54 @@ pub(crate) fn forward<T: Float>(
     true
 }
 
+/// [`forward`] with each image's output, after `epilogue`, handed to
+/// `pool(image, pooled_image, workspace_image)` while it is in cache (one
+/// scratch image per thread): the convolution's output is never written
+/// whole. `pooled` and `ws` hold `pool_len` values per image. False
+/// (nothing written) when the kernel does not apply.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn forward_pooled<T: Float>(
+    input: &[T],
+    filter: &[T],
+    pooled: &mut [T],
+    ws: &mut [i8],
+    pool_len: usize,
+    g: &Conv2dGeom,
+    threads: usize,
+    epilogue: impl Fn(&mut [f32]) + Sync,
+    pool: impl Fn(&[f32], &mut [f32], &mut [i8]) + Sync,
+) -> bool {
+    if !DirectKernels::of::<T>(g).forward || pool_len == 0 {
+        return false;
+    }
+    let (Some(x), Some(w), Some(pooled)) = (as_f32(input), as_f32(filter), as_f32_mut(pooled)) else { return false };
+    let p = Padded::forward(g);
+    let (in_len, out_len) = (g.in_h * g.in_w * g.in_c, g.out_h * g.out_w * g.out_c);
+    let image = |b: usize, p_img: &mut [f32], w_img: &mut [i8], (y, scratch): &mut (Vec<f32>, Vec<f32>)| {
+        // The first pass of `convolve_image` overwrites every output.
+        y.resize(out_len, 0.0);
+        pad_image(&x[b * in_len..][..in_len], g.in_h, g.in_w, g.pad_top, g.pad_left, &p, scratch);
+        // SAFETY: as in `forward`.
+        unsafe { convolve_image(scratch, w, y, &p) };
+        epilogue(y);
+        pool(y, p_img, w_img);
+    };
+    let images = pooled.len() / pool_len;
+    if threads > 1 && images > 1 {
+        pooled
+            .par_chunks_mut(pool_len)
+            .zip(ws.par_chunks_mut(pool_len))
+            .enumerate()
+            .for_each_init(|| (Vec::new(), Vec::new()), |bufs, (b, (pi, wi))| image(b, pi, wi, bufs));
+    } else {
+        let mut bufs = (Vec::new(), Vec::new());
+        for (b, (pi, wi)) in pooled.chunks_mut(pool_len).zip(ws.chunks_mut(pool_len)).enumerate() {
+            image(b, pi, wi, &mut bufs);
+        }
+    }
+    true
+}
+
 /// `grad_in = conv2d_backprop_input(grad_out, filter)` by the direct
 /// kernel; false (nothing written) when it does not apply.
 pub(crate) fn input_grad<T: Float>(grad_out: &[T], filter: &[T], grad_in: &mut [T], g: &Conv2dGeom, threads: usize) -> bool {
