@@ -44,12 +44,17 @@ const MAX_FILTER_GROUPS: usize = 8;
 /// The partial sums of all groups stay under this many f32 (64 MiB).
 const FILTER_GROUPS_BUDGET: usize = 1 << 24;
 
-/// Output positions per pass of the filter gradient: the output gradient of
-/// 64 positions of 64 channels (16 KiB) stays in L1 while every block of
-/// filter rows runs over it. (Evening the passes out, 196 positions as 4 x
-/// 49 instead of 3 x 64 + 4, measured the same: 9.46 against 9.52 ms, the
-/// best of six alternated runs of the CNN's second convolution.)
-const POSITIONS_PER_PASS: usize = 64;
+/// Most output positions per pass of the filter gradient, the passes of an
+/// image evened out: the output gradient of a pass at one block of 64
+/// channels (25 KiB at 100 positions) stays in L1 while every block of
+/// filter rows runs over it, and each pass adds every block's sums to the
+/// filter once. At 64 (3 x 64 + 4 positions on a 14 x 14 image) those
+/// additions cost 8%: the CNN's second filter gradient 5.50-5.52 ms at 64,
+/// 5.05-5.08 ms at 2 x 98, 5.13-5.31 ms at 1 x 196 (whose 50 KiB leaves
+/// L1); its first (8 x 98 of 784 positions) 438-453 against 426-430 us
+/// (`cargo bench --bench cnn_kernels -- _dw/1t`, three alternated runs).
+/// (Evening 196 positions out as 4 x 49 measured the same as 3 x 64 + 4.)
+const POSITIONS_PER_PASS: usize = 100;
 
 /// True when this CPU runs the direct kernels.
 fn cpu_has_avx512() -> bool {
@@ -663,9 +668,10 @@ unsafe fn forward_blocks<const PX: usize, const OV: usize>(
 unsafe fn filter_grad_image(xp: &[f32], dy: &[f32], acc: &mut [f32], p: &Padded) {
     debug_assert!(xp.len() >= p.image_len() && dy.len() == p.oh * p.ow * p.oc && acc.len() == p.kh * p.run() * p.oc);
     let positions = p.oh * p.ow;
+    let per_pass = positions.div_ceil(positions.div_ceil(POSITIONS_PER_PASS).max(1)).max(1);
     let mut first = 0;
     while first < positions {
-        let last = (first + POSITIONS_PER_PASS).min(positions);
+        let last = (first + per_pass).min(positions);
         let mut ob = 0;
         while ob < p.oc {
             let ov = ((p.oc - ob) / LANES).min(4);
