@@ -120,19 +120,7 @@ fn a_hand_built_fused_op_with_bad_attributes_or_bias_is_refused_naming_the_node(
     use flowlab_engine::AttrValue;
     let g = Graph::new();
     let x = g.placeholder("x", DType::F32, [1, 4, 4, 2]).unwrap();
-    let w = g.constant(Tensor::from_vec(vec![0f32; 3 * 3 * 2 * 16], [3, 3, 2, 16]).unwrap()).unwrap();
-    let fused = |name: &str, bias_len: usize, ops: &[&str]| {
-        let b = g.constant(Tensor::from_vec(vec![0f32; bias_len], [bias_len]).unwrap()).unwrap();
-        g.op("_FusedConv2D")
-            .name(name)
-            .input(&x)
-            .input(&w)
-            .input(&b)
-            .attr("strides", AttrValue::Ints(vec![1, 1]))
-            .attr("padding", AttrValue::Str("SAME".into()))
-            .attr("fused_ops", AttrValue::Strs(ops.iter().map(|s| s.to_string()).collect()))
-            .build()
-    };
+    let fused = |name: &str, bias_len: usize, ops: &[&str]| fused_conv(&g, &x, name, bias_len, ops, None);
     assert!(fused("ok", 16, &["BiasAdd", "Relu"]).is_ok());
     let e = fused("f1", 16, &["Relu"]).unwrap_err().to_string();
     assert_eq!(e, "node 'f1' (_FusedConv2D): attribute 'fused_ops': expected [BiasAdd] or [BiasAdd, Relu], got [\"Relu\"]");
@@ -150,6 +138,39 @@ fn a_hand_built_fused_op_with_bad_attributes_or_bias_is_refused_naming_the_node(
         .unwrap_err()
         .to_string();
     assert_eq!(e, "node 'p' (_FusedMaxPoolGrad): attribute 'fused_ops': expected [ReluGrad], got []");
+}
+
+/// A hand-built 3x3 SAME convolution of `x` into 16 channels with a bias of
+/// `bias_len`: `_FusedConv2D`, or with `pool_padding` a
+/// `_FusedConv2DMaxPool` pooling 2x2 at stride 2.
+fn fused_conv(
+    g: &Graph,
+    x: &flowlab_engine::Output,
+    name: &str,
+    bias_len: usize,
+    ops: &[&str],
+    pool_padding: Option<&str>,
+) -> Result<flowlab_engine::Output, EngineError> {
+    use flowlab_engine::AttrValue;
+    let w = g.constant(Tensor::from_vec(vec![0f32; 3 * 3 * 2 * 16], [3, 3, 2, 16]).unwrap()).unwrap();
+    let b = g.constant(Tensor::from_vec(vec![0f32; bias_len], [bias_len]).unwrap()).unwrap();
+    let op = if pool_padding.is_some() { "_FusedConv2DMaxPool" } else { "_FusedConv2D" };
+    let mut node = g
+        .op(op)
+        .name(name)
+        .input(x)
+        .input(&w)
+        .input(&b)
+        .attr("strides", AttrValue::Ints(vec![1, 1]))
+        .attr("padding", AttrValue::Str("SAME".into()))
+        .attr("fused_ops", AttrValue::Strs(ops.iter().map(|s| s.to_string()).collect()));
+    if let Some(p) = pool_padding {
+        node = node
+            .attr("pool_ksize", AttrValue::Ints(vec![2, 2]))
+            .attr("pool_strides", AttrValue::Ints(vec![2, 2]))
+            .attr("pool_padding", AttrValue::Str(p.into()));
+    }
+    node.build()
 }
 
 /// The pools' workspace ops (and the pool fused with a convolution), which
@@ -193,22 +214,7 @@ fn workspace_pool_ops_refuse_bad_windows_dtypes_and_sizes() {
     let e = grad("hw", &ws, &dy, 8).unwrap_err().to_string();
     assert!(e.starts_with("node 'hw' (_MaxPoolGradWithWorkspace): ") && e.contains("workspace [1, 2, 2, 2] is not the pooled shape of a 8x8 input (4x4)"), "{e}");
     // The pool fused with a convolution reads its window from `pool_*` attrs.
-    let w = g.constant(Tensor::from_vec(vec![0f32; 3 * 3 * 2 * 16], [3, 3, 2, 16]).unwrap()).unwrap();
-    let b = g.constant(Tensor::from_vec(vec![0f32; 16], [16]).unwrap()).unwrap();
-    let conv_pool = |name: &str, pool_padding: &str| {
-        g.op("_FusedConv2DMaxPool")
-            .name(name)
-            .input(&x)
-            .input(&w)
-            .input(&b)
-            .attr("strides", AttrValue::Ints(vec![1, 1]))
-            .attr("padding", AttrValue::Str("SAME".into()))
-            .attr("fused_ops", AttrValue::Strs(vec!["BiasAdd".into(), "Relu".into()]))
-            .attr("pool_ksize", AttrValue::Ints(vec![2, 2]))
-            .attr("pool_strides", AttrValue::Ints(vec![2, 2]))
-            .attr("pool_padding", AttrValue::Str(pool_padding.into()))
-            .build()
-    };
+    let conv_pool = |name: &str, pool_padding: &str| fused_conv(&g, &x, name, 16, &["BiasAdd", "Relu"], Some(pool_padding));
     let pooled = conv_pool("cp", "VALID").unwrap();
     assert_eq!((pooled.dtype(), pooled.shape().to_string()), (DType::F32, "[1, 2, 2, 16]".to_string()));
     let e = conv_pool("cpf", "FULL").unwrap_err().to_string();

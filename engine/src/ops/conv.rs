@@ -135,13 +135,20 @@ fn infer_fused_conv(c: &InferCtx) -> Result<Vec<TensorType>> {
     Ok(out)
 }
 
-fn k_fused_conv(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+/// A fused convolution's Relu flag and geometry, its bias checked.
+fn fused_conv_geom(c: &KernelCtx) -> Result<(bool, Conv2dGeom)> {
     let relu = fused_relu(&c.n)?;
     let (x, f, b) = (&c.inputs[0], &c.inputs[1], &c.inputs[2]);
     let g = conv_geom(&c.n, x.shape(), f.shape())?;
     if b.dims() != [g.out_c] {
         return Err(c.n.shape_err(format!("bias {} must match the {} output channels", b.shape(), g.out_c)));
     }
+    Ok((relu, g))
+}
+
+fn k_fused_conv(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let (relu, g) = fused_conv_geom(c)?;
+    let (x, f, b) = (&c.inputs[0], &c.inputs[1], &c.inputs[2]);
     with_float!(c, x.dtype(), T => {
         let mut out = c.overwritten_output::<T>(g.output_len());
         conv2d_bias(x.as_slice::<T>()?, f.as_slice::<T>()?, b.as_slice::<T>()?, relu, &mut out, &g, c.threads);
@@ -347,12 +354,8 @@ fn infer_fused_conv_pool(c: &InferCtx) -> Result<Vec<TensorType>> {
 }
 
 fn k_fused_conv_pool(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
-    let relu = fused_relu(&c.n)?;
+    let (relu, g) = fused_conv_geom(c)?;
     let (x, f, b) = (&c.inputs[0], &c.inputs[1], &c.inputs[2]);
-    let g = conv_geom(&c.n, x.shape(), f.shape())?;
-    if b.dims() != [g.out_c] {
-        return Err(c.n.shape_err(format!("bias {} must match the {} output channels", b.shape(), g.out_c)));
-    }
     let pg = conv_pool_geom(&c.n, [g.batch, g.out_h, g.out_w, g.out_c])?;
     let dims = [pg.batch, pg.out_h, pg.out_w, pg.channels];
     with_float!(c, x.dtype(), T => {

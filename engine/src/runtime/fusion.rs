@@ -348,6 +348,15 @@ mod tests {
         assert_eq!(ops_of(&ops), ["BiasAdd", "Conv2D", "Relu"]);
     }
 
+    /// A 2x2 max pool over the chain's Relu, a loss and the filter's
+    /// gradient: (the pool's output, the gradient).
+    fn pooled_step(c: &Chain) -> (Output, Output) {
+        let pooled = c.g.max_pool(&c.relu, [2, 2], [2, 2], true).unwrap();
+        let loss = c.g.reduce_sum(c.g.square(&pooled).unwrap(), &[], false).unwrap();
+        let dw = c.g.gradients(&[&loss], &[&c.w]).unwrap().remove(0).unwrap();
+        (pooled, dw)
+    }
+
     /// A max pool over a Relu: the gradient's MaxPoolGrad and ReluGrad run
     /// as one node under the ReluGrad's name, routing from the pool's
     /// workspace, with the unfused values (fetching the MaxPoolGrad's output
@@ -356,9 +365,7 @@ mod tests {
     #[test]
     fn a_pool_gradient_and_the_relu_gradient_after_it_run_as_one_node() {
         let c = chain();
-        let pooled = c.g.max_pool(&c.relu, [2, 2], [2, 2], true).unwrap();
-        let loss = c.g.reduce_sum(c.g.square(&pooled).unwrap(), &[], false).unwrap();
-        let dw = c.g.gradients(&[&loss], &[&c.w]).unwrap().remove(0).unwrap();
+        let (_, dw) = pooled_step(&c);
         let (fused, ops) = run(&c, &[&dw]);
         let ops = ops_of(&ops);
         assert!(ops.contains(&"_MaxPoolGradWithWorkspace") && ops.contains(&"_FusedConv2DMaxPool"), "{ops:?}");
@@ -381,9 +388,7 @@ mod tests {
     #[test]
     fn a_pool_over_a_fused_convolution_runs_with_it_as_one_node() {
         let c = chain();
-        let pooled = c.g.max_pool(&c.relu, [2, 2], [2, 2], true).unwrap();
-        let loss = c.g.reduce_sum(c.g.square(&pooled).unwrap(), &[], false).unwrap();
-        let dw = c.g.gradients(&[&loss], &[&c.w]).unwrap().remove(0).unwrap();
+        let (pooled, dw) = pooled_step(&c);
         let (fused, ops) = run(&c, &[&pooled, &dw]);
         assert!(ops.contains(&(pooled.name(), "_FusedConv2DMaxPool".to_string())), "{ops:?}");
         assert!(!ops.iter().any(|(_, o)| o == "_FusedConv2D" || o == "_MaxPoolWithWorkspace"), "{ops:?}");
