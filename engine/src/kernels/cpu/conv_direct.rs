@@ -118,19 +118,22 @@ struct Padded {
     oh: usize,
     ow: usize,
     oc: usize,
-    /// Rows `y0..y1` of the padded image hold data; the others are the
-    /// zero padding, whose taps the kernels skip.
+    /// Rows `y0..y1` and columns `x0..x1` of the padded image hold data;
+    /// the others are the zero padding, whose taps the kernels skip.
     y0: usize,
     y1: usize,
+    x0: usize,
+    x1: usize,
 }
 
 impl Padded {
     /// The forward convolution of `g`, over its input padded by its own padding.
     fn forward(g: &Conv2dGeom) -> Self {
         let hp = (g.out_h - 1) * g.stride_h + g.k_h;
+        let wp = (g.out_w - 1) * g.stride_w + g.k_w;
         Self {
             hp,
-            wp: (g.out_w - 1) * g.stride_w + g.k_w,
+            wp,
             c: g.in_c,
             kh: g.k_h,
             kw: g.k_w,
@@ -141,15 +144,18 @@ impl Padded {
             oc: g.out_c,
             y0: g.pad_top.min(hp),
             y1: (g.pad_top + g.in_h).min(hp),
+            x0: g.pad_left.min(wp),
+            x1: (g.pad_left + g.in_w).min(wp),
         }
     }
     /// The input gradient of `g` at stride 1, as a forward convolution over
     /// the output gradient padded by `k - 1 - pad` before.
     fn input_grad(g: &Conv2dGeom) -> Self {
         let (hp, top) = (g.in_h + g.k_h - 1, g.k_h - 1 - g.pad_top);
+        let (wp, left) = (g.in_w + g.k_w - 1, g.k_w - 1 - g.pad_left);
         Self {
             hp,
-            wp: g.in_w + g.k_w - 1,
+            wp,
             c: g.out_c,
             kh: g.k_h,
             kw: g.k_w,
@@ -160,6 +166,8 @@ impl Padded {
             oc: g.in_c,
             y0: top.min(hp),
             y1: (top + g.out_h).min(hp),
+            x0: left.min(wp),
+            x1: (left + g.out_w).min(wp),
         }
     }
     /// Values of one window row: `kw * c`, contiguous in the padded image.
@@ -218,6 +226,13 @@ impl Padded {
         let (lo, hi) = self.data_window_rows(pos0 / self.ow, (pos0 + n - 1) / self.ow);
         let j0 = taps.j0.max(lo * self.run());
         (j0, taps.j1.min(hi * self.run()).max(j0))
+    }
+    /// Pixels `lo..hi` of a block of `n` neighbouring pixels at stride 1
+    /// whose window column lands on padded column `col` for the first
+    /// pixel: the others read padding there.
+    fn data_pixels(&self, col: usize, n: usize) -> (usize, usize) {
+        let hi = self.x1.saturating_sub(col).min(n);
+        (self.x0.saturating_sub(col).min(hi), hi)
     }
     /// Output positions (whole output rows) whose window rows for taps
     /// `j..j + n` (n > 0) reach a row of data.
@@ -449,9 +464,14 @@ const fn filter_rows(ov: usize) -> usize {
 unsafe fn convolve_image(xp: &[f32], w: &[f32], out: &mut [f32], p: &Padded) {
     debug_assert!(xp.len() >= p.image_len() && w.len() == p.kh * p.run() * p.oc && out.len() == p.oh * p.ow * p.oc);
     let positions = p.oh * p.ow;
+    // Rows that split into whole blocks (widths 14, 28, 56, 112: the common
+    // ImageNet and MNIST feature maps; any other width would leave a short
+    // block per row) of 32 or 64 input channels take `row_blocks`, two
+    // vectors of output channels at a time.
+    let rows = p.sw == 1 && p.ow.is_multiple_of(ROW_PIXELS) && (p.c == 32 || p.c == 64);
     let mut ob = 0;
     while ob < p.oc {
-        let ov = ((p.oc - ob) / LANES).min(4);
+        let ov = if rows && p.oc - ob >= 2 * LANES { 2 } else { ((p.oc - ob) / LANES).min(4) };
         let taps_all = p.kh * p.run();
         let mut j0 = 0;
         while j0 < taps_all {
@@ -459,10 +479,6 @@ unsafe fn convolve_image(xp: &[f32], w: &[f32], out: &mut [f32], p: &Padded) {
                 let taps = Taps { j0, j1: (j0 + taps_per_pass(ov)).min(taps_all), first: j0 == 0 };
                 // SAFETY: forwarded; `ob + ov * 16 <= p.oc`, the taps lie in the window.
                 unsafe {
-                    // Rows that split into whole blocks (widths 14, 28, 56,
-                    // 112: the common ImageNet and MNIST feature maps); any
-                    // other width would leave a short block per row.
-                    let rows = p.sw == 1 && p.ow.is_multiple_of(ROW_PIXELS);
                     match (ov, p.c) {
                         (2, 32) if rows => row_blocks::<ROW_PIXELS, 2, 32>(xp, w, out, p, ob, taps),
                         (2, 64) if rows => row_blocks::<ROW_PIXELS, 2, 64>(xp, w, out, p, ob, taps),
@@ -492,12 +508,17 @@ const ROW_PIXELS: usize = 14;
 /// `forward_blocks` sets up `PX` of them per window row. The CNN's second
 /// input gradient (32 channels out of 64, 14 x 14) went from 5.74-5.86 ms
 /// to 5.26-5.48 ms (`cargo bench -p flowlab-engine --bench cnn_kernels --
-/// conv2_dx/1t`, four alternated runs of each binary). At 4 vectors the
-/// same blocks measured no faster as two halves of 2 vectors (5.53-5.69
-/// against 5.58-5.69 ms) and slower at 6 or 7 pixels of 4 vectors (6.1-7.1
-/// ms: 7 spill, 6 leave 2 of 14 columns to a short block), so the forward
-/// pass at 4 vectors keeps `forward_blocks`, as does any width that is not a
-/// multiple of `PX`.
+/// conv2_dx/1t`, four alternated runs of each binary). A block also
+/// knows which of its pixels' window columns lie in the padding (the
+/// first and last pixels of a row under SAME padding) and skips those
+/// taps, which blocks of pixels across rows cannot: conv2's input
+/// gradient 4.83-4.91 -> 4.37-4.62 ms. With that, 64 output channels run
+/// as two halves of 2 vectors here rather than as `forward_blocks` of 6
+/// pixels at 4 vectors: conv2's forward pass 5.07-5.18 -> 4.42-4.58 ms
+/// (the halves had measured the same as `forward_blocks` before the
+/// column skip; 6 or 7 pixels of 4 vectors were slower: 7 spill, 6 leave
+/// 2 of 14 columns to a short block). Widths that are not a multiple of
+/// `PX` keep `forward_blocks`.
 ///
 /// # Safety
 /// As `forward_blocks`, with `p.sw == 1`, `p.c == C` and `p.ow` a multiple
@@ -533,15 +554,38 @@ unsafe fn row_blocks<const PX: usize, const OV: usize, const C: usize>(xp: &[f32
                     let t1 = run.min(t0 + (j1 - j));
                     let x = corner.add(ky * row);
                     let wk = wb.add(ky * run * oc);
-                    for t in t0..t1 {
-                        let wr = wk.add(t * oc);
-                        let wv: [__m512; OV] = std::array::from_fn(|v| _mm512_loadu_ps(wr.add(v * LANES)));
-                        for (i, acc_i) in acc.iter_mut().enumerate() {
-                            let a = _mm512_set1_ps(*x.add(i * C + t));
-                            for v in 0..OV {
-                                acc_i[v] = _mm512_fmadd_ps(a, wv[v], acc_i[v]);
+                    // Taps `ta..tb` for pixels `LO..HI` of the block.
+                    macro_rules! taps {
+                        ($lo:expr, $hi:expr, $ta:expr, $tb:expr) => {
+                            for t in $ta..$tb {
+                                let wr = wk.add(t * oc);
+                                let wv: [__m512; OV] = std::array::from_fn(|v| _mm512_loadu_ps(wr.add(v * LANES)));
+                                for i in $lo..$hi {
+                                    let a = _mm512_set1_ps(*x.add(i * C + t));
+                                    for v in 0..OV {
+                                        acc[i][v] = _mm512_fmadd_ps(a, wv[v], acc[i][v]);
+                                    }
+                                }
                             }
+                        };
+                    }
+                    // Window column by window column (C taps each): the
+                    // pixels whose column lies in the padding skip it (up
+                    // to two at either end of the row; a block of pixels
+                    // fixed when compiling keeps its sums in registers).
+                    let mut t = t0;
+                    while t < t1 {
+                        let kx = t / C;
+                        let tb = t1.min((kx + 1) * C);
+                        let (lo, hi) = p.data_pixels(ox0 + kx, PX);
+                        match (lo.min(2), PX - hi.max(PX - 2)) {
+                            (1, 0) => taps!(1, PX, t, tb),
+                            (2, 0) => taps!(2, PX, t, tb),
+                            (0, 1) => taps!(0, PX - 1, t, tb),
+                            (0, 2) => taps!(0, PX - 2, t, tb),
+                            _ => taps!(0, PX, t, tb),
                         }
+                        t = tb;
                     }
                     j += t1 - t0;
                 }
