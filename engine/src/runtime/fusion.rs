@@ -64,19 +64,7 @@ pub(crate) fn fuse_step(
     if !nodes.iter().enumerate().any(|(i, n)| needed[i] && wanted(&n.op)) {
         return None;
     }
-    // Readers of every needed node's outputs within the step: (consumer,
-    // input index), with usize::MAX for a control edge.
-    let mut readers: HashMap<NodeId, Vec<(NodeId, usize)>> = HashMap::new();
-    for (i, n) in nodes.iter().enumerate().filter(|&(i, _)| needed[i]) {
-        for (k, &(src, idx)) in n.inputs.iter().enumerate() {
-            if !fed(src, idx) {
-                readers.entry(src).or_default().push((i, k));
-            }
-        }
-        for &c in &n.control_inputs {
-            readers.entry(c).or_default().push((i, usize::MAX));
-        }
-    }
+    let readers = step_readers(nodes, needed, &fed);
     let fetched = |n: NodeId| fetches.iter().any(|&(f, _)| f == n);
     // The one reader of `n`'s only output, reading it as its input 0, when
     // that reader runs `op` on `n`'s device.
@@ -134,42 +122,24 @@ pub(crate) fn fuse_step(
 /// tensor of a CNN's forward pass, is then never written whole.
 fn pool_fused_convs(out: &mut Option<Vec<Node>>, needed: &mut [bool], fetches: &[(NodeId, usize)], fed: &impl Fn(NodeId, usize) -> bool) {
     let Some(cur) = out.as_deref() else { return };
-    // Data and control edges out of each needed node, in the rewritten step.
-    let mut reads: HashMap<NodeId, usize> = HashMap::new();
-    for n in cur.iter().zip(needed.iter()).filter_map(|(n, &k)| k.then_some(n)) {
-        for &(src, idx) in &n.inputs {
-            if !fed(src, idx) {
-                *reads.entry(src).or_default() += 1;
-            }
-        }
-        for &c in &n.control_inputs {
-            *reads.entry(c).or_default() += 1;
-        }
-    }
+    // Readers in the rewritten step, where the gradient reads the workspace.
+    let readers = step_readers(cur, needed, fed);
     let mut fusions = Vec::new();
     for (p, n) in cur.iter().enumerate().filter(|&(i, n)| needed[i] && n.op == WORKSPACE_POOL) {
         let Some(&(c, 0)) = n.inputs.first() else { continue };
         let conv = &cur[c];
-        let alone = reads.get(&c) == Some(&1) && !fetches.iter().any(|&(f, _)| f == c) && !fed(c, 0);
+        let alone = readers.get(&c).map(Vec::as_slice) == Some(&[(p, 0)]) && !fetches.iter().any(|&(f, _)| f == c) && !fed(c, 0);
         if c < p && needed[c] && conv.op == FUSED_CONV && conv.device == n.device && alone {
-            let mut attrs = conv.attrs.clone();
+            let conv_ops: Vec<&str> = match conv.attrs.get("fused_ops") {
+                Some(AttrValue::Strs(v)) => v.iter().map(String::as_str).collect(),
+                _ => continue,
+            };
+            let mut fused = fused_node(cur, FUSED_CONV_POOL, &conv_ops, &[c, p], conv.inputs.clone());
             for key in ["ksize", "strides", "padding"] {
                 if let Some(v) = n.attrs.get(key) {
-                    attrs.insert(format!("pool_{key}"), v.clone());
+                    fused.attrs.insert(format!("pool_{key}"), v.clone());
                 }
             }
-            let mut control_inputs: Vec<NodeId> = conv.control_inputs.iter().chain(&n.control_inputs).copied().collect();
-            control_inputs.sort_unstable();
-            control_inputs.dedup();
-            let fused = Node {
-                name: n.name.clone(),
-                op: FUSED_CONV_POOL.into(),
-                attrs,
-                inputs: conv.inputs.clone(),
-                control_inputs,
-                device: n.device.clone(),
-                outputs: n.outputs.clone(),
-            };
             fusions.push((c, p, fused));
         }
     }
@@ -239,6 +209,24 @@ fn use_workspaces(nodes: &[Node], out: &mut Option<Vec<Node>>, needed: &[bool], 
         g.inputs[0] = (p, 1);
         g.attrs.insert("input_hw".into(), AttrValue::Ints(hw.to_vec()));
     }
+}
+
+/// Readers of every needed node's outputs within the step: (consumer,
+/// input index), with usize::MAX for a control edge; fed edges read
+/// nothing.
+fn step_readers(nodes: &[Node], needed: &[bool], fed: &impl Fn(NodeId, usize) -> bool) -> HashMap<NodeId, Vec<(NodeId, usize)>> {
+    let mut readers: HashMap<NodeId, Vec<(NodeId, usize)>> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate().filter(|&(i, _)| needed[i]) {
+        for (k, &(src, idx)) in n.inputs.iter().enumerate() {
+            if !fed(src, idx) {
+                readers.entry(src).or_default().push((i, k));
+            }
+        }
+        for &c in &n.control_inputs {
+            readers.entry(c).or_default().push((i, usize::MAX));
+        }
+    }
+    readers
 }
 
 /// The node standing for the chain `parts` (its first node's attrs, its

@@ -280,16 +280,26 @@ pub(crate) fn forward<T: Float>(
     }
     let (Some(x), Some(w), Some(y)) = (as_f32(input), as_f32(filter), as_f32_mut(out)) else { return false };
     let p = Padded::forward(g);
-    let (in_len, out_len) = (g.in_h * g.in_w * g.in_c, g.out_h * g.out_w * g.out_c);
+    let out_len = g.out_h * g.out_w * g.out_c;
     let image = |b: usize, y_img: &mut [f32], scratch: &mut Vec<f32>| {
-        pad_image(&x[b * in_len..][..in_len], g.in_h, g.in_w, g.pad_top, g.pad_left, &p, scratch);
-        // SAFETY: AVX-512F is present (DirectKernels::of checked it); the
-        // buffers have the lengths `convolve_image` documents.
-        unsafe { convolve_image(scratch, w, y_img, &p) };
+        // SAFETY: `DirectKernels::of` checked above; `p` is this geometry's.
+        unsafe { forward_image(x, w, b, y_img, g, &p, scratch) };
         epilogue(y_img);
     };
     per_image(y, out_len, threads, image);
     true
+}
+
+/// Image `b` of `x` convolved into `y_img` (padded into `scratch` first).
+///
+/// # Safety
+/// `DirectKernels::of(g).forward` holds (so the CPU has AVX-512F), `p` is
+/// `Padded::forward(g)`, `w` is the filter and `y_img` one image's output.
+unsafe fn forward_image(x: &[f32], w: &[f32], b: usize, y_img: &mut [f32], g: &Conv2dGeom, p: &Padded, scratch: &mut Vec<f32>) {
+    let in_len = g.in_h * g.in_w * g.in_c;
+    pad_image(&x[b * in_len..][..in_len], g.in_h, g.in_w, g.pad_top, g.pad_left, p, scratch);
+    // SAFETY: forwarded; the buffers have the lengths `convolve_image` documents.
+    unsafe { convolve_image(scratch, w, y_img, p) };
 }
 
 /// [`forward`] with each image's output, after `epilogue`, handed to
@@ -314,13 +324,12 @@ pub(crate) fn forward_pooled<T: Float>(
     }
     let (Some(x), Some(w), Some(pooled)) = (as_f32(input), as_f32(filter), as_f32_mut(pooled)) else { return false };
     let p = Padded::forward(g);
-    let (in_len, out_len) = (g.in_h * g.in_w * g.in_c, g.out_h * g.out_w * g.out_c);
+    let out_len = g.out_h * g.out_w * g.out_c;
     let image = |b: usize, p_img: &mut [f32], w_img: &mut [i8], (y, scratch): &mut (Vec<f32>, Vec<f32>)| {
         // The first pass of `convolve_image` overwrites every output.
         y.resize(out_len, 0.0);
-        pad_image(&x[b * in_len..][..in_len], g.in_h, g.in_w, g.pad_top, g.pad_left, &p, scratch);
         // SAFETY: as in `forward`.
-        unsafe { convolve_image(scratch, w, y, &p) };
+        unsafe { forward_image(x, w, b, y, g, &p, scratch) };
         epilogue(y);
         pool(y, p_img, w_img);
     };
