@@ -322,6 +322,8 @@ fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
     // master's and the two tasks') fits in its wall time on the host's cores
     assert_eq!(num(m, "calibrated_between_processes"), 1.0, "{row}");
     assert!(num(m, "calibrated_recv_producer_cpu_us") > 0.0 && num(m, "calibrated_recv_consumer_cpu_us") > 0.0, "{row}");
+    // every worker of the point fetched the tensors at once
+    assert_eq!(num(m, "calibrated_consumers"), 2.0, "{row}");
     let step_cpu = num(m, "calibrated_step_master_cpu_us") + num(m, "calibrated_step_tasks_cpu_us");
     assert!((num(m, "calibrated_step_cpu_us") - step_cpu).abs() < 1e-6 * step_cpu, "{row}");
     // (each batch's CPU is under its wall time on every core, so the

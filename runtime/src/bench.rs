@@ -402,9 +402,10 @@ pub fn measure_loopback(bytes: usize, reps: usize) -> Result<LoopbackFigures> {
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct ProcessFigures {
     /// CPU time of the producer's task process (ps:0, which serves the
-    /// call) per `RecvTensor`, the mean over the tensors.
+    /// call) per `RecvTensor`, the mean over the tensors and consumers.
     pub recv_producer_cpu_s: f64,
-    /// The same at the consumer's task process (worker:0, which makes it).
+    /// The same at the consumers' task processes (the workers, which make
+    /// it).
     pub recv_consumer_cpu_s: f64,
     /// The master's (this process's) CPU time per transfer: about none,
     /// the tasks move the tensors between themselves.
@@ -416,79 +417,106 @@ pub struct ProcessFigures {
     /// processes together.
     pub step_master_cpu_s: f64,
     pub step_tasks_cpu_s: f64,
+    /// Workers that received every tensor at once.
+    pub consumers: usize,
 }
 
-/// Measures [`ProcessFigures`] on a 1 PS + 1 worker local cluster of
-/// `launcher`'s task processes, moving tensors of `tensor_floats` floats
-/// (a model's variables: what its fetches and pushes move) in `format`;
-/// `None` when the tasks are threads of this process (or the host has no
-/// per-process CPU clocks), where [`measure_loopback`] is the measurement.
+/// Measures [`ProcessFigures`] on a local cluster of `launcher`'s task
+/// processes, one PS and `consumers` workers, moving tensors of
+/// `tensor_floats` floats (a model's variables: what its fetches and pushes
+/// move) in `format`; `None` when the tasks are threads of this process (or
+/// the host has no per-process CPU clocks), where [`measure_loopback`] is
+/// the measurement.
 ///
-/// Two steps run in alternating batches of 20, `reps` pairs after a
-/// warm-up pair: an empty step (a constant fetched from each task) and the
-/// same step with every tensor, a constant on ps:0, received on worker:0
+/// Three steps run in alternating batches of 20, `reps` rounds after a
+/// warm-up round: the *pair* step (a constant fetched from ps:0 and
+/// worker:0: one `RunGraph` on each of two tasks), the *empty* step (a
+/// constant fetched from every task) and the *moving* step: the empty step
+/// with every tensor, a constant on ps:0, received on every worker at once
 /// (one `RecvTensor` each, the worker calling the PS, as a fetch of
 /// variables does) and taken there by an `Identity` under a target. Each
 /// batch reads every process's CPU clock before and after; the figures are
-/// medians over the batches, and a transfer's CPU at each end the
-/// difference of the two steps' over the tensors.
-pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], format: CommFormat, reps: usize) -> Result<Option<ProcessFigures>> {
+/// medians over the batches, a transfer's CPU at each end the difference
+/// of the moving and the empty step's over the transfers, and the step
+/// figures the pair step's.
+///
+/// Why several consumers: a synchronous step of n workers fetches the
+/// variables n times at once, and what a transfer costs the cores grows
+/// when more processes share them (wake-ups, switches, caches). With one
+/// consumer the 784 MLP's 2- and 4-worker points were charged about 2/3 of
+/// the CPU their tasks used.
+pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], format: CommFormat, consumers: usize, reps: usize) -> Result<Option<ProcessFigures>> {
     if !launcher.processes() || tensor_floats.is_empty() {
         return Ok(None);
     }
     const ITERS: usize = 20;
-    let cluster = LocalCluster::start(launcher, 1, 1)?;
-    let (ps, w0) = (TaskId::new(Job::Ps, 0), TaskId::new(Job::Worker, 0));
+    let consumers = consumers.max(1);
+    let workers = u32::try_from(consumers).map_err(|_| crate::RuntimeError::Launch { task: "worker".into(), message: format!("{consumers} workers: too many tasks") })?;
+    let cluster = LocalCluster::start(launcher, 1, workers)?;
+    let ps = TaskId::new(Job::Ps, 0);
     let small = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], vec![4])?;
     let g = Graph::new();
     let on_ps = g.device(&ps.device().to_string());
-    let on_worker = g.device(&w0.device().to_string());
-    let ps_const = on_ps.constant(small.clone())?;
-    let worker_const = on_worker.constant(small)?;
-    let mut taken = Vec::new();
+    let mut fetch_all = vec![on_ps.constant(small.clone())?];
+    let mut on_workers = Vec::with_capacity(consumers);
+    for w in 0..workers {
+        let on_worker = g.device(&TaskId::new(Job::Worker, w).device().to_string());
+        fetch_all.push(on_worker.constant(small.clone())?);
+        on_workers.push(on_worker);
+    }
+    let mut sources = Vec::with_capacity(tensor_floats.len());
     for (i, &n) in tensor_floats.iter().enumerate() {
         let values: Vec<f32> = (0..n.max(1)).map(|j| ((i + j) % 13) as f32 * 0.25 - 1.5).collect();
-        let c = on_ps.constant(Tensor::from_vec(values, vec![n.max(1)])?)?;
-        taken.push(on_worker.identity(&c)?);
+        sources.push(on_ps.constant(Tensor::from_vec(values, vec![n.max(1)])?)?);
     }
-    let take = on_worker.group("take_tensors", &taken.iter().collect::<Vec<_>>())?;
+    let mut takes = Vec::with_capacity(consumers);
+    for (w, on_worker) in on_workers.iter().enumerate() {
+        let taken = sources.iter().map(|c| on_worker.identity(c)).collect::<std::result::Result<Vec<_>, _>>()?;
+        takes.push(on_worker.group(&format!("take_tensors_{w}"), &taken.iter().collect::<Vec<_>>())?);
+    }
     let options = MasterOptions { partition: flowlab_engine::PartitionOptions { format, ..Default::default() }, ..Default::default() };
     let mut master = Master::connect(&cluster.spec, options)?;
     master.register(&g)?;
-    // per step: (ps:0, worker:0, master) CPU seconds and the wall time
-    let batch = |targets: &[&Output]| -> Result<Option<[f64; 4]>> {
-        let read = |c: &LocalCluster| -> Option<(f64, f64)> {
-            let cpu = c.task_cpu_s();
-            Some((cpu.first()?.1?, cpu.get(1)?.1?))
-        };
-        let Some((ps_cpu0, worker_cpu0)) = read(&cluster) else { return Ok(None) };
+    // per step: the master's CPU seconds, the wall time, then each task's
+    // CPU seconds (ps:0, worker:0, ...)
+    let batch = |fetches: &[&Output], targets: &[&Output]| -> Result<Option<Vec<f64>>> {
+        let read = |c: &LocalCluster| -> Option<Vec<f64>> { c.task_cpu_s().into_iter().map(|(_, cpu)| cpu).collect() };
+        let Some(tasks0) = read(&cluster) else { return Ok(None) };
         let (m0, t0) = (process_cpu_s(), Instant::now());
         for _ in 0..ITERS {
-            master.run(&[], &[&ps_const, &worker_const], targets)?;
+            master.run(&[], fetches, targets)?;
         }
         let (m1, wall) = (process_cpu_s(), t0.elapsed().as_secs_f64());
-        let Some((ps_cpu1, worker_cpu1)) = read(&cluster) else { return Ok(None) };
+        let Some(tasks1) = read(&cluster) else { return Ok(None) };
         let n = ITERS as f64;
-        Ok(Some([(ps_cpu1 - ps_cpu0) / n, (worker_cpu1 - worker_cpu0) / n, (m1 - m0) / n, wall / n]))
+        let mut row = vec![(m1 - m0) / n, wall / n];
+        row.extend(tasks1.iter().zip(&tasks0).map(|(a, b)| (a - b) / n));
+        Ok(Some(row))
     };
-    let (mut empty, mut moving) = (Vec::new(), Vec::new());
+    let all: Vec<&Output> = fetch_all.iter().collect();
+    let targets: Vec<&Output> = takes.iter().collect();
+    let (mut pair, mut empty, mut moving) = (Vec::new(), Vec::new(), Vec::new());
     for rep in 0..=reps.max(1) {
-        let (Some(a), Some(b)) = (batch(&[])?, batch(&[&take])?) else { return Ok(None) };
-        // the first pair warms the steps' plans, the connections and the pages
+        let (Some(a), Some(b), Some(c)) = (batch(&all[..2], &[])?, batch(&all, &[])?, batch(&all, &targets)?) else { return Ok(None) };
+        // the first round warms the steps' plans, the connections and the pages
         if rep > 0 {
-            empty.push(a);
-            moving.push(b);
+            pair.push(a);
+            empty.push(b);
+            moving.push(c);
         }
     }
-    let col = |v: &[[f64; 4]], i: usize| median(v.iter().map(|r| r[i]).collect());
-    let per_transfer = |i: usize| ((col(&moving, i) - col(&empty, i)) / tensor_floats.len() as f64).max(0.0);
+    let col = |v: &[Vec<f64>], i: usize| median(v.iter().map(|r| r[i]).collect());
+    let transfers = (tensor_floats.len() * consumers) as f64;
+    let per_transfer = |cols: std::ops::Range<usize>| (cols.map(|i| col(&moving, i) - col(&empty, i)).sum::<f64>() / transfers).max(0.0);
+    // columns: 0 master, 1 wall, 2 ps:0, 3.. the workers
     Ok(Some(ProcessFigures {
-        recv_producer_cpu_s: per_transfer(0),
-        recv_consumer_cpu_s: per_transfer(1),
-        recv_master_cpu_s: per_transfer(2),
-        step_overhead_s: col(&empty, 3),
-        step_master_cpu_s: col(&empty, 2),
-        step_tasks_cpu_s: col(&empty, 0) + col(&empty, 1),
+        recv_producer_cpu_s: per_transfer(2..3),
+        recv_consumer_cpu_s: per_transfer(3..3 + consumers),
+        recv_master_cpu_s: per_transfer(0..1),
+        step_overhead_s: col(&pair, 1),
+        step_master_cpu_s: col(&pair, 0),
+        step_tasks_cpu_s: col(&pair, 2) + col(&pair, 3),
+        consumers,
     }))
 }
 

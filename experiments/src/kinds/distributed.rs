@@ -46,11 +46,17 @@
 //!   `core_share`, the CPU time over wall time of one spinning thread (1
 //!   on an idle host, less while other jobs share the cores). When the
 //!   tasks are processes, the CPU figures and `step_overhead_s` come from
-//!   a 1 PS + 1 worker cluster of task processes instead
+//!   a cluster of task processes instead, one PS and the point's workers
 //!   (`flowlab_runtime::measure_task_processes`): each process's clock per
-//!   empty step, and per `RecvTensor` of the model's own variables in the
-//!   point's format at each end (the in-process figures, a 4-float tensor
-//!   with both ends in one process, stay in the row).
+//!   empty step of ps:0 and worker:0, and per `RecvTensor` of the model's
+//!   own variables in the point's format at each end, every worker
+//!   fetching them at once as the point's steps do (the in-process
+//!   figures, a 4-float tensor with both ends in one process, stay in the
+//!   row; `calibrated_consumers` is the workers that fetched). With one
+//!   worker fetching, a transfer's CPU was measured as it costs two
+//!   processes alone on the cores, and the 2- and 4-worker points of
+//!   `catalog:distributed-mlp784` were predicted 18-25% short (13-22%
+//!   with every worker fetching; README).
 //! - predicted: the cluster simulator's step times for the same workers,
 //!   PS tasks, strategy, variables (sizes and greedy placement as the
 //!   runtime's) and format. What the runtime does, and how the simulator
@@ -217,6 +223,7 @@ const METRICS: &[&str] = &[
     "calibrated_recv_consumer_cpu_us",
     "calibrated_step_master_cpu_us",
     "calibrated_step_tasks_cpu_us",
+    "calibrated_consumers",
     "host_cores",
     "sim_link_gbps",
     "sim_latency_us",
@@ -575,7 +582,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     // step cost the cores is measured between processes, per process; the
     // loopback rate and latency stay the in-process ones
     let floats: Vec<usize> = vars.iter().map(|v| v.1).collect();
-    let between = flowlab_runtime::measure_task_processes(&env.launcher, &floats, cfg.comm, p.calibration_reps).map_err(|e| format!("calibrating task processes: {e}"))?;
+    let between = flowlab_runtime::measure_task_processes(&env.launcher, &floats, cfg.comm, p.workers, p.calibration_reps).map_err(|e| format!("calibrating task processes: {e}"))?;
     let link = match &between {
         Some(f) => flowlab_runtime::LoopbackFigures {
             recv_cpu_s: f.recv_producer_cpu_s + f.recv_consumer_cpu_s + f.recv_master_cpu_s,
@@ -732,6 +739,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         put("calibrated_recv_consumer_cpu_us", f.recv_consumer_cpu_s * 1e6);
         put("calibrated_step_master_cpu_us", f.step_master_cpu_s * 1e6);
         put("calibrated_step_tasks_cpu_us", f.step_tasks_cpu_s * 1e6);
+        put("calibrated_consumers", f.consumers as f64);
     }
     put("host_cores", f64::from(model.cores));
     put("sim_link_gbps", model.gbps);
@@ -767,6 +775,7 @@ mod tests {
         "calibrated_recv_consumer_cpu_us",
         "calibrated_step_master_cpu_us",
         "calibrated_step_tasks_cpu_us",
+        "calibrated_consumers",
     ];
 
     fn point(yaml: &str) -> Result<Box<dyn crate::kinds::Runnable>, String> {
