@@ -35,7 +35,8 @@
 //!   process on one device (the median of timed repetitions); `apply_s`,
 //!   the PS update the same way, on the point's own graph: the average of
 //!   its `needed` gradients (masked stashes of every worker with backups;
-//!   none for async) and Adam, the gradients fed (`InProcessStep`); the loopback
+//!   none for async) and Adam, the gradients fed, each replica's in
+//!   buffers of its own as the PS receives them (`InProcessStep`); the loopback
 //!   link from a `RecvTensor` of 16 bytes (half of it is the one-way
 //!   latency) and of the model's
 //!   gradient bytes, at least a megabyte (the added bytes over the added
@@ -398,7 +399,16 @@ impl InProcessStep {
             let feeds = batch(x0, y0);
             let fed: Vec<(&Output, &Tensor)> = feeds.iter().map(|(o, t)| (o, t)).collect();
             let values = sess.run(&fed, &grads.iter().collect::<Vec<_>>(), &[]).map_err(e)?;
-            let update_feeds = replicas.iter().flat_map(|r| r.iter().cloned().zip(values.iter().cloned())).collect();
+            // each replica's gradients in buffers of their own, as the PS
+            // receives them: one buffer fed to every replica would let the
+            // average read the same memory `needed` times
+            let mut update_feeds = Vec::with_capacity(replicas.len() * values.len());
+            for (k, r) in replicas.iter().enumerate() {
+                for (o, v) in r.iter().zip(&values) {
+                    let own = if k == 0 { v.clone() } else { Tensor::from_f64s(v.dtype(), &v.to_f64_vec(), v.shape().clone()).map_err(e)? };
+                    update_feeds.push((o.clone(), own));
+                }
+            }
             Ok(((feeds, compute), (update_feeds, update.clone())))
         };
         let (compute, update) = match p.strategy {
@@ -916,6 +926,14 @@ mod tests {
         let shard = p.batch / 2;
         let step = InProcessStep::new(&p, &cfg, &data, shard).unwrap();
         let (feeds, target) = &step.update;
+        // every replica's gradients in storage of their own (the PS
+        // averages distinct buffers), with the same values
+        let half = feeds.len() / 2;
+        assert!(half > 0 && feeds.len() == 2 * half, "{}", feeds.len());
+        for (a, b) in feeds[..half].iter().zip(&feeds[half..]) {
+            assert!(!a.1.shares_storage_with(&b.1), "{:?}", a.0);
+            assert_eq!(a.1.as_slice::<f32>().unwrap(), b.1.as_slice::<f32>().unwrap());
+        }
         let fed: Vec<(&Output, &Tensor)> = feeds.iter().map(|(o, t)| (o, t)).collect();
         step.sess.run(&fed, &[], &[target]).unwrap();
 
