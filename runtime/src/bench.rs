@@ -430,8 +430,11 @@ pub struct ProcessFigures {
 ///
 /// Three steps run in alternating batches of 20, `reps` rounds after a
 /// warm-up round: the *pair* step (a constant fetched from ps:0 and
-/// worker:0: one `RunGraph` on each of two tasks), the *empty* step (a
-/// constant fetched from every task) and the *moving* step: the empty step
+/// worker:0: one `RunGraph` on each of two tasks; worker:0 is fed
+/// `feed_floats` floats, taken by an `Identity` under a target, as a
+/// training step's master feeds a worker its batch), the *empty* step (a
+/// constant fetched from every task, every worker fed) and the *moving*
+/// step: the empty step
 /// with every tensor, a constant on ps:0, received on every worker at once
 /// (one `RecvTensor` each, the worker calling the PS, as a fetch of
 /// variables does) and taken there by an `Identity` under a target. Each
@@ -445,7 +448,7 @@ pub struct ProcessFigures {
 /// when more processes share them (wake-ups, switches, caches). With one
 /// consumer the 784 MLP's 2- and 4-worker points were charged about 2/3 of
 /// the CPU their tasks used.
-pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], format: CommFormat, consumers: usize, reps: usize) -> Result<Option<ProcessFigures>> {
+pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], format: CommFormat, consumers: usize, feed_floats: usize, reps: usize) -> Result<Option<ProcessFigures>> {
     if !launcher.processes() || tensor_floats.is_empty() {
         return Ok(None);
     }
@@ -459,9 +462,18 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
     let on_ps = g.device(&ps.device().to_string());
     let mut fetch_all = vec![on_ps.constant(small.clone())?];
     let mut on_workers = Vec::with_capacity(consumers);
+    // each worker's input (fed by the master, as a training step's batch)
+    // and the node that takes it
+    let mut inputs = Vec::with_capacity(consumers);
+    let fed = Tensor::from_vec((0..feed_floats).map(|i| (i % 17) as f32 * 0.125).collect::<Vec<f32>>(), vec![feed_floats])?;
     for w in 0..workers {
         let on_worker = g.device(&TaskId::new(Job::Worker, w).device().to_string());
         fetch_all.push(on_worker.constant(small.clone())?);
+        if feed_floats > 0 {
+            let x = on_worker.placeholder(&format!("input_{w}"), DType::F32, [feed_floats as i64])?;
+            let taken = on_worker.identity(&x)?;
+            inputs.push((x, taken));
+        }
         on_workers.push(on_worker);
     }
     let mut sources = Vec::with_capacity(tensor_floats.len());
@@ -479,12 +491,16 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
     master.register(&g)?;
     // per step: the master's CPU seconds, the wall time, then each task's
     // CPU seconds (ps:0, worker:0, ...)
-    let batch = |fetches: &[&Output], targets: &[&Output]| -> Result<Option<Vec<f64>>> {
+    // `workers` steps feed that many workers their input
+    let batch = |fetches: &[&Output], targets: &[&Output], workers: usize| -> Result<Option<Vec<f64>>> {
         let read = |c: &LocalCluster| -> Option<Vec<f64>> { c.task_cpu_s().into_iter().map(|(_, cpu)| cpu).collect() };
+        let feeds: Vec<(&Output, &Tensor)> = inputs.iter().take(workers).map(|(x, _)| (x, &fed)).collect();
+        let mut targets = targets.to_vec();
+        targets.extend(inputs.iter().take(workers).map(|(_, taken)| taken));
         let Some(tasks0) = read(&cluster) else { return Ok(None) };
         let (m0, t0) = (process_cpu_s(), Instant::now());
         for _ in 0..ITERS {
-            master.run(&[], fetches, targets)?;
+            master.run(&feeds, fetches, &targets)?;
         }
         let (m1, wall) = (process_cpu_s(), t0.elapsed().as_secs_f64());
         let Some(tasks1) = read(&cluster) else { return Ok(None) };
@@ -497,7 +513,7 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
     let targets: Vec<&Output> = takes.iter().collect();
     let (mut pair, mut empty, mut moving) = (Vec::new(), Vec::new(), Vec::new());
     for rep in 0..=reps.max(1) {
-        let (Some(a), Some(b), Some(c)) = (batch(&all[..2], &[])?, batch(&all, &[])?, batch(&all, &targets)?) else { return Ok(None) };
+        let (Some(a), Some(b), Some(c)) = (batch(&all[..2], &[], 1)?, batch(&all, &[], consumers)?, batch(&all, &targets, consumers)?) else { return Ok(None) };
         // the first round warms the steps' plans, the connections and the pages
         if rep > 0 {
             pair.push(a);

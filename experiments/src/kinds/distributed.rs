@@ -49,7 +49,8 @@
 //!   tasks are processes, the CPU figures and `step_overhead_s` come from
 //!   a cluster of task processes instead, one PS and the point's workers
 //!   (`flowlab_runtime::measure_task_processes`): each process's clock per
-//!   empty step of ps:0 and worker:0, and per `RecvTensor` of the model's
+//!   empty step of ps:0 and worker:0 (the worker fed its shard of the
+//!   batch, as the master feeds it), and per `RecvTensor` of the model's
 //!   own variables in the point's format at each end, every worker
 //!   fetching them at once as the point's steps do (the in-process
 //!   figures, a 4-float tensor with both ends in one process, stay in the
@@ -592,7 +593,10 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     // step cost the cores is measured between processes, per process; the
     // loopback rate and latency stay the in-process ones
     let floats: Vec<usize> = vars.iter().map(|v| v.1).collect();
-    let between = flowlab_runtime::measure_task_processes(&env.launcher, &floats, cfg.comm, p.workers, p.calibration_reps).map_err(|e| format!("calibrating task processes: {e}"))?;
+    // what the master feeds a worker per step: its shard's inputs and
+    // labels (4 bytes each)
+    let feed_floats = shard * (data.features + 1);
+    let between = flowlab_runtime::measure_task_processes(&env.launcher, &floats, cfg.comm, p.workers, feed_floats, p.calibration_reps).map_err(|e| format!("calibrating task processes: {e}"))?;
     let link = match &between {
         Some(f) => flowlab_runtime::LoopbackFigures {
             recv_cpu_s: f.recv_producer_cpu_s + f.recv_consumer_cpu_s + f.recv_master_cpu_s,
