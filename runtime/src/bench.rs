@@ -434,10 +434,10 @@ pub struct ProcessFigures {
 /// `feed_floats` floats, taken by an `Identity` under a target, as a
 /// training step's master feeds a worker its batch), the *empty* step (a
 /// constant fetched from every task, every worker fed) and the *moving*
-/// step: the empty step
-/// with every tensor, a constant on ps:0, received on every worker at once
-/// (one `RecvTensor` each, the worker calling the PS, as a fetch of
-/// variables does) and taken there by an `Identity` under a target. Each
+/// step: the empty step with every tensor, a constant on ps:0, received on
+/// every worker at once (one `RecvTensor` each, the worker calling the PS,
+/// as a fetch of variables does) and taken there by an `Identity` under a
+/// target. Each
 /// batch reads every process's CPU clock before and after; the figures are
 /// medians over the batches, a transfer's CPU at each end the difference
 /// of the moving and the empty step's over the transfers, and the step
@@ -490,8 +490,7 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
     let mut master = Master::connect(&cluster.spec, options)?;
     master.register(&g)?;
     // per step: the master's CPU seconds, the wall time, then each task's
-    // CPU seconds (ps:0, worker:0, ...)
-    // `workers` steps feed that many workers their input
+    // CPU seconds (ps:0, worker:0, ...); the first `workers` workers fed
     let batch = |fetches: &[&Output], targets: &[&Output], workers: usize| -> Result<Option<Vec<f64>>> {
         let read = |c: &LocalCluster| -> Option<Vec<f64>> { c.task_cpu_s().into_iter().map(|(_, cpu)| cpu).collect() };
         let feeds: Vec<(&Output, &Tensor)> = inputs.iter().take(workers).map(|(x, _)| (x, &fed)).collect();
