@@ -35,6 +35,10 @@ pub struct ClusterBenchRecord {
     pub median_us: f64,
     /// Repetitions per second at the median.
     pub per_second: f64,
+    /// Training steps: data bytes the tasks sent each other per step (the
+    /// `RecvTensor` answers, in the step's communication format).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_per_step: Option<f64>,
 }
 
 /// The middle value of `v` (the upper one of an even count).
@@ -64,7 +68,12 @@ fn median_per_run(reps: usize, iters: usize, mut f: impl FnMut(usize) -> Result<
 }
 
 fn record(name: &str, secs: f64) -> ClusterBenchRecord {
-    ClusterBenchRecord { name: name.into(), median_us: secs * 1e6, per_second: 1.0 / secs }
+    ClusterBenchRecord { name: name.into(), median_us: secs * 1e6, per_second: 1.0 / secs, bytes_per_step: None }
+}
+
+/// A training step's row: its median time and the bytes it moved.
+fn step_record(name: &str, (secs, bytes): (f64, f64)) -> ClusterBenchRecord {
+    ClusterBenchRecord { bytes_per_step: Some(bytes), ..record(name, secs) }
 }
 
 /// A spec of `ps` and `workers` tasks on free loopback ports.
@@ -161,8 +170,8 @@ pub fn bench(quick: bool) -> Result<Vec<ClusterBenchRecord>> {
     // synchronous training steps of the digits MLP, batch 64 split over the workers
     let digits = TrainConfig { batch: 64, ..TrainConfig::new(ModelKind::Mlp) };
     for workers in [1u32, 2, 4] {
-        let secs = sync_step_secs(&digits, workers, reps, iters / 20)?;
-        rows.push(record(&format!("mlp_sync_step_b64_{workers}workers"), secs));
+        let step = sync_step_secs(&digits, workers, reps, iters / 20)?;
+        rows.push(step_record(&format!("mlp_sync_step_b64_{workers}workers"), step));
     }
 
     // The 784-512-512-10 MLP, batch 64 of synthetic examples, variables on
@@ -182,8 +191,14 @@ pub fn bench(quick: bool) -> Result<Vec<ClusterBenchRecord>> {
         rows.push(record("mlp784_step_b64_in_process_2devices", secs));
     }
     for workers in [1u32, 2, 4] {
-        let secs = sync_step_secs(&wide, workers, reps, iters / 20)?;
-        rows.push(record(&format!("mlp784_sync_step_b64_{workers}workers"), secs));
+        let step = sync_step_secs(&wide, workers, reps, iters / 20)?;
+        rows.push(step_record(&format!("mlp784_sync_step_b64_{workers}workers"), step));
+    }
+    // the same at 2 workers in each narrower format: the bytes per step
+    // and what encoding and decoding them costs the step
+    for (name, comm) in [("f16", CommFormat::F16), ("bf16", CommFormat::Bf16), ("int8", CommFormat::Int8 { block: None })] {
+        let step = sync_step_secs(&TrainConfig { comm, ..wide.clone() }, 2, reps, iters / 20)?;
+        rows.push(step_record(&format!("mlp784_sync_step_b64_2workers_{name}"), step));
     }
     Ok(rows)
 }
@@ -268,7 +283,7 @@ fn synthetic_batch(n: usize, features: usize) -> Result<(Tensor, Tensor)> {
 /// Median time of one synchronous step of `cfg`'s model over a PS task and
 /// `workers` worker tasks on loopback (servers on threads of this process),
 /// `cfg.batch` split evenly over the workers.
-fn sync_step_secs(cfg: &TrainConfig, workers: u32, reps: usize, iters: usize) -> Result<f64> {
+fn sync_step_secs(cfg: &TrainConfig, workers: u32, reps: usize, iters: usize) -> Result<(f64, f64)> {
     let spec = loopback_spec(1, workers)?;
     let _servers = start_all(&spec)?;
     let ps = TaskId::new(Job::Ps, 0);
@@ -276,12 +291,17 @@ fn sync_step_secs(cfg: &TrainConfig, workers: u32, reps: usize, iters: usize) ->
     let devices: Vec<_> = (0..workers).map(|i| TaskId::new(Job::Worker, i).device()).collect();
     let features = model_features(cfg.model);
     let sg = build_sharded(&g, cfg, features, &[ps.device()], &devices)?;
-    let mut master = Master::connect(&spec, MasterOptions::default())?;
+    let options = MasterOptions { partition: flowlab_engine::PartitionOptions { format: cfg.comm, ..Default::default() }, ..Default::default() };
+    let mut master = Master::connect(&spec, options)?;
     master.register(&g)?;
     master.run(&[], &[], &[&sg.init])?;
     let (x, y) = synthetic_batch(cfg.batch / workers as usize, features)?;
     let feeds: Vec<(&Output, &Tensor)> = sg.xs.iter().zip(&sg.ys).flat_map(|(xi, yi)| [(xi, &x), (yi, &y)]).collect();
-    median_per_run(reps, iters, |_| master.run(&feeds, &[&sg.loss], &[&sg.train_op]).map(drop))
+    let before = master.traffic().bytes;
+    let secs = median_per_run(reps, iters, |_| master.run(&feeds, &[&sg.loss], &[&sg.train_op]).map(drop))?;
+    // a warm-up batch and `reps` timed ones
+    let steps = ((reps + 1) * iters).max(1) as f64;
+    Ok((secs, master.traffic().bytes.saturating_sub(before) as f64 / steps))
 }
 
 /// Loopback figures for the cluster simulator's network and fixed step
@@ -571,12 +591,31 @@ mod tests {
                 "mlp784_step_b64_in_process_2devices",
                 "mlp784_sync_step_b64_1workers",
                 "mlp784_sync_step_b64_2workers",
-                "mlp784_sync_step_b64_4workers"
+                "mlp784_sync_step_b64_4workers",
+                "mlp784_sync_step_b64_2workers_f16",
+                "mlp784_sync_step_b64_2workers_bf16",
+                "mlp784_sync_step_b64_2workers_int8"
             ]
         );
         for r in &rows {
             assert!(r.median_us > 0.0 && r.median_us < 1e6 && (r.per_second * r.median_us - 1e6).abs() < 1.0, "{r:?}");
         }
+        // a step moves every variable out to each worker and its gradient
+        // back, and with several workers each one's loss to ps:0: by hand,
+        // 64*128 + 128 + 128*10 + 10 = 9,610 parameters in the digits MLP,
+        // 784*512 + 512 + 512*512 + 512 + 512*10 + 10 = 669,706 in the wide one
+        let bytes = |name: &str| rows.iter().find(|r| r.name == name).and_then(|r| r.bytes_per_step).unwrap();
+        let moved = |params: f64, workers: f64, width: f64| 2.0 * workers * params * width + if workers > 1.0 { workers * width } else { 0.0 };
+        for (w, name) in [(1.0, "1workers"), (2.0, "2workers"), (4.0, "4workers")] {
+            assert_eq!(bytes(&format!("mlp_sync_step_b64_{name}")), moved(9_610.0, w, 4.0), "{name}");
+            assert_eq!(bytes(&format!("mlp784_sync_step_b64_{name}")), moved(669_706.0, w, 4.0), "{name}");
+        }
+        assert_eq!(bytes("mlp784_sync_step_b64_2workers_f16"), moved(669_706.0, 2.0, 2.0));
+        assert_eq!(bytes("mlp784_sync_step_b64_2workers_bf16"), moved(669_706.0, 2.0, 2.0));
+        // int8: a byte per value, and a little for the scales
+        let int8 = bytes("mlp784_sync_step_b64_2workers_int8");
+        assert!(int8 >= moved(669_706.0, 2.0, 1.0) && int8 < 1.05 * moved(669_706.0, 2.0, 1.0), "{int8}");
+        assert!(rows.iter().take(5).chain(rows.iter().skip(8).take(1)).all(|r| r.bytes_per_step.is_none()), "{rows:?}");
         // a network round trip costs more than a table lookup, and a gRPC
         // call more than the bare TCP round trip it rides on
         assert!(rows[1].median_us > rows[0].median_us, "{rows:?}");
