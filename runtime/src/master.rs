@@ -139,10 +139,10 @@ pub struct Traffic {
 impl Master {
     /// Reaches every task of `spec` (see the module comment).
     pub fn connect(spec: &ClusterSpec, opts: MasterOptions) -> Result<Master> {
-        // one thread carries every connection's calls: each step's futures
-        // wait on the caller's thread, and with two, the second mostly
-        // woke for single answers (the master's CPU per update of the 784
-        // MLP at 2 workers 405-442 us with two, 355-383 with one)
+        // one thread runs every step's calls (tasks on it; each step's
+        // caller waits on its own thread for them): with two, the second
+        // mostly woke for single answers (the master's CPU per update of
+        // the 784 MLP at 2 workers 405-442 us with two, 355-383 with one)
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("flowlab-master")

@@ -57,8 +57,8 @@
 //!   row; `calibrated_consumers` is the workers that fetched). With one
 //!   worker fetching, a transfer's CPU was measured as it costs two
 //!   processes alone on the cores, and the 2- and 4-worker points of
-//!   `catalog:distributed-mlp784` were predicted 18-25% short (13-22%
-//!   with every worker fetching; README).
+//!   `catalog:distributed-mlp784` were predicted 18-25% short (README:
+//!   the errors since).
 //! - predicted: the cluster simulator's step times for the same workers,
 //!   PS tasks, strategy, variables (sizes and greedy placement as the
 //!   runtime's) and format. What the runtime does, and how the simulator
