@@ -16,7 +16,7 @@ fn opts(devices: usize, format: CommFormat) -> SessionOptions {
     SessionOptions {
         threads: 1,
         devices: DeviceSet::local_cpus(devices),
-        partition: PartitionOptions { format, ..Default::default() },
+        partition: PartitionOptions::in_format(format),
         recv_timeout: Duration::from_secs(20),
         ..Default::default()
     }

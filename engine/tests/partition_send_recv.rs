@@ -100,7 +100,7 @@ fn node_sets_recvs_control_edges_and_keys() {
 fn formats_per_graph_and_per_edge() {
     let (g, _) = small();
     let p = DefaultPlacer.place(&g, &DeviceSet::local_cpus(2)).unwrap();
-    let mut opts = PartitionOptions { format: CommFormat::Bf16, ..Default::default() };
+    let mut opts = PartitionOptions::in_format(CommFormat::Bf16);
     opts.edge_formats.insert("c:0".into(), CommFormat::Int8 { block: Some(64) });
     let parts = partition_with(&g, &p, &opts).unwrap();
     let fmt = |edge: &str| parts.iter().flat_map(|p| &p.sends).find(|t| t.key.edge == edge).unwrap().format;

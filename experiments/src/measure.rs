@@ -483,7 +483,7 @@ fn send_recv_kernels(elems: usize, format: CommFormat) -> Result<(f64, f64), Str
     let y = g.device("/cpu:0").op("Neg").input(&x).build().map_err(|e| e.to_string())?;
     let z = g.device("/cpu:1").op("Neg").input(&y).build().map_err(|e| e.to_string())?;
     let mut opts = cpu_options(2, 1, None, LinkMap::default());
-    opts.partition = flowlab_engine::PartitionOptions { format, ..Default::default() };
+    opts.partition = flowlab_engine::PartitionOptions::in_format(format);
     let sess = Session::with_options(&g, opts).map_err(|e| e.to_string())?;
     let v = Tensor::from_vec((0..elems).map(|i| (i % 97) as f32 * 0.01).collect::<Vec<_>>(), vec![elems]).map_err(|e| e.to_string())?;
     let runs = traced_runs(&sess, &[(&x, &v)], &[&z], 3, 15)?;

@@ -725,7 +725,7 @@ fn session_for(g: &Graph, cfg: &TrainConfig) -> Result<Session> {
         SessionOptions {
             threads: cfg.threads,
             devices: DeviceSet::local_cpus(cfg.devices),
-            partition: PartitionOptions { format: cfg.comm, ..Default::default() },
+            partition: PartitionOptions::in_format(cfg.comm),
             links: LinkMap { all: cfg.link, ..Default::default() },
             ..Default::default()
         },

@@ -291,7 +291,7 @@ fn sync_step_secs(cfg: &TrainConfig, workers: u32, reps: usize, iters: usize) ->
     let devices: Vec<_> = (0..workers).map(|i| TaskId::new(Job::Worker, i).device()).collect();
     let features = model_features(cfg.model);
     let sg = build_sharded(&g, cfg, features, &[ps.device()], &devices)?;
-    let options = MasterOptions { partition: flowlab_engine::PartitionOptions { format: cfg.comm, ..Default::default() }, ..Default::default() };
+    let options = MasterOptions { partition: flowlab_engine::PartitionOptions::in_format(cfg.comm), ..Default::default() };
     let mut master = Master::connect(&spec, options)?;
     master.register(&g)?;
     master.run(&[], &[], &[&sg.init])?;
@@ -506,7 +506,7 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
         let taken = sources.iter().map(|c| on_worker.identity(c)).collect::<std::result::Result<Vec<_>, _>>()?;
         takes.push(on_worker.group(&format!("take_tensors_{w}"), &taken.iter().collect::<Vec<_>>())?);
     }
-    let options = MasterOptions { partition: flowlab_engine::PartitionOptions { format, ..Default::default() }, ..Default::default() };
+    let options = MasterOptions { partition: flowlab_engine::PartitionOptions::in_format(format), ..Default::default() };
     let mut master = Master::connect(&cluster.spec, options)?;
     master.register(&g)?;
     // per step: the master's CPU seconds, the wall time, then each task's

@@ -337,7 +337,7 @@ pub fn train_on_cluster_with(
     let devices: Vec<_> = workers.iter().map(|t| t.device()).collect();
     let ps_devices: Vec<_> = ps.iter().map(|t| t.device()).collect();
     let opts = how.master.clone();
-    let mut master = Master::connect(spec, MasterOptions { partition: PartitionOptions { format: cfg.comm, ..Default::default() }, ..opts })?;
+    let mut master = Master::connect(spec, MasterOptions { partition: PartitionOptions::in_format(cfg.comm), ..opts })?;
     let mut dropped = 0u64;
     let mut failed: Vec<String> = Vec::new();
     let n = workers.len();

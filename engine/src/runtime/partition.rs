@@ -37,7 +37,14 @@ pub struct PartitionOptions {
 
 impl Default for PartitionOptions {
     fn default() -> Self {
-        PartitionOptions { format: CommFormat::F32, edge_formats: HashMap::new() }
+        PartitionOptions::in_format(CommFormat::F32)
+    }
+}
+
+impl PartitionOptions {
+    /// Every transfer in `format`, no per-edge override.
+    pub fn in_format(format: CommFormat) -> Self {
+        PartitionOptions { format, edge_formats: HashMap::new() }
     }
 }
 

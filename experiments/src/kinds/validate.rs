@@ -357,7 +357,7 @@ fn measure_placement(
         links.all = Some(EmulatedLink::new(l.gbps, l.latency_us).map_err(|e| format!("invalid parameter `link`: {e}"))?);
     }
     let mut opts = measure::cpu_options(n, p.threads, Some(placement.clone()), links);
-    opts.partition = PartitionOptions { format: p.comm_format()?, ..Default::default() };
+    opts.partition = PartitionOptions::in_format(p.comm_format()?);
     let runner = StepRunner::new(model.clone(), init, opts)?;
     // The session shape the profile is taken in (n devices, every node on
     // the first): the one-device prediction describes that step.
@@ -414,7 +414,7 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     }
     let mut opts = PlacerOptions::new(cluster.clone());
     opts.sim = SimOptions {
-        partition: PartitionOptions { format: p.comm_format()?, ..Default::default() },
+        partition: PartitionOptions::in_format(p.comm_format()?),
         profile: profile.as_deref().cloned(),
         step: Some(model.step()),
         transfer_compute: host.transfer_compute.clone(),
@@ -902,7 +902,7 @@ mod tests {
         let mut opts = PlacerOptions::new(cluster.clone());
         opts.sim.step = Some(model.step());
         opts.sim.transfer_compute = host.transfer_compute.clone();
-        opts.sim.partition = PartitionOptions { format, ..Default::default() };
+        opts.sim.partition = PartitionOptions::in_format(format);
         opts.budget = std::time::Duration::ZERO;
         opts.iterations = Some(300);
         let prof = measure::profile_model(&measure::ProfileRequest { model: model_name.clone(), sizes: ZooSizes::default(), batch, threads: 1, devices: 2, warmup: 3, steps: 10 }, |_| {}).unwrap();
@@ -917,7 +917,7 @@ mod tests {
             let mut links = LinkMap::default();
             links.all = Some(EmulatedLink::new(gbps, latency_us).unwrap());
             let mut o = measure::cpu_options(n, 1, placement, links);
-            o.partition = PartitionOptions { format, ..Default::default() };
+            o.partition = PartitionOptions::in_format(format);
             let r = StepRunner::new(model.clone(), &init, o).unwrap();
             for _ in 0..3 {
                 r.step(false).unwrap();
