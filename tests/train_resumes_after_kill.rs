@@ -72,10 +72,11 @@ fn killed_twenty_times_it_resumes_each_time_and_ends_as_if_never_stopped() {
 fn bad_training_values_are_refused_naming_the_flag() {
     let empty = tempfile::NamedTempFile::new().unwrap();
     let empty_path = empty.path().to_str().unwrap();
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["--lr", "nan"], "--lr: must be a finite positive number (got NaN)"),
         (&["--lr=-0.5"], "--lr: must be a finite positive number (got -0.5)"),
-        (&["--threads", "0"], "--threads: must be at least 1 (got 0)"),
+        (&["--threads", "0"], "--threads: must be between 1 and 256 (got 0)"),
+        (&["--threads", "100000"], "--threads: must be between 1 and 256 (got 100000)"),
         (&["--checkpoint-dir", "/tmp", "--checkpoint-every", "0"], "--checkpoint-every: must be at least 1 step (got 0)"),
         (&["--data", empty_path], "--data: 0 examples give 0 to train on and 0 held out: at least 5 are needed"),
     ];

@@ -41,7 +41,7 @@ pub use ops::control_flow::{DEFAULT_PARALLEL_ITERATIONS, WhileOptions};
 pub use ops::queue::QueueHandle;
 pub use ops::rnn::LstmCellOutputs;
 pub use ops::{OpCost, op_cost, op_names};
-pub use runtime::{DefaultPlacer, Partition, PartitionOptions, Placement, Placer, Session, SessionOptions, Transfer};
+pub use runtime::{DefaultPlacer, MAX_THREADS, Partition, PartitionOptions, Placement, Placer, Session, SessionOptions, Transfer};
 pub use runtime::{partition, partition_with, step_graph, step_nodes};
 pub use tensor::{CpuStorage, DType, DeviceType, Element, PartialShape, Shape, Storage, Tensor, TensorType};
 pub use train::Optimizer;

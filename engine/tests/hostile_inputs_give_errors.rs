@@ -226,3 +226,14 @@ fn workspace_pool_ops_refuse_bad_windows_dtypes_and_sizes() {
     assert_eq!(out[0].dims(), [1, 4, 4, 2]);
     assert!(out[0].as_slice::<f32>().unwrap().iter().all(|&v| v == 0.0));
 }
+
+#[test]
+fn a_session_asked_for_more_threads_than_it_gives_a_device_is_refused() {
+    use flowlab_engine::{MAX_THREADS, SessionOptions};
+    let g = Graph::new();
+    g.constant(Tensor::from_vec(vec![1f32], [1]).unwrap()).unwrap();
+    let with = |threads: usize| Session::with_options(&g, SessionOptions { threads, ..Default::default() });
+    let e = with(100_000).err().map(|e| e.to_string());
+    assert_eq!(e.as_deref(), Some("threads: at most 256 per device, got 100000"));
+    assert!(with(MAX_THREADS).is_ok());
+}

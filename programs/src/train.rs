@@ -120,8 +120,8 @@ impl TrainConfig {
         if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
             return bad("learning_rate", format!("must be a finite positive number (got {})", self.learning_rate));
         }
-        if self.threads == 0 {
-            return bad("threads", "must be at least 1 (got 0)".into());
+        if self.threads == 0 || self.threads > flowlab_engine::MAX_THREADS {
+            return bad("threads", format!("must be between 1 and {} (got {})", flowlab_engine::MAX_THREADS, self.threads));
         }
         if self.devices == 0 {
             return bad("devices", "must be at least 1 (got 0)".into());

@@ -89,6 +89,20 @@ impl TaskId {
     }
 }
 
+/// Parses `worker:2@200`: a task and the update after which it is stopped
+/// (`flowlab train --kill` and the distributed kind's `kill`). The error
+/// says what is wrong; the caller names the flag or key.
+pub fn parse_kill(s: &str) -> std::result::Result<(TaskId, usize), String> {
+    let (task, step) = s.split_once('@').ok_or("expected TASK@STEP, e.g. worker:2@200")?;
+    let id = TaskId::parse(task).ok_or_else(|| format!("`{task}` is not a task like worker:2"))?;
+    let step: usize = step.parse().map_err(|_| format!("`{step}` is not an update number"))?;
+    // updates count from 1: at 0 the task would never be stopped
+    if step == 0 {
+        return Err("updates count from 1: a task stopped at update 0 would never be stopped".into());
+    }
+    Ok((id, step))
+}
+
 impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.job, self.index)
@@ -346,6 +360,21 @@ mod tests {
         assert_eq!(w1.device().to_string(), "/job:worker/replica:0/task:1/device:CPU:0");
         assert_eq!(TaskId::of_device(&w1.device()), Some(w1));
         assert_eq!(TaskId::parse("workers:1"), None);
+    }
+
+    #[test]
+    fn kills_parse_and_bad_ones_say_what_is_wrong() {
+        assert_eq!(parse_kill("worker:2@200"), Ok((TaskId::new(Job::Worker, 2), 200)));
+        assert_eq!(parse_kill("ps:0@1"), Ok((TaskId::new(Job::Ps, 0), 1)));
+        for (bad, want) in [
+            ("worker:2", "expected TASK@STEP, e.g. worker:2@200"),
+            ("gpu:1@3", "`gpu:1` is not a task like worker:2"),
+            ("ps:0@x", "`x` is not an update number"),
+            ("ps:0@-1", "`-1` is not an update number"),
+            ("ps:0@0", "updates count from 1: a task stopped at update 0 would never be stopped"),
+        ] {
+            assert_eq!(parse_kill(bad), Err(want.to_string()), "{bad}");
+        }
     }
 
     #[test]

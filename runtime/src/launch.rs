@@ -135,6 +135,11 @@ fn serve_here(spec: &ClusterSpec, id: TaskId, link: Option<EmulatedLink>) -> Res
     TaskServer::start_with_link(spec, id, listener, link)
 }
 
+/// The most tasks of one job a local cluster starts: each is a process on
+/// this host with its own port and threads (beyond that a host runs out of
+/// file descriptors before the cluster is up).
+pub const MAX_LOCAL_TASKS: u32 = 32;
+
 impl LocalCluster {
     /// Writes a spec with `ps` PS and `workers` worker tasks on free
     /// loopback ports and starts every task.
@@ -145,6 +150,11 @@ impl LocalCluster {
     /// [`LocalCluster::start`] with every task emulating `link` to the
     /// others (restarted tasks too).
     pub fn start_with_link(launcher: &Launcher, ps: u32, workers: u32, link: Option<EmulatedLink>) -> Result<LocalCluster> {
+        for (job, n) in [(Job::Ps, ps), (Job::Worker, workers)] {
+            if n == 0 || n > MAX_LOCAL_TASKS {
+                return Err(RuntimeError::Launch { task: format!("{job}"), message: format!("a local cluster has 1 to {MAX_LOCAL_TASKS} {job} tasks, got {n}") });
+            }
+        }
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
         let dir = std::env::temp_dir().join(format!("flowlab-cluster-{}-{nanos}", std::process::id()));
         let io = |what: String, e: std::io::Error| RuntimeError::Engine { message: format!("local cluster: {what}: {e}") };
@@ -335,6 +345,11 @@ mod tests {
         assert!(e.starts_with("cannot start task ps:0: /nonexistent/flowlab"), "{e}");
         // tasks on threads have no process clock of their own
         assert!(c.task_cpu_s().iter().all(|(_, cpu)| cpu.is_none()));
+        // a cluster this host cannot hold is refused before a port is taken
+        for (ps, workers, want) in [(1, 100_000, "cannot start task worker: a local cluster has 1 to 32 worker tasks, got 100000"), (0, 1, "cannot start task ps: a local cluster has 1 to 32 ps tasks, got 0")] {
+            let e = LocalCluster::start(&Launcher::Threads, ps, workers).err().map(|e| e.to_string());
+            assert_eq!(e.as_deref(), Some(want));
+        }
     }
 
     /// utime + stime of process `pid`, seconds (fields 14 and 15 of

@@ -35,9 +35,9 @@ pub mod pb {
 }
 
 pub use bench::{ClusterBenchRecord, LoopbackFigures, ProcessFigures, bench as bench_cluster, bench_floors, measure_loopback, measure_task_processes, process_cpu_s};
-pub use cluster::{ClusterSpec, Job, TaskId};
+pub use cluster::{ClusterSpec, Job, TaskId, parse_kill};
 pub use error::{Result, RuntimeError};
-pub use launch::{Launcher, LocalCluster};
+pub use launch::{Launcher, LocalCluster, MAX_LOCAL_TASKS};
 pub use net::{bind_task, connect_task};
 pub use master::{Master, MasterOptions, Traffic, link_arg};
 pub use train::{ClusterTrainReport, ClusterTraining, Hooks, Mode, train_on_cluster, train_on_cluster_with};

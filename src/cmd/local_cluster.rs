@@ -5,7 +5,7 @@
 
 use anyhow::{Context, bail};
 use flowlab_engine::EmulatedLink;
-use flowlab_runtime::{Launcher, LocalCluster, TaskId};
+use flowlab_runtime::{Launcher, LocalCluster, MAX_LOCAL_TASKS, TaskId};
 #[cfg(test)]
 use flowlab_runtime::Job;
 
@@ -24,18 +24,15 @@ pub fn parse_shape(s: &str) -> anyhow::Result<(u32, u32)> {
         }
     }
     match (ps, workers) {
-        (Some(p), Some(w)) if p >= 1 && w >= 1 => Ok((p, w)),
-        (Some(_), Some(_)) => bail!("--local-cluster {s}: needs at least 1 ps and 1 worker"),
+        (Some(p), Some(w)) if (1..=MAX_LOCAL_TASKS).contains(&p) && (1..=MAX_LOCAL_TASKS).contains(&w) => Ok((p, w)),
+        (Some(_), Some(_)) => bail!("--local-cluster {s}: needs 1 to {MAX_LOCAL_TASKS} ps and 1 to {MAX_LOCAL_TASKS} workers"),
         _ => bail!("--local-cluster {s}: give both ps=P and workers=W"),
     }
 }
 
 /// Parses `--kill worker:2@200`: the task and the update after which it dies.
 pub fn parse_kill(s: &str) -> anyhow::Result<(TaskId, usize)> {
-    let (task, step) = s.split_once('@').with_context(|| format!("--kill {s}: expected TASK@STEP, e.g. worker:2@200"))?;
-    let id = TaskId::parse(task).with_context(|| format!("--kill {s}: `{task}` is not a task like worker:2"))?;
-    let step: usize = step.parse().with_context(|| format!("--kill {s}: `{step}` is not a step number"))?;
-    Ok((id, step))
+    flowlab_runtime::parse_kill(s).map_err(|e| anyhow::anyhow!("--kill {s}: {e}"))
 }
 
 /// Starts a local cluster of `flowlab server` children (this binary), each
@@ -53,12 +50,12 @@ mod tests {
     fn shapes_parse_and_bad_ones_name_the_problem() {
         assert_eq!(parse_shape("ps=1,workers=4").unwrap(), (1, 4));
         assert_eq!(parse_shape("workers=2,ps=2").unwrap(), (2, 2));
-        for (bad, why) in [("ps=1", "both"), ("ps=1,workers=0", "at least 1"), ("ps=1,gpus=2", "unknown key `gpus`"), ("ps=x,workers=1", "`x`"), ("ps1", "key=count")] {
+        for (bad, why) in [("ps=1", "both"), ("ps=1,workers=0", "1 to 32 ps and 1 to 32 workers"), ("ps=1,workers=33", "1 to 32 ps and 1 to 32 workers"), ("ps=100000,workers=1", "1 to 32 ps"), ("ps=1,gpus=2", "unknown key `gpus`"), ("ps=x,workers=1", "`x`"), ("ps1", "key=count")] {
             let e = parse_shape(bad).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains(bad), "{bad}: {e}");
         }
         assert_eq!(parse_kill("worker:2@200").unwrap(), (TaskId::new(Job::Worker, 2), 200));
-        for (bad, why) in [("worker:2", "TASK@STEP"), ("gpu:1@3", "`gpu:1`"), ("ps:0@x", "`x`")] {
+        for (bad, why) in [("worker:2", "TASK@STEP"), ("gpu:1@3", "`gpu:1`"), ("ps:0@x", "`x`"), ("ps:0@0", "updates count from 1")] {
             let e = format!("{:#}", parse_kill(bad).unwrap_err());
             assert!(e.contains(why) && e.contains(bad), "{bad}: {e}");
         }

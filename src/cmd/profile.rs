@@ -51,8 +51,8 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         Some((n, "cpu")) => n.parse::<usize>().ok().filter(|n| (1..=16).contains(n)).with_context(|| format!("--devices {}: between 1 and 16 CPUs, e.g. `2xcpu`", a.devices))?,
         _ => bail!("--devices {}: write `Nxcpu`, e.g. `2xcpu`", a.devices),
     };
-    if a.threads == 0 {
-        bail!("--threads: must be at least 1 (got 0)");
+    if a.threads == 0 || a.threads > flowlab_engine::MAX_THREADS {
+        bail!("--threads: must be between 1 and {} (got {})", flowlab_engine::MAX_THREADS, a.threads);
     }
     if a.steps == 0 {
         bail!("--steps: must be at least 1 (got 0)");

@@ -50,7 +50,7 @@ pub struct TrainArgs {
     /// Adam learning rate.
     #[arg(long, default_value_t = 3e-3)]
     lr: f64,
-    /// Executor threads per device (1 = one thread each).
+    /// Executor threads per device (1 = one thread each; at most 256).
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// Local CPU devices to run on.

@@ -18,7 +18,7 @@ pub(crate) mod session;
 
 pub use partition::{Partition, PartitionOptions, Transfer, partition, partition_with};
 pub use placement::{DefaultPlacer, Placement, Placer};
-pub use session::{Session, SessionOptions};
+pub use session::{MAX_THREADS, Session, SessionOptions};
 
 use crate::error::Result;
 use crate::graph::{Graph, Node, NodeId};

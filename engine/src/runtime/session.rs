@@ -63,6 +63,11 @@ fn check_placement(graph: &Graph, p: &Placement, devices: &DeviceSet) -> Result<
     Ok(())
 }
 
+/// The most worker threads a session gives one device: each is an OS
+/// thread, and far more than a host's cores only adds switching (100,000
+/// asked for stalled the process for minutes instead of failing).
+pub const MAX_THREADS: usize = 256;
+
 /// Session settings. Build with `..Default::default()` so new fields do
 /// not break callers.
 #[derive(Clone, Debug)]
@@ -187,6 +192,9 @@ impl Session {
     /// no device matches, colocation conflicts, missing kernels, a given
     /// placement naming devices outside the set) surface here, naming the node.
     pub fn with_options(graph: &Graph, opts: SessionOptions) -> Result<Session> {
+        if opts.threads > MAX_THREADS {
+            return Err(EngineError::Config { key: "threads".into(), detail: format!("at most {MAX_THREADS} per device, got {}", opts.threads) });
+        }
         let threads = opts.threads.max(1);
         let placement_given = opts.placement.is_some();
         let placement = match opts.placement {

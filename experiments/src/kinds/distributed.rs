@@ -121,7 +121,7 @@ use std::time::{Duration, Instant};
 use flowlab_engine::{DeviceSet, Graph, Output, Session, SessionOptions, Tensor};
 use flowlab_hw::CommFormat;
 use flowlab_programs::datasets::{Dataset, builtin_digits};
-use flowlab_programs::train::{CheckpointConfig, ModelKind, TrainConfig, batch_tensors, build_async, build_backup, build_sharded, local_cpu, shard_variables};
+use flowlab_programs::train::{CheckpointConfig, ModelKind, TrainConfig, batch_tensors, build_async, build_backup, build_sharded, local_cpu, shard_variables, split_holdout};
 use flowlab_runtime::{ClusterTraining, Hooks, Job, LocalCluster, MasterOptions, Mode, TaskId, train_on_cluster_with};
 use flowlab_sim::cluster::{ClusterConfig, ModelRef, NetworkConfig, Strategy, TopologyKind, Workload, simulate};
 
@@ -188,8 +188,16 @@ fn default_reps() -> usize {
     5
 }
 
-const MAX_TASKS: usize = 32;
+const MAX_TASKS: usize = flowlab_runtime::MAX_LOCAL_TASKS as usize;
 const MAX_EPOCHS: usize = 1000;
+
+/// Examples the digits set trains on (all but the held-out fifth): the
+/// largest batch, which the calibration splits over the workers as the
+/// run does.
+fn train_examples() -> Result<usize, String> {
+    static N: std::sync::OnceLock<Result<usize, String>> = std::sync::OnceLock::new();
+    N.get_or_init(|| builtin_digits().map(|d| split_holdout(&d, 0).0.len()).map_err(|e| e.to_string())).clone()
+}
 
 const METRICS: &[&str] = &[
     "measured_step_s",
@@ -280,9 +288,7 @@ impl DistributedPoint {
     fn kill_at(&self) -> Result<Option<(TaskId, usize)>, String> {
         let Some(k) = &self.kill else { return Ok(None) };
         let bad = |why: String| format!("invalid parameter `kill`: `{k}`: {why}");
-        let (task, step) = k.split_once('@').ok_or_else(|| bad("expected TASK@STEP, e.g. worker:1@20".into()))?;
-        let id = TaskId::parse(task).ok_or_else(|| bad(format!("`{task}` is not a task like worker:1")))?;
-        let step: usize = step.parse().map_err(|_| bad(format!("`{step}` is not an update number")))?;
+        let (id, step) = flowlab_runtime::parse_kill(k).map_err(bad)?;
         let count = match id.job {
             Job::Ps => self.ps,
             Job::Worker => self.workers,
@@ -311,6 +317,10 @@ impl DistributedPoint {
         self.link.as_ref().map(LinkParams::check).transpose()?;
         if self.epochs == 0 || self.epochs > MAX_EPOCHS {
             return Err(format!("invalid parameter `epochs`: must be between 1 and {MAX_EPOCHS}, got {}", self.epochs));
+        }
+        let examples = train_examples()?;
+        if self.batch > examples {
+            return Err(format!("invalid parameter `batch`: at most the {examples} examples the digits set trains on, got {}", self.batch));
         }
         if self.batch == 0 || !self.batch.is_multiple_of(self.needed()) {
             return Err(format!(
@@ -808,6 +818,9 @@ mod tests {
             ("workers: 3\nbatch: 32", "multiple of the 3 gradients"),
             ("kill: worker:3@5\nworkers: 2", "the cluster has 2 worker tasks"),
             ("kill: worker:1", "TASK@STEP"),
+            ("kill: ps:0@0", "updates count from 1"),
+            ("batch: 100000000000", "`batch`: at most the 1438 examples the digits set trains on, got 100000000000"),
+            ("workers: 33", "`workers`: must be between 1 and 32, got 33"),
             ("strategy: async\nkill: worker:0@3", "only a ps task may be killed"),
             ("link: { gbps: 0, latency_us: 5 }", "`link.gbps`: must be a finite positive"),
             ("link: { gbps: 1, latency_us: -1 }", "`link.latency_us`"),

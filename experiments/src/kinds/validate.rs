@@ -121,7 +121,7 @@ fn default_warmup() -> usize {
 use flowlab_sim::zoo::MAX_BATCH;
 const MAX_DEVICES: usize = 16;
 const MAX_STEPS: usize = 100_000;
-const MAX_THREADS: usize = 256;
+const MAX_THREADS: usize = flowlab_engine::MAX_THREADS;
 
 const METRICS: &[&str] = &[
     "measured_step_s",
