@@ -461,7 +461,7 @@ impl NetworkConfig {
                     }
                     None => near_cube(devices, n),
                 };
-                let ports: usize = dims.iter().product();
+                let ports: usize = dims.iter().fold(1usize, |a, &d| a.saturating_mul(d));
                 if ports < devices {
                     return Err(too_few(ports, "raise network.dims"));
                 }
@@ -483,8 +483,9 @@ impl NetworkConfig {
                         k
                     }
                 };
-                if k * k * k / 4 < devices {
-                    return Err(too_few(k * k * k / 4, "raise network.k"));
+                let hosts = k.saturating_mul(k).saturating_mul(k) / 4;
+                if hosts < devices {
+                    return Err(too_few(hosts, "raise network.k"));
                 }
                 TopologyShape::FatTree { k }
             }
@@ -498,8 +499,8 @@ impl NetworkConfig {
                 positive("network.oversubscription", self.oversubscription)?;
                 let hpl = self.hosts_per_leaf as usize;
                 let leaves = self.leaves.map(|l| l as usize).unwrap_or(devices.div_ceil(hpl).max(1));
-                if leaves * hpl < devices {
-                    return Err(too_few(leaves * hpl, "raise network.leaves or network.hosts_per_leaf"));
+                if leaves.saturating_mul(hpl) < devices {
+                    return Err(too_few(leaves.saturating_mul(hpl), "raise network.leaves or network.hosts_per_leaf"));
                 }
                 TopologyShape::Clos {
                     leaves,
@@ -514,8 +515,8 @@ impl NetworkConfig {
                 }
                 let g = self.devices_per_host as usize;
                 let hosts = self.hosts.map(|h| h as usize).unwrap_or(devices.div_ceil(g).max(1));
-                if hosts * g < devices {
-                    return Err(too_few(hosts * g, "raise network.hosts or network.devices_per_host"));
+                if hosts.saturating_mul(g) < devices {
+                    return Err(too_few(hosts.saturating_mul(g), "raise network.hosts or network.devices_per_host"));
                 }
                 TopologyShape::Hierarchical {
                     hosts,
@@ -595,10 +596,18 @@ impl ClusterConfig {
     /// the topology and 64 B per worker. All-reduce points hold a few flows
     /// per rank instead of per pair. Checked against peak resident size:
     /// 16,384 workers x 17 PS, one step, estimate 248 MB for 246 MB
-    /// measured on star, 328 MB for 307 MB on fat_tree.
+    /// measured on star, 328 MB for 307 MB on fat_tree. The topology, which
+    /// `network.dims`, `k`, `leaves` or `hosts` may make far larger than the
+    /// devices need, adds 400 B per endpoint and 250 B per directed link:
+    /// 4 workers + 2 PS, one step, estimate against peak resident size, on
+    /// a 400 x 400 torus 225 MB for 215 MB, fat_tree k = 64 125 for 125,
+    /// Clos of 8,000 leaves 131 for 110, 80,000 hierarchical hosts 616 for
+    /// 478.
     pub fn memory_estimate_bytes(&self) -> f64 {
         let w = self.total_workers() as f64;
-        let devices = self.devices() as f64;
+        let (links, endpoints) = self.network.shape(self.devices()).map_or((0.0, 0.0), |s| (s.directed_links(), s.endpoints()));
+        // the route table's dense form covers the topology's endpoints
+        let devices = (self.devices() as f64).max(endpoints);
         let hops = match self.network.topology {
             TopologyKind::Star => 2.0,
             TopologyKind::Mesh => 1.0,
@@ -611,7 +620,7 @@ impl ClusterConfig {
         let pairs = if self.allreduce.is_some() { 4.0 * w } else { w * f64::from(self.ps.max(1)) };
         let per_pair = 24.0 + 2.0 * (300.0 + 32.0 * hops);
         let routes = if devices <= 4096.0 { devices * devices * 4.0 } else { 2.0 * pairs * (48.0 + 4.0 * hops) };
-        pairs * per_pair + routes + devices * 400.0 + w * 64.0
+        pairs * per_pair + routes + devices * 400.0 + w * 64.0 + links * 250.0
     }
 
     /// Range checks; each error names the offending key.
@@ -729,19 +738,55 @@ impl ClusterConfig {
             non_negative("checkpoint.cost_s", c.cost_s)?;
         }
         self.network.main_link()?;
-        self.network.shape(self.devices())?;
+        let shape = self.network.shape(self.devices())?;
         if let Some(available) = available_memory_bytes() {
             let need = self.memory_estimate_bytes();
             if need > available {
+                // a network given far more links than the tasks need is
+                // named by the key that sized it
+                let links = shape.directed_links();
+                let n = &self.network;
+                let sized_by = match (n.topology, &shape) {
+                    (TopologyKind::Torus2d | TopologyKind::Torus3d, _) if n.dims.is_some() => Some("network.dims"),
+                    (TopologyKind::FatTree, _) if n.k.is_some() => Some("network.k"),
+                    (_, TopologyShape::Clos { leaves, hosts_per_leaf, spines, .. }) => Some(if spines > hosts_per_leaf {
+                        "network.spines"
+                    } else if leaves > hosts_per_leaf && n.leaves.is_some() {
+                        "network.leaves"
+                    } else {
+                        "network.hosts_per_leaf"
+                    }),
+                    (_, TopologyShape::Hierarchical { hosts, devices_per_host, .. }) => {
+                        Some(if hosts >= devices_per_host && n.hosts.is_some() { "network.hosts" } else { "network.devices_per_host" })
+                    }
+                    _ => None,
+                };
+                let gb = |bytes: f64| if bytes < 1e13 { format!("{:.1} GB", bytes / 1e9) } else { format!("{:.2e} GB", bytes / 1e9) };
+                let count = |x: f64| if x < 1e12 { format!("{x:.0}") } else { format!("{x:.3e}") };
+                if let Some(key) = sized_by.filter(|_| links * 250.0 > need / 2.0) {
+                    return Err(SimError::param(
+                        key,
+                        format!(
+                            "a {} of {} endpoints and {} links needs about {} to simulate; this machine has {} available \
+                             (a smaller network: the {} devices fit in far fewer)",
+                            topology_name(self.network.topology),
+                            count(shape.endpoints()),
+                            count(links),
+                            gb(need),
+                            gb(available),
+                            self.devices()
+                        ),
+                    ));
+                }
                 return Err(SimError::param(
                     "workers",
                     format!(
-                        "{} workers and {} PS tasks need about {:.1} GB to simulate; this machine has {:.1} GB available \
+                        "{} workers and {} PS tasks need about {} to simulate; this machine has {} available \
                          (fewer workers or PS tasks, or a larger machine)",
                         self.total_workers(),
                         self.ps,
-                        need / 1e9,
-                        available / 1e9
+                        gb(need),
+                        gb(available)
                     ),
                 ));
             }

@@ -339,6 +339,51 @@ fn a_point_too_large_for_this_machine_is_rejected_before_it_runs() {
 }
 
 #[test]
+fn a_network_sized_far_beyond_its_tasks_is_rejected_naming_the_key_that_sized_it() {
+    // A few tasks on a network of 10^10 and more endpoints: its links
+    // alone outgrow any machine (a 100,000 x 100,000 torus was accepted
+    // and aborted on an allocation), and products of sizes that overflow
+    // 64 bits must not wrap into a small network.
+    for (network, key, endpoints) in [
+        ("{ topology: torus2d, dims: [100000, 100000] }", "network.dims", "10000000000 endpoints and 40000000000 links"),
+        ("{ topology: torus3d, dims: [4000000000, 4000000000, 4000000000] }", "network.dims", "6.400e28 endpoints"),
+        ("{ topology: fat_tree, k: 4000000000 }", "network.k", "1.600e28 endpoints and 9.600e28 links"),
+        ("{ topology: clos, leaves: 4000000000 }", "network.leaves", "64000000000 endpoints"),
+        ("{ topology: clos, spines: 4000000000 }", "network.spines", "16 endpoints and 8000000032 links"),
+        ("{ topology: clos, hosts_per_leaf: 4000000000 }", "network.hosts_per_leaf", "4000000000 endpoints"),
+        ("{ topology: hierarchical, hosts: 4000000000 }", "network.hosts", "32000000000 endpoints"),
+        ("{ topology: hierarchical, devices_per_host: 4000000000 }", "network.devices_per_host", "4000000000 endpoints"),
+    ] {
+        let e = yaml(&format!("model: inception_v3\nworkers: 4\nps: 2\nnetwork: {network}\n")).validate().unwrap_err().to_string();
+        assert!(e.contains(&format!("`{key}`")) && e.contains(endpoints) && e.contains("GB to simulate"), "{network}: {e}");
+    }
+    // The same networks at sizes a lab has are accepted.
+    for network in ["{ topology: torus2d, dims: [64, 64] }", "{ topology: fat_tree, k: 32 }", "{ topology: clos, leaves: 512, spines: 64 }"] {
+        let c = yaml(&format!("model: inception_v3\nworkers: 4\nps: 2\nnetwork: {network}\n"));
+        assert!(c.validate().is_ok(), "{network}");
+    }
+}
+
+#[test]
+fn topology_sizes_in_closed_form_are_the_built_topologies() {
+    use crate::network::topology::{LinkParams, Topology, TopologyShape};
+    let intra = LinkParams::from_gbps(100.0, 1.0);
+    for shape in [
+        TopologyShape::Star { endpoints: 7 },
+        TopologyShape::Ring { endpoints: 5 },
+        TopologyShape::Mesh { endpoints: 6 },
+        TopologyShape::Torus { dims: vec![4, 3] },
+        TopologyShape::Torus { dims: vec![2, 3, 1] },
+        TopologyShape::FatTree { k: 6 },
+        TopologyShape::Clos { leaves: 3, hosts_per_leaf: 4, spines: 2, oversubscription: 1.0 },
+        TopologyShape::Hierarchical { hosts: 3, devices_per_host: 4, intra },
+    ] {
+        let t = Topology::build(&shape, LinkParams::from_gbps(10.0, 1.0)).unwrap();
+        assert_eq!((shape.directed_links(), shape.endpoints()), (t.links().len() as f64, t.endpoint_count() as f64), "{shape:?}");
+    }
+}
+
+#[test]
 fn a_ring_on_a_torus_takes_the_closed_form_time() {
     // 64 ranks on an 8x8 torus, 10 Gbit/s, 5 us per link, S = 4e8 bytes
     // (1e8 f32): the uncongested ring takes 2(p-1)/p * S/B + 2(p-1) hops of

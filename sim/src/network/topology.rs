@@ -73,6 +73,45 @@ pub enum TopologyShape {
     },
 }
 
+impl TopologyShape {
+    /// Directed links the shape builds (two per cable), counted in closed
+    /// form before anything is built, in f64 so that no size overflows:
+    /// what a topology costs in memory grows with it.
+    pub fn directed_links(&self) -> f64 {
+        let cables = match self {
+            TopologyShape::Star { endpoints } | TopologyShape::Ring { endpoints } => *endpoints as f64,
+            TopologyShape::Mesh { endpoints } => {
+                let e = *endpoints as f64;
+                e * (e - 1.0) / 2.0
+            }
+            TopologyShape::Torus { dims } => {
+                let total: f64 = dims.iter().map(|&d| d as f64).product();
+                // a dimension of 2 has one cable per pair, of 1 none
+                dims.iter().map(|&d| if d > 2 { total } else if d == 2 { total / 2.0 } else { 0.0 }).sum()
+            }
+            TopologyShape::FatTree { k } => {
+                // host-edge, edge-aggregation and aggregation-core: k^3/4 each
+                let k = *k as f64;
+                3.0 * k * k * k / 4.0
+            }
+            TopologyShape::Clos { leaves, hosts_per_leaf, spines, .. } => *leaves as f64 * (*hosts_per_leaf as f64 + *spines as f64),
+            TopologyShape::Hierarchical { hosts, devices_per_host, .. } => *hosts as f64 * (*devices_per_host as f64 + 1.0),
+        };
+        2.0 * cables
+    }
+
+    /// Endpoints the shape builds, in f64 (see `directed_links`).
+    pub fn endpoints(&self) -> f64 {
+        match self {
+            TopologyShape::Star { endpoints } | TopologyShape::Ring { endpoints } | TopologyShape::Mesh { endpoints } => *endpoints as f64,
+            TopologyShape::Torus { dims } => dims.iter().map(|&d| d as f64).product(),
+            TopologyShape::FatTree { k } => (*k as f64).powi(3) / 4.0,
+            TopologyShape::Clos { leaves, hosts_per_leaf, .. } => *leaves as f64 * *hosts_per_leaf as f64,
+            TopologyShape::Hierarchical { hosts, devices_per_host, .. } => *hosts as f64 * *devices_per_host as f64,
+        }
+    }
+}
+
 /// One directed link: its ends and parameters.
 #[derive(Debug, Clone)]
 pub struct Link {
