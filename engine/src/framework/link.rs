@@ -35,15 +35,35 @@ pub struct EmulatedLink {
     pub latency_us: f64,
 }
 
+/// The slowest and fastest emulated bandwidths (Gbit/s: 1 kbit/s to
+/// 1 Pbit/s) and the longest latency (µs: 10 s). Beyond them a transfer's
+/// delay outgrows what a step can wait (a latency of 1e300 µs overflowed
+/// the delay and panicked; 1e12 µs hung the step for days).
+pub const MIN_LINK_GBPS: f64 = 1e-6;
+pub const MAX_LINK_GBPS: f64 = 1e6;
+pub const MAX_LINK_LATENCY_US: f64 = 1e7;
+
+/// A value as a person reads it: exponent notation where plain digits
+/// would run to hundreds.
+fn shown(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-3..1e7).contains(&v.abs()) { format!("{v:e}") } else { format!("{v}") }
+}
+
 impl EmulatedLink {
-    /// A link, refusing a bandwidth that is not finite and positive or a
-    /// latency that is not finite and non-negative.
+    /// A link, refusing a bandwidth outside `MIN_LINK_GBPS..=MAX_LINK_GBPS`
+    /// or a latency outside `0..=MAX_LINK_LATENCY_US` (NaN included).
     pub fn new(gbps: f64, latency_us: f64) -> Result<EmulatedLink> {
-        if !(gbps.is_finite() && gbps > 0.0) {
-            return Err(EngineError::Config { key: "link.gbps".into(), detail: format!("must be a finite positive bandwidth, got {gbps}") });
+        if !(MIN_LINK_GBPS..=MAX_LINK_GBPS).contains(&gbps) {
+            return Err(EngineError::Config {
+                key: "link.gbps".into(),
+                detail: format!("must be a bandwidth from {MIN_LINK_GBPS:e} to {MAX_LINK_GBPS:e} Gbit/s, got {}", shown(gbps)),
+            });
         }
-        if !(latency_us.is_finite() && latency_us >= 0.0) {
-            return Err(EngineError::Config { key: "link.latency_us".into(), detail: format!("must be finite and not negative, got {latency_us}") });
+        if !(0.0..=MAX_LINK_LATENCY_US).contains(&latency_us) {
+            return Err(EngineError::Config {
+                key: "link.latency_us".into(),
+                detail: format!("must be from 0 to {MAX_LINK_LATENCY_US:e} us (10 s), got {}", shown(latency_us)),
+            });
         }
         Ok(EmulatedLink { gbps, latency_us })
     }
@@ -61,7 +81,9 @@ impl EmulatedLink {
 
     /// How long `bytes` take: latency plus serialization.
     pub fn transfer_time(&self, bytes: u64) -> Duration {
-        Duration::from_secs_f64(self.latency_us * 1e-6 + bytes as f64 * 8.0 / (self.gbps * 1e9))
+        // within the bounds at most 2^64 bytes at 1 kbit/s, 1.5e17 s: below
+        // `Duration::MAX`; a link built without `new` saturates there
+        Duration::try_from_secs_f64(self.latency_us * 1e-6 + bytes as f64 * 8.0 / (self.gbps * 1e9)).unwrap_or(Duration::MAX)
     }
 }
 
@@ -253,7 +275,21 @@ mod tests {
         assert_eq!(EmulatedLink::parse("100mbps,2ms").unwrap(), EmulatedLink { gbps: 0.1, latency_us: 2000.0 });
         assert_eq!(EmulatedLink::parse("10gbps").unwrap(), EmulatedLink { gbps: 10.0, latency_us: 0.0 });
         let e = EmulatedLink::parse("0gbps,5us").unwrap_err().to_string();
-        assert!(e.contains("must be a finite positive bandwidth, got 0"), "{e}");
+        assert!(e.contains("link.gbps: must be a bandwidth from 1e-6 to 1e6 Gbit/s, got 0"), "{e}");
+        for (bad, want) in [
+            ("1e-300gbps,1us", "link.gbps: must be a bandwidth from 1e-6 to 1e6 Gbit/s, got 1e-300"),
+            ("NaNgbps,1us", "got NaN"),
+            ("1gbps,1e300us", "link.latency_us: must be from 0 to 1e7 us (10 s), got 1e300"),
+            ("1gbps,-1us", "got -1"),
+        ] {
+            let e = EmulatedLink::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
+        // the slowest link's largest transfer still has a delay
+        // (2^64 bytes x 8 bits at 1,000 bit/s, plus 10 s: 1.4757e17 s)
+        let slowest = EmulatedLink::new(MIN_LINK_GBPS, MAX_LINK_LATENCY_US).unwrap().transfer_time(u64::MAX).as_secs_f64();
+        assert!((slowest / (2f64.powi(64) * 8.0 / 1e3 + 10.0) - 1.0).abs() < 1e-12, "{slowest}");
+        assert_eq!(EmulatedLink { gbps: 1e-300, latency_us: 0.0 }.transfer_time(1), Duration::MAX);
         assert!(EmulatedLink::parse("5,50").is_err());
         // 1 MB at 8 Gbit/s is 1 ms, plus 0.5 ms latency.
         let t = EmulatedLink::new(8.0, 500.0).unwrap().transfer_time(1_000_000);

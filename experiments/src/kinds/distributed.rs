@@ -822,7 +822,8 @@ mod tests {
             ("batch: 100000000000", "`batch`: at most the 1438 examples the digits set trains on, got 100000000000"),
             ("workers: 33", "`workers`: must be between 1 and 32, got 33"),
             ("strategy: async\nkill: worker:0@3", "only a ps task may be killed"),
-            ("link: { gbps: 0, latency_us: 5 }", "`link.gbps`: must be a finite positive"),
+            ("link: { gbps: 0, latency_us: 5 }", "`link.gbps`: must be a bandwidth from 1e-6 to 1e6 Gbit/s, got 0"),
+            ("link: { gbps: 1, latency_us: 1e300 }", "`link.latency_us`: must be from 0 to 1e7 us (10 s), got 1e300"),
             ("link: { gbps: 1, latency_us: -1 }", "`link.latency_us`"),
             ("link: { gbps: 1, latency: 5 }", "latency"),
         ] {

@@ -85,16 +85,13 @@ pub(crate) struct LinkParams {
 }
 
 impl LinkParams {
-    /// Refuses a bandwidth that is not finite and positive or a latency
-    /// that is not finite and non-negative, naming the key.
+    /// Refuses what the engine's emulation refuses (bandwidth and latency
+    /// bounds, `EmulatedLink::new`), naming the key.
     pub(crate) fn check(&self) -> Result<EmulatedLink, String> {
-        if !(self.gbps.is_finite() && self.gbps > 0.0) {
-            return Err(format!("invalid parameter `link.gbps`: must be a finite positive number of Gbit/s, got {}", self.gbps));
-        }
-        if !(self.latency_us.is_finite() && self.latency_us >= 0.0) {
-            return Err(format!("invalid parameter `link.latency_us`: must be zero or positive, got {}", self.latency_us));
-        }
-        EmulatedLink::new(self.gbps, self.latency_us).map_err(|e| format!("invalid parameter `link`: {e}"))
+        EmulatedLink::new(self.gbps, self.latency_us).map_err(|e| match e {
+            flowlab_engine::EngineError::Config { key, detail } => format!("invalid parameter `{key}`: {detail}"),
+            other => format!("invalid parameter `link`: {other}"),
+        })
     }
 }
 
