@@ -322,6 +322,13 @@ fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
     // master's and the two tasks') fits in its wall time on the host's cores
     assert_eq!(num(m, "calibrated_between_processes"), 1.0, "{row}");
     assert!(num(m, "calibrated_recv_producer_cpu_us") > 0.0 && num(m, "calibrated_recv_consumer_cpu_us") > 0.0, "{row}");
+    assert!(num(m, "calibrated_push_producer_cpu_us") > 0.0 && num(m, "calibrated_push_consumer_cpu_us") > 0.0, "{row}");
+    // a step fetches every variable and pushes every gradient, as many of
+    // each: the PS's and a worker's end of a tensor together are charged
+    // the mean of a fetch's and a push's CPU at every process
+    let ends = num(m, "sim_ps_transfer_us") + num(m, "sim_worker_transfer_us");
+    let mean = (num(m, "calibrated_recv_cpu_us") + num(m, "calibrated_push_cpu_us")) / 2.0;
+    assert!((ends - mean).abs() < 1e-9 * mean, "{row}");
     // every worker of the point fetched the tensors at once
     assert_eq!(num(m, "calibrated_consumers"), 2.0, "{row}");
     let step_cpu = num(m, "calibrated_step_master_cpu_us") + num(m, "calibrated_step_tasks_cpu_us");

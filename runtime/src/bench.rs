@@ -430,6 +430,15 @@ pub struct ProcessFigures {
     /// The master's (this process's) CPU time per transfer: about none,
     /// the tasks move the tensors between themselves.
     pub recv_master_cpu_s: f64,
+    /// The same three for the other direction, as gradients go: each
+    /// worker's tensors taken on ps:0, which calls every worker at once
+    /// (the workers produce, the PS consumes). Two processes' ends of one
+    /// tensor cost differently by direction: in one sitting a fetch took
+    /// 86-90 us at the PS and 98-102 at a worker, a push 91 at the worker
+    /// and 74 at the PS (the 784 MLP, 2 workers).
+    pub push_producer_cpu_s: f64,
+    pub push_consumer_cpu_s: f64,
+    pub push_master_cpu_s: f64,
     /// Wall time of the empty step (one `RunGraph` on each task, a
     /// constant fetched from each).
     pub step_overhead_s: f64,
@@ -448,7 +457,7 @@ pub struct ProcessFigures {
 /// the host has no per-process CPU clocks), where [`measure_loopback`] is
 /// the measurement.
 ///
-/// Three steps run in alternating batches of 20, `reps` rounds after a
+/// Four steps run in alternating batches of 20, `reps` rounds after a
 /// warm-up round: the *pair* step (a constant fetched from ps:0 and
 /// worker:0: one `RunGraph` on each of two tasks; worker:0 is fed
 /// `feed_floats` floats, taken by an `Identity` under a target, as a
@@ -457,11 +466,13 @@ pub struct ProcessFigures {
 /// step: the empty step with every tensor, a constant on ps:0, received on
 /// every worker at once (one `RecvTensor` each, the worker calling the PS,
 /// as a fetch of variables does) and taken there by an `Identity` under a
-/// target. Each
-/// batch reads every process's CPU clock before and after; the figures are
-/// medians over the batches, a transfer's CPU at each end the difference
-/// of the moving and the empty step's over the transfers, and the step
-/// figures the pair step's.
+/// target; and the *pushing* step: the empty step with every worker's own
+/// tensors of the same sizes taken on ps:0 (one `RecvTensor` each, the PS
+/// calling every worker at once, as a synchronous step takes the
+/// gradients). Each batch reads every process's CPU clock before and
+/// after; the figures are medians over the batches, a transfer's CPU at
+/// each end the difference of the moving (or pushing) and the empty
+/// step's over the transfers, and the step figures the pair step's.
 ///
 /// Why several consumers: a synchronous step of n workers fetches the
 /// variables n times at once, and what a transfer costs the cores grows
@@ -506,6 +517,18 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
         let taken = sources.iter().map(|c| on_worker.identity(c)).collect::<std::result::Result<Vec<_>, _>>()?;
         takes.push(on_worker.group(&format!("take_tensors_{w}"), &taken.iter().collect::<Vec<_>>())?);
     }
+    // the other direction, as a synchronous step's gradients go: every
+    // worker's own tensors of the same sizes, taken on ps:0 (which calls
+    // each worker for them)
+    let mut pushed = Vec::with_capacity(consumers * tensor_floats.len());
+    for on_worker in &on_workers {
+        for (i, &n) in tensor_floats.iter().enumerate() {
+            let values: Vec<f32> = (0..n.max(1)).map(|j| ((i + 2 * j) % 11) as f32 * 0.5 - 2.0).collect();
+            let c = on_worker.constant(Tensor::from_vec(values, vec![n.max(1)])?)?;
+            pushed.push(on_ps.identity(&c)?);
+        }
+    }
+    let push_take = on_ps.group("take_pushed", &pushed.iter().collect::<Vec<_>>())?;
     let options = MasterOptions { partition: flowlab_engine::PartitionOptions::in_format(format), ..Default::default() };
     let mut master = Master::connect(&cluster.spec, options)?;
     master.register(&g)?;
@@ -530,24 +553,29 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
     };
     let all: Vec<&Output> = fetch_all.iter().collect();
     let targets: Vec<&Output> = takes.iter().collect();
-    let (mut pair, mut empty, mut moving) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut pair, mut empty, mut moving, mut pushing) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for rep in 0..=reps.max(1) {
-        let (Some(a), Some(b), Some(c)) = (batch(&all[..2], &[], 1)?, batch(&all, &[], consumers)?, batch(&all, &targets, consumers)?) else { return Ok(None) };
+        let (Some(a), Some(b), Some(c), Some(d)) = (batch(&all[..2], &[], 1)?, batch(&all, &[], consumers)?, batch(&all, &targets, consumers)?, batch(&all, &[&push_take], consumers)?) else { return Ok(None) };
         // the first round warms the steps' plans, the connections and the pages
         if rep > 0 {
             pair.push(a);
             empty.push(b);
             moving.push(c);
+            pushing.push(d);
         }
     }
     let col = |v: &[Vec<f64>], i: usize| median(v.iter().map(|r| r[i]).collect());
     let transfers = (tensor_floats.len() * consumers) as f64;
     let per_transfer = |cols: std::ops::Range<usize>| (cols.map(|i| col(&moving, i) - col(&empty, i)).sum::<f64>() / transfers).max(0.0);
+    let per_push = |cols: std::ops::Range<usize>| (cols.map(|i| col(&pushing, i) - col(&empty, i)).sum::<f64>() / transfers).max(0.0);
     // columns: 0 master, 1 wall, 2 ps:0, 3.. the workers
     Ok(Some(ProcessFigures {
         recv_producer_cpu_s: per_transfer(2..3),
         recv_consumer_cpu_s: per_transfer(3..3 + consumers),
         recv_master_cpu_s: per_transfer(0..1),
+        push_producer_cpu_s: per_push(3..3 + consumers),
+        push_consumer_cpu_s: per_push(2..3),
+        push_master_cpu_s: per_push(0..1),
         step_overhead_s: col(&pair, 1),
         step_master_cpu_s: col(&pair, 0),
         step_tasks_cpu_s: col(&pair, 2) + col(&pair, 3),

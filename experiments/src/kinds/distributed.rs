@@ -52,7 +52,9 @@
 //!   empty step of ps:0 and worker:0 (the worker fed its shard of the
 //!   batch, as the master feeds it), and per `RecvTensor` of the model's
 //!   own variables in the point's format at each end, every worker
-//!   fetching them at once as the point's steps do (the in-process
+//!   fetching them at once as the point's steps do, and per tensor of the
+//!   same sizes pushed, ps:0 taking every worker's at once as it takes
+//!   the gradients (the in-process
 //!   figures, a 4-float tensor with both ends in one process, stay in the
 //!   row; `calibrated_consumers` is the workers that fetched). With one
 //!   worker fetching, a transfer's CPU was measured as it costs two
@@ -72,7 +74,9 @@
 //!     thread): every tensor moved is one `RecvTensor`. Each task is the
 //!     producer of half of its tensors (the PS of the fetched variables,
 //!     the worker of the gradients) and the consumer of the other half, so
-//!     each end is charged the mean of the two, half the transfer's CPU
+//!     each end is charged the mean of its two roles: between processes
+//!     each is measured (`TransferEnds`: a fetch's and a push's end at the
+//!     PS, at a worker); on threads, half the transfer's CPU
 //!     (`CPU_SHARE_PER_END`). The PS's end is `ps_transfer_us` per tensor
 //!     it holds, FIFO on the PS with the other workers' requests, and the
 //!     step waits for it; the worker's end of its 2V fetched and pushed
@@ -231,6 +235,9 @@ const METRICS: &[&str] = &[
     "calibrated_in_process_step_cpu_us",
     "calibrated_recv_producer_cpu_us",
     "calibrated_recv_consumer_cpu_us",
+    "calibrated_push_producer_cpu_us",
+    "calibrated_push_consumer_cpu_us",
+    "calibrated_push_cpu_us",
     "calibrated_step_master_cpu_us",
     "calibrated_step_tasks_cpu_us",
     "calibrated_consumers",
@@ -475,12 +482,32 @@ struct SimInputs {
     transfers: usize,
 }
 
-/// The part of a transfer's CPU time charged to each of its two ends: a
-/// task produces half of the tensors it moves and consumes the other half
-/// (module comment), so each end spends the mean of the producer's and
-/// the consumer's CPU, half of the transfer's (between processes the two
-/// are measured apart: about 40% and 60% of it here).
+/// The part of a transfer's CPU time charged to each of its two ends when
+/// the ends are not measured apart (tasks on threads): a task produces
+/// half of the tensors it moves and consumes the other half (module
+/// comment), so each end spends the mean of the producer's and the
+/// consumer's CPU, half of the transfer's.
 const CPU_SHARE_PER_END: f64 = 0.5;
+
+/// The CPU time one tensor moved costs the PS's end and a worker's end,
+/// each the mean over a step's two directions (every variable fetched
+/// from the PS, every gradient taken by it: as many of each), with the
+/// master's small share split between them.
+#[derive(Clone, Copy, Debug)]
+struct TransferEnds {
+    ps_s: f64,
+    worker_s: f64,
+}
+
+impl TransferEnds {
+    fn of(f: &flowlab_runtime::ProcessFigures) -> TransferEnds {
+        let master = (f.recv_master_cpu_s + f.push_master_cpu_s) / 4.0;
+        TransferEnds {
+            ps_s: (f.recv_producer_cpu_s + f.push_consumer_cpu_s) / 2.0 + master,
+            worker_s: (f.recv_consumer_cpu_s + f.push_producer_cpu_s) / 2.0 + master,
+        }
+    }
+}
 
 /// The simulator's inputs for point `p` from the calibrated figures.
 #[allow(clippy::too_many_arguments)]
@@ -493,6 +520,7 @@ fn predict_inputs(
     compute_s: f64,
     apply_s: f64,
     link: &flowlab_runtime::LoopbackFigures,
+    ends: Option<TransferEnds>,
     emulated: Option<flowlab_engine::EmulatedLink>,
 ) -> SimInputs {
     // a worker's step moves every variable out and every gradient back,
@@ -504,6 +532,8 @@ fn predict_inputs(
     // sitting while the runs saw the load of the whole sweep; dividing by
     // it predicted 1 PS + 1 worker up to +112%)
     let per_end_us = link.recv_cpu_s * 1e6 * CPU_SHARE_PER_END;
+    // between processes each end is measured, in both directions
+    let (ps_end_us, worker_end_us) = ends.map_or((per_end_us, per_end_us), |e| (e.ps_s * 1e6, e.worker_s * 1e6));
     // the calibration's empty step runs one RunGraph on each of two tasks;
     // a synchronous step runs one on every worker and PS task, over the
     // `needed` gradients; an asynchronous worker's (or a backup worker's
@@ -524,13 +554,13 @@ fn predict_inputs(
         compute_s,
         examples_per_step: (p.batch / needed) as u64,
         ps_request_us,
-        ps_transfer_us: per_end_us,
+        ps_transfer_us: ps_end_us,
         // the master's and the tasks' CPU of the step's RunGraph calls, and
         // the worker's end of its loss transfer
-        step_overhead_us: step_cpu_us + (transfers - 2 * vars.len()) as f64 * per_end_us,
+        step_overhead_us: step_cpu_us + (transfers - 2 * vars.len()) as f64 * worker_end_us,
         // the worker's end of each fetched variable and pushed gradient:
         // it pipelines with the PS's end, which the step waits for
-        worker_transfer_us: per_end_us,
+        worker_transfer_us: worker_end_us,
         // the rest of the empty step's wall time is waiting; and an
         // emulated link delays the tensors of one direction one behind
         // the other, a latency each, where the simulator has 3 (a fetch's
@@ -672,7 +702,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
 
     // the prediction (module comment: what the runtime does and how each
     // part is given to the simulator)
-    let model = predict_inputs(p, &vars, needed, largest, total, compute_s, apply_s, &link, emulated);
+    let model = predict_inputs(p, &vars, needed, largest, total, compute_s, apply_s, &link, between.as_ref().map(TransferEnds::of), emulated);
     // the simulator's `workers` are the gradients a synchronous step needs
     // (backups on top), or every asynchronous worker; its step commits
     // that many gradients
@@ -761,6 +791,9 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     if let Some(f) = &between {
         put("calibrated_recv_producer_cpu_us", f.recv_producer_cpu_s * 1e6);
         put("calibrated_recv_consumer_cpu_us", f.recv_consumer_cpu_s * 1e6);
+        put("calibrated_push_producer_cpu_us", f.push_producer_cpu_s * 1e6);
+        put("calibrated_push_consumer_cpu_us", f.push_consumer_cpu_s * 1e6);
+        put("calibrated_push_cpu_us", (f.push_producer_cpu_s + f.push_consumer_cpu_s + f.push_master_cpu_s) * 1e6);
         put("calibrated_step_master_cpu_us", f.step_master_cpu_s * 1e6);
         put("calibrated_step_tasks_cpu_us", f.step_tasks_cpu_s * 1e6);
         put("calibrated_consumers", f.consumers as f64);
@@ -797,6 +830,9 @@ mod tests {
     const PROCESS_METRICS: &[&str] = &[
         "calibrated_recv_producer_cpu_us",
         "calibrated_recv_consumer_cpu_us",
+        "calibrated_push_producer_cpu_us",
+        "calibrated_push_consumer_cpu_us",
+        "calibrated_push_cpu_us",
         "calibrated_step_master_cpu_us",
         "calibrated_step_tasks_cpu_us",
         "calibrated_consumers",
