@@ -165,6 +165,58 @@ fn fusing_device(cluster: &VirtualCluster) -> Option<flowlab_engine::DeviceType>
     }
 }
 
+/// The most picoseconds a step may need at worst: a quarter of `u64`'s
+/// range (4.6e6 s), so that no sum of event times in the replay can wrap.
+const CLOCK_RANGE_PS: f64 = (1u64 << 62) as f64;
+
+/// Refuses a step whose ops and transfers could outrun the replay's clock,
+/// naming the slowest op: every op run one after the other at the slowest
+/// speed contention gives it, and every tensor sent to every other device
+/// over the slowest link, bound every event time, and beyond `u64` they
+/// would wrap (a profile pricing MatMul at 1e9 s gave a 232 us step).
+#[allow(clippy::too_many_arguments)]
+fn check_clock_range(
+    graph: &SimGraph,
+    ndev: usize,
+    times: &[u64],
+    shares: &[f64],
+    contention: &[f64],
+    wire_bytes: &[u64],
+    (send_ps, recv_ps): (&[u64], &[u64]),
+    (latency_ps, ps_per_byte): (&[f64], &[f64]),
+) -> Result<(), SimError> {
+    let slowest_speed = shares.iter().chain(contention).copied().fold(1.0f64, f64::min);
+    let mut ops = 0.0;
+    let mut slowest = (0.0, 0);
+    for i in 0..graph.len() {
+        let t = times[i * ndev..(i + 1) * ndev].iter().copied().max().unwrap_or(0) as f64;
+        ops += t;
+        if t > slowest.0 {
+            slowest = (t, i);
+        }
+    }
+    let max_latency = latency_ps.iter().copied().fold(0.0, f64::max);
+    let max_ps_per_byte = ps_per_byte.iter().copied().fold(0.0, f64::max);
+    let sends = ndev.saturating_sub(1).max(1) as f64;
+    let transfers: f64 =
+        (0..wire_bytes.len()).map(|s| sends * (max_latency + wire_bytes[s] as f64 * max_ps_per_byte + send_ps[s] as f64 + recv_ps[s] as f64)).sum();
+    let worst = ops / slowest_speed + transfers;
+    if worst < CLOCK_RANGE_PS {
+        return Ok(());
+    }
+    let (t, i) = slowest;
+    Err(SimError::Graph {
+        node: graph.names[i].clone(),
+        detail: format!(
+            "the slowest op ({}, {:.3e} s) and the step's other ops and transfers add up to {:.3e} s at worst, beyond the {:.1e} s of simulated time the graph simulator's clock holds",
+            graph.ops[i],
+            t / SimTime::PS_PER_SECOND,
+            worst / SimTime::PS_PER_SECOND,
+            CLOCK_RANGE_PS / SimTime::PS_PER_SECOND
+        ),
+    })
+}
+
 impl GraphSimulator {
     /// Prepares `graph` for `cluster` (node costs per device, wire sizes).
     pub fn new(graph: &Graph, cluster: &VirtualCluster, opts: &SimOptions) -> Result<GraphSimulator, SimError> {
@@ -206,6 +258,17 @@ impl GraphSimulator {
                     continue;
                 }
                 let (s, keyed, share) = coster.seconds(&graph.ops[i], &graph.keys[i], &graph.costs[i]);
+                if !(s * SimTime::PS_PER_SECOND < CLOCK_RANGE_PS) {
+                    return Err(SimError::Graph {
+                        node: graph.names[i].clone(),
+                        detail: format!(
+                            "its {} is priced at {s:.3e} s on {}, beyond the {:.1e} s of simulated time the graph simulator's clock holds",
+                            graph.ops[i],
+                            spec.name,
+                            CLOCK_RANGE_PS / SimTime::PS_PER_SECOND
+                        ),
+                    });
+                }
                 fallback[i] |= !keyed;
                 per_spec[k][i] = SimTime::from_secs_f64(s).0;
                 if let Some(sh) = share {
@@ -337,6 +400,7 @@ impl GraphSimulator {
                 format!("the speed with {} devices computing must be in (0, 1], got {e}", k + 1),
             ));
         }
+        check_clock_range(&graph, ndev, &times, &shares, &opts.host_contention, &wire_bytes, (&send_ps, &recv_ps), (&latency_ps, &ps_per_byte))?;
         Ok(GraphSimulator {
             graph,
             cluster: cluster.clone(),

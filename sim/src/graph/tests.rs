@@ -59,6 +59,29 @@ fn a_chain_on_one_device_takes_the_sum_of_its_op_times() {
 }
 
 #[test]
+fn ops_priced_beyond_the_clock_are_refused_and_long_ones_still_add_up() {
+    // Neg priced by a profile: 1e9 s cannot be one op of a step (the
+    // replay's picosecond clock holds 4.6e6 s at worst), eight of 1e6 s
+    // cannot be one step, three of 1e6 s are one step of exactly 3e6 s.
+    let chain = |negs: usize, seconds: f64| {
+        let g = Graph::new();
+        let mut x = g.placeholder("x", DType::F32, Shape::new(vec![1000])).unwrap();
+        for _ in 0..negs {
+            x = neg(&x);
+        }
+        let mut o = opts();
+        o.profile.as_mut().unwrap().ops.insert("Neg".into(), OpMeasurement::Seconds(seconds));
+        let cl = cluster(1);
+        GraphSimulator::new(&g, &cl, &o).and_then(|sim| sim.simulate(&place(&g, &cl, 0, &[])))
+    };
+    let e = chain(1, 1e9).unwrap_err().to_string();
+    assert_eq!(e, "node 'Neg': its Neg is priced at 1.000e9 s on k40, beyond the 4.6e6 s of simulated time the graph simulator's clock holds");
+    let e = chain(8, 1e6).unwrap_err().to_string();
+    assert!(e.starts_with("node 'Neg': the slowest op (Neg, 1.000e6 s) and the step's other ops and transfers add up to 8.000e6 s at worst"), "{e}");
+    assert_eq!(chain(3, 1e6).unwrap().step_ps, 3_000_000 * 1_000_000_000_000);
+}
+
+#[test]
 fn independent_branches_on_two_devices_take_the_longer_one() {
     let g = Graph::new();
     let x0 = g.placeholder("x0", DType::F32, Shape::new(vec![10])).unwrap();
