@@ -479,17 +479,34 @@ mod tests {
         path
     }
 
-    #[test]
-    fn routes_equal_the_full_scan_on_every_shape() {
-        for shape in [
+    /// Small topologies of every shape (tori with dimensions of 2 and 1,
+    /// whose cables are counted apart).
+    fn one_of_each_shape() -> Vec<TopologyShape> {
+        vec![
             TopologyShape::Star { endpoints: 9 },
             TopologyShape::Ring { endpoints: 7 },
+            TopologyShape::Mesh { endpoints: 6 },
             TopologyShape::Torus { dims: vec![3, 4] },
             TopologyShape::Torus { dims: vec![2, 3, 2] },
+            TopologyShape::Torus { dims: vec![2, 3, 1] },
             TopologyShape::FatTree { k: 4 },
+            TopologyShape::FatTree { k: 6 },
             TopologyShape::Clos { leaves: 3, hosts_per_leaf: 2, spines: 2, oversubscription: 2.0 },
             TopologyShape::Hierarchical { hosts: 3, devices_per_host: 2, intra: l() },
-        ] {
+        ]
+    }
+
+    #[test]
+    fn sizes_in_closed_form_are_the_built_topologies() {
+        for shape in one_of_each_shape() {
+            let t = Topology::build(&shape, LinkParams::from_gbps(10.0, 1.0)).unwrap();
+            assert_eq!((shape.directed_links(), shape.endpoints()), (t.links().len() as f64, t.endpoint_count() as f64), "{shape:?}");
+        }
+    }
+
+    #[test]
+    fn routes_equal_the_full_scan_on_every_shape() {
+        for shape in one_of_each_shape() {
             let mut t = Topology::build(&shape, l()).unwrap();
             let n = t.endpoint_count();
             for src in 0..n {
