@@ -188,8 +188,16 @@ fn check_clock_range(
     let slowest_speed = shares.iter().chain(contention).copied().fold(1.0f64, f64::min);
     let mut ops = 0.0;
     let mut slowest = (0.0, 0);
-    for i in 0..graph.len() {
-        let t = times[i * ndev..(i + 1) * ndev].iter().copied().max().unwrap_or(0) as f64;
+    for i in (0..graph.len()).filter(|&i| graph.runs[i]) {
+        // (`u64::MAX`: a device that cannot run it, where the replay refuses it)
+        let runnable = times[i * ndev..(i + 1) * ndev].iter().copied().filter(|&t| t != u64::MAX);
+        let Some(t) = runnable.max() else {
+            return Err(SimError::Graph {
+                node: graph.names[i].clone(),
+                detail: format!("no device of the cluster can run its {} (the roofline has no rate for it on any of them)", graph.ops[i]),
+            });
+        };
+        let t = t as f64;
         ops += t;
         if t > slowest.0 {
             slowest = (t, i);
@@ -258,7 +266,10 @@ impl GraphSimulator {
                     continue;
                 }
                 let (s, keyed, share) = coster.seconds(&graph.ops[i], &graph.keys[i], &graph.costs[i]);
-                if !(s * SimTime::PS_PER_SECOND < CLOCK_RANGE_PS) {
+                // infinite: the device cannot run the op (float work on
+                // TPU v1), kept as `u64::MAX` for the placers to avoid and
+                // refused by the replay; finite beyond the clock: refused
+                if s.is_finite() && s * SimTime::PS_PER_SECOND >= CLOCK_RANGE_PS {
                     return Err(SimError::Graph {
                         node: graph.names[i].clone(),
                         detail: format!(
@@ -593,6 +604,12 @@ impl GraphSimulator {
         }
         if let Some((i, &d)) = dev.iter().enumerate().find(|&(_, &d)| d as usize >= nd) {
             return Err(SimError::Placement { node: g.names[i].clone(), detail: format!("device index {d} outside the cluster of {nd}") });
+        }
+        if let Some((i, &d)) = dev.iter().enumerate().find(|&(i, &d)| g.runs[i] && self.times[i * nd + d as usize] == u64::MAX) {
+            return Err(SimError::Placement {
+                node: g.names[i].clone(),
+                detail: format!("{} cannot run its {} (the roofline has no rate for it there)", self.cluster.devices()[d as usize].name, g.ops[i]),
+            });
         }
         let nslots = g.slot_elems.len();
         let mut pending: Vec<u32> = (0..n).map(|i| (g.inputs.get(i).len() + g.control_inputs.get(i).len()) as u32).collect();

@@ -104,6 +104,18 @@ impl Problem {
             let gr = &mut groups[k as usize];
             gr.members.push(i as u32);
             gr.footprint += g.footprint(i);
+            // a device the roofline has no rate for the op on (float work
+            // on TPU v1) cannot take it, as a device without its kernel
+            if g.runs[i] {
+                let runnable = (0..ndev).filter(|&d| sim.op_ps(i, d) != u64::MAX).fold(0u64, |m, d| m | 1 << d);
+                if gr.allowed & runnable == 0 {
+                    return Err(SimError::Placement {
+                        node: g.names[i].clone(),
+                        detail: format!("no device of the set that its colocation group may use can run its {} ({})", g.ops[i], cluster.list()),
+                    });
+                }
+                gr.allowed &= runnable;
+            }
             let req = &g.requested[i];
             if req.is_empty() {
                 continue;

@@ -301,3 +301,36 @@ fn a_kept_replay_is_never_the_answer_for_another_placement() {
     // The two placements differ, so a stale answer would have shown.
     assert!(p.replay(&split).unwrap().step < p.replay(&one).unwrap().step);
 }
+
+/// TPU v1 has only 8-bit integer units: the roofline has no rate for float
+/// work there (infinite time). Placers must keep such ops off it, as off a
+/// device without their kernel; the replay refuses a placement that does
+/// not; a cluster where nothing can run an op is refused naming the node.
+/// (Placers added a finish time of `u64::MAX` that wrapped to just before
+/// the start, so they chose the TPU, and the replay wrapped a single TPU
+/// v1's MLP step to 0.33 ms.)
+#[test]
+fn ops_stay_off_devices_that_cannot_run_them() {
+    use crate::graph::SimOptions;
+    let m = crate::zoo::build("mlp", 32).unwrap();
+    let sim_opts = SimOptions { step: Some(m.step()), ..Default::default() };
+    let mixed = VirtualCluster::parse("1xtpu-v1,1xk40").unwrap();
+    let tpu = mixed.devices()[0].name.clone();
+    let mut o = PlacerOptions::new(mixed.clone());
+    o.sim = sim_opts.clone();
+    o.iterations = Some(30);
+    o.budget = Duration::ZERO;
+    for name in PLACERS {
+        let p = place_timed(name, &m.graph, &o).unwrap_or_else(|e| panic!("{name}: {e}")).placement;
+        let nodes = m.graph.nodes();
+        let on_tpu: Vec<&str> = nodes.iter().enumerate().filter(|(id, n)| p.device(*id) == Some(&tpu) && n.op == "BiasAdd").map(|(_, n)| n.name.as_str()).collect();
+        assert!(on_tpu.is_empty(), "{name} put {on_tpu:?} on TPU v1");
+        let r = GraphSimulator::new(&m.graph, &mixed, &sim_opts).unwrap().simulate(&p).unwrap();
+        assert!(r.step_seconds > 1e-5, "{name}: {}", r.step_seconds);
+    }
+    let all_on_tpu = Placement::from_devices(vec![tpu.clone(); m.graph.num_nodes()]);
+    let e = GraphSimulator::new(&m.graph, &mixed, &sim_opts).unwrap().simulate(&all_on_tpu).unwrap_err().to_string();
+    assert!(e.contains("cannot run its BiasAdd (the roofline has no rate for it there)"), "{e}");
+    let e = GraphSimulator::new(&m.graph, &VirtualCluster::parse("1xtpu-v1").unwrap(), &sim_opts).err().map(|e| e.to_string());
+    assert_eq!(e.as_deref(), Some("node 'dense_0/BiasAdd': no device of the cluster can run its BiasAdd (the roofline has no rate for it on any of them)"));
+}
