@@ -70,8 +70,25 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, `: `-joined as anyhow's `{:#}` does, leaving
+/// out a cause whose text the message already ends with: error types that
+/// print their source in their own message (`{path}: {source}`) and also
+/// return it as the source would otherwise say it twice ("afile: File
+/// exists (os error 17): File exists (os error 17)").
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.ends_with(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
 }

@@ -77,3 +77,27 @@ fn a_bad_shard_is_a_usage_error() {
         "{stderr}"
     );
 }
+
+#[test]
+fn output_paths_that_cannot_hold_results_are_named_once() {
+    // A file where the results folder should be: named as a file, and
+    // left as it was.
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("taken");
+    std::fs::write(&file, "mine").unwrap();
+    let out = run_flowlab(&["run", "catalog:backup-workers", "--out", file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!("error: {}: is a file; results go to a directory (pass --out to write elsewhere)", file.display())
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+    // A missing results folder: the system's reason once (it was printed
+    // twice, from the message and again from its source).
+    let missing = tmp.path().join("none");
+    let out = run_flowlab(&["report", missing.to_str().unwrap()]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!("error: {}: No such file or directory (os error 2)", missing.join("experiment.yaml").display())
+    );
+}

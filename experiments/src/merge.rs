@@ -32,7 +32,7 @@ pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<MergeSummary, Exper
     };
     let text = read_text(first)?;
     let out_dir = out.map_or_else(|| first.clone(), Path::to_path_buf);
-    std::fs::create_dir_all(&out_dir).map_err(|e| ExperimentError::io(&out_dir, e))?;
+    crate::store::ensure_dir(&out_dir)?;
     // Held while reading too: a run writing into `out_dir` would lose rows.
     let _lock = DirLock::take(&out_dir)?;
     let mut rows = Vec::new();

@@ -172,7 +172,7 @@ impl ResultStore {
         all_keys: &HashSet<&str>,
         retry: &HashSet<&str>,
     ) -> Result<(ResultStore, Opened), ExperimentError> {
-        std::fs::create_dir_all(dir).map_err(|e| ExperimentError::io(dir, e))?;
+        ensure_dir(dir)?;
         let lock = DirLock::take(dir)?;
         let experiment_path = dir.join(EXPERIMENT_FILE);
         let mut changed = false;
@@ -348,6 +348,16 @@ fn clear_outputs(dir: &Path) -> Result<(), ExperimentError> {
         }
     }
     Ok(())
+}
+
+
+/// Creates the results directory `dir` (and its parents); a file there is
+/// named as one, not as the system's "File exists".
+pub(crate) fn ensure_dir(dir: &Path) -> Result<(), ExperimentError> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(ExperimentError::Usage(format!("{}: is a file; results go to a directory (pass --out to write elsewhere)", dir.display())));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| ExperimentError::io(dir, e))
 }
 
 #[cfg(test)]
