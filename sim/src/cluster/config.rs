@@ -725,6 +725,16 @@ impl ClusterConfig {
         if let Some(f) = &self.failures {
             if let Some(m) = f.mtbf_hours {
                 positive("failures.mtbf_hours", m)?;
+                // the cluster's mean gap between failures must be a time
+                // the clock can tell from zero (below a nanosecond every
+                // failure fell at one instant, forever)
+                let tasks = f64::from(self.total_workers()) + f64::from(self.ps);
+                if m * 3600.0 / tasks < 1e-9 {
+                    return Err(SimError::param(
+                        "failures.mtbf_hours",
+                        format!("{m:e} h over {tasks} tasks is a failure every {:.3e} s on average, under a nanosecond", m * 3600.0 / tasks),
+                    ));
+                }
             }
             non_negative("failures.recovery_s", f.recovery_s)?;
             for &t in &f.at_s {

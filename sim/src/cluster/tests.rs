@@ -195,6 +195,27 @@ fn failures_roll_back_to_the_checkpoint_and_cost_goodput() {
 }
 
 #[test]
+fn failures_faster_than_a_step_stop_the_run_naming_the_mtbf() {
+    // A 1 s step among 3 tasks failing every 0.12 s on average: the
+    // chance of a step passing untouched is e^-8, so 1,000 failures in a
+    // row come long before one; each path (PS and all-reduce) must stop
+    // there instead of spinning to its event bound.
+    let base = "model: { compute_s: 1.0, examples_per_step: 10, dense_params: 1000 }\nworkers: 2\nsteps: 10\n";
+    for (layout, tasks) in [("ps: 1\n", 3), ("ps: 0\nallreduce: ring\n", 2)] {
+        let e = err(&format!("{base}{layout}failures: {{ mtbf_hours: 1e-4, recovery_s: 0 }}\n"));
+        assert!(
+            e.starts_with(&format!("invalid parameter `failures.mtbf_hours`: 1000 failures in a row with no update between them: {tasks} tasks with an MTBF of 1e-4 h")),
+            "{layout}: {e}"
+        );
+    }
+    // One failure at every instant: refused before it runs.
+    let e = yaml(&format!("{base}ps: 1\nfailures: {{ mtbf_hours: 1e-300 }}\n")).validate().unwrap_err().to_string();
+    assert!(e.ends_with("1e-300 h over 3 tasks is a failure every 1.200e-297 s on average, under a nanosecond"), "{e}");
+    // A rare one still lets the run finish.
+    assert!(simulate(&yaml(&format!("{base}ps: 1\nfailures: {{ mtbf_hours: 0.01, recovery_s: 0 }}\n")), 1).is_ok());
+}
+
+#[test]
 fn ring_all_reduce_training_matches_its_closed_form() {
     let c = "model: { dense_params: 1000000 }\nworkers: 8\nallreduce: ring\nnetwork: { link_gbps: 10, latency_us: 2 }\nsteps: 2\n";
     let t = p50(c);

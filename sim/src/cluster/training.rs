@@ -181,6 +181,8 @@ struct Sim<'a> {
     recovering: bool,
     paused_s: f64,
     failures: u32,
+    /// Failures since an update was last applied (see `no_progress`).
+    failures_in_a_row: u32,
     step_times: Vec<f64>,
     staleness: Vec<u64>,
     events: u64,
@@ -277,6 +279,7 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
         recovering: false,
         paused_s: 0.0,
         failures: 0,
+        failures_in_a_row: 0,
         step_times: Vec::new(),
         staleness: Vec::new(),
         events: 0,
@@ -728,6 +731,7 @@ impl Sim<'_> {
         let need = u64::from(self.groups[g].need);
         self.step_times.push((now - self.groups[g].step_start).as_secs_f64());
         self.applied += need;
+        self.failures_in_a_row = 0;
         self.processed += need;
         self.version += 1;
         if self.applied >= self.next_ckpt && self.applied < self.target {
@@ -789,6 +793,10 @@ impl Sim<'_> {
             return Ok(());
         }
         self.failures += 1;
+        self.failures_in_a_row += 1;
+        if self.failures_in_a_row > MAX_FAILURES_IN_A_ROW {
+            return Err(no_progress(&self.cfg, self.workers.len() + self.cfg.ps as usize));
+        }
         self.applied = self.last_ckpt;
         if let Some(c) = &self.cfg.checkpoint {
             self.next_ckpt = self.last_ckpt.saturating_add(c.every_steps.saturating_mul(u64::from(self.cfg.workers)));
@@ -809,6 +817,28 @@ impl Sim<'_> {
             self.schedule_next_random_failure();
         }
         Ok(())
+    }
+}
+
+/// Failures in a row, with no update applied between them, after which a
+/// run is stopped: failures come faster than a step finishes, and the run
+/// would spin until its event bound (minutes) instead of progressing.
+const MAX_FAILURES_IN_A_ROW: u32 = 1000;
+
+/// The error for a run that failures keep from progressing, naming the key.
+fn no_progress(cfg: &ClusterConfig, tasks: usize) -> SimError {
+    let f = cfg.failures.as_ref();
+    let recovery = f.map_or(0.0, |f| f.recovery_s);
+    match f.and_then(|f| f.mtbf_hours) {
+        Some(mtbf) => SimError::param(
+            "failures.mtbf_hours",
+            format!(
+                "{MAX_FAILURES_IN_A_ROW} failures in a row with no update between them: {tasks} tasks with an MTBF of {mtbf:e} h fail every {:.3e} s on average, \
+                 {recovery} s of recovery each, and no step finishes in between",
+                mtbf * 3600.0 / tasks.max(1) as f64
+            ),
+        ),
+        None => SimError::param("failures.at_s", format!("{MAX_FAILURES_IN_A_ROW} failures in a row with no update between them")),
     }
 }
 
@@ -849,6 +879,7 @@ fn run_allreduce(
     let mut fixed = failures_at.into_iter().peekable();
     let (mut now, mut done_steps, mut last_ckpt, mut processed) = (SimTime::ZERO, 0u64, 0u64, 0u64);
     let (mut paused, mut failures, mut events) = (0.0f64, 0u32, 0u64);
+    let mut failures_in_a_row = 0u32;
     let mut step_times = Vec::new();
     while done_steps < cfg.steps {
         events += 1;
@@ -899,12 +930,17 @@ fn run_allreduce(
                 random_failure = next_random(&mut rng, t);
             }
             failures += 1;
+            failures_in_a_row += 1;
+            if failures_in_a_row > MAX_FAILURES_IN_A_ROW {
+                return Err(no_progress(cfg, p));
+            }
             done_steps = last_ckpt;
             now = t.max(start) + recovery;
             paused += recovery.as_secs_f64();
             continue;
         }
         step_times.push((end - start).as_secs_f64());
+        failures_in_a_row = 0;
         done_steps += 1;
         processed += 1;
         now = end;
