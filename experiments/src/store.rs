@@ -350,7 +350,6 @@ fn clear_outputs(dir: &Path) -> Result<(), ExperimentError> {
     Ok(())
 }
 
-
 /// Creates the results directory `dir` (and its parents); a file there is
 /// named as one, not as the system's "File exists".
 pub(crate) fn ensure_dir(dir: &Path) -> Result<(), ExperimentError> {
