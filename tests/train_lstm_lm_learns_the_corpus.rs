@@ -112,3 +112,20 @@ fn a_missing_or_tiny_corpus_is_refused_naming_the_flag() {
     let out = run_flowlab(&["train", "lstm-lm", "--vocab", "1"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("--vocab: must be at least 2"), "{}", describe(&out));
 }
+
+#[test]
+fn a_model_this_machine_cannot_hold_is_refused_before_it_is_allocated() {
+    // 10^8 words and 128 units: 2 x 1.28e10 parameters of embedding and
+    // softmax, 410 GB with Adam's slots and the gradients (it aborted on a
+    // 102 GB allocation); 100,000 layers unroll into 2 million cells (the
+    // graph alone exhausted memory).
+    let out = run_flowlab(&["train", "lstm-lm", "--vocab", "100000000", "--epochs", "1"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--vocab 100000000 --hidden 128 --layers 2: 25700263168 parameters need about 411.2 GB"), "{}", describe(&out));
+    let out = run_flowlab(&["train", "lstm-lm", "--layers", "100000"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        "error: --layers 100000 x --seq-len 20: 2000000 LSTM cells in the graph, at most 65536 (fewer layers or time steps, or --dynamic, which loops over the time steps)"
+    );
+}

@@ -128,6 +128,10 @@ fn windows(ids: &[i64], batch: usize, t: usize) -> Vec<(Vec<i64>, Vec<i64>)> {
     out
 }
 
+/// The most LSTM cells a language model's graph may hold (layers x time
+/// steps unrolled; layers in the while_loop form).
+const MAX_LSTM_CELLS: usize = 65_536;
+
 pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
     for (flag, v) in [("--vocab", a.vocab), ("--hidden", a.hidden), ("--layers", a.layers), ("--seq-len", a.seq_len), ("--batch", a.batch), ("--epochs", a.epochs), ("--threads", a.threads)] {
         if v == 0 {
@@ -141,6 +145,18 @@ pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
         && (k == 0 || k >= a.vocab)
     {
         bail!("--sampled: {k} candidates; must be between 1 and the vocabulary minus one ({})", a.vocab - 1);
+    }
+    // the unrolled graph holds a cell per layer and time step (the
+    // while_loop one a cell per layer): 100,000 layers exhausted memory
+    // while the graph was built
+    let cells = if a.dynamic { a.layers } else { a.layers.saturating_mul(a.seq_len) };
+    if cells > MAX_LSTM_CELLS {
+        bail!(
+            "--layers {} x --seq-len {}: {cells} LSTM cells in the graph, at most {MAX_LSTM_CELLS} (fewer layers or time steps{})",
+            a.layers,
+            a.seq_len,
+            if a.dynamic { "" } else { ", or --dynamic, which loops over the time steps" }
+        );
     }
     if a.dynamic && (a.sampled.is_some() || a.carry_state) {
         bail!("--dynamic: the while_loop LSTM takes neither --sampled nor --carry-state yet");
@@ -186,6 +202,23 @@ pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
     o.seed = a.seed;
     o.optimizer = Some(Optimizer::Adam { lr: a.lr, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 });
     let m = zoo::build_with("lstm_lm", &o).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // the variables, Adam's two slots and the gradients, 4 bytes a value,
+    // must fit: a 100,000,000-word vocabulary (100 GB of embedding) aborted
+    // on its allocation
+    let need = m.params as f64 * 16.0;
+    if let Some(available) = flowlab_sim::cluster::available_memory_bytes()
+        && need > available
+    {
+        bail!(
+            "--vocab {} --hidden {} --layers {}: {} parameters need about {:.1} GB (with Adam's slots and the gradients); this machine has {:.1} GB available",
+            a.vocab,
+            a.hidden,
+            a.layers,
+            m.params,
+            need / 1e9,
+            available / 1e9
+        );
+    }
     let init = m.graph.global_variables_initializer()?;
     let sess = Session::with_options(&m.graph, SessionOptions { threads: a.threads, ..Default::default() })?;
     sess.run(&[], &[], &[&init])?;

@@ -531,7 +531,7 @@ impl NetworkConfig {
 /// Memory this process may still take, from `/proc/meminfo`'s
 /// `MemAvailable` (Linux); `None` where that is not known, and then no
 /// point is rejected for its size.
-fn available_memory_bytes() -> Option<f64> {
+pub fn available_memory_bytes() -> Option<f64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;

@@ -13,7 +13,7 @@ mod straggler;
 mod training;
 pub mod workload;
 
-pub use config::{Checkpoint, ClusterConfig, Failures, NetworkConfig, Straggler, Strategy, TaskLayout, TopologyKind};
+pub use config::{Checkpoint, ClusterConfig, Failures, NetworkConfig, Straggler, Strategy, TaskLayout, TopologyKind, available_memory_bytes};
 pub use report::ClusterReport;
 pub use workload::{Embedding, ModelRef, Workload};
 
