@@ -105,3 +105,20 @@ fn validate_points_measure_simulate_and_summarize() {
         assert!(html.contains(DRIFT), "the page shows the drift table");
     }
 }
+
+#[test]
+fn a_step_this_machine_cannot_hold_is_refused_before_the_engine_allocates_it() {
+    // ResNet-50 at batch 65,536: terabytes of activations (it aborted on a
+    // 39 GB allocation); refused from the simulator's count, no file written.
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("p.json");
+    let out = run_flowlab(&["profile", "--model", "resnet50", "--batch", "65536", "--steps", "1", "--out", out_file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid parameter `batch`: resnet50 at batch 65536 holds about") && err.contains("GB of live tensors at its peak"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!out_file.exists());
+}

@@ -60,10 +60,35 @@ pub(crate) struct StepRunner {
     feeds: Vec<Tensor>,
 }
 
+/// Refuses a step this machine cannot hold before the engine allocates it:
+/// the graph-level simulator's peak of live tensors for the step on one
+/// device (variables, activations, gradients and slots, by their lifetimes)
+/// against the memory available (ResNet-50 at batch 65,536 aborted on a
+/// 39 GB allocation).
+fn fits_in_memory(model: &ModelGraph) -> Result<(), String> {
+    let Some(available) = flowlab_sim::cluster::available_memory_bytes() else { return Ok(()) };
+    let cpu = flowlab_sim::graph::VirtualCluster::parse("1xcpu").map_err(|e| e.to_string())?;
+    let opts = flowlab_sim::graph::SimOptions { step: Some(model.step()), ..Default::default() };
+    let sim = flowlab_sim::graph::GraphSimulator::new(&model.graph, &cpu, &opts).map_err(|e| format!("sizing the step: {e}"))?;
+    let one = Placement::from_devices(vec![cpu.devices()[0].name.clone(); model.graph.num_nodes()]);
+    let peak = sim.simulate(&one).map_err(|e| format!("sizing the step: {e}"))?.devices.first().map_or(0, |d| d.peak_memory_bytes) as f64;
+    if peak > available {
+        return Err(format!(
+            "invalid parameter `batch`: {} at batch {} holds about {:.1} GB of live tensors at its peak (the graph-level simulator's count); this machine has {:.1} GB available",
+            model.name,
+            model.batch,
+            peak / 1e9,
+            available / 1e9
+        ));
+    }
+    Ok(())
+}
+
 impl StepRunner {
     /// `model` must already hold its initializer op ([`with_initializer`]):
     /// a placement covers the graph as it is when placed.
     pub(crate) fn new(model: ModelGraph, init: &flowlab_engine::Output, opts: SessionOptions) -> Result<StepRunner, String> {
+        fits_in_memory(&model)?;
         let session = Session::with_options(&model.graph, opts).map_err(|e| format!("engine session: {e}"))?;
         session.run(&[], &[], &[init]).map_err(|e| format!("initializing variables: {e}"))?;
         let feeds = model_feeds(&model)?;
