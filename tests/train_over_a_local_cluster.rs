@@ -274,6 +274,14 @@ fn an_unreachable_task_is_named_with_its_address_within_the_deadline() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("task ps:0 at {ps}: not reachable after")) && err.contains("Connection refused"), "{}", describe(&out));
     assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(10), "gave up after {took:?}");
+    // a deadline that is no time (1e300 s overflowed it and panicked)
+    let out = finish(spawn(&["train", "mlp", "--cluster", &file, "--connect-timeout", "1e300"]), Duration::from_secs(30));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        "error: --connect-timeout: must be a positive number of seconds, at most 86400 (got 1e300)",
+        "{}",
+        describe(&out)
+    );
 }
 
 #[test]

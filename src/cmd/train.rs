@@ -332,13 +332,17 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The longest `--connect-timeout`, seconds (a day).
+const MAX_CONNECT_TIMEOUT_S: f64 = 86_400.0;
+
 /// `--local-cluster` / `--cluster`: the master runs here, the tasks in
 /// their own processes (started here and stopped at the end for
 /// `--local-cluster`).
 fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source: &str) -> anyhow::Result<ExitCode> {
     super::ignore_sigpipe();
-    if !(args.connect_timeout.is_finite() && args.connect_timeout > 0.0) {
-        bail!("--connect-timeout: must be a positive number of seconds (got {})", args.connect_timeout);
+    // at most a day: a deadline must be a time (1e300 s overflowed it and panicked)
+    if !(args.connect_timeout > 0.0 && args.connect_timeout <= MAX_CONNECT_TIMEOUT_S) {
+        bail!("--connect-timeout: must be a positive number of seconds, at most {MAX_CONNECT_TIMEOUT_S} (got {:?})", args.connect_timeout);
     }
     let kill = args.kill.as_deref().map(super::local_cluster::parse_kill).transpose()?;
     let link = args.link.as_deref().map(parse_link).transpose()?;
