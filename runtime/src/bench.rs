@@ -507,11 +507,17 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
         }
         on_workers.push(on_worker);
     }
-    let mut sources = Vec::with_capacity(tensor_floats.len());
-    for (i, &n) in tensor_floats.iter().enumerate() {
-        let values: Vec<f32> = (0..n.max(1)).map(|j| ((i + j) % 13) as f32 * 0.25 - 1.5).collect();
-        sources.push(on_ps.constant(Tensor::from_vec(values, vec![n.max(1)])?)?);
-    }
+    // the model's tensors as constants on one task (varied values, so that
+    // no format can send them as a repeated pattern)
+    let constants = |on: &Graph| -> Result<Vec<Output>> {
+        let mut out = Vec::with_capacity(tensor_floats.len());
+        for (i, &n) in tensor_floats.iter().enumerate() {
+            let values: Vec<f32> = (0..n.max(1)).map(|j| ((i + j) % 13) as f32 * 0.25 - 1.5).collect();
+            out.push(on.constant(Tensor::from_vec(values, vec![n.max(1)])?)?);
+        }
+        Ok(out)
+    };
+    let sources = constants(&on_ps)?;
     let mut takes = Vec::with_capacity(consumers);
     for (w, on_worker) in on_workers.iter().enumerate() {
         let taken = sources.iter().map(|c| on_worker.identity(c)).collect::<std::result::Result<Vec<_>, _>>()?;
@@ -522,9 +528,7 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
     // each worker for them)
     let mut pushed = Vec::with_capacity(consumers * tensor_floats.len());
     for on_worker in &on_workers {
-        for (i, &n) in tensor_floats.iter().enumerate() {
-            let values: Vec<f32> = (0..n.max(1)).map(|j| ((i + 2 * j) % 11) as f32 * 0.5 - 2.0).collect();
-            let c = on_worker.constant(Tensor::from_vec(values, vec![n.max(1)])?)?;
+        for c in constants(on_worker)? {
             pushed.push(on_ps.identity(&c)?);
         }
     }
@@ -566,16 +570,16 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
     }
     let col = |v: &[Vec<f64>], i: usize| median(v.iter().map(|r| r[i]).collect());
     let transfers = (tensor_floats.len() * consumers) as f64;
-    let per_transfer = |cols: std::ops::Range<usize>| (cols.map(|i| col(&moving, i) - col(&empty, i)).sum::<f64>() / transfers).max(0.0);
-    let per_push = |cols: std::ops::Range<usize>| (cols.map(|i| col(&pushing, i) - col(&empty, i)).sum::<f64>() / transfers).max(0.0);
+    // a transfer's CPU in processes `cols`: the step over the empty one
+    let per_transfer = |step: &[Vec<f64>], cols: std::ops::Range<usize>| (cols.map(|i| col(step, i) - col(&empty, i)).sum::<f64>() / transfers).max(0.0);
     // columns: 0 master, 1 wall, 2 ps:0, 3.. the workers
     Ok(Some(ProcessFigures {
-        recv_producer_cpu_s: per_transfer(2..3),
-        recv_consumer_cpu_s: per_transfer(3..3 + consumers),
-        recv_master_cpu_s: per_transfer(0..1),
-        push_producer_cpu_s: per_push(3..3 + consumers),
-        push_consumer_cpu_s: per_push(2..3),
-        push_master_cpu_s: per_push(0..1),
+        recv_producer_cpu_s: per_transfer(&moving, 2..3),
+        recv_consumer_cpu_s: per_transfer(&moving, 3..3 + consumers),
+        recv_master_cpu_s: per_transfer(&moving, 0..1),
+        push_producer_cpu_s: per_transfer(&pushing, 3..3 + consumers),
+        push_consumer_cpu_s: per_transfer(&pushing, 2..3),
+        push_master_cpu_s: per_transfer(&pushing, 0..1),
         step_overhead_s: col(&pair, 1),
         step_master_cpu_s: col(&pair, 0),
         step_tasks_cpu_s: col(&pair, 2) + col(&pair, 3),

@@ -169,62 +169,6 @@ fn fusing_device(cluster: &VirtualCluster) -> Option<flowlab_engine::DeviceType>
 /// range (4.6e6 s), so that no sum of event times in the replay can wrap.
 const CLOCK_RANGE_PS: f64 = (1u64 << 62) as f64;
 
-/// Refuses a step whose ops and transfers could outrun the replay's clock,
-/// naming the slowest op: every op run one after the other at the slowest
-/// speed contention gives it, and every tensor sent to every other device
-/// over the slowest link, bound every event time, and beyond `u64` they
-/// would wrap (a profile pricing MatMul at 1e9 s gave a 232 us step).
-#[allow(clippy::too_many_arguments)]
-fn check_clock_range(
-    graph: &SimGraph,
-    ndev: usize,
-    times: &[u64],
-    shares: &[f64],
-    contention: &[f64],
-    wire_bytes: &[u64],
-    (send_ps, recv_ps): (&[u64], &[u64]),
-    (latency_ps, ps_per_byte): (&[f64], &[f64]),
-) -> Result<(), SimError> {
-    let slowest_speed = shares.iter().chain(contention).copied().fold(1.0f64, f64::min);
-    let mut ops = 0.0;
-    let mut slowest = (0.0, 0);
-    for i in (0..graph.len()).filter(|&i| graph.runs[i]) {
-        // (`u64::MAX`: a device that cannot run it, where the replay refuses it)
-        let runnable = times[i * ndev..(i + 1) * ndev].iter().copied().filter(|&t| t != u64::MAX);
-        let Some(t) = runnable.max() else {
-            return Err(SimError::Graph {
-                node: graph.names[i].clone(),
-                detail: format!("no device of the cluster can run its {} (the roofline has no rate for it on any of them)", graph.ops[i]),
-            });
-        };
-        let t = t as f64;
-        ops += t;
-        if t > slowest.0 {
-            slowest = (t, i);
-        }
-    }
-    let max_latency = latency_ps.iter().copied().fold(0.0, f64::max);
-    let max_ps_per_byte = ps_per_byte.iter().copied().fold(0.0, f64::max);
-    let sends = ndev.saturating_sub(1).max(1) as f64;
-    let transfers: f64 =
-        (0..wire_bytes.len()).map(|s| sends * (max_latency + wire_bytes[s] as f64 * max_ps_per_byte + send_ps[s] as f64 + recv_ps[s] as f64)).sum();
-    let worst = ops / slowest_speed + transfers;
-    if worst < CLOCK_RANGE_PS {
-        return Ok(());
-    }
-    let (t, i) = slowest;
-    Err(SimError::Graph {
-        node: graph.names[i].clone(),
-        detail: format!(
-            "the slowest op ({}, {:.3e} s) and the step's other ops and transfers add up to {:.3e} s at worst, beyond the {:.1e} s of simulated time the graph simulator's clock holds",
-            graph.ops[i],
-            t / SimTime::PS_PER_SECOND,
-            worst / SimTime::PS_PER_SECOND,
-            CLOCK_RANGE_PS / SimTime::PS_PER_SECOND
-        ),
-    })
-}
-
 impl GraphSimulator {
     /// Prepares `graph` for `cluster` (node costs per device, wire sizes).
     pub fn new(graph: &Graph, cluster: &VirtualCluster, opts: &SimOptions) -> Result<GraphSimulator, SimError> {
@@ -411,8 +355,7 @@ impl GraphSimulator {
                 format!("the speed with {} devices computing must be in (0, 1], got {e}", k + 1),
             ));
         }
-        check_clock_range(&graph, ndev, &times, &shares, &opts.host_contention, &wire_bytes, (&send_ps, &recv_ps), (&latency_ps, &ps_per_byte))?;
-        Ok(GraphSimulator {
+        let sim = GraphSimulator {
             graph,
             cluster: cluster.clone(),
             ndev,
@@ -434,6 +377,57 @@ impl GraphSimulator {
             contended: !opts.host_contention.is_empty() || shares.iter().any(|&s| s < 1.0),
             contention: opts.host_contention.clone(),
             shares,
+        };
+        sim.check_clock_range()?;
+        Ok(sim)
+    }
+
+    /// Refuses a step whose ops and transfers could outrun the replay's
+    /// clock, naming the slowest op: every op run one after the other at
+    /// the slowest speed contention gives it, and every tensor sent to
+    /// every other device over the slowest link, bound every event time,
+    /// and beyond `u64` they would wrap (a profile pricing MatMul at 1e9 s
+    /// gave a 232 us step).
+    fn check_clock_range(&self) -> Result<(), SimError> {
+        let (graph, ndev) = (&self.graph, self.ndev);
+        let slowest_speed = self.shares.iter().chain(&self.contention).copied().fold(1.0f64, f64::min);
+        let mut ops = 0.0;
+        let mut slowest = (0.0, 0);
+        for i in (0..graph.len()).filter(|&i| graph.runs[i]) {
+            // (`u64::MAX`: a device that cannot run it, where the replay refuses it)
+            let runnable = self.times[i * ndev..(i + 1) * ndev].iter().copied().filter(|&t| t != u64::MAX);
+            let Some(t) = runnable.max() else {
+                return Err(SimError::Graph {
+                    node: graph.names[i].clone(),
+                    detail: format!("no device of the cluster can run its {} (the roofline has no rate for it on any of them)", graph.ops[i]),
+                });
+            };
+            let t = t as f64;
+            ops += t;
+            if t > slowest.0 {
+                slowest = (t, i);
+            }
+        }
+        let max_latency = self.latency_ps.iter().copied().fold(0.0, f64::max);
+        let max_ps_per_byte = self.ps_per_byte.iter().copied().fold(0.0, f64::max);
+        let sends = ndev.saturating_sub(1).max(1) as f64;
+        let transfers: f64 = (0..self.wire_bytes.len())
+            .map(|s| sends * (max_latency + self.wire_bytes[s] as f64 * max_ps_per_byte + self.send_ps[s] as f64 + self.recv_ps[s] as f64))
+            .sum();
+        let worst = ops / slowest_speed + transfers;
+        if worst < CLOCK_RANGE_PS {
+            return Ok(());
+        }
+        let (t, i) = slowest;
+        Err(SimError::Graph {
+            node: graph.names[i].clone(),
+            detail: format!(
+                "the slowest op ({}, {:.3e} s) and the step's other ops and transfers add up to {:.3e} s at worst, beyond the {:.1e} s of simulated time the graph simulator's clock holds",
+                graph.ops[i],
+                t / SimTime::PS_PER_SECOND,
+                worst / SimTime::PS_PER_SECOND,
+                CLOCK_RANGE_PS / SimTime::PS_PER_SECOND
+            ),
         })
     }
 
@@ -602,14 +596,17 @@ impl GraphSimulator {
         if dev.len() != n {
             return Err(SimError::param("placement", format!("{} devices given for {} nodes", dev.len(), n)));
         }
-        if let Some((i, &d)) = dev.iter().enumerate().find(|&(_, &d)| d as usize >= nd) {
-            return Err(SimError::Placement { node: g.names[i].clone(), detail: format!("device index {d} outside the cluster of {nd}") });
-        }
-        if let Some((i, &d)) = dev.iter().enumerate().find(|&(i, &d)| g.runs[i] && self.times[i * nd + d as usize] == u64::MAX) {
-            return Err(SimError::Placement {
-                node: g.names[i].clone(),
-                detail: format!("{} cannot run its {} (the roofline has no rate for it there)", self.cluster.devices()[d as usize].name, g.ops[i]),
-            });
+        // one pass: each node's device exists and can run it
+        for (i, &d) in dev.iter().enumerate() {
+            if d as usize >= nd {
+                return Err(SimError::Placement { node: g.names[i].clone(), detail: format!("device index {d} outside the cluster of {nd}") });
+            }
+            if g.runs[i] && self.times[i * nd + d as usize] == u64::MAX {
+                return Err(SimError::Placement {
+                    node: g.names[i].clone(),
+                    detail: format!("{} cannot run its {} (the roofline has no rate for it there)", self.cluster.devices()[d as usize].name, g.ops[i]),
+                });
+            }
         }
         let nslots = g.slot_elems.len();
         let mut pending: Vec<u32> = (0..n).map(|i| (g.inputs.get(i).len() + g.control_inputs.get(i).len()) as u32).collect();
