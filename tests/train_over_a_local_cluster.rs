@@ -344,6 +344,24 @@ fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
     // (each batch's CPU is under its wall time on every core, so the
     // medians are too; the tasks' clocks may lag a scheduler tick)
     assert!(step_cpu > 0.0 && step_cpu <= num(m, "host_cores") * num(m, "calibrated_step_overhead_us") * 1.25, "{row}");
+    // what each process is charged per update, by hand: ps:0 runs the
+    // update, its RunGraph of the step (a task's half of the empty step's)
+    // and its end of 2 workers x 4 variables x (a fetch and a push) and of
+    // both losses; a worker its compute, its RunGraph and its end of its 4
+    // fetches, 4 pushes and its loss; the master half the empty step's
+    // master CPU per RunGraph call, 3 calls per update (2 workers, 1 PS)
+    let series = |k: &str| -> Vec<f64> { row["series"][k].as_array().expect(k).iter().filter_map(Value::as_f64).collect() };
+    let (charged, measured) = (series("predicted_task_cpu_per_update_us"), series("task_cpu_per_update_us"));
+    assert_eq!((charged.len(), measured.len()), (3, 3), "{row}");
+    let task_graph = num(m, "calibrated_step_tasks_cpu_us") / 2.0;
+    let ps0 = num(m, "calibrated_apply_s") * 1e6 + task_graph + 18.0 * num(m, "sim_ps_transfer_us");
+    let worker = num(m, "calibrated_compute_s") * 1e6 + task_graph + 9.0 * num(m, "sim_worker_transfer_us");
+    let runner = 1.5 * num(m, "calibrated_step_master_cpu_us");
+    for (got, want) in charged.iter().zip([ps0, worker, worker]).chain([(&num(m, "predicted_runner_cpu_per_update_us"), runner)]) {
+        assert!((got - want).abs() < 1e-9 * want, "{got} against {want}: {row}");
+    }
+    let total = charged.iter().sum::<f64>() + runner;
+    assert!((num(m, "predicted_cpu_per_update_us") - total).abs() < 1e-9 * total, "{row}");
     assert!(tasks_of(pid).is_empty(), "tasks left running: {:?}", tasks_of(pid));
 }
 

@@ -27,7 +27,9 @@
 //!   held-out accuracy and loss; the CPU time of the runner (the master)
 //!   and of each task process per update, over the updates alone (the
 //!   first update's end to the last's) and over the whole run, beside the CPU
-//!   the simulator's inputs charge per update: where a prediction falls
+//!   the simulator's inputs charge per update, in all and per process
+//!   (`predicted_task_cpu_per_update_us`, in the order of
+//!   `task_cpu_per_update_us`, and the runner's): where a prediction falls
 //!   short because the host's CPU is undercounted, these say by how much
 //!   and on which task.
 //! - calibrated, in the same sitting, before the run: `compute_s`, the time
@@ -83,11 +85,16 @@
 //!     tensors is `worker_transfer_us`, CPU that holds a core while the
 //!     tensors move and that nothing waits for, since the two ends
 //!     pipeline (the worker decodes one tensor while the PS serves the
-//!     next). The step overhead holds the CPU of the step's `RunGraph`
-//!     calls (the empty step's CPU, which has two, times the calls per
-//!     gradient over two: one on every worker and PS task of a synchronous
-//!     step, on the worker and the PS tasks for an asynchronous step) and
-//!     the worker's end of its loss transfer.
+//!     next). The step overhead holds the master's CPU of the step's
+//!     `RunGraph` calls (its part of the empty step, which has two, times
+//!     the calls per gradient over two: one on every worker and PS task
+//!     of a synchronous step, on the worker and the PS tasks for an
+//!     asynchronous step), the worker's own `RunGraph` and the worker's
+//!     end of its loss transfer. Each PS task's own `RunGraph` is CPU on
+//!     that task, in its requests like the update, and ps:0 pays its end
+//!     of each worker's loss (`first_ps_push_us`). Between processes the
+//!     tasks' part of the empty step is measured apart from the master's;
+//!     on threads one clock holds both, all charged as the master's.
 //!   - the update is applied once per update: `ps_request_us` is the
 //!     largest PS task's share of `apply_s` over the simulator's two
 //!     requests per gradient.
@@ -252,6 +259,7 @@ const METRICS: &[&str] = &[
     "processes",
     "measured_cpu_per_update_us",
     "measured_runner_cpu_per_update_us",
+    "predicted_runner_cpu_per_update_us",
     "measured_run_cpu_per_update_us",
     "predicted_cpu_per_update_us",
 ];
@@ -261,7 +269,7 @@ pub(crate) static DISTRIBUTED: TypedKind<DistributedPoint> = TypedKind {
     validate: |p| p.validate(),
     run: run_point,
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
-    series_names: &["measured_step_times_s", "task_cpu_per_update_us"],
+    series_names: &["measured_step_times_s", "task_cpu_per_update_us", "predicted_task_cpu_per_update_us"],
     tag_paths: &[],
     exclusive: true,
     summarize: None,
@@ -480,6 +488,8 @@ struct SimInputs {
     cores: u32,
     /// Tensors a worker's step moves (`serial_transfers`).
     transfers: usize,
+    /// The master's CPU per gradient, part of the step overhead.
+    runner_us: f64,
 }
 
 /// The part of a transfer's CPU time charged to each of its two ends when
@@ -489,22 +499,27 @@ struct SimInputs {
 /// consumer's CPU, half of the transfer's.
 const CPU_SHARE_PER_END: f64 = 0.5;
 
-/// The CPU time one tensor moved costs the PS's end and a worker's end,
-/// each the mean over a step's two directions (every variable fetched
-/// from the PS, every gradient taken by it: as many of each), with the
-/// master's small share split between them.
+/// What a step's work costs each task process, measured between
+/// processes: one tensor moved at the PS's end and at a worker's end, each
+/// the mean over a step's two directions (every variable fetched from the
+/// PS, every gradient taken by it: as many of each), with the master's
+/// small share split between them; and one task's `RunGraph` of the empty
+/// step, which every task taking part in a step runs.
 #[derive(Clone, Copy, Debug)]
-struct TransferEnds {
+struct TaskEnds {
     ps_s: f64,
     worker_s: f64,
+    run_graph_s: f64,
 }
 
-impl TransferEnds {
-    fn of(f: &flowlab_runtime::ProcessFigures) -> TransferEnds {
+impl TaskEnds {
+    fn of(f: &flowlab_runtime::ProcessFigures) -> TaskEnds {
         let master = (f.recv_master_cpu_s + f.push_master_cpu_s) / 4.0;
-        TransferEnds {
+        TaskEnds {
             ps_s: (f.recv_producer_cpu_s + f.push_consumer_cpu_s) / 2.0 + master,
             worker_s: (f.recv_consumer_cpu_s + f.push_producer_cpu_s) / 2.0 + master,
+            // the empty step runs one on each of two tasks
+            run_graph_s: f.step_tasks_cpu_s / 2.0,
         }
     }
 }
@@ -520,7 +535,7 @@ fn predict_inputs(
     compute_s: f64,
     apply_s: f64,
     link: &flowlab_runtime::LoopbackFigures,
-    ends: Option<TransferEnds>,
+    ends: Option<TaskEnds>,
     emulated: Option<flowlab_engine::EmulatedLink>,
 ) -> SimInputs {
     // a worker's step moves every variable out and every gradient back,
@@ -537,27 +552,37 @@ fn predict_inputs(
     // the calibration's empty step runs one RunGraph on each of two tasks;
     // a synchronous step runs one on every worker and PS task, over the
     // `needed` gradients; an asynchronous worker's (or a backup worker's
-    // computation) on it and the PS tasks
-    let run_graphs = match p.strategy {
-        StrategyName::Sync if p.backup == 0 => (p.workers + p.ps) as f64 / needed as f64,
-        _ => (1 + p.ps) as f64,
+    // computation) on it and the PS tasks. Per gradient, each PS task runs
+    // `ps_graphs` of them and the computing worker one.
+    let ps_graphs = match p.strategy {
+        StrategyName::Sync if p.backup == 0 => 1.0 / needed as f64,
+        _ => 1.0,
     };
-    let step_cpu_us = link.step_cpu_s * 1e6 / 2.0 * run_graphs;
+    let run_graphs = 1.0 + p.ps as f64 * ps_graphs;
+    // the master's CPU per RunGraph call, and a task's per RunGraph it runs
+    // (between processes each is measured; on threads one clock holds
+    // both, all charged at the worker's step as the master's)
+    let (master_call_us, task_graph_us) = match ends {
+        Some(e) => ((link.step_cpu_s / 2.0 - e.run_graph_s).max(0.0) * 1e6, e.run_graph_s * 1e6),
+        None => (link.step_cpu_s * 1e6 / 2.0, 0.0),
+    };
     let link_latency_us = emulated.map_or(0.0, |l| l.latency_us);
     // the PS applies one update per `needed` gradients (sync) or per
     // gradient (async); the simulator charges a request at each fetch and
     // each push of every gradient: the largest PS task's share of the
-    // update, spread over them
-    let ps_request_us = apply_s * 1e6 * largest as f64 / total.max(1) as f64 / (2 * needed) as f64;
+    // update, spread over them; and each PS task's RunGraph of the step,
+    // CPU on that task like the update
+    let ps_request_us = apply_s * 1e6 * largest as f64 / total.max(1) as f64 / (2 * needed) as f64 + task_graph_us * ps_graphs / 2.0;
+    let runner_us = master_call_us * run_graphs;
     let workload = Workload {
         variables: vars.iter().map(|v| v.1 as u64).collect(),
         compute_s,
         examples_per_step: (p.batch / needed) as u64,
         ps_request_us,
         ps_transfer_us: ps_end_us,
-        // the master's and the tasks' CPU of the step's RunGraph calls, and
-        // the worker's end of its loss transfer
-        step_overhead_us: step_cpu_us + (transfers - 2 * vars.len()) as f64 * worker_end_us,
+        // the master's CPU of the step's RunGraph calls, the worker's own
+        // RunGraph, and the worker's end of its loss transfer
+        step_overhead_us: runner_us + task_graph_us + (transfers - 2 * vars.len()) as f64 * worker_end_us,
         // the worker's end of each fetched variable and pushed gradient:
         // it pipelines with the PS's end, which the step waits for
         worker_transfer_us: worker_end_us,
@@ -569,6 +594,9 @@ fn predict_inputs(
         // the train op on ps:0 waits for a control token per variable of
         // every other PS task, sent once that task's update ran
         update_tokens: p.ps > 1,
+        // and the PS's end of each worker's loss, on ps:0 (the train op
+        // averages the losses there)
+        first_ps_push_us: if loss_moves { ps_end_us } else { 0.0 },
         ..Workload::default()
     };
     let loopback_gbps = link.bytes_per_s * 8.0 / 1e9;
@@ -581,6 +609,7 @@ fn predict_inputs(
         latency_us: link.recv_small_s * 1e6 / 2.0 + link_latency_us,
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()).min(u32::MAX as usize) as u32,
         transfers,
+        runner_us,
     }
 }
 
@@ -702,7 +731,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
 
     // the prediction (module comment: what the runtime does and how each
     // part is given to the simulator)
-    let model = predict_inputs(p, &vars, needed, largest, total, compute_s, apply_s, &link, between.as_ref().map(TransferEnds::of), emulated);
+    let model = predict_inputs(p, &vars, needed, largest, total, compute_s, apply_s, &link, between.as_ref().map(TaskEnds::of), emulated);
     // the simulator's `workers` are the gradients a synchronous step needs
     // (backups on top), or every asynchronous worker; its step commits
     // that many gradients
@@ -735,24 +764,34 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     let gradients = sim.examples_committed as f64 / shard as f64;
     let predicted_steps_per_s = if sim.sim_time_s > 0.0 { gradients / needed as f64 / sim.sim_time_s } else { 0.0 };
     let measured = r.step_p50_s;
-    // the CPU the simulator's inputs charge per update: every computing
-    // worker's step overhead, compute and a fetch and a push on each PS
-    // task, and the update tokens at both ends
+    // the CPU the simulator's inputs charge per update, per process: each
+    // PS task (its requests, on ps:0 the losses, the update tokens at both
+    // ends), each worker (its own part of the step overhead, its compute,
+    // its end of every tensor; a worker computes `computing / workers`
+    // gradients an update) and the master (its part of the overhead)
     let w = &model.workload;
     let mut tensors = vec![0usize; p.ps];
     for v in &vars {
         tensors[v.2] += 1;
     }
-    let per_gradient_us = w.step_overhead_us
-        + w.worker_transfer_us * 2.0 * vars.len() as f64
-        + w.compute_s * 1e6
-        + tensors.iter().filter(|&&t| t > 0).map(|&t| 2.0 * (w.ps_request_us + w.ps_transfer_us * t as f64)).sum::<f64>();
-    let tokens = if p.ps > 1 { tensors[1..].iter().sum::<usize>() } else { 0 };
     let computing = match p.strategy {
         StrategyName::Sync => p.workers,
         StrategyName::Async => 1,
-    };
-    let predicted_cpu_us = computing as f64 * per_gradient_us + 2.0 * tokens as f64 * w.ps_transfer_us;
+    } as f64;
+    let tokens: usize = tensors.iter().skip(1).sum();
+    let predicted_ps_cpu = tensors.iter().enumerate().map(|(k, &t)| {
+        let requests = if t > 0 { computing * 2.0 * (w.ps_request_us + w.ps_transfer_us * t as f64) } else { 0.0 };
+        let (losses, tokens) = match k {
+            0 => (computing * w.first_ps_push_us, tokens),
+            _ => (0.0, if w.update_tokens { t } else { 0 }),
+        };
+        requests + losses + tokens as f64 * w.ps_transfer_us
+    });
+    let worker_gradient_us = w.step_overhead_us - model.runner_us + w.compute_s * 1e6 + w.worker_transfer_us * 2.0 * vars.len() as f64;
+    let predicted_worker_cpu = worker_gradient_us * computing / p.workers as f64;
+    let predicted_task_cpu: Vec<f64> = predicted_ps_cpu.chain(std::iter::repeat_n(predicted_worker_cpu, p.workers)).collect();
+    let predicted_runner_cpu = model.runner_us * computing;
+    let predicted_cpu_us = predicted_task_cpu.iter().sum::<f64>() + predicted_runner_cpu;
     let error = (predicted - measured) / measured;
 
     let mut m = BTreeMap::new();
@@ -809,6 +848,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     put("processes", if env.launcher.processes() { 1.0 } else { 0.0 });
     put("measured_cpu_per_update_us", (runner_cpu + tasks_cpu.iter().sum::<f64>()) * 1e6 / window_updates);
     put("measured_runner_cpu_per_update_us", runner_cpu * 1e6 / window_updates);
+    put("predicted_runner_cpu_per_update_us", predicted_runner_cpu);
     put("measured_run_cpu_per_update_us", (run_runner_cpu + run_tasks_cpu.iter().sum::<f64>()) * 1e6 / updates);
     put("predicted_cpu_per_update_us", predicted_cpu_us);
     let mut series = BTreeMap::new();
@@ -816,6 +856,10 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     // ps:0.., then worker:0.., of those running at the end (empty when
     // the tasks are threads)
     series.insert("task_cpu_per_update_us".to_string(), tasks_cpu.iter().map(|c| c * 1e6 / window_updates).collect());
+    // every task, in the same order: what the simulator's inputs charge it
+    // (with task processes, whose figures are measured per process)
+    let predicted_task_cpu = if between.is_some() { predicted_task_cpu } else { Vec::new() };
+    series.insert("predicted_task_cpu_per_update_us".to_string(), predicted_task_cpu);
     Ok(Outcome { metrics: m, series })
 }
 
@@ -899,7 +943,7 @@ mod tests {
         assert_eq!(m["processes"], 0.0);
         // tasks on threads: their CPU is the runner's, no per-task clock
         assert_eq!(m["measured_cpu_per_update_us"], m["measured_runner_cpu_per_update_us"]);
-        assert!(o.series["task_cpu_per_update_us"].is_empty());
+        assert!(o.series["task_cpu_per_update_us"].is_empty() && o.series["predicted_task_cpu_per_update_us"].is_empty());
         // the updates' window lies inside the run
         assert!(m["measured_run_cpu_per_update_us"] * m["steps"] >= m["measured_cpu_per_update_us"] * (m["steps"] - 1.0), "{m:?}");
         assert_eq!(o.series["measured_step_times_s"].len(), 45);

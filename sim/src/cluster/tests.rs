@@ -527,6 +527,31 @@ fn update_tokens_from_the_second_ps_task_match_the_closed_form() {
     assert_eq!(a.step_times_s, b.step_times_s);
 }
 
+/// `first_ps_push_us` on the closed form above (no tokens): ps:0 serves
+/// each push 10 + 40 us. Synchronous: w0's push reaches ps:0 at 40 (served
+/// 40-90), w1's at 70 waits for it (90-140), after ps:1's last (125): the
+/// step ends at 140 us. Asynchronous, one worker: its push reaches both
+/// tasks at 40; ps:0 is done at 90, ps:1 at 70, so 90 us where it was 70.
+/// Only the first task pays: were ps:1 to pay it too, its pushes would
+/// end at 95 + 40 and 135 + 70 = 205 us.
+#[test]
+fn the_first_ps_tasks_extra_push_cpu_matches_the_closed_form() {
+    let base = "ps: 2\nsteps: 3\nnetwork: { topology: mesh, link_gbps: 10, latency_us: 5 }\n";
+    let model = |extra: f64| format!("model: {{ variables: [4, 1, 1, 1], ps_request_us: 0, ps_transfer_us: 10, first_ps_push_us: {extra} }}\n");
+    let sync = "workers: 2\nstrategy: { sync: { backup: 0 } }\n";
+    let one = "workers: 1\nstrategy: { async: {} }\n";
+    assert!((p50(&format!("{base}{sync}{}", model(0.0))) - 125e-6).abs() < 1e-8);
+    // plus the first push's 16 bytes on the wire (12.8 ns at 10 Gbit/s),
+    // which now delay ps:0's chain of pushes
+    let t = p50(&format!("{base}{sync}{}", model(40.0)));
+    assert!((t - 140.0128e-6).abs() < 1e-10, "{t}");
+    assert!((p50(&format!("{base}{one}{}", model(0.0))) - 70e-6).abs() < 1e-8);
+    let t = p50(&format!("{base}{one}{}", model(40.0)));
+    assert!((t - 90.0128e-6).abs() < 1e-10, "{t}");
+    let e = err(&format!("{base}{one}model: {{ variables: [1], first_ps_push_us: -1 }}\n"));
+    assert!(e.contains("model.first_ps_push_us"), "{e}");
+}
+
 /// `worker_transfer_us` against closed forms: one worker, one PS task
 /// holding two one-float variables (flows of 8 bytes: nanoseconds), each
 /// request 2 x 100 us of PS CPU, 1 ms of compute, and the worker's end of

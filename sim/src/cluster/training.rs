@@ -155,6 +155,8 @@ struct Sim<'a> {
     /// either end.
     tokens: Vec<u32>,
     token_cpu: SimTime,
+    /// The first PS task's extra CPU per push (`first_ps_push_us`).
+    first_push: SimTime,
     /// Per PS task, the path latency to the first (`SimTime::MAX` until
     /// first needed).
     token_latency: Vec<SimTime>,
@@ -259,6 +261,7 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
         ps_request,
         tokens,
         token_cpu: SimTime::from_secs_f64(w.ps_transfer_us * 1e-6),
+        first_push: SimTime::from_secs_f64(w.first_ps_push_us * 1e-6),
         token_latency: vec![SimTime::MAX; ps],
         cores: vec![SimTime::ZERO; cfg.host_cores.unwrap_or(0) as usize],
         overhead: SimTime::from_secs_f64(w.step_overhead_us * 1e-6),
@@ -509,7 +512,8 @@ impl Sim<'_> {
 
     /// PS task `ps` has all of worker `w`'s gradient shard: its CPU applies it (FIFO).
     fn push_complete(&mut self, w: u32, ps: u32, epoch: u64) {
-        let at = self.serve(ps, self.q.now());
+        let extra = if ps == 0 { self.first_push } else { SimTime::ZERO };
+        let at = self.serve_for(ps, self.q.now(), self.ps_request[ps as usize] + extra);
         self.q.schedule_at(at, Ev::PushServed { w, ps, epoch });
     }
 

@@ -78,6 +78,12 @@ pub struct Workload {
     /// task has them all.
     #[serde(default)]
     pub update_tokens: bool,
+    /// PS CPU per push on the first PS task only, on top of its request,
+    /// microseconds: a tensor each worker's step sends the task that holds
+    /// the train op besides its gradients (flowlab's synchronous train op
+    /// averages the workers' losses there, one `RecvTensor` each).
+    #[serde(default)]
+    pub first_ps_push_us: f64,
     /// Communication overlapped with compute, as TensorFlow's dataflow
     /// executor runs a step: each parameter shard's share of the forward
     /// pass runs as soon as that shard has arrived (in arrival order), and
@@ -173,6 +179,7 @@ impl Default for Workload {
             worker_transfer_us: 0.0,
             step_wait_us: 0.0,
             update_tokens: false,
+            first_ps_push_us: 0.0,
             overlap: false,
             forward_fraction: default_forward_fraction(),
             zoo: None,
@@ -198,6 +205,7 @@ impl Workload {
         finite_nn("model.ps_transfer_us", self.ps_transfer_us)?;
         finite_nn("model.step_overhead_us", self.step_overhead_us)?;
         finite_nn("model.step_wait_us", self.step_wait_us)?;
+        finite_nn("model.first_ps_push_us", self.first_ps_push_us)?;
         finite_nn("model.worker_transfer_us", self.worker_transfer_us)?;
         if !(0.0..=1.0).contains(&self.forward_fraction) {
             return Err(SimError::param(
