@@ -104,6 +104,8 @@ pub(crate) struct StepComm<'a> {
     pub rdv: &'a dyn Rendezvous,
     pub step_id: u64,
     pub recv_timeout: Duration,
+    /// How long a device's driver spins for an arrival before it sleeps.
+    pub recv_spin: Duration,
     pub counters: &'a CommCounters,
     /// The instant step times are measured from.
     pub start: Instant,

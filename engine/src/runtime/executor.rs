@@ -480,9 +480,10 @@ struct Inbox {
     sleepers: AtomicUsize,
 }
 
-/// How long a driver spins for an arrival before it sleeps: a transfer
-/// that answers within this costs no futex wake-up.
-const SPIN: Duration = Duration::from_micros(30);
+/// How long a driver spins for an arrival before it sleeps, when the
+/// other devices are in this process: a transfer that answers within this
+/// costs no futex wake-up.
+pub(crate) const RECV_SPIN: Duration = Duration::from_micros(30);
 
 impl Inbox {
     fn push(&self, k: usize, r: Result<Tensor>) {
@@ -498,8 +499,8 @@ impl Inbox {
 
     /// Waits until something arrived (spinning briefly first) or `deadline`
     /// passes (None: nothing arrived in time).
-    fn wait(&self, taken: usize, deadline: Instant) -> Option<Vec<(usize, Result<Tensor>)>> {
-        let spin_until = Instant::now() + SPIN;
+    fn wait(&self, taken: usize, deadline: Instant, spin: Duration) -> Option<Vec<(usize, Result<Tensor>)>> {
+        let spin_until = Instant::now() + spin;
         while self.arrived.load(Ordering::Acquire) == taken && Instant::now() < spin_until {
             std::hint::spin_loop();
         }
@@ -573,7 +574,7 @@ impl<'a> Step<'a> {
         let recvs = &self.prep.recvs;
         let deadline = Instant::now() + comm.recv_timeout;
         while self.taken.load(Ordering::Relaxed) < recvs.len() && !self.failed.load(Ordering::Acquire) {
-            let Some(batch) = inbox.wait(self.taken.load(Ordering::Relaxed), deadline) else {
+            let Some(batch) = inbox.wait(self.taken.load(Ordering::Relaxed), deadline, comm.recv_spin) else {
                 let k = self.arrived.iter().position(|a| !a.load(Ordering::Relaxed)).unwrap_or(0);
                 let node = &self.prep.nodes[recvs[k]];
                 let key = node.transfer.as_ref().map(|t| t.key.for_step(comm.step_id));

@@ -17,7 +17,7 @@ use crate::framework::LinkMap;
 use crate::framework::link::{LinkDelivery, deliver};
 use crate::framework::DeviceName;
 use crate::error::{EngineError, Result};
-use crate::runtime::executor::{Prepared, Resources};
+use crate::runtime::executor::{Prepared, RECV_SPIN, Resources};
 use crate::graph::{Graph, NodeId};
 use crate::tensor::TensorType;
 use crate::ops::sendrecv::{CommCounters, StepComm, TransferTrace};
@@ -288,6 +288,9 @@ impl MultiPlan {
             rdv: &rdv,
             step_id,
             recv_timeout,
+            // the other devices are threads of this process: a tensor often
+            // comes within the spin, and then costs no futex wake-up
+            recv_spin: RECV_SPIN,
             counters,
             start: Instant::now(),
             trace: trace.then(|| Mutex::new(TransferTrace::default())),
@@ -430,6 +433,7 @@ mod tests {
             rdv,
             step_id: 5,
             recv_timeout: timeout,
+            recv_spin: RECV_SPIN,
             counters,
             start: Instant::now(),
             trace: None,
