@@ -95,9 +95,9 @@
 //!     of each worker's loss (`first_ps_push_us`). Between processes the
 //!     tasks' part of the empty step is measured apart from the master's;
 //!     on threads one clock holds both, all charged as the master's.
-//!   - the update is applied once per update: `ps_request_us` is the
-//!     largest PS task's share of `apply_s` over the simulator's two
-//!     requests per gradient.
+//!   - the update is applied once per update: each PS task's share of
+//!     `apply_s`, by the parameters it holds (`ps_us_per_mparam`), over
+//!     the simulator's two requests per gradient.
 //!   - the train op, on ps:0, groups every variable's update: with
 //!     several PS tasks, each other task sends ps:0 a control token per
 //!     variable it holds once its update ran (a `RecvTensor` each, CPU at
@@ -530,7 +530,6 @@ fn predict_inputs(
     p: &DistributedPoint,
     vars: &[(String, usize, usize)],
     needed: usize,
-    largest: usize,
     total: usize,
     compute_s: f64,
     apply_s: f64,
@@ -569,16 +568,18 @@ fn predict_inputs(
     let link_latency_us = emulated.map_or(0.0, |l| l.latency_us);
     // the PS applies one update per `needed` gradients (sync) or per
     // gradient (async); the simulator charges a request at each fetch and
-    // each push of every gradient: the largest PS task's share of the
-    // update, spread over them; and each PS task's RunGraph of the step,
-    // CPU on that task like the update
-    let ps_request_us = apply_s * 1e6 * largest as f64 / total.max(1) as f64 / (2 * needed) as f64 + task_graph_us * ps_graphs / 2.0;
+    // each push of every gradient: each PS task's share of the update (by
+    // the parameters it holds) and its RunGraph of the step, spread over
+    // them
+    let ps_us_per_mparam = apply_s * 1e6 / total.max(1) as f64 * 1e6 / (2 * needed) as f64;
+    let ps_request_us = task_graph_us * ps_graphs / 2.0;
     let runner_us = master_call_us * run_graphs;
     let workload = Workload {
         variables: vars.iter().map(|v| v.1 as u64).collect(),
         compute_s,
         examples_per_step: (p.batch / needed) as u64,
         ps_request_us,
+        ps_us_per_mparam,
         ps_transfer_us: ps_end_us,
         // the master's CPU of the step's RunGraph calls, the worker's own
         // RunGraph, and the worker's end of its loss transfer
@@ -646,11 +647,6 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     let shard = p.batch / needed;
     let vars = shard_variables(cfg.model, p.ps);
     let total: usize = vars.iter().map(|v| v.1).sum();
-    let mut per_ps = vec![0usize; p.ps];
-    for v in &vars {
-        per_ps[v.2] += v.1;
-    }
-    let largest = per_ps.iter().copied().max().unwrap_or(total);
 
     // calibration, in this sitting, before the run
     let (compute_s, apply_s) = InProcessStep::new(p, &cfg, &data, shard)?.time(p.calibration_reps)?;
@@ -731,7 +727,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
 
     // the prediction (module comment: what the runtime does and how each
     // part is given to the simulator)
-    let model = predict_inputs(p, &vars, needed, largest, total, compute_s, apply_s, &link, between.as_ref().map(TaskEnds::of), emulated);
+    let model = predict_inputs(p, &vars, needed, total, compute_s, apply_s, &link, between.as_ref().map(TaskEnds::of), emulated);
     // the simulator's `workers` are the gradients a synchronous step needs
     // (backups on top), or every asynchronous worker; its step commits
     // that many gradients
@@ -770,17 +766,18 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     // its end of every tensor; a worker computes `computing / workers`
     // gradients an update) and the master (its part of the overhead)
     let w = &model.workload;
-    let mut tensors = vec![0usize; p.ps];
+    let (mut tensors, mut params) = (vec![0usize; p.ps], vec![0usize; p.ps]);
     for v in &vars {
         tensors[v.2] += 1;
+        params[v.2] += v.1;
     }
     let computing = match p.strategy {
         StrategyName::Sync => p.workers,
         StrategyName::Async => 1,
     } as f64;
     let tokens: usize = tensors.iter().skip(1).sum();
-    let predicted_ps_cpu = tensors.iter().enumerate().map(|(k, &t)| {
-        let requests = if t > 0 { computing * 2.0 * (w.ps_request_us + w.ps_transfer_us * t as f64) } else { 0.0 };
+    let predicted_ps_cpu = tensors.iter().zip(&params).enumerate().map(|(k, (&t, &n))| {
+        let requests = if t > 0 { computing * 2.0 * (w.ps_request_us + w.ps_transfer_us * t as f64 + w.ps_us_per_mparam * n as f64 * 1e-6) } else { 0.0 };
         let (losses, tokens) = match k {
             0 => (computing * w.first_ps_push_us, tokens),
             _ => (0.0, if w.update_tokens { t } else { 0 }),

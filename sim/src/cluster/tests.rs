@@ -552,6 +552,24 @@ fn the_first_ps_tasks_extra_push_cpu_matches_the_closed_form() {
     assert!(e.contains("model.first_ps_push_us"), "{e}");
 }
 
+/// `ps_us_per_mparam`: each task pays for the parameters it holds. The
+/// variables [4, 1, 1, 1] go to ps:0 (4 parameters, 1 tensor) and ps:1 (3
+/// and 3); at 1e7 us per million parameters and 10 us per tensor a request
+/// costs ps:0 40 + 10 = 50 us and ps:1 30 + 30 = 60. One asynchronous
+/// worker, 5 us links: its fetch reaches both at 5 and is done at 65
+/// (ps:1), its push reaches both at 70 and ps:1 is done at 130 us, plus
+/// nanoseconds of bytes on the wire. Charging ps:1 the larger task's 40
+/// would give 150.
+#[test]
+fn ps_cpu_per_parameter_falls_on_the_task_that_holds_them() {
+    let cfg = "ps: 2\nsteps: 3\nworkers: 1\nstrategy: { async: {} }\nnetwork: { topology: mesh, link_gbps: 10, latency_us: 5 }\n\
+               model: { variables: [4, 1, 1, 1], ps_request_us: 0, ps_transfer_us: 10, ps_us_per_mparam: 10000000 }\n";
+    let t = p50(cfg);
+    assert!((t - 130e-6).abs() < 2e-8, "{t}");
+    let e = err("model: { variables: [1], ps_us_per_mparam: -1 }\nworkers: 1\nps: 1\n");
+    assert!(e.contains("model.ps_us_per_mparam"), "{e}");
+}
+
 /// `worker_transfer_us` against closed forms: one worker, one PS task
 /// holding two one-float variables (flows of 8 bytes: nanoseconds), each
 /// request 2 x 100 us of PS CPU, 1 ms of compute, and the worker's end of

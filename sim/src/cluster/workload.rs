@@ -51,6 +51,12 @@ pub struct Workload {
     /// thread, so a request to a task holding 3 variables costs 3 of these.
     #[serde(default)]
     pub ps_transfer_us: f64,
+    /// PS CPU per request per million dense parameters the task holds,
+    /// microseconds, on top of `ps_request_us`: work that scales with a
+    /// task's share of the model (its part of the update, spread over the
+    /// requests), so a task holding little pays little.
+    #[serde(default)]
+    pub ps_us_per_mparam: f64,
     /// Fixed worker time per step (session run, RPC set-up), microseconds.
     /// On a shared host (`host_cores`) it holds a core.
     #[serde(default)]
@@ -175,6 +181,7 @@ impl Default for Workload {
             examples_per_step: 1,
             ps_request_us: default_ps_request_us(),
             ps_transfer_us: 0.0,
+            ps_us_per_mparam: 0.0,
             step_overhead_us: 0.0,
             worker_transfer_us: 0.0,
             step_wait_us: 0.0,
@@ -203,6 +210,7 @@ impl Workload {
         finite_nn("model.compute_sigma", self.compute_sigma)?;
         finite_nn("model.ps_request_us", self.ps_request_us)?;
         finite_nn("model.ps_transfer_us", self.ps_transfer_us)?;
+        finite_nn("model.ps_us_per_mparam", self.ps_us_per_mparam)?;
         finite_nn("model.step_overhead_us", self.step_overhead_us)?;
         finite_nn("model.step_wait_us", self.step_wait_us)?;
         finite_nn("model.first_ps_push_us", self.first_ps_push_us)?;
