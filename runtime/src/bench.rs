@@ -439,6 +439,13 @@ pub struct ProcessFigures {
     pub push_producer_cpu_s: f64,
     pub push_consumer_cpu_s: f64,
     pub push_master_cpu_s: f64,
+    /// The four ends again for as many tensors of one float each: what a
+    /// `RecvTensor` costs whatever its size (the model's tensors' figures
+    /// over these is what their bytes cost).
+    pub small_recv_producer_cpu_s: f64,
+    pub small_recv_consumer_cpu_s: f64,
+    pub small_push_producer_cpu_s: f64,
+    pub small_push_consumer_cpu_s: f64,
     /// Wall time of the empty step (one `RunGraph` on each task, a
     /// constant fetched from each).
     pub step_overhead_s: f64,
@@ -457,7 +464,7 @@ pub struct ProcessFigures {
 /// the host has no per-process CPU clocks), where [`measure_loopback`] is
 /// the measurement.
 ///
-/// Four steps run in alternating batches of 20, `reps` rounds after a
+/// Six steps run in alternating batches of 20, `reps` rounds after a
 /// warm-up round: the *pair* step (a constant fetched from ps:0 and
 /// worker:0: one `RunGraph` on each of two tasks; worker:0 is fed
 /// `feed_floats` floats, taken by an `Identity` under a target, as a
@@ -469,7 +476,8 @@ pub struct ProcessFigures {
 /// target; and the *pushing* step: the empty step with every worker's own
 /// tensors of the same sizes taken on ps:0 (one `RecvTensor` each, the PS
 /// calling every worker at once, as a synchronous step takes the
-/// gradients). Each batch reads every process's CPU clock before and
+/// gradients); and these two again with tensors of one float each (the
+/// `small_` figures). Each batch reads every process's CPU clock before and
 /// after; the figures are medians over the batches, a transfer's CPU at
 /// each end the difference of the moving (or pushing) and the empty
 /// step's over the transfers, and the step figures the pair step's.
@@ -508,31 +516,37 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
         on_workers.push(on_worker);
     }
     // the model's tensors as constants on one task (varied values, so that
-    // no format can send them as a repeated pattern)
-    let constants = |on: &Graph| -> Result<Vec<Output>> {
+    // no format can send them as a repeated pattern), or as many of one
+    // float each
+    let constants = |on: &Graph, small: bool| -> Result<Vec<Output>> {
         let mut out = Vec::with_capacity(tensor_floats.len());
         for (i, &n) in tensor_floats.iter().enumerate() {
-            let values: Vec<f32> = (0..n.max(1)).map(|j| ((i + j) % 13) as f32 * 0.25 - 1.5).collect();
-            out.push(on.constant(Tensor::from_vec(values, vec![n.max(1)])?)?);
+            let n = if small { 1 } else { n.max(1) };
+            let values: Vec<f32> = (0..n).map(|j| ((i + j) % 13) as f32 * 0.25 - 1.5).collect();
+            out.push(on.constant(Tensor::from_vec(values, vec![n])?)?);
         }
         Ok(out)
     };
-    let sources = constants(&on_ps)?;
-    let mut takes = Vec::with_capacity(consumers);
-    for (w, on_worker) in on_workers.iter().enumerate() {
-        let taken = sources.iter().map(|c| on_worker.identity(c)).collect::<std::result::Result<Vec<_>, _>>()?;
-        takes.push(on_worker.group(&format!("take_tensors_{w}"), &taken.iter().collect::<Vec<_>>())?);
-    }
-    // the other direction, as a synchronous step's gradients go: every
-    // worker's own tensors of the same sizes, taken on ps:0 (which calls
-    // each worker for them)
-    let mut pushed = Vec::with_capacity(consumers * tensor_floats.len());
-    for on_worker in &on_workers {
-        for c in constants(on_worker)? {
-            pushed.push(on_ps.identity(&c)?);
+    // every worker takes ps:0's tensors (a fetch's direction), and ps:0
+    // takes every worker's own (as a synchronous step's gradients go: it
+    // calls each worker for them): a target on each worker, and one on ps:0
+    let directions = |small: bool, tag: &str| -> Result<(Vec<Output>, Output)> {
+        let sources = constants(&on_ps, small)?;
+        let mut takes = Vec::with_capacity(consumers);
+        for (w, on_worker) in on_workers.iter().enumerate() {
+            let taken = sources.iter().map(|c| on_worker.identity(c)).collect::<std::result::Result<Vec<_>, _>>()?;
+            takes.push(on_worker.group(&format!("take_tensors_{tag}{w}"), &taken.iter().collect::<Vec<_>>())?);
         }
-    }
-    let push_take = on_ps.group("take_pushed", &pushed.iter().collect::<Vec<_>>())?;
+        let mut pushed = Vec::with_capacity(consumers * tensor_floats.len());
+        for on_worker in &on_workers {
+            for c in constants(on_worker, small)? {
+                pushed.push(on_ps.identity(&c)?);
+            }
+        }
+        Ok((takes, on_ps.group(&format!("take_pushed{tag}"), &pushed.iter().collect::<Vec<_>>())?))
+    };
+    let (takes, push_take) = directions(false, "")?;
+    let (small_takes, small_push_take) = directions(true, "small_")?;
     let options = MasterOptions { partition: flowlab_engine::PartitionOptions::in_format(format), ..Default::default() };
     let mut master = Master::connect(&cluster.spec, options)?;
     master.register(&g)?;
@@ -557,15 +571,20 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
     };
     let all: Vec<&Output> = fetch_all.iter().collect();
     let targets: Vec<&Output> = takes.iter().collect();
+    let small_targets: Vec<&Output> = small_takes.iter().collect();
     let (mut pair, mut empty, mut moving, mut pushing) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut small_moving, mut small_pushing) = (Vec::new(), Vec::new());
     for rep in 0..=reps.max(1) {
         let (Some(a), Some(b), Some(c), Some(d)) = (batch(&all[..2], &[], 1)?, batch(&all, &[], consumers)?, batch(&all, &targets, consumers)?, batch(&all, &[&push_take], consumers)?) else { return Ok(None) };
+        let (Some(e), Some(f)) = (batch(&all, &small_targets, consumers)?, batch(&all, &[&small_push_take], consumers)?) else { return Ok(None) };
         // the first round warms the steps' plans, the connections and the pages
         if rep > 0 {
             pair.push(a);
             empty.push(b);
             moving.push(c);
             pushing.push(d);
+            small_moving.push(e);
+            small_pushing.push(f);
         }
     }
     let col = |v: &[Vec<f64>], i: usize| median(v.iter().map(|r| r[i]).collect());
@@ -580,6 +599,10 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
         push_producer_cpu_s: per_transfer(&pushing, 3..3 + consumers),
         push_consumer_cpu_s: per_transfer(&pushing, 2..3),
         push_master_cpu_s: per_transfer(&pushing, 0..1),
+        small_recv_producer_cpu_s: per_transfer(&small_moving, 2..3),
+        small_recv_consumer_cpu_s: per_transfer(&small_moving, 3..3 + consumers),
+        small_push_producer_cpu_s: per_transfer(&small_pushing, 3..3 + consumers),
+        small_push_consumer_cpu_s: per_transfer(&small_pushing, 2..3),
         step_overhead_s: col(&pair, 1),
         step_master_cpu_s: col(&pair, 0),
         step_tasks_cpu_s: col(&pair, 2) + col(&pair, 3),

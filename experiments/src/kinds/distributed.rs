@@ -245,6 +245,10 @@ const METRICS: &[&str] = &[
     "calibrated_push_producer_cpu_us",
     "calibrated_push_consumer_cpu_us",
     "calibrated_push_cpu_us",
+    "calibrated_small_recv_producer_cpu_us",
+    "calibrated_small_recv_consumer_cpu_us",
+    "calibrated_small_push_producer_cpu_us",
+    "calibrated_small_push_consumer_cpu_us",
     "calibrated_step_master_cpu_us",
     "calibrated_step_tasks_cpu_us",
     "calibrated_consumers",
@@ -252,6 +256,7 @@ const METRICS: &[&str] = &[
     "sim_link_gbps",
     "sim_latency_us",
     "sim_ps_transfer_us",
+    "sim_ps_us_per_mparam",
     "sim_worker_transfer_us",
     "sim_step_overhead_us",
     "sim_step_wait_us",
@@ -503,21 +508,29 @@ const CPU_SHARE_PER_END: f64 = 0.5;
 /// processes: one tensor moved at the PS's end and at a worker's end, each
 /// the mean over a step's two directions (every variable fetched from the
 /// PS, every gradient taken by it: as many of each), with the master's
-/// small share split between them; and one task's `RunGraph` of the empty
-/// step, which every task taking part in a step runs.
+/// small share split between them; the same for a tensor of one float,
+/// what a message costs whatever its size (at most the mean); and one
+/// task's `RunGraph` of the empty step, which every task taking part in a
+/// step runs.
 #[derive(Clone, Copy, Debug)]
 struct TaskEnds {
     ps_s: f64,
     worker_s: f64,
+    ps_message_s: f64,
+    worker_message_s: f64,
     run_graph_s: f64,
 }
 
 impl TaskEnds {
     fn of(f: &flowlab_runtime::ProcessFigures) -> TaskEnds {
         let master = (f.recv_master_cpu_s + f.push_master_cpu_s) / 4.0;
+        let ps_s = (f.recv_producer_cpu_s + f.push_consumer_cpu_s) / 2.0 + master;
+        let worker_s = (f.recv_consumer_cpu_s + f.push_producer_cpu_s) / 2.0 + master;
         TaskEnds {
-            ps_s: (f.recv_producer_cpu_s + f.push_consumer_cpu_s) / 2.0 + master,
-            worker_s: (f.recv_consumer_cpu_s + f.push_producer_cpu_s) / 2.0 + master,
+            ps_s,
+            worker_s,
+            ps_message_s: ((f.small_recv_producer_cpu_s + f.small_push_consumer_cpu_s) / 2.0 + master).min(ps_s),
+            worker_message_s: ((f.small_recv_consumer_cpu_s + f.small_push_producer_cpu_s) / 2.0 + master).min(worker_s),
             // the empty step runs one on each of two tasks
             run_graph_s: f.step_tasks_cpu_s / 2.0,
         }
@@ -536,6 +549,7 @@ fn predict_inputs(
     link: &flowlab_runtime::LoopbackFigures,
     ends: Option<TaskEnds>,
     emulated: Option<flowlab_engine::EmulatedLink>,
+    comm: CommFormat,
 ) -> SimInputs {
     // a worker's step moves every variable out and every gradient back,
     // and its loss to ps:0 when a synchronous step averages several
@@ -548,6 +562,13 @@ fn predict_inputs(
     let per_end_us = link.recv_cpu_s * 1e6 * CPU_SHARE_PER_END;
     // between processes each end is measured, in both directions
     let (ps_end_us, worker_end_us) = ends.map_or((per_end_us, per_end_us), |e| (e.ps_s * 1e6, e.worker_s * 1e6));
+    // a message's part of an end, whatever its size (the loss, a control
+    // token), and at the PS the rest per byte: a task holding the large
+    // variables pays for their bytes (on threads, one figure for both)
+    let (ps_message_us, worker_message_us) = ends.map_or((per_end_us, per_end_us), |e| (e.ps_message_s * 1e6, e.worker_message_s * 1e6));
+    let bytes_per_param = comm.bytes_for(total as u64) as f64 / total.max(1) as f64;
+    let mean_bytes = bytes_per_param * total as f64 / vars.len().max(1) as f64;
+    let ps_us_per_byte = (ps_end_us - ps_message_us).max(0.0) / mean_bytes.max(1.0);
     // the calibration's empty step runs one RunGraph on each of two tasks;
     // a synchronous step runs one on every worker and PS task, over the
     // `needed` gradients; an asynchronous worker's (or a backup worker's
@@ -571,7 +592,7 @@ fn predict_inputs(
     // each push of every gradient: each PS task's share of the update (by
     // the parameters it holds) and its RunGraph of the step, spread over
     // them
-    let ps_us_per_mparam = apply_s * 1e6 / total.max(1) as f64 * 1e6 / (2 * needed) as f64;
+    let ps_us_per_mparam = apply_s * 1e6 / total.max(1) as f64 * 1e6 / (2 * needed) as f64 + ps_us_per_byte * bytes_per_param * 1e6;
     let ps_request_us = task_graph_us * ps_graphs / 2.0;
     let runner_us = master_call_us * run_graphs;
     let workload = Workload {
@@ -580,10 +601,10 @@ fn predict_inputs(
         examples_per_step: (p.batch / needed) as u64,
         ps_request_us,
         ps_us_per_mparam,
-        ps_transfer_us: ps_end_us,
+        ps_transfer_us: ps_message_us,
         // the master's CPU of the step's RunGraph calls, the worker's own
         // RunGraph, and the worker's end of its loss transfer
-        step_overhead_us: runner_us + task_graph_us + (transfers - 2 * vars.len()) as f64 * worker_end_us,
+        step_overhead_us: runner_us + task_graph_us + (transfers - 2 * vars.len()) as f64 * worker_message_us,
         // the worker's end of each fetched variable and pushed gradient:
         // it pipelines with the PS's end, which the step waits for
         worker_transfer_us: worker_end_us,
@@ -597,7 +618,7 @@ fn predict_inputs(
         update_tokens: p.ps > 1,
         // and the PS's end of each worker's loss, on ps:0 (the train op
         // averages the losses there)
-        first_ps_push_us: if loss_moves { ps_end_us } else { 0.0 },
+        first_ps_push_us: if loss_moves { ps_message_us } else { 0.0 },
         ..Workload::default()
     };
     let loopback_gbps = link.bytes_per_s * 8.0 / 1e9;
@@ -727,7 +748,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
 
     // the prediction (module comment: what the runtime does and how each
     // part is given to the simulator)
-    let model = predict_inputs(p, &vars, needed, total, compute_s, apply_s, &link, between.as_ref().map(TaskEnds::of), emulated);
+    let model = predict_inputs(p, &vars, needed, total, compute_s, apply_s, &link, between.as_ref().map(TaskEnds::of), emulated, cfg.comm);
     // the simulator's `workers` are the gradients a synchronous step needs
     // (backups on top), or every asynchronous worker; its step commits
     // that many gradients
@@ -830,6 +851,10 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         put("calibrated_push_producer_cpu_us", f.push_producer_cpu_s * 1e6);
         put("calibrated_push_consumer_cpu_us", f.push_consumer_cpu_s * 1e6);
         put("calibrated_push_cpu_us", (f.push_producer_cpu_s + f.push_consumer_cpu_s + f.push_master_cpu_s) * 1e6);
+        put("calibrated_small_recv_producer_cpu_us", f.small_recv_producer_cpu_s * 1e6);
+        put("calibrated_small_recv_consumer_cpu_us", f.small_recv_consumer_cpu_s * 1e6);
+        put("calibrated_small_push_producer_cpu_us", f.small_push_producer_cpu_s * 1e6);
+        put("calibrated_small_push_consumer_cpu_us", f.small_push_consumer_cpu_s * 1e6);
         put("calibrated_step_master_cpu_us", f.step_master_cpu_s * 1e6);
         put("calibrated_step_tasks_cpu_us", f.step_tasks_cpu_s * 1e6);
         put("calibrated_consumers", f.consumers as f64);
@@ -838,6 +863,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     put("sim_link_gbps", model.gbps);
     put("sim_latency_us", model.latency_us);
     put("sim_ps_transfer_us", model.workload.ps_transfer_us);
+    put("sim_ps_us_per_mparam", model.workload.ps_us_per_mparam);
     put("sim_worker_transfer_us", model.workload.worker_transfer_us);
     put("sim_step_overhead_us", model.workload.step_overhead_us);
     put("sim_step_wait_us", model.workload.step_wait_us);
@@ -874,6 +900,10 @@ mod tests {
         "calibrated_push_producer_cpu_us",
         "calibrated_push_consumer_cpu_us",
         "calibrated_push_cpu_us",
+        "calibrated_small_recv_producer_cpu_us",
+        "calibrated_small_recv_consumer_cpu_us",
+        "calibrated_small_push_producer_cpu_us",
+        "calibrated_small_push_consumer_cpu_us",
         "calibrated_step_master_cpu_us",
         "calibrated_step_tasks_cpu_us",
         "calibrated_consumers",
