@@ -95,6 +95,10 @@
 //!     of each worker's loss (`first_ps_push_us`). Between processes the
 //!     tasks' part of the empty step is measured apart from the master's;
 //!     on threads one clock holds both, all charged as the master's.
+//!   - a fetch is one `RecvTensor` per variable, and a PS task's message
+//!     thread answers the workers' concurrent calls in turn, so a worker
+//!     has its variables once the task has served every fetch queued with
+//!     its own (`fetch_in_turn`).
 //!   - the update is applied once per update: each PS task's share of
 //!     `apply_s`, by the parameters it holds (`ps_us_per_mparam`), over
 //!     the simulator's two requests per gradient.
@@ -619,6 +623,9 @@ fn predict_inputs(
         // and the PS's end of each worker's loss, on ps:0 (the train op
         // averages the losses there)
         first_ps_push_us: if loss_moves { ps_message_us } else { 0.0 },
+        // every variable is its own RecvTensor, and a task's one message
+        // thread answers the workers' concurrent calls in turn
+        fetch_in_turn: true,
         ..Workload::default()
     };
     let loopback_gbps = link.bytes_per_s * 8.0 / 1e9;

@@ -552,6 +552,28 @@ fn the_first_ps_tasks_extra_push_cpu_matches_the_closed_form() {
     assert!(e.contains("model.first_ps_push_us"), "{e}");
 }
 
+/// `fetch_in_turn`: two workers, three one-float variables on one PS task,
+/// 10 us per tensor (a request 30 us), 1 ms of compute, links without
+/// latency. Whole requests first come first served: w0 has its shard at
+/// 30 and w1 at 60 us, they compute until 1,030 and 1,060, and the PS
+/// takes w0's push 1,030-1,060 and w1's 1,060-1,090. In turn, both have
+/// their last tensor when the PS has served all six, at 60 us: they
+/// compute until 1,060 and the pushes end at 1,090 and 1,120 us. (Plus
+/// the 12-byte shards' nanoseconds on the wire.)
+#[test]
+fn fetches_served_in_turn_give_every_worker_its_shard_at_the_end_of_the_round() {
+    let cfg = |in_turn: bool| {
+        format!(
+            "model: {{ variables: [1, 1, 1], compute_s: 0.001, ps_request_us: 0, ps_transfer_us: 10, fetch_in_turn: {in_turn} }}\n\
+             workers: 2\nps: 1\nsteps: 3\nnetwork: {{ link_gbps: 10, latency_us: 0 }}\n"
+        )
+    };
+    let whole = p50(&cfg(false));
+    let in_turn = p50(&cfg(true));
+    assert!((whole - 1090e-6).abs() < 2e-8, "{whole}");
+    assert!((in_turn - 1120e-6).abs() < 2e-8, "{in_turn}");
+}
+
 /// `ps_us_per_mparam`: each task pays for the parameters it holds. The
 /// variables [4, 1, 1, 1] go to ps:0 (4 parameters, 1 tensor) and ps:1 (3
 /// and 3); at 1e7 us per million parameters and 10 us per tensor a request

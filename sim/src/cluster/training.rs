@@ -41,7 +41,7 @@ enum Ev {
     /// A fetch request reached PS task `ps`.
     FetchArrive { w: u32, ps: u32, epoch: u64 },
     /// A fetched shard whose flow arrived before the PS finished serving it.
-    FetchReady { w: u32, epoch: u64 },
+    FetchReady { w: u32, ps: u32, epoch: u64 },
     /// The worker's compute is done (with `overlap`: its forward pass).
     ComputeDone { w: u32, epoch: u64 },
     /// With `overlap`: a gradient shard whose flow ran ahead of the backward
@@ -427,9 +427,9 @@ impl Sim<'_> {
                     self.net.start_flow(now, src, dst, bytes, tag)?;
                 }
             }
-            Ev::FetchReady { w, epoch } => {
+            Ev::FetchReady { w, ps, epoch } => {
                 if self.current(w, epoch) {
-                    self.shard_fetched(w, epoch);
+                    self.fetch_ready(w, ps, epoch);
                 }
             }
             Ev::ComputeDone { w, epoch } => {
@@ -496,9 +496,9 @@ impl Sim<'_> {
         match t.kind {
             TransferKind::Fetch => {
                 if t.ready > now {
-                    self.q.schedule_at(t.ready, Ev::FetchReady { w: t.w, epoch: t.epoch });
+                    self.q.schedule_at(t.ready, Ev::FetchReady { w: t.w, ps: t.ps, epoch: t.epoch });
                 } else {
-                    self.shard_fetched(t.w, t.epoch);
+                    self.fetch_ready(t.w, t.ps, t.epoch);
                 }
             }
             TransferKind::Push => {
@@ -519,6 +519,19 @@ impl Sim<'_> {
         let extra = if ps == 0 { self.first_push } else { SimTime::ZERO };
         let at = self.serve_for(ps, self.q.now(), self.ps_request[ps as usize] + extra);
         self.q.schedule_at(at, Ev::PushServed { w, ps, epoch });
+    }
+
+    /// Worker `w`'s shard from PS task `ps` has arrived and the task has
+    /// served it; with `fetch_in_turn` it is the worker's once the task
+    /// has also drained the work queued meanwhile (checked again then, as
+    /// more may have come).
+    fn fetch_ready(&mut self, w: u32, ps: u32, epoch: u64) {
+        let busy = self.ps_busy[ps as usize];
+        if self.w.fetch_in_turn && busy > self.q.now() {
+            self.q.schedule_at(busy, Ev::FetchReady { w, ps, epoch });
+        } else {
+            self.shard_fetched(w, epoch);
+        }
     }
 
     fn shard_fetched(&mut self, w: u32, epoch: u64) {

@@ -90,6 +90,16 @@ pub struct Workload {
     /// averages the workers' losses there, one `RecvTensor` each).
     #[serde(default)]
     pub first_ps_push_us: f64,
+    /// PS tasks serve their queued fetches a tensor at a time, in turn:
+    /// a runtime that moves every variable as its own `RecvTensor`
+    /// (flowlab's, TensorFlow's) answers the workers' concurrent calls in
+    /// their order of arrival, so each worker has its last variable only
+    /// when the task has served the others' too. A fetched shard is ready
+    /// once its task has drained the work queued with it (within one
+    /// round of tensors of the exact turn-taking); `false`: each request
+    /// is served whole, first come first served.
+    #[serde(default)]
+    pub fetch_in_turn: bool,
     /// Communication overlapped with compute, as TensorFlow's dataflow
     /// executor runs a step: each parameter shard's share of the forward
     /// pass runs as soon as that shard has arrived (in arrival order), and
@@ -187,6 +197,7 @@ impl Default for Workload {
             step_wait_us: 0.0,
             update_tokens: false,
             first_ps_push_us: 0.0,
+            fetch_in_turn: false,
             overlap: false,
             forward_fraction: default_forward_fraction(),
             zoo: None,
