@@ -347,7 +347,9 @@ fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
     assert!((ps_end + worker_end - mean).abs() < 1e-9 * mean, "{row}");
     let ps_message = ((num(m, "calibrated_small_recv_producer_cpu_us") + num(m, "calibrated_small_push_consumer_cpu_us")) / 2.0 + master).min(ps_end);
     let worker_message = ((num(m, "calibrated_small_recv_consumer_cpu_us") + num(m, "calibrated_small_push_producer_cpu_us")) / 2.0 + master).min(worker_end);
-    assert_eq!(num(m, "sim_ps_transfer_us"), ps_message, "{row}");
+    // (the row's figures, summed again here, round differently in the
+    // last bits)
+    assert!((num(m, "sim_ps_transfer_us") - ps_message).abs() < 1e-9 * ps_message, "{row}");
     assert!(ps_message > 0.0 && worker_message > 0.0, "{row}");
     // every worker of the point fetched the tensors at once
     assert_eq!(num(m, "calibrated_consumers"), 2.0, "{row}");

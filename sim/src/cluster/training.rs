@@ -41,7 +41,9 @@ enum Ev {
     /// A fetch request reached PS task `ps`.
     FetchArrive { w: u32, ps: u32, epoch: u64 },
     /// A fetched shard whose flow arrived before the PS finished serving it.
-    FetchReady { w: u32, ps: u32, epoch: u64 },
+    /// `held`: already held once for the work queued with it
+    /// (`fetch_in_turn`).
+    FetchReady { w: u32, ps: u32, epoch: u64, held: bool },
     /// The worker's compute is done (with `overlap`: its forward pass).
     ComputeDone { w: u32, epoch: u64 },
     /// With `overlap`: a gradient shard whose flow ran ahead of the backward
@@ -427,9 +429,13 @@ impl Sim<'_> {
                     self.net.start_flow(now, src, dst, bytes, tag)?;
                 }
             }
-            Ev::FetchReady { w, ps, epoch } => {
+            Ev::FetchReady { w, ps, epoch, held } => {
                 if self.current(w, epoch) {
-                    self.fetch_ready(w, ps, epoch);
+                    if held {
+                        self.shard_fetched(w, epoch);
+                    } else {
+                        self.fetch_ready(w, ps, epoch);
+                    }
                 }
             }
             Ev::ComputeDone { w, epoch } => {
@@ -496,7 +502,7 @@ impl Sim<'_> {
         match t.kind {
             TransferKind::Fetch => {
                 if t.ready > now {
-                    self.q.schedule_at(t.ready, Ev::FetchReady { w: t.w, ps: t.ps, epoch: t.epoch });
+                    self.q.schedule_at(t.ready, Ev::FetchReady { w: t.w, ps: t.ps, epoch: t.epoch, held: false });
                 } else {
                     self.fetch_ready(t.w, t.ps, t.epoch);
                 }
@@ -523,12 +529,12 @@ impl Sim<'_> {
 
     /// Worker `w`'s shard from PS task `ps` has arrived and the task has
     /// served it; with `fetch_in_turn` it is the worker's once the task
-    /// has also drained the work queued meanwhile (checked again then, as
-    /// more may have come).
+    /// has also served the work queued by then (which shared its turns),
+    /// not what comes later: a busy task starves no fetch.
     fn fetch_ready(&mut self, w: u32, ps: u32, epoch: u64) {
         let busy = self.ps_busy[ps as usize];
         if self.w.fetch_in_turn && busy > self.q.now() {
-            self.q.schedule_at(busy, Ev::FetchReady { w, ps, epoch });
+            self.q.schedule_at(busy, Ev::FetchReady { w, ps, epoch, held: true });
         } else {
             self.shard_fetched(w, epoch);
         }

@@ -95,9 +95,10 @@ pub struct Workload {
     /// (flowlab's, TensorFlow's) answers the workers' concurrent calls in
     /// their order of arrival, so each worker has its last variable only
     /// when the task has served the others' too. A fetched shard is ready
-    /// once its task has drained the work queued with it (within one
-    /// round of tensors of the exact turn-taking); `false`: each request
-    /// is served whole, first come first served.
+    /// once its task has served the work queued by the time its own
+    /// service ended (for fetches queued together, within one round of
+    /// tensors of the exact turn-taking; later arrivals do not hold it);
+    /// `false`: each request is served whole, first come first served.
     #[serde(default)]
     pub fetch_in_turn: bool,
     /// Communication overlapped with compute, as TensorFlow's dataflow
