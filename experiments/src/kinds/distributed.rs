@@ -805,7 +805,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     } as f64;
     let tokens: usize = tensors.iter().skip(1).sum();
     let predicted_ps_cpu = tensors.iter().zip(&params).enumerate().map(|(k, (&t, &n))| {
-        let requests = if t > 0 { computing * 2.0 * (w.ps_request_us + w.ps_transfer_us * t as f64 + w.ps_us_per_mparam * n as f64 * 1e-6) } else { 0.0 };
+        let requests = if t > 0 { computing * 2.0 * w.ps_request_cpu_us(t as u64, n as u64) } else { 0.0 };
         let (losses, tokens) = match k {
             0 => (computing * w.first_ps_push_us, tokens),
             _ => (0.0, if w.update_tokens { t } else { 0 }),

@@ -149,9 +149,8 @@ struct Sim<'a> {
     shard_bytes: Vec<u64>,
     latency: Vec<SimTime>,
     ps_busy: Vec<SimTime>,
-    /// Per PS task, its CPU time per request: `ps_request_us` plus
-    /// `ps_transfer_us` per tensor and `ps_us_per_mparam` per million
-    /// dense parameters it holds.
+    /// Per PS task, its CPU time per request
+    /// (`Workload::ps_request_cpu_us` of what it holds).
     ps_request: Vec<SimTime>,
     /// Per PS task, the control tokens it sends the first one per update
     /// (`update_tokens`; all zero otherwise), and the CPU each costs at
@@ -244,10 +243,7 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
         .map(|k| if w.update_tokens && k > 0 { layout.tensors[k].min(u64::from(u32::MAX)) as u32 } else { 0 })
         .collect();
     let ps_request = (0..ps)
-        .map(|k| {
-            let per_param = w.ps_us_per_mparam * layout.dense[k] as f64 * 1e-6;
-            SimTime::from_secs_f64((w.ps_request_us + w.ps_transfer_us * layout.tensors[k] as f64 + per_param) * 1e-6)
-        })
+        .map(|k| SimTime::from_secs_f64(w.ps_request_cpu_us(layout.tensors[k], layout.dense[k]) * 1e-6))
         .collect();
     let (ps_at, worker_at) = cfg.network.task_endpoints(ps, workers.len());
     let mut sim = Sim {

@@ -210,6 +210,15 @@ impl Default for Workload {
 }
 
 impl Workload {
+    /// A PS task's CPU per request, microseconds, for a task holding
+    /// `tensors` tensors and `params` dense parameters: `ps_request_us`,
+    /// `ps_transfer_us` per tensor and `ps_us_per_mparam` per million
+    /// parameters (the simulator's charge, and what a caller accounting
+    /// for it should use).
+    pub fn ps_request_cpu_us(&self, tensors: u64, params: u64) -> f64 {
+        self.ps_request_us + self.ps_transfer_us * tensors as f64 + self.ps_us_per_mparam * params as f64 * 1e-6
+    }
+
     pub fn validate(&self) -> Result<(), SimError> {
         let finite_nn = |p: &str, v: f64| {
             if v >= 0.0 && v.is_finite() {
