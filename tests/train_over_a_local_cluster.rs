@@ -123,6 +123,39 @@ fn asynchronous_workers_in_their_own_processes_reach_the_single_process_accuracy
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--async trains over a cluster"), "{}", describe(&out));
 }
 
+/// `--trace` over task processes: the last 3 updates traced on every task,
+/// one process of the trace per task, and the 3 x 18 transfers between
+/// them that those updates make (by hand: each worker fetches the MLP's 4
+/// variables, pushes 4 gradients and its loss to ps:0). A trace that
+/// cannot be written is an error naming the flag and the file, after the
+/// results.
+#[test]
+fn a_trace_over_task_processes_shows_every_task_and_their_transfers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cluster.json");
+    let path_s = path.to_str().unwrap();
+    let (cluster, launcher) = train_json(&["--local-cluster", "ps=1,workers=2", "--trace", path_s]);
+    assert_eq!(num(&cluster, "transfers_per_step"), 18.0, "{cluster}");
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let mut processes: Vec<&str> = events.iter().filter(|e| e["name"] == "process_name").filter_map(|e| e["args"]["name"].as_str()).collect();
+    processes.sort();
+    assert_eq!(
+        processes,
+        ["/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"]
+    );
+    let transfers = events.iter().filter(|e| e["cat"] == "transfer" && e["ph"] == "X").count() / 2;
+    assert_eq!(transfers, 54);
+    assert!(events.iter().any(|e| e["cat"] == "ApplyAdam"), "no update on the PS in the trace");
+    assert!(tasks_of(launcher).is_empty(), "tasks left running: {:?}", tasks_of(launcher));
+    // into a folder that does not exist: the result line is printed, then the error
+    let bad = dir.path().join("missing").join("t.json");
+    let out = finish(spawn(&["train", "mlp", "--epochs", "1", "--json", "--local-cluster", "ps=1,workers=1", "--trace", bad.to_str().unwrap()]), Duration::from_secs(120));
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success() && stderr.contains("--trace") && stderr.contains(bad.to_str().unwrap()), "{}", describe(&out));
+    assert!(stdout.lines().last().is_some_and(|l| l.starts_with('{') && l.contains("\"accuracy\"")), "{}", describe(&out));
+}
+
 /// Held-out accuracy a backup-worker run may lose or gain against one
 /// process: which shards are dropped changes from run to run.
 const BACKUP_TOLERANCE: f64 = 0.03;

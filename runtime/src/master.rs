@@ -123,6 +123,8 @@ pub struct Master {
     finished: Mutex<Vec<Vec<u64>>>,
     /// Data bytes of the tensors fed to and fetched from the tasks.
     fed_fetched: AtomicU64,
+    /// The steps' timelines, while recording ([`Master::start_timeline`]).
+    timeline: crate::timeline::Recorder,
 }
 
 /// Traffic counters of a cluster (see [`Master::traffic`]).
@@ -173,7 +175,23 @@ impl Master {
             next_step: AtomicU64::new(first_step),
             finished: Mutex::new(vec![Vec::new(); n]),
             fed_fetched: AtomicU64::new(0),
+            timeline: Default::default(),
         })
+    }
+
+    /// Records the timeline of every step that starts from now on: each
+    /// task traces its partition and answers with it (TensorFlow's
+    /// `record_timeline`). Costs a little time per node while on.
+    pub fn start_timeline(&self) {
+        self.timeline.start();
+    }
+
+    /// Stops recording and returns the recorded steps on one time axis
+    /// (`None` if not recording): every task's nodes as a device of the
+    /// trace, and every transfer between tasks from its send's start to its
+    /// arrival (see [`flowlab_engine::StepStats::merge_partitions`]).
+    pub fn stop_timeline(&self) -> Option<flowlab_engine::StepStats> {
+        self.timeline.stop()
     }
 
     /// How long a Recv of a step waits.
@@ -332,6 +350,7 @@ impl Master {
         );
         let plan = self.plan(key)?;
         let step_id = self.next_step.fetch_add(1, Ordering::Relaxed);
+        let record_timeline = self.timeline.on();
         let feeds: Vec<_> = feeds.iter().map(|(_, t)| wire::to_proto(t)).collect::<Result<_>>()?;
         let fed: usize = plan.tasks.iter().flat_map(|(_, ts)| ts.feeds.iter()).map(|(f, _)| feeds[*f].data.len()).sum();
         self.fed_fetched.fetch_add(fed as u64, Ordering::Relaxed);
@@ -348,6 +367,7 @@ impl Master {
                 fetches: ts.fetches.clone(),
                 targets: ts.targets.clone(),
                 finished_steps: std::mem::take(&mut finished[*i]),
+                record_timeline,
             };
             calls.push((pos, t.raw(), req));
         }
@@ -361,7 +381,7 @@ impl Master {
             for (pos, mut c, req) in calls {
                 set.spawn(async move { (pos, tokio::time::timeout(limit, c.run_graph(req)).await) });
             }
-            let mut out: Vec<Option<Vec<NamedTensor>>> = (0..set.len()).map(|_| None).collect();
+            let mut out: Vec<Option<(Vec<NamedTensor>, Option<crate::pb::StepTimeline>)>> = (0..set.len()).map(|_| None).collect();
             let mut first: Option<(usize, String)> = None;
             let mut errors: Vec<(usize, String)> = Vec::new();
             while let Some(r) = set.join_next().await {
@@ -370,7 +390,8 @@ impl Master {
                     Err(_) => format!("RunGraph step {step_id}: no answer in {limit:?}"),
                     Ok(Err(s)) => format!("RunGraph step {step_id}: {}", s.message()),
                     Ok(Ok(resp)) => {
-                        out[pos] = Some(resp.into_inner().fetched);
+                        let resp = resp.into_inner();
+                        out[pos] = Some((resp.fetched, resp.timeline));
                         continue;
                     }
                 };
@@ -407,17 +428,20 @@ impl Master {
             finished[*i].push(step_id);
         }
         drop(finished);
-        let outs = results.map_err(|(pos, message)| match plan.tasks.get(pos) {
+        let mut outs = results.map_err(|(pos, message)| match plan.tasks.get(pos) {
             Some((i, _)) => self.tasks[*i].rpc_error(message),
             None => RuntimeError::Engine { message },
         })?;
+        if record_timeline {
+            self.timeline.add(outs.iter_mut().filter_map(|o| o.as_mut().and_then(|(_, t)| t.take())).map(crate::timeline::from_proto));
+        }
         let mut values = Vec::with_capacity(plan.fetch_src.len());
         for &(pos, j) in &plan.fetch_src {
             let t = &self.tasks[plan.tasks[pos].0];
             let p = outs
                 .get(pos)
                 .and_then(|o| o.as_ref())
-                .and_then(|o| o.get(j))
+                .and_then(|(o, _)| o.get(j))
                 .and_then(|n| n.tensor.as_ref())
                 .ok_or_else(|| t.rpc_error(format!("RunGraph step {step_id}: fetch {j} missing from the answer")))?;
             self.fed_fetched.fetch_add(p.data.len() as u64, Ordering::Relaxed);

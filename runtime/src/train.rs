@@ -73,12 +73,28 @@ pub struct ClusterTraining {
     /// Synchronous only: save the variables (fetched from the PS) into
     /// `dir` every `every` updates, atomically, the newest `keep` kept.
     pub checkpoint: Option<flowlab_programs::train::CheckpointConfig>,
+    /// Record the timeline of global updates `first..=last` (counted from
+    /// 1): every step that starts after update `first - 1` is done and
+    /// before update `last` is (asynchronous: the other workers' steps
+    /// among them), traced on every task and merged on one time axis
+    /// ([`ClusterTrainReport::timeline`]). A run that ends (or a backup run
+    /// that runs out of shards) before `last` keeps what it recorded.
+    pub timeline: Option<(usize, usize)>,
 }
 
 impl Default for ClusterTraining {
     fn default() -> Self {
-        ClusterTraining { mode: Mode::Sync, backup: 0, master: MasterOptions::default(), checkpoint: None }
+        ClusterTraining { mode: Mode::Sync, backup: 0, master: MasterOptions::default(), checkpoint: None, timeline: None }
     }
+}
+
+/// The global updates a run of `cfg` on `data` makes (`cfg.devices` replicas: synchronous `workers - backup`, 1 for
+/// asynchronous workers, which take whole batches): every epoch's batches.
+/// Backup workers can make fewer (the shards of dropped gradients are
+/// gone).
+pub fn planned_updates(data: &Dataset, cfg: &TrainConfig) -> usize {
+    let mut b = Batches::new(split_holdout(data, cfg.seed).0.len(), cfg, cfg.devices);
+    b.next_epoch().len().saturating_mul(cfg.epochs)
 }
 
 /// What `flowlab train --local-cluster` prints: the single-process report
@@ -126,6 +142,10 @@ pub struct ClusterTrainReport {
     /// Every step time, seconds (not in the JSON line).
     #[serde(skip)]
     pub step_times_s: Vec<f64>,
+    /// The recorded updates' timeline ([`ClusterTraining::timeline`]; not
+    /// in the JSON line).
+    #[serde(skip)]
+    pub timeline: Option<flowlab_engine::StepStats>,
 }
 
 /// The `q` quantile (0..1) of `v` by the nearest rank; NaN when empty.
@@ -198,6 +218,9 @@ struct Chief<'a> {
     /// applied (index: the update), saved with the checkpoint
     /// (`shards_taken`) so that a resumed run goes on from there.
     positions: Option<&'a std::sync::Mutex<Vec<usize>>>,
+    /// The updates to record ([`ClusterTraining::timeline`]) and what was.
+    timeline: Option<(usize, usize)>,
+    recorded: std::sync::Mutex<Option<flowlab_engine::StepStats>>,
 }
 
 /// The checkpoint metadata key of a backup-worker run's shard position.
@@ -240,7 +263,27 @@ impl Chief<'_> {
             self.save(master, steps)?;
         }
         (self.on_step)(steps);
+        self.timeline_after(master, steps);
         Ok(())
+    }
+
+    /// Starts recording once update `first - 1` is done (`done` updates),
+    /// stops after update `last`.
+    fn timeline_after(&self, master: &Master, done: usize) {
+        let Some((first, last)) = self.timeline else { return };
+        if done + 1 == first.max(1) {
+            master.start_timeline();
+        }
+        if done >= last {
+            self.keep_timeline(master);
+        }
+    }
+
+    /// Stops recording and keeps what was recorded, if anything.
+    fn keep_timeline(&self, master: &Master) {
+        if let Some(t) = master.stop_timeline() {
+            *self.recorded.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Gate> {
@@ -294,6 +337,7 @@ impl Chief<'_> {
             r?;
         }
         (self.on_step)(k);
+        self.timeline_after(master, k);
         Ok(())
     }
 }
@@ -404,6 +448,8 @@ pub fn train_on_cluster_with(
         progress: std::sync::atomic::AtomicUsize::new(0),
         gate: std::sync::Mutex::new(Gate::default()),
         turn: std::sync::Condvar::new(),
+        timeline: how.timeline,
+        recorded: std::sync::Mutex::new(None),
     };
     let mut variable_bytes: BTreeMap<String, u64> = ps.iter().map(|t| (t.to_string(), 0)).collect();
     for v in &chief.variables {
@@ -480,6 +526,7 @@ pub fn train_on_cluster_with(
     }
     let is_ps = |e: &RuntimeError| matches!(e, RuntimeError::Rpc { task, .. } if ps.iter().any(|p| p.to_string() == *task));
     let (steps, train_loss) = loop {
+        chief.timeline_after(&master, from);
         let r = match &built {
             Built::Sync(sg) => run_sync(&master, sg, &train_set, &cfg, n, from, &times, &|k| chief.after(&master, k)),
             Built::Backup(bg) => {
@@ -542,6 +589,7 @@ pub fn train_on_cluster_with(
     };
     let [eval_x, eval_y, eval_accuracy, eval_loss] = eval;
     let train_seconds = train_start.elapsed().as_secs_f64();
+    chief.keep_timeline(&master);
     if let Some(done) = hooks.steps_done {
         done();
     }
@@ -565,6 +613,7 @@ pub fn train_on_cluster_with(
     r.master_bytes_per_step = per(traffic.master_bytes, traffic_before.master_bytes);
     (r.link_gbps, r.link_latency_us) = (how.master.link.map(|l| l.gbps), how.master.link.map(|l| l.latency_us));
     r.step_times_s = times;
+    r.timeline = chief.recorded.into_inner().unwrap_or_else(|e| e.into_inner());
     Ok(r)
 }
 
@@ -916,6 +965,7 @@ fn finish(
         link_gbps: None,
         link_latency_us: None,
         step_times_s: Vec::new(),
+        timeline: None,
     })
 }
 
@@ -958,6 +1008,59 @@ mod tests {
         assert_eq!(got.report.accuracy.to_bits(), want.accuracy.to_bits(), "{got:?} vs {want:?}");
         assert_eq!(got.report.loss.to_bits(), want.loss.to_bits(), "{got:?} vs {want:?}");
         assert!(got.report.accuracy > 0.85, "{got:?}");
+    }
+
+    /// Updates 3 and 4 of 1 PS + 2 workers, traced on every task: by hand,
+    /// an update moves the digits MLP's 4 variables (9,610 floats) to each
+    /// worker, its 4 gradients back and each worker's loss to ps:0, 18
+    /// `RecvTensor` answers of 2 x 2 x 9,610 x 4 + 2 x 4 = 153,768 bytes, so
+    /// the timeline holds 36 transfers of twice that, each arriving after
+    /// its send began (one host's clock), the nodes of all three tasks, and
+    /// on ps:0 the 4 Adam updates of each update. Tracing changes no number:
+    /// the run computes what the in-process run does, bit for bit.
+    #[test]
+    fn traced_updates_lay_every_tasks_nodes_and_transfers_on_one_clock() {
+        let spec = local_spec(2);
+        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let data = digits();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 1;
+        let got = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { timeline: Some((3, 4)), ..Default::default() }).unwrap();
+        let t = got.timeline.as_ref().expect("the recorded updates");
+        assert_eq!(t.transfers.len(), 36, "{:?}", t.transfers);
+        assert_eq!(t.transfers.len() as f64, 2.0 * got.transfers_per_step);
+        assert_eq!(t.transfers.iter().map(|x| x.bytes).sum::<u64>(), 2 * 153_768);
+        assert_eq!(2.0 * got.bytes_per_step, 2.0 * 153_768.0);
+        for x in &t.transfers {
+            assert!(x.end_us > x.start_us && x.start_us >= 0.0 && x.end_us <= t.total_us, "{x:?}");
+            assert_eq!(x.format, "f32");
+        }
+        let devices: std::collections::BTreeSet<&str> = t.nodes.iter().map(|n| n.device.as_str()).collect();
+        assert_eq!(
+            devices.into_iter().collect::<Vec<_>>(),
+            ["/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"]
+        );
+        assert_eq!(t.nodes.iter().filter(|n| n.op == "ApplyAdam" && n.device.starts_with("/job:ps")).count(), 8);
+        assert!(t.nodes.iter().all(|n| n.start_us >= 0.0 && n.end_us >= n.start_us && n.end_us <= t.total_us));
+        cfg.devices = 2;
+        let want = train(&data, &cfg).unwrap();
+        assert_eq!(got.report.train_loss.to_bits(), want.train_loss.to_bits());
+        assert_eq!(got.report.accuracy.to_bits(), want.accuracy.to_bits());
+    }
+
+    /// An asynchronous worker's updates 5 to 7 (one worker: one step at a
+    /// time): 3 x 8 transfers (4 variables out, 4 gradients back; the loss
+    /// stays on the worker), 3 x 4 Adam updates on ps:0.
+    #[test]
+    fn an_asynchronous_workers_traced_updates_are_its_steps() {
+        let spec = local_spec(1);
+        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 1;
+        let got = train_on_cluster(&digits(), &cfg, &spec, &ClusterTraining { mode: Mode::Async, timeline: Some((5, 7)), ..Default::default() }).unwrap();
+        let t = got.timeline.as_ref().expect("the recorded updates");
+        assert_eq!(t.transfers.len(), 24, "{:?}", t.transfers);
+        assert_eq!(t.nodes.iter().filter(|n| n.op == "ApplyAdam").count(), 12);
     }
 
     /// Tasks emulating a slow link (0.1 Gbit/s, 100 us). A synchronous step

@@ -309,13 +309,12 @@ impl WorkerService {
             rdv.abort(&EngineError::Device(why));
         }
         let feed_refs: Vec<_> = feeds.iter().map(|(o, t)| (o, t)).collect();
-        let out = reg.session.run_partition(
-            &feed_refs,
-            &fetches.iter().collect::<Vec<_>>(),
-            &targets.iter().collect::<Vec<_>>(),
-            rdv.as_ref(),
-            r.step_id,
-        );
+        let (fetch_refs, target_refs) = (fetches.iter().collect::<Vec<_>>(), targets.iter().collect::<Vec<_>>());
+        let out = if r.record_timeline {
+            reg.session.run_partition_traced(&feed_refs, &fetch_refs, &target_refs, rdv.as_ref(), r.step_id).map(|(v, t)| (v, Some(t)))
+        } else {
+            reg.session.run_partition(&feed_refs, &fetch_refs, &target_refs, rdv.as_ref(), r.step_id).map(|v| (v, None))
+        };
         {
             let mut running = st.running.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(v) = running.get_mut(&r.step_id) {
@@ -332,12 +331,13 @@ impl WorkerService {
             st.aborted.abort(r.step_id, why.clone(), &st.rendezvous);
             Status::aborted(why)
         })?;
+        let (out, timeline) = out;
         let mut fetched = Vec::with_capacity(out.len());
         for (name, t) in r.fetches.iter().zip(&out) {
             let tensor = wire::to_proto(t).map_err(|e| Status::internal(format!("task {}: fetch `{name}`: {e}", st.task)))?;
             fetched.push(NamedTensor { name: name.clone(), tensor: Some(tensor) });
         }
-        Ok(RunGraphResponse { fetched })
+        Ok(RunGraphResponse { fetched, timeline: timeline.as_ref().map(crate::timeline::to_proto) })
     }
 
     /// The tensor a `RecvTensor` asks for, once its Send has run here.

@@ -62,7 +62,10 @@ pub struct TrainArgs {
     /// Format of cross-device transfers: f32, f16, bf16, int8, int8:<block>.
     #[arg(long, default_value = "f32")]
     comm: String,
-    /// Write a Chrome/Perfetto trace of the last few training steps to this file.
+    /// Write a Chrome/Perfetto trace of the last few training steps to this
+    /// file. Over a cluster: the last 3 updates traced on every task, one
+    /// process of the trace per task, each transfer between tasks drawn from
+    /// its send to its arrival (the tasks' wall clocks, exact on one host).
     #[arg(long)]
     trace: Option<PathBuf>,
     /// Emulate a link between every pair of devices, e.g. `5gbps,50us`:
@@ -99,11 +102,11 @@ pub struct TrainArgs {
     /// variables sharded over the PS tasks (greedy by size, each update on
     /// its variable's task) and each worker computing the gradients of its
     /// shard of every batch. The tasks are stopped at the end.
-    #[arg(long, value_name = "ps=P,workers=W", conflicts_with_all = ["devices", "cluster", "trace"])]
+    #[arg(long, value_name = "ps=P,workers=W", conflicts_with_all = ["devices", "cluster"])]
     local_cluster: Option<String>,
     /// Train over the tasks of a running cluster (each started with
     /// `flowlab server --cluster FILE --job J --task N`), as --local-cluster does.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["devices", "trace"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["devices"])]
     cluster: Option<PathBuf>,
     /// With --local-cluster or --cluster: asynchronous training (each worker
     /// applies its own gradients on the PS when it has them, without
@@ -332,6 +335,9 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Updates at the end of a cluster run that `--trace` records.
+const TRACED_UPDATES: usize = 3;
+
 /// The longest `--connect-timeout`, seconds (a day).
 const MAX_CONNECT_TIMEOUT_S: f64 = 86_400.0;
 
@@ -375,6 +381,11 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
         mode,
         backup: args.sync_backup,
         master: MasterOptions { connect_deadline: Duration::from_secs_f64(args.connect_timeout), link, ..Default::default() },
+        // the last TRACED_UPDATES updates, as the in-process --trace
+        timeline: args.trace.as_ref().map(|_| {
+            let total = flowlab_runtime::planned_updates(data, &cfg);
+            (total.saturating_sub(TRACED_UPDATES - 1).max(1), total.max(1))
+        }),
     };
     if let Some((task, _)) = kill
         && spec.address(task).is_err()
@@ -438,6 +449,17 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
             "cluster: {} ps, {} workers ({} backup), {} ({:.1} steps/s), {} gradients dropped, {} restarts, {} steps lost",
             r.ps, r.workers, r.backup, r.mode, r.steps_per_second, r.dropped_gradients, r.restarts, r.steps_lost
         );
+    }
+    // after the results: a trace that cannot be written loses none of them
+    match (&args.trace, &r.timeline) {
+        (Some(path), Some(t)) => {
+            t.write_chrome_trace(path).map_err(|e| anyhow::anyhow!("--trace: {e}"))?;
+            if let (false, Some((first, last))) = (args.json, how.timeline) {
+                println!("trace of updates {first} to {last} on every task written to {}", path.display());
+            }
+        }
+        (Some(path), None) => bail!("--trace {}: no update was traced (the run made {} updates)", path.display(), r.report.steps),
+        _ => {}
     }
     Ok(ExitCode::SUCCESS)
 }

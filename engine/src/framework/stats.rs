@@ -39,6 +39,39 @@ pub struct TransferStats {
     pub end_us: f64,
 }
 
+/// One end of a transfer between processes, as the process at that end saw
+/// it: the sender's start or the receiver's arrival.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TransferEnd {
+    /// "node:output" ("node:control" for a control edge).
+    pub edge: String,
+    pub send_device: String,
+    pub recv_device: String,
+    pub format: String,
+    /// Bytes on the wire (known at the sender; 0 at the receiver).
+    pub bytes: u64,
+    /// Microseconds from the start of that process's step.
+    pub at_us: f64,
+}
+
+/// What one partition did in one traced step of a distributed run: its
+/// nodes, and the ends of its transfers to and from other processes, with
+/// the host's wall clock at the step's start so that the partitions of
+/// several processes can be laid on one time axis
+/// ([`StepStats::merge_partitions`]).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct PartitionTimeline {
+    pub step_id: u64,
+    /// Microseconds since the Unix epoch at the step's start (the instant
+    /// `stats` times are measured from).
+    pub start_unix_us: f64,
+    pub stats: StepStats,
+    /// Sends whose receiver ran in another process.
+    pub sent: Vec<TransferEnd>,
+    /// Receives whose sender ran in another process.
+    pub received: Vec<TransferEnd>,
+}
+
 /// Transfer totals of a session since it was created.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct CommStats {
@@ -112,6 +145,54 @@ fn meta(name: &'static str, pid: usize, tid: usize, value: &str) -> TraceEvent {
 }
 
 impl StepStats {
+    /// The partitions of distributed steps on one time axis: every node
+    /// shifted by its process's start relative to the earliest, each send
+    /// paired with its receive (same step, edge and devices) as a transfer
+    /// from the send's start to the arrival. The clocks are the processes'
+    /// wall clocks: exact between processes of one host, as good as the
+    /// hosts' clock synchronisation otherwise. An end whose other end is not
+    /// among `parts` (a step of another task not traced) is left out.
+    pub fn merge_partitions(parts: &[PartitionTimeline]) -> StepStats {
+        let origin = parts.iter().map(|p| p.start_unix_us).fold(f64::INFINITY, f64::min);
+        let mut out = StepStats::default();
+        // (step, edge, sender, receiver) -> (start, bytes, format)
+        type Sends<'a> = std::collections::HashMap<(u64, &'a str, &'a str, &'a str), (f64, u64, &'a str)>;
+        let mut sends: Sends = Sends::new();
+        for p in parts {
+            let shift = p.start_unix_us - origin;
+            for n in &p.stats.nodes {
+                out.nodes.push(NodeStats { start_us: n.start_us + shift, end_us: n.end_us + shift, ..n.clone() });
+            }
+            for t in &p.stats.transfers {
+                out.transfers.push(TransferStats { start_us: t.start_us + shift, end_us: t.end_us + shift, ..t.clone() });
+            }
+            for e in &p.sent {
+                sends.insert((p.step_id, &e.edge, &e.send_device, &e.recv_device), (e.at_us + shift, e.bytes, &e.format));
+            }
+            out.total_us = out.total_us.max(shift + p.stats.total_us);
+            out.peak_live_tensors = out.peak_live_tensors.max(p.stats.peak_live_tensors);
+        }
+        for p in parts {
+            let shift = p.start_unix_us - origin;
+            for e in &p.received {
+                if let Some(&(start, bytes, format)) = sends.get(&(p.step_id, e.edge.as_str(), e.send_device.as_str(), e.recv_device.as_str())) {
+                    out.transfers.push(TransferStats {
+                        edge: e.edge.clone(),
+                        send_device: e.send_device.clone(),
+                        recv_device: e.recv_device.clone(),
+                        format: format.to_string(),
+                        bytes,
+                        start_us: start,
+                        end_us: e.at_us + shift,
+                    });
+                }
+            }
+        }
+        out.nodes.sort_by(|a, b| a.end_us.total_cmp(&b.end_us));
+        out.transfers.sort_by(|a, b| a.end_us.total_cmp(&b.end_us));
+        out
+    }
+
     /// The Chrome trace JSON text: one process per device, one complete
     /// ("X") event per node on its worker thread's track, and each transfer
     /// as a span on the sender's "sends" and the receiver's "recvs" track
@@ -214,5 +295,54 @@ impl StepStats {
     /// Writes [`to_chrome_trace`](Self::to_chrome_trace) to `path`.
     pub fn write_chrome_trace(&self, path: &Path) -> Result<()> {
         std::fs::write(path, self.to_chrome_trace()).map_err(|e| EngineError::io(path, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, device: &str, start_us: f64, end_us: f64) -> NodeStats {
+        NodeStats { node: name.into(), op: "Op".into(), start_us, end_us, thread: 0, output_bytes: 4, device: device.into() }
+    }
+
+    fn end(edge: &str, bytes: u64, at_us: f64) -> TransferEnd {
+        TransferEnd { edge: edge.into(), send_device: "/job:ps".into(), recv_device: "/job:worker".into(), format: "f16".into(), bytes, at_us }
+    }
+
+    /// Two processes whose steps began 500 us apart: the later one's
+    /// times move by 500, a send at 10 us on the first and its arrival at
+    /// 20 us on the second make one transfer from 10 to 520, and the ends
+    /// without a partner (another step's, an edge never sent) are left out.
+    #[test]
+    fn partitions_merge_on_the_earliest_start_and_sends_meet_their_receives() {
+        let ps = PartitionTimeline {
+            step_id: 7,
+            start_unix_us: 1_000.0,
+            stats: StepStats { nodes: vec![node("send_w", "/job:ps", 10.0, 12.0)], total_us: 40.0, ..Default::default() },
+            sent: vec![end("w:0", 1_024, 10.0), end("b:0", 8, 11.0)],
+            received: vec![],
+        };
+        let worker = PartitionTimeline {
+            step_id: 7,
+            start_unix_us: 1_500.0,
+            stats: StepStats { nodes: vec![node("recv_w", "/job:worker", 19.0, 20.0), node("matmul", "/job:worker", 20.0, 90.0)], total_us: 100.0, ..Default::default() },
+            sent: vec![],
+            received: vec![end("w:0", 0, 20.0), TransferEnd { edge: "x:0".into(), ..end("w:0", 0, 30.0) }],
+        };
+        let other_step = PartitionTimeline { step_id: 8, start_unix_us: 1_500.0, received: vec![end("b:0", 0, 5.0)], ..Default::default() };
+        for parts in [vec![ps.clone(), worker.clone()], vec![worker.clone(), ps.clone(), other_step]] {
+            let m = StepStats::merge_partitions(&parts);
+            let t: Vec<_> = m.transfers.iter().filter(|t| t.edge == "w:0").collect();
+            assert_eq!(t.len(), 1, "{m:?}");
+            assert_eq!((t[0].start_us, t[0].end_us, t[0].bytes, t[0].format.as_str()), (10.0, 520.0, 1_024, "f16"));
+            assert!(m.transfers.iter().all(|t| t.edge == "w:0"), "unpaired ends are left out: {m:?}");
+            let at = |name: &str| m.nodes.iter().find(|n| n.node == name).map(|n| (n.start_us, n.end_us));
+            assert_eq!(at("send_w"), Some((10.0, 12.0)));
+            assert_eq!(at("matmul"), Some((520.0, 590.0)));
+            // the later process's step ends at 500 + 100
+            assert_eq!(m.total_us, 600.0);
+            assert!(m.nodes.windows(2).all(|w| w[0].end_us <= w[1].end_us));
+        }
     }
 }

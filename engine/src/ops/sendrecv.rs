@@ -25,7 +25,7 @@ use crate::tensor::TensorType;
 use crate::framework::rendezvous::{Rendezvous, RendezvousKey};
 use crate::tensor::{PartialShape, Shape};
 use crate::tensor::Tensor;
-use crate::framework::stats::{CommStats, TransferStats};
+use crate::framework::stats::{CommStats, TransferEnd, TransferStats};
 use flowlab_hw::CommFormat;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -120,8 +120,26 @@ pub(crate) struct StepComm<'a> {
 
 #[derive(Default)]
 pub(crate) struct TransferTrace {
-    started: HashMap<(String, String), (f64, u64)>,
+    /// (edge, destination) -> (start, bytes, format) of a send whose
+    /// receive has not run here (yet, or at all: in another process).
+    started: HashMap<(String, String), (f64, u64, String)>,
     pub done: Vec<TransferStats>,
+    /// Receives whose send did not run here (another process's).
+    pub received: Vec<TransferEnd>,
+}
+
+impl TransferTrace {
+    /// The sends no receive here completed: in a task's partition, every
+    /// send (their receivers are other processes).
+    pub(crate) fn unmatched_sends(&mut self, send_device: &str) -> Vec<TransferEnd> {
+        let mut v: Vec<TransferEnd> = self
+            .started
+            .drain()
+            .map(|((edge, recv_device), (at_us, bytes, format))| TransferEnd { edge, send_device: send_device.to_string(), recv_device, format, bytes, at_us })
+            .collect();
+        v.sort_by(|a, b| a.at_us.total_cmp(&b.at_us).then_with(|| a.edge.cmp(&b.edge)));
+        v
+    }
 }
 
 impl StepComm<'_> {
@@ -160,7 +178,7 @@ fn k_send(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     // device may run (and look for it) before this kernel returns.
     if let (Some(tr), Some(t0)) = (&comm.trace, t0) {
         let mut tr = tr.lock().unwrap_or_else(|e| e.into_inner());
-        tr.started.insert((key.edge.clone(), key.dst_device.to_string()), (t0, sent));
+        tr.started.insert((key.edge.clone(), key.dst_device.to_string()), (t0, sent, spec.format_name.clone()));
     }
     let wire = match comm.links {
         Some(l) => l.send(&key, wire),
@@ -189,16 +207,26 @@ fn k_recv(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
         let end = comm.now_us();
         let mut tr = tr.lock().unwrap_or_else(|e| e.into_inner());
         let dst = key.dst_device.to_string();
-        let (start, bytes) = tr.started.remove(&(key.edge.clone(), dst.clone())).unwrap_or((end, 0));
-        tr.done.push(TransferStats {
-            edge: key.edge,
-            send_device: key.src_device.to_string(),
-            recv_device: dst,
-            format: spec.format_name.clone(),
-            bytes,
-            start_us: start,
-            end_us: end,
-        });
+        match tr.started.remove(&(key.edge.clone(), dst.clone())) {
+            Some((start, bytes, _)) => tr.done.push(TransferStats {
+                edge: key.edge,
+                send_device: key.src_device.to_string(),
+                recv_device: dst,
+                format: spec.format_name.clone(),
+                bytes,
+                start_us: start,
+                end_us: end,
+            }),
+            // sent by another process: its start is in that one's timeline
+            None => tr.received.push(TransferEnd {
+                edge: key.edge,
+                send_device: key.src_device.to_string(),
+                recv_device: dst,
+                format: spec.format_name.clone(),
+                bytes: 0,
+                at_us: end,
+            }),
+        }
     }
     Ok(vec![t])
 }

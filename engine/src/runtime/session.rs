@@ -27,13 +27,13 @@
 use crate::error::{EngineError, Result};
 use crate::runtime::executor::{Prepared, Resources};
 use crate::runtime::multi_device::{LocalDevice, MultiPlan};
-use crate::ops::sendrecv::{CommCounters, StepComm};
+use crate::ops::sendrecv::{CommCounters, StepComm, TransferTrace};
 use crate::framework::rendezvous::Rendezvous;
 use crate::graph::{Graph, NodeId, Output};
 use crate::tensor::TensorType;
 use crate::framework::{LinkMap, Queue, QueueSpec, Resource, VarSlot};
 use crate::tensor::Tensor;
-use crate::framework::stats::StepStats;
+use crate::framework::stats::{PartitionTimeline, StepStats};
 use crate::framework::{DeviceName, DeviceSet};
 use crate::runtime::partition::PartitionOptions;
 use crate::runtime::placement::{DefaultPlacer, Placement, Placer};
@@ -358,6 +358,34 @@ impl Session {
         rdv: &dyn Rendezvous,
         step_id: u64,
     ) -> Result<Vec<Tensor>> {
+        self.partition_step(feeds, fetches, targets, rdv, step_id, false).map(|(v, _)| v)
+    }
+
+    /// [`Session::run_partition`], traced: also returns the partition's
+    /// nodes and the ends of its transfers, timed from the step's start,
+    /// with the wall clock of that start (TensorFlow's `RunGraph` with
+    /// `record_timeline`).
+    pub fn run_partition_traced(
+        &self,
+        feeds: &[(&Output, &Tensor)],
+        fetches: &[&Output],
+        targets: &[&Output],
+        rdv: &dyn Rendezvous,
+        step_id: u64,
+    ) -> Result<(Vec<Tensor>, PartitionTimeline)> {
+        let (v, t) = self.partition_step(feeds, fetches, targets, rdv, step_id, true)?;
+        Ok((v, t.unwrap_or_default()))
+    }
+
+    fn partition_step(
+        &self,
+        feeds: &[(&Output, &Tensor)],
+        fetches: &[&Output],
+        targets: &[&Output],
+        rdv: &dyn Rendezvous,
+        step_id: u64,
+        trace: bool,
+    ) -> Result<(Vec<Tensor>, Option<PartitionTimeline>)> {
         if self.devices.len() != 1 {
             return Err(EngineError::Device(format!(
                 "run_partition needs a session of one device (a task's own), this one has {}",
@@ -380,16 +408,27 @@ impl Session {
             recv_spin: Duration::ZERO,
             counters: &self.counters,
             start: std::time::Instant::now(),
-            trace: None,
+            trace: trace.then(|| Mutex::new(TransferTrace::default())),
             first_error: Mutex::new(None),
             links: None,
         };
+        let start_unix_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e6);
         let d = &self.devices[0];
-        let r = p.run(&values, self.threads, d.pool.as_ref(), false, Some(&comm), &d.label);
+        let r = p.run(&values, self.threads, d.pool.as_ref(), trace, Some(&comm), &d.label);
         if let Some(e) = comm.first_error.lock().unwrap_or_else(|e| e.into_inner()).take() {
             return Err(e);
         }
-        r.map(|(v, _)| v)
+        let (values, stats) = r?;
+        let timeline = match (stats, comm.trace) {
+            (Some(mut stats), Some(t)) => {
+                let mut t = t.into_inner().unwrap_or_else(|e| e.into_inner());
+                stats.nodes.sort_by(|a, b| a.end_us.total_cmp(&b.end_us));
+                stats.transfers = std::mem::take(&mut t.done);
+                Some(PartitionTimeline { step_id, start_unix_us, sent: t.unmatched_sends(&d.label), received: std::mem::take(&mut t.received), stats })
+            }
+            _ => None,
+        };
+        Ok((values, timeline))
     }
 
     /// The (cached) plan of a step and its feed values, each feed checked

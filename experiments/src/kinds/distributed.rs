@@ -707,6 +707,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         backup: p.backup,
         master: MasterOptions { recv_timeout: Duration::from_secs(30), link: emulated, ..Default::default() },
         checkpoint: p.checkpoint_every.map(|every| CheckpointConfig { dir: ck_dir.path().to_path_buf(), every, keep: 2, resume: false }),
+        timeline: None,
     };
     let cluster = LocalCluster::start_with_link(&env.launcher, p.ps as u32, p.workers as u32, emulated).map_err(|e| e.to_string())?;
     let spec = cluster.spec.clone();

@@ -1,0 +1,126 @@
+//! Step timelines across task processes: each task answers a traced
+//! `RunGraph` with its partition's nodes and transfer ends
+//! ([`PartitionTimeline`]); the master keeps those of the steps it records
+//! and lays them on one time axis ([`StepStats::merge_partitions`]), a
+//! Chrome / Perfetto trace with one process per task device and each
+//! transfer between tasks drawn from the send to the arrival.
+
+use flowlab_engine::{NodeStats, PartitionTimeline, StepStats, TransferEnd, TransferStats};
+use std::sync::Mutex;
+
+use crate::pb;
+
+fn end_to_proto(e: &TransferEnd) -> pb::TransferEnd {
+    pb::TransferEnd {
+        edge: e.edge.clone(),
+        send_device: e.send_device.clone(),
+        recv_device: e.recv_device.clone(),
+        format: e.format.clone(),
+        bytes: e.bytes,
+        at_us: e.at_us,
+    }
+}
+
+fn end_from_proto(e: pb::TransferEnd) -> TransferEnd {
+    TransferEnd { edge: e.edge, send_device: e.send_device, recv_device: e.recv_device, format: e.format, bytes: e.bytes, at_us: e.at_us }
+}
+
+/// A task's timeline of one step as it travels in the `RunGraph` answer.
+/// Transfers with both ends in the task (none in a one-device partition)
+/// travel as a sent and a received end.
+pub(crate) fn to_proto(t: &PartitionTimeline) -> pb::StepTimeline {
+    let local = t.stats.transfers.iter();
+    pb::StepTimeline {
+        step_id: t.step_id,
+        start_unix_us: t.start_unix_us,
+        total_us: t.stats.total_us,
+        nodes: t
+            .stats
+            .nodes
+            .iter()
+            .map(|n| pb::NodeExecStats {
+                node: n.node.clone(),
+                op: n.op.clone(),
+                start_us: n.start_us,
+                end_us: n.end_us,
+                thread: u32::try_from(n.thread).unwrap_or(u32::MAX),
+                output_bytes: n.output_bytes as u64,
+                device: n.device.clone(),
+            })
+            .collect(),
+        sent: t.sent.iter().map(end_to_proto).chain(local.clone().map(|x| end_to_proto(&half(x, true)))).collect(),
+        received: t.received.iter().map(end_to_proto).chain(local.map(|x| end_to_proto(&half(x, false)))).collect(),
+    }
+}
+
+fn half(t: &TransferStats, sent: bool) -> TransferEnd {
+    TransferEnd {
+        edge: t.edge.clone(),
+        send_device: t.send_device.clone(),
+        recv_device: t.recv_device.clone(),
+        format: t.format.clone(),
+        bytes: if sent { t.bytes } else { 0 },
+        at_us: if sent { t.start_us } else { t.end_us },
+    }
+}
+
+pub(crate) fn from_proto(p: pb::StepTimeline) -> PartitionTimeline {
+    PartitionTimeline {
+        step_id: p.step_id,
+        start_unix_us: p.start_unix_us,
+        stats: StepStats {
+            nodes: p
+                .nodes
+                .into_iter()
+                .map(|n| NodeStats {
+                    node: n.node,
+                    op: n.op,
+                    start_us: n.start_us,
+                    end_us: n.end_us,
+                    thread: n.thread as usize,
+                    output_bytes: usize::try_from(n.output_bytes).unwrap_or(usize::MAX),
+                    device: n.device,
+                })
+                .collect(),
+            total_us: p.total_us,
+            transfers: Vec::new(),
+            peak_live_tensors: 0,
+        },
+        sent: p.sent.into_iter().map(end_from_proto).collect(),
+        received: p.received.into_iter().map(end_from_proto).collect(),
+    }
+}
+
+/// The master's recording: `None` when off, else the partitions of every
+/// step that started while it was on.
+#[derive(Default)]
+pub(crate) struct Recorder {
+    parts: Mutex<Option<Vec<PartitionTimeline>>>,
+}
+
+impl Recorder {
+    pub(crate) fn on(&self) -> bool {
+        self.parts.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
+    pub(crate) fn start(&self) {
+        let mut p = self.parts.lock().unwrap_or_else(|e| e.into_inner());
+        if p.is_none() {
+            *p = Some(Vec::new());
+        }
+    }
+
+    /// Adds a recorded step's partitions (dropped if recording stopped
+    /// meanwhile).
+    pub(crate) fn add(&self, parts: impl IntoIterator<Item = PartitionTimeline>) {
+        if let Some(v) = self.parts.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            v.extend(parts);
+        }
+    }
+
+    /// Stops recording; the merged timeline of what was recorded.
+    pub(crate) fn stop(&self) -> Option<StepStats> {
+        let parts = self.parts.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        Some(StepStats::merge_partitions(&parts))
+    }
+}
