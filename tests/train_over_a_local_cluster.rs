@@ -386,6 +386,15 @@ fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
     assert!(ps_message > 0.0 && worker_message > 0.0, "{row}");
     // every worker of the point fetched the tensors at once
     assert_eq!(num(m, "calibrated_consumers"), 2.0, "{row}");
+    // 5 updates of the 45 traced on every task, phase by phase beside the
+    // simulator's: worker:0 waits for its variables, computes, then the
+    // step ends after its gradients have left (that last phase may be 0)
+    assert_eq!(num(m, "traced_updates"), 5.0, "{row}");
+    for side in ["measured", "predicted"] {
+        let phase = |p: &str| num(m, &format!("{side}_{p}_s"));
+        assert!(phase("fetch") > 0.0 && phase("compute") > 0.0 && phase("rest") >= 0.0, "{side}: {row}");
+    }
+    assert!(num(m, "measured_span_s") >= num(m, "measured_fetch_s"), "{row}");
     let step_cpu = num(m, "calibrated_step_master_cpu_us") + num(m, "calibrated_step_tasks_cpu_us");
     assert!((num(m, "calibrated_step_cpu_us") - step_cpu).abs() < 1e-6 * step_cpu, "{row}");
     // (each batch's CPU is under its wall time on every core, so the

@@ -41,5 +41,5 @@ pub use error::{Result, RuntimeError};
 pub use launch::{Launcher, LocalCluster, MAX_LOCAL_TASKS};
 pub use net::{bind_task, connect_task};
 pub use master::{Master, MasterOptions, Traffic, link_arg};
-pub use train::{ClusterTrainReport, ClusterTraining, Hooks, Mode, planned_updates, train_on_cluster, train_on_cluster_with};
+pub use train::{ClusterTrainReport, ClusterTraining, Hooks, Mode, percentile, planned_updates, train_on_cluster, train_on_cluster_with};
 pub use worker::{StepRendezvous, TaskClient, TaskServer, WorkerService};

@@ -186,11 +186,11 @@ impl Master {
         self.timeline.start();
     }
 
-    /// Stops recording and returns the recorded steps on one time axis
-    /// (`None` if not recording): every task's nodes as a device of the
-    /// trace, and every transfer between tasks from its send's start to its
-    /// arrival (see [`flowlab_engine::StepStats::merge_partitions`]).
-    pub fn stop_timeline(&self) -> Option<flowlab_engine::StepStats> {
+    /// Stops recording and returns every task's partition of every
+    /// recorded step (`None` if not recording), to be laid on one time
+    /// axis by [`flowlab_engine::StepStats::merge_partitions`] (every
+    /// transfer between tasks from its send's start to its arrival).
+    pub fn stop_timeline(&self) -> Option<Vec<flowlab_engine::PartitionTimeline>> {
         self.timeline.stop()
     }
 

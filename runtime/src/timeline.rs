@@ -1,7 +1,7 @@
 //! Step timelines across task processes: each task answers a traced
 //! `RunGraph` with its partition's nodes and transfer ends
 //! ([`PartitionTimeline`]); the master keeps those of the steps it records
-//! and lays them on one time axis ([`StepStats::merge_partitions`]), a
+//! for them to be laid on one time axis ([`StepStats::merge_partitions`]): a
 //! Chrome / Perfetto trace with one process per task device and each
 //! transfer between tasks drawn from the send to the arrival.
 
@@ -118,9 +118,8 @@ impl Recorder {
         }
     }
 
-    /// Stops recording; the merged timeline of what was recorded.
-    pub(crate) fn stop(&self) -> Option<StepStats> {
-        let parts = self.parts.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-        Some(StepStats::merge_partitions(&parts))
+    /// Stops recording; what was recorded.
+    pub(crate) fn stop(&self) -> Option<Vec<PartitionTimeline>> {
+        self.parts.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }

@@ -142,10 +142,12 @@ pub struct ClusterTrainReport {
     /// Every step time, seconds (not in the JSON line).
     #[serde(skip)]
     pub step_times_s: Vec<f64>,
-    /// The recorded updates' timeline ([`ClusterTraining::timeline`]; not
-    /// in the JSON line).
+    /// The recorded updates' partitions, every task's of every step
+    /// ([`ClusterTraining::timeline`]; one trace:
+    /// [`flowlab_engine::StepStats::merge_partitions`]; not in the JSON
+    /// line).
     #[serde(skip)]
-    pub timeline: Option<flowlab_engine::StepStats>,
+    pub timeline: Option<Vec<flowlab_engine::PartitionTimeline>>,
 }
 
 /// The `q` quantile (0..1) of `v` by the nearest rank; NaN when empty.
@@ -220,7 +222,7 @@ struct Chief<'a> {
     positions: Option<&'a std::sync::Mutex<Vec<usize>>>,
     /// The updates to record ([`ClusterTraining::timeline`]) and what was.
     timeline: Option<(usize, usize)>,
-    recorded: std::sync::Mutex<Option<flowlab_engine::StepStats>>,
+    recorded: std::sync::Mutex<Option<Vec<flowlab_engine::PartitionTimeline>>>,
 }
 
 /// The checkpoint metadata key of a backup-worker run's shard position.
@@ -1026,7 +1028,11 @@ mod tests {
         let mut cfg = TrainConfig::new(ModelKind::Mlp);
         cfg.epochs = 1;
         let got = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { timeline: Some((3, 4)), ..Default::default() }).unwrap();
-        let t = got.timeline.as_ref().expect("the recorded updates");
+        let parts = got.timeline.as_ref().expect("the recorded updates");
+        // two steps of three tasks
+        assert_eq!(parts.len(), 6);
+        assert_eq!(parts.iter().map(|p| p.step_id).collect::<std::collections::BTreeSet<_>>().len(), 2);
+        let t = &flowlab_engine::StepStats::merge_partitions(parts);
         assert_eq!(t.transfers.len(), 36, "{:?}", t.transfers);
         assert_eq!(t.transfers.len() as f64, 2.0 * got.transfers_per_step);
         assert_eq!(t.transfers.iter().map(|x| x.bytes).sum::<u64>(), 2 * 153_768);
@@ -1058,7 +1064,7 @@ mod tests {
         let mut cfg = TrainConfig::new(ModelKind::Mlp);
         cfg.epochs = 1;
         let got = train_on_cluster(&digits(), &cfg, &spec, &ClusterTraining { mode: Mode::Async, timeline: Some((5, 7)), ..Default::default() }).unwrap();
-        let t = got.timeline.as_ref().expect("the recorded updates");
+        let t = &flowlab_engine::StepStats::merge_partitions(got.timeline.as_ref().expect("the recorded updates"));
         assert_eq!(t.transfers.len(), 24, "{:?}", t.transfers);
         assert_eq!(t.nodes.iter().filter(|n| n.op == "ApplyAdam").count(), 12);
     }

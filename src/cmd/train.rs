@@ -452,8 +452,8 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
     }
     // after the results: a trace that cannot be written loses none of them
     match (&args.trace, &r.timeline) {
-        (Some(path), Some(t)) => {
-            t.write_chrome_trace(path).map_err(|e| anyhow::anyhow!("--trace: {e}"))?;
+        (Some(path), Some(parts)) => {
+            flowlab_engine::StepStats::merge_partitions(parts).write_chrome_trace(path).map_err(|e| anyhow::anyhow!("--trace: {e}"))?;
             if let (false, Some((first, last))) = (args.json, how.timeline) {
                 println!("trace of updates {first} to {last} on every task written to {}", path.display());
             }

@@ -707,7 +707,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         backup: p.backup,
         master: MasterOptions { recv_timeout: Duration::from_secs(30), link: emulated, ..Default::default() },
         checkpoint: p.checkpoint_every.map(|every| CheckpointConfig { dir: ck_dir.path().to_path_buf(), every, keep: 2, resume: false }),
-        timeline: None,
+        timeline: traced_updates(p, &cfg, &data),
     };
     let cluster = LocalCluster::start_with_link(&env.launcher, p.ps as u32, p.workers as u32, emulated).map_err(|e| e.to_string())?;
     let spec = cluster.spec.clone();
@@ -882,6 +882,17 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     put("predicted_runner_cpu_per_update_us", predicted_runner_cpu);
     put("measured_run_cpu_per_update_us", (run_runner_cpu + run_tasks_cpu.iter().sum::<f64>()) * 1e6 / updates);
     put("predicted_cpu_per_update_us", predicted_cpu_us);
+    // where a step's time goes, phase by phase, on both sides
+    let measured_phases = r.timeline.as_deref().map(step_phases).unwrap_or_default();
+    if !measured_phases.is_empty() && !sim.worker0_phases_s.is_empty() {
+        let median = |v: &[[f64; 3]], i: usize| flowlab_runtime::percentile(&v.iter().map(|p| p[i]).collect::<Vec<_>>(), 0.5);
+        for (i, name) in ["fetch", "compute", "rest"].into_iter().enumerate() {
+            put(&format!("measured_{name}_s"), median(&measured_phases, i));
+            put(&format!("predicted_{name}_s"), median(&sim.worker0_phases_s, i));
+        }
+        put("measured_span_s", flowlab_runtime::percentile(&measured_phases.iter().map(|p| p.iter().sum()).collect::<Vec<f64>>(), 0.5));
+        put("traced_updates", measured_phases.len() as f64);
+    }
     let mut series = BTreeMap::new();
     series.insert("measured_step_times_s".to_string(), r.step_times_s);
     // ps:0.., then worker:0.., of those running at the end (empty when
@@ -892,6 +903,59 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     let predicted_task_cpu = if between.is_some() { predicted_task_cpu } else { Vec::new() };
     series.insert("predicted_task_cpu_per_update_us".to_string(), predicted_task_cpu);
     Ok(Outcome { metrics: m, series })
+}
+
+/// Updates traced for the phase comparison: 5 in the middle of the run
+/// (sync without backups, async; a backup-worker update spans several
+/// steps and is not traced). Tracing costs each traced step a little
+/// time; 5 of a run's 100 or more updates leave its median alone.
+const TRACED: usize = 5;
+
+fn traced_updates(p: &DistributedPoint, cfg: &flowlab_programs::train::TrainConfig, data: &flowlab_programs::datasets::Dataset) -> Option<(usize, usize)> {
+    if p.backup > 0 || p.kill.is_some() {
+        return None;
+    }
+    let mut c = cfg.clone();
+    c.devices = match p.strategy {
+        StrategyName::Sync => p.needed(),
+        StrategyName::Async => 1,
+    };
+    let total = flowlab_runtime::planned_updates(data, &c);
+    (total >= 2 * TRACED).then(|| (total / 2, total / 2 + TRACED - 1))
+}
+
+/// Each traced step's (fetch, compute, rest), as the simulator's
+/// `worker0_phases_s` reports them, from the tasks' own clocks: from the
+/// first task's start of the step until its first worker (the lowest
+/// worker task in it: worker:0 in sync) has its last variable, until that
+/// worker's last tensor (a gradient or its loss) leaves, and until the last
+/// task's end of the step. The master's dispatch before the first task
+/// starts and after the last one ends is in no phase (the measured step
+/// minus `measured_span_s`).
+fn step_phases(parts: &[flowlab_engine::PartitionTimeline]) -> Vec<[f64; 3]> {
+    let mut steps: BTreeMap<u64, Vec<&flowlab_engine::PartitionTimeline>> = BTreeMap::new();
+    for p in parts {
+        steps.entry(p.step_id).or_default().push(p);
+    }
+    let mut out = Vec::new();
+    for ps in steps.values() {
+        let origin = ps.iter().map(|p| p.start_unix_us).fold(f64::INFINITY, f64::min);
+        // a worker partition's task number (its nodes' device is
+        // /job:worker/replica:0/task:N/device:CPU:0)
+        let worker_task = |p: &flowlab_engine::PartitionTimeline| {
+            let d = p.stats.nodes.first().map(|n| n.device.as_str()).unwrap_or_default();
+            d.strip_prefix("/job:worker/").and_then(|r| r.split('/').find_map(|x| x.strip_prefix("task:"))).and_then(|n| n.parse::<u64>().ok())
+        };
+        let Some(w) = ps.iter().filter_map(|p| worker_task(p).map(|t| (t, p))).min_by_key(|(t, _)| *t).map(|(_, p)| p) else { continue };
+        let shift = w.start_unix_us - origin;
+        let fetched = w.received.iter().map(|e| e.at_us).fold(f64::NAN, f64::max) + shift;
+        let computed = w.sent.iter().map(|e| e.at_us).fold(f64::NAN, f64::max) + shift;
+        let end = ps.iter().map(|p| p.start_unix_us - origin + p.stats.total_us).fold(f64::NAN, f64::max);
+        if fetched.is_finite() && computed.is_finite() && end.is_finite() {
+            out.push([fetched * 1e-6, (computed - fetched) * 1e-6, (end - computed) * 1e-6]);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -920,6 +984,41 @@ mod tests {
     fn point(yaml: &str) -> Result<Box<dyn crate::kinds::Runnable>, String> {
         let v: serde_json::Value = serde_saphyr::from_str(yaml).unwrap();
         DISTRIBUTED.prepare(&v).map_err(|e| e.message().to_string())
+    }
+
+    /// One step of ps:0, worker:10 and worker:2 by hand: the step begins
+    /// with ps:0 (1,000 us on the wall clock); worker:2 (the lowest worker,
+    /// not worker:10, which sorts first as text) starts at 1,200 and has its
+    /// last variable 300 us later (500 from the step's start), sends its
+    /// last gradient at 700 (900); the last task ends at 1,000 + 1,500.
+    /// Phases 500, 400 and 1,600 us; a step without a worker has none.
+    #[test]
+    fn a_traced_steps_phases_are_its_first_workers() {
+        use flowlab_engine::{NodeStats, PartitionTimeline, StepStats, TransferEnd};
+        let part = |device: &str, start: f64, total: f64, received: &[f64], sent: &[f64]| {
+            let end = |at_us: f64| TransferEnd { edge: "e:0".into(), send_device: String::new(), recv_device: String::new(), format: "f32".into(), bytes: 0, at_us };
+            PartitionTimeline {
+                step_id: 3,
+                start_unix_us: start,
+                stats: StepStats {
+                    nodes: vec![NodeStats { node: "n".into(), op: "Op".into(), start_us: 0.0, end_us: 1.0, thread: 0, output_bytes: 0, device: device.into() }],
+                    total_us: total,
+                    ..Default::default()
+                },
+                sent: sent.iter().copied().map(end).collect(),
+                received: received.iter().copied().map(end).collect(),
+            }
+        };
+        let parts = [
+            part("/job:ps/replica:0/task:0/device:CPU:0", 1_000.0, 1_500.0, &[], &[10.0]),
+            part("/job:worker/replica:0/task:10/device:CPU:0", 1_100.0, 2_400.0, &[50.0], &[60.0]),
+            part("/job:worker/replica:0/task:2/device:CPU:0", 1_200.0, 900.0, &[100.0, 300.0], &[600.0, 700.0, 650.0]),
+        ];
+        let phases = step_phases(&parts);
+        assert_eq!(phases.len(), 1);
+        let want = [500e-6, 400e-6, 1_600e-6];
+        assert!(phases[0].iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12), "{phases:?}");
+        assert!(step_phases(&parts[..1]).is_empty());
     }
 
     #[test]

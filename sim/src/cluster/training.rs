@@ -112,6 +112,10 @@ struct WorkerState {
     forward_end: SimTime,
     backward: SimTime,
     backward_end: SimTime,
+    /// This step: when the last parameter shard was in, and when the
+    /// gradients were computed (with `overlap`: the backward pass's end).
+    fetched_at: SimTime,
+    computed_at: SimTime,
 }
 
 struct GroupState {
@@ -188,6 +192,11 @@ struct Sim<'a> {
     /// Failures since an update was last applied (see `no_progress`).
     failures_in_a_row: u32,
     step_times: Vec<f64>,
+    /// Worker 0's phases of each step it took part in (see
+    /// [`ClusterReport::worker0_phases_s`]), and those of the step in
+    /// flight once its gradient is applied.
+    phases: Vec<[f64; 3]>,
+    w0_applied: Option<(SimTime, SimTime)>,
     staleness: Vec<u64>,
     events: u64,
     done: Vec<FlowTag>,
@@ -224,6 +233,8 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
                 forward_end: SimTime::ZERO,
                 backward: SimTime::ZERO,
                 backward_end: SimTime::ZERO,
+                fetched_at: SimTime::ZERO,
+                computed_at: SimTime::ZERO,
             });
         }
         groups.push(GroupState {
@@ -286,6 +297,8 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
         failures: 0,
         failures_in_a_row: 0,
         step_times: Vec::new(),
+        phases: Vec::new(),
+        w0_applied: None,
         staleness: Vec::new(),
         events: 0,
         done: Vec::new(),
@@ -300,6 +313,7 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
     let eps = sim.w.examples_per_step;
     Ok(ClusterReport {
         step_times_s: sim.step_times,
+        worker0_phases_s: sim.phases,
         staleness_histogram: sim.staleness,
         sim_time_s: end.as_secs_f64(),
         examples_committed: sim.applied * eps,
@@ -537,9 +551,11 @@ impl Sim<'_> {
     }
 
     fn shard_fetched(&mut self, w: u32, epoch: u64) {
+        let now = self.q.now();
         let ws = &mut self.workers[w as usize];
         ws.pending -= 1;
         if ws.pending == 0 {
+            ws.fetched_at = now;
             ws.fetched_version = self.version;
             if self.w.overlap {
                 // The forward pass has consumed each variable as it came:
@@ -713,6 +729,8 @@ impl Sim<'_> {
 
     fn push(&mut self, w: u32, epoch: u64) -> Result<(), SimError> {
         let now = self.q.now();
+        let ws = &mut self.workers[w as usize];
+        ws.computed_at = if self.w.overlap { ws.backward_end } else { now };
         self.worker_transfer_cpu(w, now);
         let mut pending = 0;
         for k in 0..self.layout.tasks() {
@@ -734,6 +752,9 @@ impl Sim<'_> {
     /// Worker `w`'s whole gradient has been applied on every task.
     fn gradient_applied(&mut self, w: u32) -> Result<(), SimError> {
         let ws = &mut self.workers[w as usize];
+        if w == 0 {
+            self.w0_applied = Some((ws.fetched_at, ws.computed_at));
+        }
         // Stop the worker until its group releases it.
         ws.epoch += 1;
         let stale = (self.version - ws.fetched_version) as usize;
@@ -752,7 +773,13 @@ impl Sim<'_> {
     fn group_step_done(&mut self, g: usize) -> Result<(), SimError> {
         let now = self.q.now();
         let need = u64::from(self.groups[g].need);
-        self.step_times.push((now - self.groups[g].step_start).as_secs_f64());
+        let start = self.groups[g].step_start;
+        self.step_times.push((now - start).as_secs_f64());
+        if self.workers.first().is_some_and(|w0| w0.group as usize == g)
+            && let Some((fetched, computed)) = self.w0_applied.take()
+        {
+            self.phases.push([(fetched - start).as_secs_f64(), (computed - fetched).as_secs_f64(), (now - computed).as_secs_f64()]);
+        }
         self.applied += need;
         self.failures_in_a_row = 0;
         self.processed += need;
@@ -786,6 +813,10 @@ impl Sim<'_> {
         gs.served.iter_mut().for_each(|s| *s = 0);
         gs.tokens = self.tokens.iter().sum();
         let (first, len) = (gs.first, gs.len);
+        if first == 0 {
+            // an aborted step's gradient is not this one's
+            self.w0_applied = None;
+        }
         for w in first..first + len {
             self.workers[w as usize].epoch += 1;
             self.start_step(w)?;
@@ -980,6 +1011,7 @@ fn run_allreduce(
     Ok(ClusterReport {
         staleness_histogram: vec![done_steps * p as u64],
         step_times_s: step_times,
+        worker0_phases_s: Vec::new(),
         sim_time_s: now.as_secs_f64(),
         examples_committed: done_steps * eps,
         examples_processed: processed * eps,
