@@ -928,8 +928,9 @@ fn traced_updates(p: &DistributedPoint, cfg: &flowlab_programs::train::TrainConf
 /// `worker0_phases_s` reports them, from the tasks' own clocks: from the
 /// first task's start of the step until its first worker (the lowest
 /// worker task in it: worker:0 in sync) has its last variable, until that
-/// worker's last tensor (a gradient or its loss) leaves, and until the last
-/// task's end of the step. The master's dispatch before the first task
+/// worker's last kernel but a Send or Recv ends (its backward pass: a Send
+/// of a large gradient holds the executor's thread while the tensor
+/// leaves, which is the push), and until the last task's end of the step. The master's dispatch before the first task
 /// starts and after the last one ends is in no phase (the measured step
 /// minus `measured_span_s`).
 fn step_phases(parts: &[flowlab_engine::PartitionTimeline]) -> Vec<[f64; 3]> {
@@ -949,7 +950,7 @@ fn step_phases(parts: &[flowlab_engine::PartitionTimeline]) -> Vec<[f64; 3]> {
         let Some(w) = ps.iter().filter_map(|p| worker_task(p).map(|t| (t, p))).min_by_key(|(t, _)| *t).map(|(_, p)| p) else { continue };
         let shift = w.start_unix_us - origin;
         let fetched = w.received.iter().map(|e| e.at_us).fold(f64::NAN, f64::max) + shift;
-        let computed = w.sent.iter().map(|e| e.at_us).fold(f64::NAN, f64::max) + shift;
+        let computed = w.stats.nodes.iter().filter(|n| n.op != "Send" && n.op != "Recv").map(|n| n.end_us).fold(f64::NAN, f64::max) + shift;
         let end = ps.iter().map(|p| p.start_unix_us - origin + p.stats.total_us).fold(f64::NAN, f64::max);
         if fetched.is_finite() && computed.is_finite() && end.is_finite() {
             out.push([fetched * 1e-6, (computed - fetched) * 1e-6, (end - computed) * 1e-6]);
@@ -989,30 +990,34 @@ mod tests {
     /// One step of ps:0, worker:10 and worker:2 by hand: the step begins
     /// with ps:0 (1,000 us on the wall clock); worker:2 (the lowest worker,
     /// not worker:10, which sorts first as text) starts at 1,200 and has its
-    /// last variable 300 us later (500 from the step's start), sends its
-    /// last gradient at 700 (900); the last task ends at 1,000 + 1,500.
-    /// Phases 500, 400 and 1,600 us; a step without a worker has none.
+    /// last variable 300 us later (500 from the step's start), ends its last
+    /// kernel but a Send at 700 (900: its Send after that does not count);
+    /// the last task ends at 1,100 + 2,400. Phases 500, 400 and 1,600 us; a
+    /// step without a worker has none.
     #[test]
     fn a_traced_steps_phases_are_its_first_workers() {
         use flowlab_engine::{NodeStats, PartitionTimeline, StepStats, TransferEnd};
-        let part = |device: &str, start: f64, total: f64, received: &[f64], sent: &[f64]| {
+        let part = |device: &str, start: f64, total: f64, received: &[f64], ends: &[(&str, f64)]| {
             let end = |at_us: f64| TransferEnd { edge: "e:0".into(), send_device: String::new(), recv_device: String::new(), format: "f32".into(), bytes: 0, at_us };
             PartitionTimeline {
                 step_id: 3,
                 start_unix_us: start,
                 stats: StepStats {
-                    nodes: vec![NodeStats { node: "n".into(), op: "Op".into(), start_us: 0.0, end_us: 1.0, thread: 0, output_bytes: 0, device: device.into() }],
+                    nodes: ends
+                        .iter()
+                        .map(|&(op, end_us)| NodeStats { node: "n".into(), op: op.into(), start_us: 0.0, end_us, thread: 0, output_bytes: 0, device: device.into() })
+                        .collect(),
                     total_us: total,
                     ..Default::default()
                 },
-                sent: sent.iter().copied().map(end).collect(),
+                sent: Vec::new(),
                 received: received.iter().copied().map(end).collect(),
             }
         };
         let parts = [
-            part("/job:ps/replica:0/task:0/device:CPU:0", 1_000.0, 1_500.0, &[], &[10.0]),
-            part("/job:worker/replica:0/task:10/device:CPU:0", 1_100.0, 2_400.0, &[50.0], &[60.0]),
-            part("/job:worker/replica:0/task:2/device:CPU:0", 1_200.0, 900.0, &[100.0, 300.0], &[600.0, 700.0, 650.0]),
+            part("/job:ps/replica:0/task:0/device:CPU:0", 1_000.0, 1_500.0, &[], &[("Send", 10.0)]),
+            part("/job:worker/replica:0/task:10/device:CPU:0", 1_100.0, 2_400.0, &[50.0], &[("MatMul", 60.0)]),
+            part("/job:worker/replica:0/task:2/device:CPU:0", 1_200.0, 900.0, &[100.0, 300.0], &[("Recv", 300.0), ("MatMul", 650.0), ("BiasAddGrad", 700.0), ("Send", 880.0)]),
         ];
         let phases = step_phases(&parts);
         assert_eq!(phases.len(), 1);
