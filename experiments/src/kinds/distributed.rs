@@ -61,7 +61,7 @@
 //!   row; `calibrated_consumers` is the workers that fetched). With one
 //!   worker fetching, a transfer's CPU was measured as it costs two
 //!   processes alone on the cores, and the 2- and 4-worker points of
-//!   `catalog:distributed-mlp784` were predicted 18-25% short (README:
+//!   `catalog:distributed-mlp784` were predicted 18-25% short (docs/distributed-prediction.md:
 //!   the errors since).
 //! - predicted: the cluster simulator's step times for the same workers,
 //!   PS tasks, strategy, variables (sizes and greedy placement as the
@@ -71,7 +71,7 @@
 //!     (`host_cores`: the machine's core count): a worker's step
 //!     overhead, its compute and every PS request hold a core while they
 //!     run. `core_share` says how disturbed the sitting was; it is not
-//!     applied (README: one moment's share does not hold for the run).
+//!     applied (docs/distributed-prediction.md: one moment's share does not hold for the run).
 //!   - a task has one message thread (its gRPC runtime runs on one worker
 //!     thread): every tensor moved is one `RecvTensor`. Each task is the
 //!     producer of half of its tensors (the PS of the fetched variables,
@@ -271,6 +271,14 @@ const METRICS: &[&str] = &[
     "predicted_runner_cpu_per_update_us",
     "measured_run_cpu_per_update_us",
     "predicted_cpu_per_update_us",
+    "measured_fetch_s",
+    "predicted_fetch_s",
+    "measured_compute_s",
+    "predicted_compute_s",
+    "measured_rest_s",
+    "predicted_rest_s",
+    "measured_span_s",
+    "traced_updates",
 ];
 
 pub(crate) static DISTRIBUTED: TypedKind<DistributedPoint> = TypedKind {
