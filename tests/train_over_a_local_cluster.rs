@@ -395,6 +395,9 @@ fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
         assert!(phase("fetch") > 0.0 && phase("compute") > 0.0 && phase("rest") >= 0.0, "{side}: {row}");
     }
     assert!(num(m, "measured_span_s") >= num(m, "measured_fetch_s"), "{row}");
+    // the master's round holds its tasks' span: what is left is its
+    // dispatch, which the simulator's step overhead stands for
+    assert!(num(m, "measured_dispatch_s") > 0.0 && num(m, "predicted_dispatch_s") > 0.0, "{row}");
     let step_cpu = num(m, "calibrated_step_master_cpu_us") + num(m, "calibrated_step_tasks_cpu_us");
     assert!((num(m, "calibrated_step_cpu_us") - step_cpu).abs() < 1e-6 * step_cpu, "{row}");
     // (each batch's CPU is under its wall time on every core, so the

@@ -271,6 +271,8 @@ const METRICS: &[&str] = &[
     "predicted_runner_cpu_per_update_us",
     "measured_run_cpu_per_update_us",
     "predicted_cpu_per_update_us",
+    "measured_dispatch_s",
+    "predicted_dispatch_s",
     "measured_fetch_s",
     "predicted_fetch_s",
     "measured_compute_s",
@@ -893,12 +895,23 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     // where a step's time goes, phase by phase, on both sides
     let measured_phases = r.timeline.as_deref().map(step_phases).unwrap_or_default();
     if !measured_phases.is_empty() && !sim.worker0_phases_s.is_empty() {
-        let median = |v: &[[f64; 3]], i: usize| flowlab_runtime::percentile(&v.iter().map(|p| p[i]).collect::<Vec<_>>(), 0.5);
+        let median = |v: Vec<f64>| flowlab_runtime::percentile(&v, 0.5);
+        let spans: Vec<f64> = measured_phases.iter().map(|p| p.iter().sum()).collect();
         for (i, name) in ["fetch", "compute", "rest"].into_iter().enumerate() {
-            put(&format!("measured_{name}_s"), median(&measured_phases, i));
-            put(&format!("predicted_{name}_s"), median(&sim.worker0_phases_s, i));
+            put(&format!("measured_{name}_s"), median(measured_phases.iter().map(|p| p[i]).collect()));
         }
-        put("measured_span_s", flowlab_runtime::percentile(&measured_phases.iter().map(|p| p.iter().sum()).collect::<Vec<f64>>(), 0.5));
+        for (i, name) in ["dispatch", "fetch", "compute", "rest"].into_iter().enumerate() {
+            put(&format!("predicted_{name}_s"), median(sim.worker0_phases_s.iter().map(|p| p[i]).collect()));
+        }
+        // synchronous: update u's round is the master's step u, so each
+        // traced step's dispatch is its round less its span
+        if let (StrategyName::Sync, Some((first, last))) = (p.strategy, how.timeline)
+            && measured_phases.len() == last + 1 - first
+            && let Some(rounds) = r.step_times_s.get(first - 1..last)
+        {
+            put("measured_dispatch_s", median(rounds.iter().zip(&spans).map(|(round, span)| round - span).collect()));
+        }
+        put("measured_span_s", median(spans));
         put("traced_updates", measured_phases.len() as f64);
     }
     let mut series = BTreeMap::new();

@@ -29,12 +29,12 @@ pub struct ClusterReport {
     /// sync groups: every group step; steps later lost to a failure included).
     pub step_times_s: Vec<f64>,
     /// Worker 0's part of each step whose update took its gradient (PS
-    /// training; empty with all-reduce): seconds from the step's start
-    /// until its last parameter shard was in (the step overhead
-    /// included), then until its gradients were computed, then until the
-    /// step ended (pushes, their PS requests, the other workers, update
-    /// tokens). Comparable phase by phase with a traced real step.
-    pub worker0_phases_s: Vec<[f64; 3]>,
+    /// training; empty with all-reduce), in seconds: the step overhead
+    /// (and wait) before its fetches go out, then until its last parameter
+    /// shard is in, until its gradients are computed, and until the step
+    /// ends (pushes, their PS requests, the other workers, update tokens).
+    /// Comparable phase by phase with a traced real step.
+    pub worker0_phases_s: Vec<[f64; 4]>,
     /// `staleness_histogram[s]`: applied gradients computed from parameters
     /// `s` updates old.
     pub staleness_histogram: Vec<u64>,

@@ -686,11 +686,12 @@ fn task_layout_moves_the_ps_traffic_onto_the_nics_as_the_closed_forms_say() {
 /// 20-40 ms while both gradients stream out (the big one's flow would take
 /// until 40 ms anyway); both are applied at 40 ms. With a 2.5 Gbit/s mesh
 /// the transfers dominate: fetch 80 ms, push 80 ms, 160 ms overlapped
-/// against 190 one after another. Worker 0's phases (fetched, computed,
-/// step end) by the same hand: serial 20 + 30 + 20 ms at 10 Gbit/s and 80 +
-/// 30 + 80 at 2.5; overlapped 20 + 20 (the backward pass ends at 40) + 0,
-/// and 80 + 20 + 60 (the big gradient's flow, started at 80 ms, ends at
-/// 160).
+/// against 190 one after another. Worker 0's phases (no step overhead,
+/// fetched, computed, step end) by the same hand: serial 0 + 20 + 30 + 20
+/// ms at 10 Gbit/s and 0 + 80 + 30 + 80 at 2.5; overlapped 0 + 20 + 20 (the
+/// backward pass ends at 40) + 0, and 0 + 80 + 20 + 60 (the big gradient's
+/// flow, started at 80 ms, ends at 160); a step overhead of 1 ms is the
+/// first phase and moves the others by as much.
 #[test]
 fn overlapped_fetch_and_push_match_the_closed_form() {
     let cfg = |overlap: bool, gbps: f64| {
@@ -706,12 +707,17 @@ fn overlapped_fetch_and_push_match_the_closed_form() {
         assert!((overlapped - overlapped_s).abs() < 1e-9, "{gbps} Gbit/s, overlapped: {overlapped} s");
     }
     for (overlap, gbps, want) in [
-        (false, 10.0, [0.020, 0.030, 0.020]),
-        (false, 2.5, [0.080, 0.030, 0.080]),
-        (true, 10.0, [0.020, 0.020, 0.0]),
-        (true, 2.5, [0.080, 0.020, 0.060]),
+        (false, 10.0, [0.0, 0.020, 0.030, 0.020]),
+        (false, 2.5, [0.0, 0.080, 0.030, 0.080]),
+        (true, 10.0, [0.0, 0.020, 0.020, 0.0]),
+        (true, 2.5, [0.0, 0.080, 0.020, 0.060]),
+        (false, 0.0, [0.001, 0.020, 0.030, 0.020]),
     ] {
-        let r = simulate(&yaml(&cfg(overlap, gbps)), 7).unwrap();
+        let c = match gbps {
+            0.0 => cfg(overlap, 10.0).replace("ps_request_us: 0,", "ps_request_us: 0, step_overhead_us: 1000,"),
+            _ => cfg(overlap, gbps),
+        };
+        let r = simulate(&yaml(&c), 7).unwrap();
         assert_eq!(r.worker0_phases_s.len(), 3, "a phase triple per step");
         for p in &r.worker0_phases_s {
             assert!(p.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-9), "overlap {overlap}, {gbps} Gbit/s: {p:?}, want {want:?}");

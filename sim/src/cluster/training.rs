@@ -112,8 +112,10 @@ struct WorkerState {
     forward_end: SimTime,
     backward: SimTime,
     backward_end: SimTime,
-    /// This step: when the last parameter shard was in, and when the
-    /// gradients were computed (with `overlap`: the backward pass's end).
+    /// This step: when its fetches went out (after the step overhead),
+    /// when the last parameter shard was in, and when the gradients were
+    /// computed (with `overlap`: the backward pass's end).
+    started_at: SimTime,
     fetched_at: SimTime,
     computed_at: SimTime,
 }
@@ -195,8 +197,8 @@ struct Sim<'a> {
     /// Worker 0's phases of each step it took part in (see
     /// [`ClusterReport::worker0_phases_s`]), and those of the step in
     /// flight once its gradient is applied.
-    phases: Vec<[f64; 3]>,
-    w0_applied: Option<(SimTime, SimTime)>,
+    phases: Vec<[f64; 4]>,
+    w0_applied: Option<(SimTime, SimTime, SimTime)>,
     staleness: Vec<u64>,
     events: u64,
     done: Vec<FlowTag>,
@@ -233,6 +235,7 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
                 forward_end: SimTime::ZERO,
                 backward: SimTime::ZERO,
                 backward_end: SimTime::ZERO,
+                started_at: SimTime::ZERO,
                 fetched_at: SimTime::ZERO,
                 computed_at: SimTime::ZERO,
             });
@@ -683,6 +686,7 @@ impl Sim<'_> {
         }
         let epoch = self.workers[w as usize].epoch;
         let t0 = self.cpu(now, self.overhead) + self.wait;
+        self.workers[w as usize].started_at = t0;
         self.worker_transfer_cpu(w, t0);
         let mut pending = 0;
         for k in 0..self.layout.tasks() {
@@ -753,7 +757,7 @@ impl Sim<'_> {
     fn gradient_applied(&mut self, w: u32) -> Result<(), SimError> {
         let ws = &mut self.workers[w as usize];
         if w == 0 {
-            self.w0_applied = Some((ws.fetched_at, ws.computed_at));
+            self.w0_applied = Some((ws.started_at, ws.fetched_at, ws.computed_at));
         }
         // Stop the worker until its group releases it.
         ws.epoch += 1;
@@ -776,9 +780,10 @@ impl Sim<'_> {
         let start = self.groups[g].step_start;
         self.step_times.push((now - start).as_secs_f64());
         if self.workers.first().is_some_and(|w0| w0.group as usize == g)
-            && let Some((fetched, computed)) = self.w0_applied.take()
+            && let Some((started, fetched, computed)) = self.w0_applied.take()
         {
-            self.phases.push([(fetched - start).as_secs_f64(), (computed - fetched).as_secs_f64(), (now - computed).as_secs_f64()]);
+            let s = |a: SimTime, b: SimTime| b.saturating_sub(a).as_secs_f64();
+            self.phases.push([s(start, started), s(started, fetched), s(fetched, computed), s(computed, now)]);
         }
         self.applied += need;
         self.failures_in_a_row = 0;
