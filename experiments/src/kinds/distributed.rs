@@ -904,7 +904,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
             put(&format!("predicted_{name}_s"), median(sim.worker0_phases_s.iter().map(|p| p[i]).collect()));
         }
         // synchronous: update u's round is the master's step u, so each
-        // traced step's dispatch is its round less its span
+        // traced step's dispatch is its round less its worker's span
         if let (StrategyName::Sync, Some((first, last))) = (p.strategy, how.timeline)
             && measured_phases.len() == last + 1 - first
             && let Some(rounds) = r.step_times_s.get(first - 1..last)
@@ -947,13 +947,14 @@ fn traced_updates(p: &DistributedPoint, cfg: &flowlab_programs::train::TrainConf
 
 /// Each traced step's (fetch, compute, rest), as the simulator's
 /// `worker0_phases_s` reports them, from the tasks' own clocks: from the
-/// first task's start of the step until its first worker (the lowest
-/// worker task in it: worker:0 in sync) has its last variable, until that
-/// worker's last kernel but a Send or Recv ends (its backward pass: a Send
-/// of a large gradient holds the executor's thread while the tensor
-/// leaves, which is the push), and until the last task's end of the step. The master's dispatch before the first task
-/// starts and after the last one ends is in no phase (the measured step
-/// minus `measured_span_s`).
+/// start of the step on its first worker (the lowest worker task in it:
+/// worker:0 in sync; the simulator's worker sends its fetches then) until
+/// it has its last variable, until its last kernel but a Send or Recv ends
+/// (its backward pass: a Send of a large gradient holds the executor's
+/// thread while the tensor leaves, which is the push), and until the last
+/// task's end of the step. The master's dispatch until that worker starts
+/// and after the last task ends is in no phase (the master's round less
+/// the three).
 fn step_phases(parts: &[flowlab_engine::PartitionTimeline]) -> Vec<[f64; 3]> {
     let mut steps: BTreeMap<u64, Vec<&flowlab_engine::PartitionTimeline>> = BTreeMap::new();
     for p in parts {
@@ -961,7 +962,6 @@ fn step_phases(parts: &[flowlab_engine::PartitionTimeline]) -> Vec<[f64; 3]> {
     }
     let mut out = Vec::new();
     for ps in steps.values() {
-        let origin = ps.iter().map(|p| p.start_unix_us).fold(f64::INFINITY, f64::min);
         // a worker partition's task number (its nodes' device is
         // /job:worker/replica:0/task:N/device:CPU:0)
         let worker_task = |p: &flowlab_engine::PartitionTimeline| {
@@ -969,10 +969,10 @@ fn step_phases(parts: &[flowlab_engine::PartitionTimeline]) -> Vec<[f64; 3]> {
             d.strip_prefix("/job:worker/").and_then(|r| r.split('/').find_map(|x| x.strip_prefix("task:"))).and_then(|n| n.parse::<u64>().ok())
         };
         let Some(w) = ps.iter().filter_map(|p| worker_task(p).map(|t| (t, p))).min_by_key(|(t, _)| *t).map(|(_, p)| p) else { continue };
-        let shift = w.start_unix_us - origin;
-        let fetched = w.received.iter().map(|e| e.at_us).fold(f64::NAN, f64::max) + shift;
-        let computed = w.stats.nodes.iter().filter(|n| n.op != "Send" && n.op != "Recv").map(|n| n.end_us).fold(f64::NAN, f64::max) + shift;
-        let end = ps.iter().map(|p| p.start_unix_us - origin + p.stats.total_us).fold(f64::NAN, f64::max);
+        // on the worker's clock: its step starts at 0
+        let fetched = w.received.iter().map(|e| e.at_us).fold(f64::NAN, f64::max);
+        let computed = w.stats.nodes.iter().filter(|n| n.op != "Send" && n.op != "Recv").map(|n| n.end_us).fold(f64::NAN, f64::max);
+        let end = ps.iter().map(|p| p.start_unix_us - w.start_unix_us + p.stats.total_us).fold(f64::NAN, f64::max);
         if fetched.is_finite() && computed.is_finite() && end.is_finite() {
             out.push([fetched * 1e-6, (computed - fetched) * 1e-6, (end - computed) * 1e-6]);
         }
@@ -1008,13 +1008,13 @@ mod tests {
         DISTRIBUTED.prepare(&v).map_err(|e| e.message().to_string())
     }
 
-    /// One step of ps:0, worker:10 and worker:2 by hand: the step begins
-    /// with ps:0 (1,000 us on the wall clock); worker:2 (the lowest worker,
-    /// not worker:10, which sorts first as text) starts at 1,200 and has its
-    /// last variable 300 us later (500 from the step's start), ends its last
-    /// kernel but a Send at 700 (900: its Send after that does not count);
-    /// the last task ends at 1,100 + 2,400. Phases 500, 400 and 1,600 us; a
-    /// step without a worker has none.
+    /// One step of ps:0, worker:10 and worker:2 by hand: worker:2 (the
+    /// lowest worker, not worker:10, which sorts first as text) starts at
+    /// 1,200 us on the wall clock and has its last variable 300 us later,
+    /// ends its last kernel but a Send at 700 (its Send after that does not
+    /// count); the last task ends at 1,100 + 2,400 = 3,500, 2,300 after
+    /// worker:2 started. Phases 300, 400 and 1,600 us (ps:0's earlier start
+    /// is dispatch, in none); a step without a worker has none.
     #[test]
     fn a_traced_steps_phases_are_its_first_workers() {
         use flowlab_engine::{NodeStats, PartitionTimeline, StepStats, TransferEnd};
@@ -1042,7 +1042,7 @@ mod tests {
         ];
         let phases = step_phases(&parts);
         assert_eq!(phases.len(), 1);
-        let want = [500e-6, 400e-6, 1_600e-6];
+        let want = [300e-6, 400e-6, 1_600e-6];
         assert!(phases[0].iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12), "{phases:?}");
         assert!(step_phases(&parts[..1]).is_empty());
     }
