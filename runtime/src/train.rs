@@ -76,9 +76,9 @@ pub struct ClusterTraining {
     /// Record the timeline of global updates `first..=last` (counted from
     /// 1): every step that starts after update `first - 1` is done and
     /// before update `last` is (asynchronous: the other workers' steps
-    /// among them), traced on every task and merged on one time axis
-    /// ([`ClusterTrainReport::timeline`]). A run that ends (or a backup run
-    /// that runs out of shards) before `last` keeps what it recorded.
+    /// among them), traced on every task ([`ClusterTrainReport::timeline`]).
+    /// A run that ends (or a backup run that runs out of shards) before
+    /// `last` keeps what it recorded; recording starts at most once.
     pub timeline: Option<(usize, usize)>,
 }
 
@@ -88,10 +88,10 @@ impl Default for ClusterTraining {
     }
 }
 
-/// The global updates a run of `cfg` on `data` makes (`cfg.devices` replicas: synchronous `workers - backup`, 1 for
-/// asynchronous workers, which take whole batches): every epoch's batches.
-/// Backup workers can make fewer (the shards of dropped gradients are
-/// gone).
+/// The global updates a run of `cfg` on `data` makes (`cfg.devices`
+/// replicas: synchronous `workers - backup`, 1 for asynchronous workers,
+/// which take whole batches): every epoch's batches. Backup workers can
+/// make fewer (the shards of dropped gradients are gone).
 pub fn planned_updates(data: &Dataset, cfg: &TrainConfig) -> usize {
     let mut b = Batches::new(split_holdout(data, cfg.seed).0.len(), cfg, cfg.devices);
     b.next_epoch().len().saturating_mul(cfg.epochs)
@@ -223,6 +223,9 @@ struct Chief<'a> {
     /// The updates to record ([`ClusterTraining::timeline`]) and what was.
     timeline: Option<(usize, usize)>,
     recorded: std::sync::Mutex<Option<Vec<flowlab_engine::PartitionTimeline>>>,
+    /// Recording has ended: it does not start again (asynchronous workers
+    /// may report update `first - 1` after update `last`).
+    timeline_ended: std::sync::atomic::AtomicBool,
 }
 
 /// The checkpoint metadata key of a backup-worker run's shard position.
@@ -273,7 +276,7 @@ impl Chief<'_> {
     /// stops after update `last`.
     fn timeline_after(&self, master: &Master, done: usize) {
         let Some((first, last)) = self.timeline else { return };
-        if done + 1 == first.max(1) {
+        if done + 1 == first.max(1) && !self.timeline_ended.load(std::sync::atomic::Ordering::Acquire) {
             master.start_timeline();
         }
         if done >= last {
@@ -283,6 +286,9 @@ impl Chief<'_> {
 
     /// Stops recording and keeps what was recorded, if anything.
     fn keep_timeline(&self, master: &Master) {
+        if self.timeline.is_some() {
+            self.timeline_ended.store(true, std::sync::atomic::Ordering::Release);
+        }
         if let Some(t) = master.stop_timeline() {
             *self.recorded.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
         }
@@ -452,6 +458,7 @@ pub fn train_on_cluster_with(
         turn: std::sync::Condvar::new(),
         timeline: how.timeline,
         recorded: std::sync::Mutex::new(None),
+        timeline_ended: std::sync::atomic::AtomicBool::new(false),
     };
     let mut variable_bytes: BTreeMap<String, u64> = ps.iter().map(|t| (t.to_string(), 0)).collect();
     for v in &chief.variables {

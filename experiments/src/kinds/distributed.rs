@@ -928,8 +928,9 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
 
 /// Updates traced for the phase comparison: 5 in the middle of the run
 /// (sync without backups, async; a backup-worker update spans several
-/// steps and is not traced). Tracing costs each traced step a little
-/// time; 5 of a run's 100 or more updates leave its median alone.
+/// steps and is not traced). A traced update's round takes about 10%
+/// longer (0.93-1.22x in 18 points, 2026-11-29); 5 of a run's 90 or more
+/// updates barely move its median.
 const TRACED: usize = 5;
 
 fn traced_updates(p: &DistributedPoint, cfg: &flowlab_programs::train::TrainConfig, data: &flowlab_programs::datasets::Dataset) -> Option<(usize, usize)> {
@@ -960,14 +961,14 @@ fn step_phases(parts: &[flowlab_engine::PartitionTimeline]) -> Vec<[f64; 3]> {
     for p in parts {
         steps.entry(p.step_id).or_default().push(p);
     }
+    // a worker partition's task number (its nodes' device is
+    // /job:worker/replica:0/task:N/device:CPU:0)
+    let worker_task = |p: &flowlab_engine::PartitionTimeline| {
+        let d = p.stats.nodes.first().map(|n| n.device.as_str()).unwrap_or_default();
+        d.strip_prefix("/job:worker/").and_then(|r| r.split('/').find_map(|x| x.strip_prefix("task:"))).and_then(|n| n.parse::<u64>().ok())
+    };
     let mut out = Vec::new();
     for ps in steps.values() {
-        // a worker partition's task number (its nodes' device is
-        // /job:worker/replica:0/task:N/device:CPU:0)
-        let worker_task = |p: &flowlab_engine::PartitionTimeline| {
-            let d = p.stats.nodes.first().map(|n| n.device.as_str()).unwrap_or_default();
-            d.strip_prefix("/job:worker/").and_then(|r| r.split('/').find_map(|x| x.strip_prefix("task:"))).and_then(|n| n.parse::<u64>().ok())
-        };
         let Some(w) = ps.iter().filter_map(|p| worker_task(p).map(|t| (t, p))).min_by_key(|(t, _)| *t).map(|(_, p)| p) else { continue };
         // on the worker's clock: its step starts at 0
         let fetched = w.received.iter().map(|e| e.at_us).fold(f64::NAN, f64::max);
