@@ -636,6 +636,9 @@ fn predict_inputs(
         // every variable is its own RecvTensor, and a task's one message
         // thread answers the workers' concurrent calls in turn
         fetch_in_turn: true,
+        // each gradient leaves as the backward pass makes it (a Send per
+        // variable) and its PS task takes it on arrival
+        push_per_tensor: true,
         ..Workload::default()
     };
     let loopback_gbps = link.bytes_per_s * 8.0 / 1e9;

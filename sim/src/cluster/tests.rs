@@ -727,6 +727,36 @@ fn overlapped_fetch_and_push_match_the_closed_form() {
     assert!(e.contains("model.forward_fraction") && e.contains("1.5"), "{e}");
 }
 
+/// `push_per_tensor` against a closed form worked by hand: one worker, one
+/// PS task on a 10 Gbit/s mesh (no latency), variables of 25 MB then 2.5
+/// MB (a large first layer, a small last one), 30 ms of compute (the
+/// backward pass its last 20), the PS's CPU 1 ms per million parameters.
+/// Fetch: the request costs 6.875 ms, the shard's 27.5 MB take 22, so the
+/// compute runs 22-52 ms. Per tensor, the small gradient is made 1.818 ms
+/// into the backward pass (its 625,000 of the 6,875,000 parameters),
+/// arrives 2 ms later and is taken (0.625 ms) while the backward pass
+/// runs; the large one leaves at 52, arrives at 72 and is taken by 78.25.
+/// Whole, the 27.5 MB leave at 52 and are taken from 74 to 80.875. The
+/// phases of the per-tensor step: 0 + 22 + 30 + 26.25.
+#[test]
+fn gradients_pushed_per_tensor_match_the_closed_form() {
+    let cfg = |per_tensor: bool| {
+        format!(
+            "model: {{ variables: [6250000, 625000], compute_s: 0.03, ps_request_us: 0, ps_us_per_mparam: 1000, push_per_tensor: {per_tensor} }}\n\
+             workers: 1\nps: 1\nsteps: 3\nnetwork: {{ topology: mesh, link_gbps: 10, latency_us: 0 }}\n"
+        )
+    };
+    for (per_tensor, want) in [(true, 0.07825), (false, 0.080875)] {
+        let got = p50(&cfg(per_tensor));
+        assert!((got - want).abs() < 1e-9, "per tensor {per_tensor}: {got} s, want {want}");
+    }
+    let r = simulate(&yaml(&cfg(true)), 7).unwrap();
+    let want = [0.0, 0.022, 0.030, 0.02625];
+    assert!(r.worker0_phases_s.iter().all(|p| p.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-9)), "{:?}", r.worker0_phases_s);
+    let e = err(&cfg(true).replace("variables: [6250000, 625000]", "dense_params: 1000"));
+    assert!(e.contains("model.push_per_tensor") && e.contains("variables"), "{e}");
+}
+
 /// The catalog's Inception-v3 and straggler model against the paper's
 /// Figure 8 (50 workers + b backups, 17 PS tasks, fat-tree): the normalized
 /// speedup t(0)/t(b) x 50/(50+b) is best at b = 3 (paper: +9.5%), the

@@ -49,8 +49,12 @@ enum Ev {
     /// With `overlap`: a gradient shard whose flow ran ahead of the backward
     /// pass has its last bytes (the backward pass is done).
     PushComplete { w: u32, ps: u32, epoch: u64 },
-    /// PS task `ps` applied one pushed gradient shard.
-    PushServed { w: u32, ps: u32, epoch: u64 },
+    /// PS task `ps` applied one pushed gradient shard (with
+    /// `push_per_tensor`, one tensor; `whole`: the worker's last there).
+    PushServed { w: u32, ps: u32, epoch: u64, whole: bool },
+    /// With `push_per_tensor`: the backward pass has made gradient tensor
+    /// `i` (of `Sim::push_tensors`), which leaves now.
+    PushTensor { w: u32, i: u32, epoch: u64 },
     /// A control token of group `g`'s update (step round `round`) reached the
     /// first PS task (`update_tokens`).
     ///
@@ -100,6 +104,22 @@ struct Transfer {
     kind: TransferKind,
     /// Fetch: when the PS CPU is done with the request.
     ready: SimTime,
+    /// With `push_per_tensor`, a push's tensor (of `Sim::push_tensors`);
+    /// `u32::MAX` for a whole shard.
+    tensor: u32,
+}
+
+/// With `push_per_tensor`: one gradient tensor, in the order the backward
+/// pass makes them.
+#[derive(Debug, Clone, Copy)]
+struct PushTensor {
+    task: u32,
+    bytes: u64,
+    /// The backward pass's share done when it is made (its parameters and
+    /// those made before it, of all).
+    made_at: f64,
+    /// The PS's CPU for it on arrival.
+    cost: SimTime,
 }
 
 struct WorkerState {
@@ -158,6 +178,12 @@ struct Sim<'a> {
     /// Per PS task, its CPU time per request
     /// (`Workload::ps_request_cpu_us` of what it holds).
     ps_request: Vec<SimTime>,
+    /// With `push_per_tensor`: the gradient tensors, the tensors each
+    /// worker has still to push to each task this step, and the task's
+    /// per-request CPU charged with the last of them.
+    push_tensors: Vec<PushTensor>,
+    tensors_left: Vec<u32>,
+    ps_graph: SimTime,
     /// Per PS task, the control tokens it sends the first one per update
     /// (`update_tokens`; all zero otherwise), and the CPU each costs at
     /// either end.
@@ -259,6 +285,26 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
     let ps_request = (0..ps)
         .map(|k| SimTime::from_secs_f64(w.ps_request_cpu_us(layout.tensors[k], layout.dense[k]) * 1e-6))
         .collect();
+    let push_tensors: Vec<PushTensor> = if w.push_per_tensor {
+        let total: u64 = w.variables.iter().sum::<u64>().max(1);
+        let mut made = 0u64;
+        w.variables
+            .iter()
+            .zip(&layout.var_task)
+            .rev()
+            .map(|(&params, &k)| {
+                made += params;
+                PushTensor {
+                    task: k as u32,
+                    bytes: cfg.comm.bytes_for(params),
+                    made_at: made as f64 / total as f64,
+                    cost: SimTime::from_secs_f64((w.ps_transfer_us + w.ps_us_per_mparam * params as f64 * 1e-6) * 1e-6),
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let (ps_at, worker_at) = cfg.network.task_endpoints(ps, workers.len());
     let mut sim = Sim {
         cfg,
@@ -275,6 +321,9 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
         latency: vec![SimTime::MAX; workers.len() * ps],
         ps_busy: vec![SimTime::ZERO; ps],
         ps_request,
+        tensors_left: vec![0; if push_tensors.is_empty() { 0 } else { workers.len() * ps }],
+        push_tensors,
+        ps_graph: SimTime::from_secs_f64(w.ps_request_us * 1e-6),
         tokens,
         token_cpu: SimTime::from_secs_f64(w.ps_transfer_us * 1e-6),
         first_push: SimTime::from_secs_f64(w.first_ps_push_us * 1e-6),
@@ -437,7 +486,7 @@ impl Sim<'_> {
                     // (FIFO); the worker has the shard once both are done.
                     let ready = self.serve(ps, now);
                     let bytes = self.shard_bytes[w as usize * self.layout.tasks() + ps as usize];
-                    let tag = self.transfer(Transfer { w, ps, epoch, kind: TransferKind::Fetch, ready });
+                    let tag = self.transfer(Transfer { w, ps, epoch, kind: TransferKind::Fetch, ready, tensor: u32::MAX });
                     let (src, dst) = (self.ps_endpoint(ps), self.worker_endpoint(w));
                     self.net.start_flow(now, src, dst, bytes, tag)?;
                 }
@@ -465,9 +514,17 @@ impl Sim<'_> {
                     self.push_complete(w, ps, epoch);
                 }
             }
-            Ev::PushServed { w, ps, epoch } => {
+            Ev::PushTensor { w, i, epoch } => {
                 if self.current(w, epoch) {
-                    if self.tokens[ps as usize] > 0 {
+                    let t = self.push_tensors[i as usize];
+                    let tag = self.transfer(Transfer { w, ps: t.task, epoch, kind: TransferKind::Push, ready: now, tensor: i });
+                    let (src, dst) = (self.worker_endpoint(w), self.ps_endpoint(t.task));
+                    self.net.start_flow(now, src, dst, t.bytes, tag)?;
+                }
+            }
+            Ev::PushServed { w, ps, epoch, whole } => {
+                if self.current(w, epoch) {
+                    if whole && self.tokens[ps as usize] > 0 {
                         self.push_counted(w, ps)?;
                     }
                     let ws = &mut self.workers[w as usize];
@@ -520,6 +577,22 @@ impl Sim<'_> {
                     self.fetch_ready(t.w, t.ps, t.epoch);
                 }
             }
+            TransferKind::Push if t.tensor != u32::MAX => {
+                // one tensor: its PS task takes it (FIFO); the worker's last
+                // one there also costs the task's request and, on the first
+                // task, its end of the worker's loss
+                let p = self.push_tensors[t.tensor as usize];
+                let i = t.w as usize * self.layout.tasks() + t.ps as usize;
+                self.tensors_left[i] -= 1;
+                let whole = self.tensors_left[i] == 0;
+                let extra = match (whole, t.ps) {
+                    (false, _) => SimTime::ZERO,
+                    (true, 0) => self.ps_graph + self.first_push,
+                    (true, _) => self.ps_graph,
+                };
+                let at = self.serve_for(t.ps, now, p.cost + extra);
+                self.q.schedule_at(at, Ev::PushServed { w: t.w, ps: t.ps, epoch: t.epoch, whole });
+            }
             TransferKind::Push => {
                 // With `overlap` the last bytes exist once the backward pass is done.
                 let complete = if self.w.overlap { self.workers[t.w as usize].backward_end } else { now };
@@ -537,7 +610,7 @@ impl Sim<'_> {
     fn push_complete(&mut self, w: u32, ps: u32, epoch: u64) {
         let extra = if ps == 0 { self.first_push } else { SimTime::ZERO };
         let at = self.serve_for(ps, self.q.now(), self.ps_request[ps as usize] + extra);
-        self.q.schedule_at(at, Ev::PushServed { w, ps, epoch });
+        self.q.schedule_at(at, Ev::PushServed { w, ps, epoch, whole: true });
     }
 
     /// Worker `w`'s shard from PS task `ps` has arrived and the task has
@@ -717,6 +790,20 @@ impl Sim<'_> {
         let d = self.compute_duration(w, now);
         let end = self.cpu(now, d);
         self.q.schedule_at(end, Ev::ComputeDone { w, epoch });
+        if !self.push_tensors.is_empty() {
+            // the backward pass ends the compute and makes the gradients
+            // one by one: each leaves once made
+            let backward = d.as_secs_f64() * (1.0 - self.w.forward_fraction);
+            let tasks = self.layout.tasks();
+            let left = &mut self.tensors_left[w as usize * tasks..(w as usize + 1) * tasks];
+            left.fill(0);
+            for (i, t) in self.push_tensors.iter().enumerate() {
+                left[t.task as usize] += 1;
+                let at = end.saturating_sub(SimTime::from_secs_f64(backward * (1.0 - t.made_at))).max(now);
+                self.q.schedule_at(at, Ev::PushTensor { w, i: i as u32, epoch });
+            }
+            self.workers[w as usize].pending = self.push_tensors.len() as u32;
+        }
     }
 
     /// Worker `w`'s compute time for a step starting at `now`: the
@@ -736,11 +823,15 @@ impl Sim<'_> {
         let ws = &mut self.workers[w as usize];
         ws.computed_at = if self.w.overlap { ws.backward_end } else { now };
         self.worker_transfer_cpu(w, now);
+        if !self.push_tensors.is_empty() {
+            // the tensors left as the backward pass made them (`compute`)
+            return Ok(());
+        }
         let mut pending = 0;
         for k in 0..self.layout.tasks() {
             if self.involved(w, k) {
                 let bytes = self.shard_bytes[w as usize * self.layout.tasks() + k];
-                let tag = self.transfer(Transfer { w, ps: k as u32, epoch, kind: TransferKind::Push, ready: now });
+                let tag = self.transfer(Transfer { w, ps: k as u32, epoch, kind: TransferKind::Push, ready: now, tensor: u32::MAX });
                 let (src, dst) = (self.worker_endpoint(w), self.ps_endpoint(k as u32));
                 self.net.start_flow(now, src, dst, bytes, tag)?;
                 pending += 1;

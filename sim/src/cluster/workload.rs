@@ -109,6 +109,17 @@ pub struct Workload {
     /// and push one after another.
     #[serde(default)]
     pub overlap: bool,
+    /// Each gradient pushed as its own tensor as soon as the backward pass
+    /// has made it, and taken by its PS task on arrival (FIFO), as a
+    /// dataflow runtime does with one Send per variable: the backward pass
+    /// (`1 - forward_fraction` of the compute, at its end) makes the
+    /// `variables` in reverse order, each after its share of the
+    /// parameters; a tensor's request costs `ps_transfer_us` and its
+    /// parameters' share of `ps_us_per_mparam`, and the last one on a task
+    /// also `ps_request_us`. Needs a model of `variables` only (no
+    /// `dense_params`, embeddings or `scalar_per_ps`) and no `overlap`.
+    #[serde(default)]
+    pub push_per_tensor: bool,
     /// With `overlap`, the forward pass's share of `compute_s` (default
     /// 1/3: a backward pass costs about twice the forward).
     #[serde(default = "default_forward_fraction")]
@@ -200,6 +211,7 @@ impl Default for Workload {
             first_ps_push_us: 0.0,
             fetch_in_turn: false,
             overlap: false,
+            push_per_tensor: false,
             forward_fraction: default_forward_fraction(),
             zoo: None,
             batch: None,
@@ -244,6 +256,12 @@ impl Workload {
         }
         if self.examples_per_step == 0 {
             return Err(SimError::param("model.examples_per_step", "must be at least 1"));
+        }
+        if self.push_per_tensor && (self.overlap || self.dense_params > 0 || self.scalar_per_ps || !self.embeddings.is_empty() || self.variables.is_empty()) {
+            return Err(SimError::param(
+                "model.push_per_tensor",
+                "needs a model of `variables` only (no dense_params, embeddings or scalar_per_ps) and no `overlap`",
+            ));
         }
         for (i, e) in self.embeddings.iter().enumerate() {
             if e.rows == 0 || e.dim == 0 {

@@ -23,6 +23,8 @@ pub struct PsLayout {
     /// per-message cost scales with these, not with the elements.
     pub tensors: Vec<u64>,
     pub embeddings: Vec<EmbeddingShard>,
+    /// The task of each of `new`'s `variables`, in their order.
+    pub var_task: Vec<usize>,
 }
 
 impl PsLayout {
@@ -40,7 +42,7 @@ impl PsLayout {
         let mut dense = vec![0u64; ps];
         let mut tensors = vec![0u64; ps];
         if ps == 0 {
-            return PsLayout { dense, tensors, embeddings };
+            return PsLayout { dense, tensors, embeddings, var_task: Vec::new() };
         }
         let p = ps as u64;
         for (k, (d, t)) in dense.iter_mut().zip(&mut tensors).enumerate() {
@@ -48,15 +50,18 @@ impl PsLayout {
             *d = part + u64::from(scalar_per_ps);
             *t = u64::from(part > 0) + u64::from(scalar_per_ps);
         }
-        let mut vars: Vec<u64> = variables.to_vec();
-        vars.sort_unstable_by(|a, b| b.cmp(a));
-        for v in vars {
+        // largest first, ties in the given order
+        let mut order: Vec<usize> = (0..variables.len()).collect();
+        order.sort_by(|&a, &b| variables[b].cmp(&variables[a]).then(a.cmp(&b)));
+        let mut var_task = vec![0; variables.len()];
+        for i in order {
             // Least loaded; ties to the lowest index, so placement is deterministic.
             let k = (0..ps).min_by_key(|&k| (dense[k], k)).unwrap_or(0);
-            dense[k] += v;
+            dense[k] += variables[i];
             tensors[k] += 1;
+            var_task[i] = k;
         }
-        PsLayout { dense, tensors, embeddings }
+        PsLayout { dense, tensors, embeddings, var_task }
     }
 
     pub fn tasks(&self) -> usize {
