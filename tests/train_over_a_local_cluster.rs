@@ -142,8 +142,10 @@ fn a_trace_over_task_processes_shows_every_task_and_their_transfers() {
     processes.sort();
     assert_eq!(
         processes,
-        ["/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"]
+        ["/job:master", "/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"]
     );
+    // the master's RunGraph calls: 3 tasks x 3 updates
+    assert_eq!(events.iter().filter(|e| e["cat"] == "RunGraph").count(), 9);
     let transfers = events.iter().filter(|e| e["cat"] == "transfer" && e["ph"] == "X").count() / 2;
     assert_eq!(transfers, 54);
     assert!(events.iter().any(|e| e["cat"] == "ApplyAdam"), "no update on the PS in the trace");
@@ -398,6 +400,7 @@ fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
     // the master's round holds its tasks' span: what is left is its
     // dispatch, which the simulator's step overhead stands for
     assert!(num(m, "measured_dispatch_s") > 0.0 && num(m, "predicted_dispatch_s") > 0.0, "{row}");
+    assert!(num(m, "measured_dispatch_out_s") > 0.0 && num(m, "measured_dispatch_back_s") > 0.0, "{row}");
     let step_cpu = num(m, "calibrated_step_master_cpu_us") + num(m, "calibrated_step_tasks_cpu_us");
     assert!((num(m, "calibrated_step_cpu_us") - step_cpu).abs() < 1e-6 * step_cpu, "{row}");
     // (each batch's CPU is under its wall time on every core, so the

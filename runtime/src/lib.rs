@@ -26,6 +26,7 @@ mod master;
 mod net;
 mod tensor_rpc;
 mod timeline;
+pub use timeline::MASTER_DEVICE;
 mod wire;
 mod train;
 mod worker;

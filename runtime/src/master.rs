@@ -351,6 +351,8 @@ impl Master {
         let plan = self.plan(key)?;
         let step_id = self.next_step.fetch_add(1, Ordering::Relaxed);
         let record_timeline = self.timeline.on();
+        // the master's own part of a recorded step: from here to the last answer
+        let started = (Instant::now(), crate::timeline::unix_us());
         let feeds: Vec<_> = feeds.iter().map(|(_, t)| wire::to_proto(t)).collect::<Result<_>>()?;
         let fed: usize = plan.tasks.iter().flat_map(|(_, ts)| ts.feeds.iter()).map(|(f, _)| feeds[*f].data.len()).sum();
         self.fed_fetched.fetch_add(fed as u64, Ordering::Relaxed);
@@ -379,13 +381,19 @@ impl Master {
         let results = self.runtime.block_on(async move {
             let mut set = tokio::task::JoinSet::new();
             for (pos, mut c, req) in calls {
-                set.spawn(async move { (pos, tokio::time::timeout(limit, c.run_graph(req)).await) });
+                set.spawn(async move {
+                    let sent = Instant::now();
+                    let r = tokio::time::timeout(limit, c.run_graph(req)).await;
+                    (pos, r, (sent, Instant::now()))
+                });
             }
+            let mut calls_at = vec![None; set.len()];
             let mut out: Vec<Option<(Vec<NamedTensor>, Option<crate::pb::StepTimeline>)>> = (0..set.len()).map(|_| None).collect();
             let mut first: Option<(usize, String)> = None;
             let mut errors: Vec<(usize, String)> = Vec::new();
             while let Some(r) = set.join_next().await {
-                let (pos, r) = r.map_err(|e| (usize::MAX, format!("step call failed: {e}")))?;
+                let (pos, r, at) = r.map_err(|e| (usize::MAX, format!("step call failed: {e}")))?;
+                calls_at[pos] = Some(at);
                 let failed = match r {
                     Err(_) => format!("RunGraph step {step_id}: no answer in {limit:?}"),
                     Ok(Err(s)) => format!("RunGraph step {step_id}: {}", s.message()),
@@ -418,7 +426,7 @@ impl Master {
             let consequence = |m: &str| m.contains("RecvTensor from task") || m.contains("aborted by the master");
             match errors.iter().find(|(_, m)| !consequence(m)).cloned().or(first) {
                 Some(e) => Err(e),
-                None => Ok(out),
+                None => Ok((out, calls_at)),
             }
         });
         // only now may the tasks forget the step's keys: with concurrent
@@ -428,12 +436,14 @@ impl Master {
             finished[*i].push(step_id);
         }
         drop(finished);
-        let mut outs = results.map_err(|(pos, message)| match plan.tasks.get(pos) {
+        let (mut outs, calls_at) = results.map_err(|(pos, message)| match plan.tasks.get(pos) {
             Some((i, _)) => self.tasks[*i].rpc_error(message),
             None => RuntimeError::Engine { message },
         })?;
         if record_timeline {
-            self.timeline.add(outs.iter_mut().filter_map(|o| o.as_mut().and_then(|(_, t)| t.take())).map(crate::timeline::from_proto));
+            let calls = plan.tasks.iter().zip(&calls_at).filter_map(|((i, _), at)| at.map(|at| (self.tasks[*i].task.to_string(), at)));
+            let master = crate::timeline::master_part(step_id, started, calls);
+            self.timeline.add(outs.iter_mut().filter_map(|o| o.as_mut().and_then(|(_, t)| t.take())).map(crate::timeline::from_proto).chain([master]));
         }
         let mut values = Vec::with_capacity(plan.fetch_src.len());
         for &(pos, j) in &plan.fetch_src {

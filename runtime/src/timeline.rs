@@ -7,6 +7,7 @@
 
 use flowlab_engine::{NodeStats, PartitionTimeline, StepStats, TransferEnd, TransferStats};
 use std::sync::Mutex;
+use std::time::Instant;
 
 use crate::pb;
 
@@ -89,6 +90,38 @@ pub(crate) fn from_proto(p: pb::StepTimeline) -> PartitionTimeline {
         sent: p.sent.into_iter().map(end_from_proto).collect(),
         received: p.received.into_iter().map(end_from_proto).collect(),
     }
+}
+
+/// Microseconds since the Unix epoch, now.
+pub(crate) fn unix_us() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e6)
+}
+
+/// The device name of the master's own part of a step's timeline.
+pub const MASTER_DEVICE: &str = "/job:master";
+
+/// The master's part of a recorded step, as a partition of device
+/// [`MASTER_DEVICE`]: from the start of its `run` (`started`: the instant
+/// and the wall clock), a `RunGraph` node per task call from when the
+/// master's runtime sent it to when its answer was in (`calls`: the
+/// task's name and those two instants), the step ending with the last
+/// answer.
+pub(crate) fn master_part(step_id: u64, started: (Instant, f64), calls: impl Iterator<Item = (String, (Instant, Instant))>) -> PartitionTimeline {
+    let (t0, start_unix_us) = started;
+    let us = |t: Instant| t.saturating_duration_since(t0).as_secs_f64() * 1e6;
+    let nodes: Vec<NodeStats> = calls
+        .map(|(task, (sent, done))| NodeStats {
+            node: format!("RunGraph {task}"),
+            op: "RunGraph".into(),
+            start_us: us(sent),
+            end_us: us(done),
+            thread: 0,
+            output_bytes: 0,
+            device: MASTER_DEVICE.into(),
+        })
+        .collect();
+    let total_us = nodes.iter().map(|n| n.end_us).fold(0.0, f64::max);
+    PartitionTimeline { step_id, start_unix_us, stats: StepStats { nodes, total_us, ..Default::default() }, sent: Vec::new(), received: Vec::new() }
 }
 
 /// The master's recording: `None` when off, else the partitions of every

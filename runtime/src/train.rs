@@ -1036,8 +1036,8 @@ mod tests {
         cfg.epochs = 1;
         let got = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { timeline: Some((3, 4)), ..Default::default() }).unwrap();
         let parts = got.timeline.as_ref().expect("the recorded updates");
-        // two steps of three tasks
-        assert_eq!(parts.len(), 6);
+        // two steps of three tasks and the master
+        assert_eq!(parts.len(), 8);
         assert_eq!(parts.iter().map(|p| p.step_id).collect::<std::collections::BTreeSet<_>>().len(), 2);
         let t = &flowlab_engine::StepStats::merge_partitions(parts);
         assert_eq!(t.transfers.len(), 36, "{:?}", t.transfers);
@@ -1051,9 +1051,22 @@ mod tests {
         let devices: std::collections::BTreeSet<&str> = t.nodes.iter().map(|n| n.device.as_str()).collect();
         assert_eq!(
             devices.into_iter().collect::<Vec<_>>(),
-            ["/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"]
+            ["/job:master", "/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"]
         );
         assert_eq!(t.nodes.iter().filter(|n| n.op == "ApplyAdam" && n.device.starts_with("/job:ps")).count(), 8);
+        // the master's RunGraph calls, one per task per step, each holding
+        // that task's whole step
+        let calls: Vec<_> = t.nodes.iter().filter(|n| n.op == "RunGraph").collect();
+        assert_eq!(calls.len(), 6);
+        let task_span = |d: &str| {
+            let ns = t.nodes.iter().filter(|n| n.device.starts_with(d));
+            (ns.clone().map(|n| n.start_us).fold(f64::INFINITY, f64::min), ns.map(|n| n.end_us).fold(0.0, f64::max))
+        };
+        let (first_call, last_answer) = (calls.iter().map(|n| n.start_us).fold(f64::INFINITY, f64::min), calls.iter().map(|n| n.end_us).fold(0.0, f64::max));
+        for d in ["/job:ps", "/job:worker/replica:0/task:0", "/job:worker/replica:0/task:1"] {
+            let (s, e) = task_span(d);
+            assert!(first_call < s && e < last_answer, "{d}: {s}..{e} outside the master's {first_call}..{last_answer}");
+        }
         assert!(t.nodes.iter().all(|n| n.start_us >= 0.0 && n.end_us >= n.start_us && n.end_us <= t.total_us));
         cfg.devices = 2;
         let want = train(&data, &cfg).unwrap();

@@ -64,7 +64,7 @@ pub struct TrainArgs {
     comm: String,
     /// Write a Chrome/Perfetto trace of the last few training steps to this
     /// file. Over a cluster: the last 3 updates traced on every task, one
-    /// process of the trace per task, each transfer between tasks drawn from
+    /// process of the trace per task and the master, each transfer between tasks drawn from
     /// its send to its arrival (the tasks' wall clocks, exact on one host).
     #[arg(long)]
     trace: Option<PathBuf>,

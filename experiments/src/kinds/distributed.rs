@@ -272,6 +272,8 @@ const METRICS: &[&str] = &[
     "measured_run_cpu_per_update_us",
     "predicted_cpu_per_update_us",
     "measured_dispatch_s",
+    "measured_dispatch_out_s",
+    "measured_dispatch_back_s",
     "predicted_dispatch_s",
     "measured_fetch_s",
     "predicted_fetch_s",
@@ -899,22 +901,19 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     let measured_phases = r.timeline.as_deref().map(step_phases).unwrap_or_default();
     if !measured_phases.is_empty() && !sim.worker0_phases_s.is_empty() {
         let median = |v: Vec<f64>| flowlab_runtime::percentile(&v, 0.5);
-        let spans: Vec<f64> = measured_phases.iter().map(|p| p.iter().sum()).collect();
-        for (i, name) in ["fetch", "compute", "rest"].into_iter().enumerate() {
-            put(&format!("measured_{name}_s"), median(measured_phases.iter().map(|p| p[i]).collect()));
+        for (i, name) in ["dispatch_out", "fetch", "compute", "rest", "dispatch_back"].into_iter().enumerate() {
+            let v: Vec<f64> = measured_phases.iter().map(|p| p[i]).collect();
+            if v.iter().all(|x| x.is_finite()) {
+                put(&format!("measured_{name}_s"), median(v));
+            }
+        }
+        if measured_phases.iter().all(|p| p[0].is_finite() && p[4].is_finite()) {
+            put("measured_dispatch_s", median(measured_phases.iter().map(|p| p[0] + p[4]).collect()));
         }
         for (i, name) in ["dispatch", "fetch", "compute", "rest"].into_iter().enumerate() {
             put(&format!("predicted_{name}_s"), median(sim.worker0_phases_s.iter().map(|p| p[i]).collect()));
         }
-        // synchronous: update u's round is the master's step u, so each
-        // traced step's dispatch is its round less its worker's span
-        if let (StrategyName::Sync, Some((first, last))) = (p.strategy, how.timeline)
-            && measured_phases.len() == last + 1 - first
-            && let Some(rounds) = r.step_times_s.get(first - 1..last)
-        {
-            put("measured_dispatch_s", median(rounds.iter().zip(&spans).map(|(round, span)| round - span).collect()));
-        }
-        put("measured_span_s", median(spans));
+        put("measured_span_s", median(measured_phases.iter().map(|p| p[1] + p[2] + p[3]).collect()));
         put("traced_updates", measured_phases.len() as f64);
     }
     let mut series = BTreeMap::new();
@@ -949,17 +948,16 @@ fn traced_updates(p: &DistributedPoint, cfg: &flowlab_programs::train::TrainConf
     (total >= 2 * TRACED).then(|| (total / 2, total / 2 + TRACED - 1))
 }
 
-/// Each traced step's (fetch, compute, rest), as the simulator's
-/// `worker0_phases_s` reports them, from the tasks' own clocks: from the
-/// start of the step on its first worker (the lowest worker task in it:
-/// worker:0 in sync; the simulator's worker sends its fetches then) until
-/// it has its last variable, until its last kernel but a Send or Recv ends
-/// (its backward pass: a Send of a large gradient holds the executor's
-/// thread while the tensor leaves, which is the push), and until the last
-/// task's end of the step. The master's dispatch until that worker starts
-/// and after the last task ends is in no phase (the master's round less
-/// the three).
-fn step_phases(parts: &[flowlab_engine::PartitionTimeline]) -> Vec<[f64; 3]> {
+/// Each traced step's phases, in seconds, from the processes' own clocks:
+/// the master's dispatch until the step's first worker (the lowest worker
+/// task in it: worker:0 in sync; the simulator's worker sends its fetches
+/// then) starts; from then until it has its last variable, until its last
+/// kernel but a Send or Recv ends (its backward pass: a Send of a large
+/// gradient holds the executor's thread while the tensor leaves, which is
+/// the push), and until the last task's end of the step; then the master's
+/// until its last answer is in. The master's two are NaN without its part
+/// ([`flowlab_runtime::MASTER_DEVICE`]).
+fn step_phases(parts: &[flowlab_engine::PartitionTimeline]) -> Vec<[f64; 5]> {
     let mut steps: BTreeMap<u64, Vec<&flowlab_engine::PartitionTimeline>> = BTreeMap::new();
     for p in parts {
         steps.entry(p.step_id).or_default().push(p);
@@ -973,12 +971,17 @@ fn step_phases(parts: &[flowlab_engine::PartitionTimeline]) -> Vec<[f64; 3]> {
     let mut out = Vec::new();
     for ps in steps.values() {
         let Some(w) = ps.iter().filter_map(|p| worker_task(p).map(|t| (t, p))).min_by_key(|(t, _)| *t).map(|(_, p)| p) else { continue };
+        let is_master = |p: &&&flowlab_engine::PartitionTimeline| p.stats.nodes.first().is_some_and(|n| n.device == flowlab_runtime::MASTER_DEVICE);
         // on the worker's clock: its step starts at 0
         let fetched = w.received.iter().map(|e| e.at_us).fold(f64::NAN, f64::max);
         let computed = w.stats.nodes.iter().filter(|n| n.op != "Send" && n.op != "Recv").map(|n| n.end_us).fold(f64::NAN, f64::max);
-        let end = ps.iter().map(|p| p.start_unix_us - w.start_unix_us + p.stats.total_us).fold(f64::NAN, f64::max);
+        let end = ps.iter().filter(|p| !is_master(p)).map(|p| p.start_unix_us - w.start_unix_us + p.stats.total_us).fold(f64::NAN, f64::max);
+        let (out_us, back_us) = match ps.iter().find(is_master) {
+            Some(m) => (w.start_unix_us - m.start_unix_us, m.start_unix_us + m.stats.total_us - (w.start_unix_us + end)),
+            None => (f64::NAN, f64::NAN),
+        };
         if fetched.is_finite() && computed.is_finite() && end.is_finite() {
-            out.push([fetched * 1e-6, (computed - fetched) * 1e-6, (end - computed) * 1e-6]);
+            out.push([out_us * 1e-6, fetched * 1e-6, (computed - fetched) * 1e-6, (end - computed) * 1e-6, back_us * 1e-6]);
         }
     }
     out
@@ -1018,7 +1021,9 @@ mod tests {
     /// ends its last kernel but a Send at 700 (its Send after that does not
     /// count); the last task ends at 1,100 + 2,400 = 3,500, 2,300 after
     /// worker:2 started. Phases 300, 400 and 1,600 us (ps:0's earlier start
-    /// is dispatch, in none); a step without a worker has none.
+    /// is in none); the master, from 900 to 3,600, dispatched for 300 us
+    /// before worker:2 started and 100 after the last task ended; without
+    /// its part those two are NaN; a step without a worker has none.
     #[test]
     fn a_traced_steps_phases_are_its_first_workers() {
         use flowlab_engine::{NodeStats, PartitionTimeline, StepStats, TransferEnd};
@@ -1046,9 +1051,15 @@ mod tests {
         ];
         let phases = step_phases(&parts);
         assert_eq!(phases.len(), 1);
+        assert!(phases[0][0].is_nan() && phases[0][4].is_nan(), "{phases:?}");
         let want = [300e-6, 400e-6, 1_600e-6];
-        assert!(phases[0].iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12), "{phases:?}");
+        assert!(phases[0][1..4].iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12), "{phases:?}");
         assert!(step_phases(&parts[..1]).is_empty());
+        let mut with_master = parts.to_vec();
+        with_master.push(part(flowlab_runtime::MASTER_DEVICE, 900.0, 2_700.0, &[], &[("RunGraph", 2_700.0)]));
+        let phases = step_phases(&with_master);
+        let want = [300e-6, 300e-6, 400e-6, 1_600e-6, 100e-6];
+        assert!(phases[0].iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12), "{phases:?}");
     }
 
     #[test]
