@@ -401,6 +401,8 @@ fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
     // dispatch, which the simulator's step overhead stands for
     assert!(num(m, "measured_dispatch_s") > 0.0 && num(m, "predicted_dispatch_s") > 0.0, "{row}");
     assert!(num(m, "measured_dispatch_out_s") > 0.0 && num(m, "measured_dispatch_back_s") > 0.0, "{row}");
+    // the calibration's empty step on every task, fed as a training step
+    assert!(num(m, "calibrated_all_tasks_step_us") > 0.0, "{row}");
     let step_cpu = num(m, "calibrated_step_master_cpu_us") + num(m, "calibrated_step_tasks_cpu_us");
     assert!((num(m, "calibrated_step_cpu_us") - step_cpu).abs() < 1e-6 * step_cpu, "{row}");
     // (each batch's CPU is under its wall time on every core, so the

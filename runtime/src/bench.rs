@@ -453,6 +453,10 @@ pub struct ProcessFigures {
     /// processes together.
     pub step_master_cpu_s: f64,
     pub step_tasks_cpu_s: f64,
+    /// Wall time of an empty step on every task of the cluster, each
+    /// worker fed its input as a training step's batch: the master's
+    /// dispatch and its answers, with nothing to compute.
+    pub all_tasks_step_s: f64,
     /// Workers that received every tensor at once.
     pub consumers: usize,
 }
@@ -606,6 +610,7 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
         step_overhead_s: col(&pair, 1),
         step_master_cpu_s: col(&pair, 0),
         step_tasks_cpu_s: col(&pair, 2) + col(&pair, 3),
+        all_tasks_step_s: col(&empty, 1),
         consumers,
     }))
 }

@@ -255,6 +255,7 @@ const METRICS: &[&str] = &[
     "calibrated_small_push_consumer_cpu_us",
     "calibrated_step_master_cpu_us",
     "calibrated_step_tasks_cpu_us",
+    "calibrated_all_tasks_step_us",
     "calibrated_consumers",
     "host_cores",
     "sim_link_gbps",
@@ -880,6 +881,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         put("calibrated_small_push_consumer_cpu_us", f.small_push_consumer_cpu_s * 1e6);
         put("calibrated_step_master_cpu_us", f.step_master_cpu_s * 1e6);
         put("calibrated_step_tasks_cpu_us", f.step_tasks_cpu_s * 1e6);
+        put("calibrated_all_tasks_step_us", f.all_tasks_step_s * 1e6);
         put("calibrated_consumers", f.consumers as f64);
     }
     put("host_cores", f64::from(model.cores));
