@@ -1009,6 +1009,7 @@ mod tests {
         "calibrated_small_push_consumer_cpu_us",
         "calibrated_step_master_cpu_us",
         "calibrated_step_tasks_cpu_us",
+        "calibrated_all_tasks_step_us",
         "calibrated_consumers",
     ];
 
