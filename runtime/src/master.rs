@@ -352,7 +352,7 @@ impl Master {
         let step_id = self.next_step.fetch_add(1, Ordering::Relaxed);
         let record_timeline = self.timeline.on();
         // the master's own part of a recorded step: from here to the last answer
-        let started = (Instant::now(), crate::timeline::unix_us());
+        let started = record_timeline.then(|| (Instant::now(), crate::timeline::unix_us()));
         let feeds: Vec<_> = feeds.iter().map(|(_, t)| wire::to_proto(t)).collect::<Result<_>>()?;
         let fed: usize = plan.tasks.iter().flat_map(|(_, ts)| ts.feeds.iter()).map(|(f, _)| feeds[*f].data.len()).sum();
         self.fed_fetched.fetch_add(fed as u64, Ordering::Relaxed);
@@ -440,7 +440,7 @@ impl Master {
             Some((i, _)) => self.tasks[*i].rpc_error(message),
             None => RuntimeError::Engine { message },
         })?;
-        if record_timeline {
+        if let Some(started) = started {
             let calls = plan.tasks.iter().zip(&calls_at).filter_map(|((i, _), at)| at.map(|at| (self.tasks[*i].task.to_string(), at)));
             let master = crate::timeline::master_part(step_id, started, calls);
             self.timeline.add(outs.iter_mut().filter_map(|o| o.as_mut().and_then(|(_, t)| t.take())).map(crate::timeline::from_proto).chain([master]));

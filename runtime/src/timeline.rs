@@ -46,11 +46,11 @@ pub(crate) fn to_proto(t: &PartitionTimeline) -> pb::StepTimeline {
                 end_us: n.end_us,
                 thread: u32::try_from(n.thread).unwrap_or(u32::MAX),
                 output_bytes: n.output_bytes as u64,
-                device: n.device.clone(),
             })
             .collect(),
         sent: t.sent.iter().map(end_to_proto).chain(local.clone().map(|x| end_to_proto(&half(x, true)))).collect(),
         received: t.received.iter().map(end_to_proto).chain(local.map(|x| end_to_proto(&half(x, false)))).collect(),
+        device: t.device.clone(),
     }
 }
 
@@ -66,6 +66,7 @@ fn half(t: &TransferStats, sent: bool) -> TransferEnd {
 }
 
 pub(crate) fn from_proto(p: pb::StepTimeline) -> PartitionTimeline {
+    let device = p.device;
     PartitionTimeline {
         step_id: p.step_id,
         start_unix_us: p.start_unix_us,
@@ -80,7 +81,7 @@ pub(crate) fn from_proto(p: pb::StepTimeline) -> PartitionTimeline {
                     end_us: n.end_us,
                     thread: n.thread as usize,
                     output_bytes: usize::try_from(n.output_bytes).unwrap_or(usize::MAX),
-                    device: n.device,
+                    device: device.clone(),
                 })
                 .collect(),
             total_us: p.total_us,
@@ -89,6 +90,7 @@ pub(crate) fn from_proto(p: pb::StepTimeline) -> PartitionTimeline {
         },
         sent: p.sent.into_iter().map(end_from_proto).collect(),
         received: p.received.into_iter().map(end_from_proto).collect(),
+        device,
     }
 }
 
@@ -121,7 +123,14 @@ pub(crate) fn master_part(step_id: u64, started: (Instant, f64), calls: impl Ite
         })
         .collect();
     let total_us = nodes.iter().map(|n| n.end_us).fold(0.0, f64::max);
-    PartitionTimeline { step_id, start_unix_us, stats: StepStats { nodes, total_us, ..Default::default() }, sent: Vec::new(), received: Vec::new() }
+    PartitionTimeline {
+        step_id,
+        device: MASTER_DEVICE.into(),
+        start_unix_us,
+        stats: StepStats { nodes, total_us, ..Default::default() },
+        sent: Vec::new(),
+        received: Vec::new(),
+    }
 }
 
 /// The master's recording: `None` when off, else the partitions of every

@@ -62,6 +62,8 @@ pub struct TransferEnd {
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct PartitionTimeline {
     pub step_id: u64,
+    /// The device the partition ran on (every node's).
+    pub device: String,
     /// Microseconds since the Unix epoch at the step's start (the instant
     /// `stats` times are measured from).
     pub start_unix_us: f64,
@@ -318,6 +320,7 @@ mod tests {
     fn partitions_merge_on_the_earliest_start_and_sends_meet_their_receives() {
         let ps = PartitionTimeline {
             step_id: 7,
+            device: "/job:ps".into(),
             start_unix_us: 1_000.0,
             stats: StepStats { nodes: vec![node("send_w", "/job:ps", 10.0, 12.0)], total_us: 40.0, ..Default::default() },
             sent: vec![end("w:0", 1_024, 10.0), end("b:0", 8, 11.0)],
@@ -325,6 +328,7 @@ mod tests {
         };
         let worker = PartitionTimeline {
             step_id: 7,
+            device: "/job:worker".into(),
             start_unix_us: 1_500.0,
             stats: StepStats { nodes: vec![node("recv_w", "/job:worker", 19.0, 20.0), node("matmul", "/job:worker", 20.0, 90.0)], total_us: 100.0, ..Default::default() },
             sent: vec![],

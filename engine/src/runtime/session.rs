@@ -424,7 +424,14 @@ impl Session {
                 let mut t = t.into_inner().unwrap_or_else(|e| e.into_inner());
                 stats.nodes.sort_by(|a, b| a.end_us.total_cmp(&b.end_us));
                 stats.transfers = std::mem::take(&mut t.done);
-                Some(PartitionTimeline { step_id, start_unix_us, sent: t.unmatched_sends(&d.label), received: std::mem::take(&mut t.received), stats })
+                Some(PartitionTimeline {
+                    step_id,
+                    device: d.label.clone(),
+                    start_unix_us,
+                    sent: t.unmatched_sends(&d.label),
+                    received: std::mem::take(&mut t.received),
+                    stats,
+                })
             }
             _ => None,
         };

@@ -964,16 +964,14 @@ fn step_phases(parts: &[flowlab_engine::PartitionTimeline]) -> Vec<[f64; 5]> {
     for p in parts {
         steps.entry(p.step_id).or_default().push(p);
     }
-    // a worker partition's task number (its nodes' device is
-    // /job:worker/replica:0/task:N/device:CPU:0)
+    // a worker partition's task number
     let worker_task = |p: &flowlab_engine::PartitionTimeline| {
-        let d = p.stats.nodes.first().map(|n| n.device.as_str()).unwrap_or_default();
-        d.strip_prefix("/job:worker/").and_then(|r| r.split('/').find_map(|x| x.strip_prefix("task:"))).and_then(|n| n.parse::<u64>().ok())
+        flowlab_engine::DeviceName::parse(&p.device).ok().filter(|d| d.job.as_deref() == Some("worker")).and_then(|d| d.task)
     };
     let mut out = Vec::new();
     for ps in steps.values() {
         let Some(w) = ps.iter().filter_map(|p| worker_task(p).map(|t| (t, p))).min_by_key(|(t, _)| *t).map(|(_, p)| p) else { continue };
-        let is_master = |p: &&&flowlab_engine::PartitionTimeline| p.stats.nodes.first().is_some_and(|n| n.device == flowlab_runtime::MASTER_DEVICE);
+        let is_master = |p: &&&flowlab_engine::PartitionTimeline| p.device == flowlab_runtime::MASTER_DEVICE;
         // on the worker's clock: its step starts at 0
         let fetched = w.received.iter().map(|e| e.at_us).fold(f64::NAN, f64::max);
         let computed = w.stats.nodes.iter().filter(|n| n.op != "Send" && n.op != "Recv").map(|n| n.end_us).fold(f64::NAN, f64::max);
@@ -1034,6 +1032,7 @@ mod tests {
             let end = |at_us: f64| TransferEnd { edge: "e:0".into(), send_device: String::new(), recv_device: String::new(), format: "f32".into(), bytes: 0, at_us };
             PartitionTimeline {
                 step_id: 3,
+                device: device.into(),
                 start_unix_us: start,
                 stats: StepStats {
                     nodes: ends

@@ -298,7 +298,9 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
                     task: k as u32,
                     bytes: cfg.comm.bytes_for(params),
                     made_at: made as f64 / total as f64,
-                    cost: SimTime::from_secs_f64((w.ps_transfer_us + w.ps_us_per_mparam * params as f64 * 1e-6) * 1e-6),
+                    // a request of one tensor; the task's own part
+                    // (`ps_request_us`) comes with the worker's last one
+                    cost: SimTime::from_secs_f64((w.ps_request_cpu_us(1, params) - w.ps_request_us) * 1e-6),
                 }
             })
             .collect()
@@ -795,10 +797,11 @@ impl Sim<'_> {
             // one by one: each leaves once made
             let backward = d.as_secs_f64() * (1.0 - self.w.forward_fraction);
             let tasks = self.layout.tasks();
-            let left = &mut self.tensors_left[w as usize * tasks..(w as usize + 1) * tasks];
-            left.fill(0);
+            // a model of variables only: a task's tensors are the variables it holds
+            for (left, &held) in self.tensors_left[w as usize * tasks..(w as usize + 1) * tasks].iter_mut().zip(&self.layout.tensors) {
+                *left = held as u32;
+            }
             for (i, t) in self.push_tensors.iter().enumerate() {
-                left[t.task as usize] += 1;
                 let at = end.saturating_sub(SimTime::from_secs_f64(backward * (1.0 - t.made_at))).max(now);
                 self.q.schedule_at(at, Ev::PushTensor { w, i: i as u32, epoch });
             }
