@@ -727,6 +727,36 @@ fn overlapped_fetch_and_push_match_the_closed_form() {
     assert!(e.contains("model.forward_fraction") && e.contains("1.5"), "{e}");
 }
 
+/// `step_end_wait_us`, the answers' way back to the master, against the
+/// serial closed form of `overlapped_fetch_and_push_match_the_closed_form`
+/// (one worker, 10 Gbit/s: fetch 20 ms, compute 30, push 20): 5 ms more
+/// per step, synchronous or asynchronous, and counted in the master's
+/// phase, not in the push's; in a ring all-reduce (a lockstep step: its
+/// closed form in `ring_all_reduce_training_matches_its_closed_form`) the
+/// same 5 ms.
+#[test]
+fn the_masters_answers_end_each_step_after_its_last_task() {
+    let cfg = |strategy: &str, end_wait: &str| {
+        format!(
+            "model: {{ variables: [6250000, 625000], compute_s: 0.03, ps_request_us: 0{end_wait} }}\n\
+             workers: 1\nps: 2\nstrategy: {strategy}\nsteps: 3\nnetwork: {{ topology: mesh, link_gbps: 10, latency_us: 0 }}\n"
+        )
+    };
+    for strategy in ["{ sync: { backup: 0 } }", "{ async: {} }"] {
+        let (plain, answered) = (p50(&cfg(strategy, "")), p50(&cfg(strategy, ", step_end_wait_us: 5000")));
+        assert!((plain - 0.070).abs() < 1e-9 && (answered - 0.075).abs() < 1e-9, "{strategy}: {plain} s, with the answers {answered} s");
+    }
+    let r = simulate(&yaml(&cfg("{ sync: { backup: 0 } }", ", step_end_wait_us: 5000")), 7).unwrap();
+    let want = [0.005, 0.020, 0.030, 0.020];
+    assert!(r.worker0_phases_s.len() == 3 && r.worker0_phases_s.iter().all(|p| p.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-9)), "{:?}", r.worker0_phases_s);
+    let ring = "model: { dense_params: 1000000 }\nworkers: 8\nallreduce: ring\nnetwork: { link_gbps: 10, latency_us: 2 }\nsteps: 2\n";
+    let expect = 2.0 * 7.0 / 8.0 * 4e6 / 1.25e9 + 2.0 * 7.0 * 4e-6 + 0.005;
+    let t = p50(&ring.replace("dense_params: 1000000", "dense_params: 1000000, step_end_wait_us: 5000"));
+    assert!((t - expect).abs() / expect < 0.01, "{t} vs {expect}");
+    let e = err(&cfg("{ async: {} }", ", step_end_wait_us: -1"));
+    assert!(e.contains("model.step_end_wait_us"), "{e}");
+}
+
 /// `push_per_tensor` against a closed form worked by hand: one worker, one
 /// PS task on a 10 Gbit/s mesh (no latency), variables of 25 MB then 2.5
 /// MB (a large first layer, a small last one), 30 ms of compute (the

@@ -85,6 +85,9 @@ enum Ev {
     TokenArrive { g: u32, round: u64 },
     /// The first PS task has handled one control token of group `g`.
     TokenServed { g: u32, round: u64 },
+    /// Group `g`'s step of `round` has reached its master
+    /// (`Workload::step_end_wait_us` after its last task's end).
+    StepAnswered { g: u32, round: u64 },
     CheckpointDone,
     Failure,
     RecoveryDone,
@@ -154,6 +157,9 @@ struct GroupState {
     served: Vec<u32>,
     /// Control tokens of this step the first PS task has still to handle.
     tokens: u32,
+    /// When this step's last task ended (its answer then takes
+    /// `Sim::end_wait` to reach the master).
+    tasks_done: SimTime,
 }
 
 struct Sim<'a> {
@@ -199,6 +205,7 @@ struct Sim<'a> {
     cores: Vec<SimTime>,
     overhead: SimTime,
     wait: SimTime,
+    end_wait: SimTime,
     /// The worker's CPU per tensor it moves (`worker_transfer_us`; only
     /// with `host_cores`): it holds a core, nothing waits for it.
     worker_transfer: SimTime,
@@ -276,6 +283,7 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
             round: 0,
             served: vec![0; ps],
             tokens: 0,
+            tasks_done: SimTime::ZERO,
         });
     }
     let n = u64::from(cfg.workers);
@@ -332,6 +340,7 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
         token_latency: vec![SimTime::MAX; ps],
         cores: vec![SimTime::ZERO; cfg.host_cores.unwrap_or(0) as usize],
         overhead: SimTime::from_secs_f64(w.step_overhead_us * 1e-6),
+        end_wait: SimTime::from_secs_f64(w.step_end_wait_us * 1e-6),
         wait: SimTime::from_secs_f64(w.step_wait_us * 1e-6),
         worker_transfer: SimTime::from_secs_f64(w.worker_transfer_us * 1e-6),
         w,
@@ -547,8 +556,13 @@ impl Sim<'_> {
                 if gs.round == round {
                     gs.tokens -= 1;
                     if gs.tokens == 0 && gs.arrivals >= gs.need {
-                        self.group_step_done(g as usize)?;
+                        self.tasks_done(g as usize)?;
                     }
+                }
+            }
+            Ev::StepAnswered { g, round } => {
+                if self.groups[g as usize].round == round {
+                    self.group_step_done(g as usize)?;
                 }
             }
             Ev::CheckpointDone => {
@@ -863,8 +877,21 @@ impl Sim<'_> {
         let g = ws.group as usize;
         self.groups[g].arrivals += 1;
         if self.groups[g].arrivals == self.groups[g].need && self.groups[g].tokens == 0 {
-            self.group_step_done(g)?;
+            self.tasks_done(g)?;
         }
+        Ok(())
+    }
+
+    /// Group `g`'s step has ended on every task: its answers reach the
+    /// master `end_wait` later.
+    fn tasks_done(&mut self, g: usize) -> Result<(), SimError> {
+        let now = self.q.now();
+        self.groups[g].tasks_done = now;
+        if self.end_wait == SimTime::ZERO {
+            return self.group_step_done(g);
+        }
+        let round = self.groups[g].round;
+        self.q.schedule_at(now + self.end_wait, Ev::StepAnswered { g: g as u32, round });
         Ok(())
     }
 
@@ -876,8 +903,11 @@ impl Sim<'_> {
         if self.workers.first().is_some_and(|w0| w0.group as usize == g)
             && let Some((started, fetched, computed)) = self.w0_applied.take()
         {
+            // the master's part: before the worker's start and after the
+            // last task's end
             let s = |a: SimTime, b: SimTime| b.saturating_sub(a).as_secs_f64();
-            self.phases.push([s(start, started), s(started, fetched), s(fetched, computed), s(computed, now)]);
+            let tasks_done = self.groups[g].tasks_done;
+            self.phases.push([s(start, started) + s(tasks_done, now), s(started, fetched), s(fetched, computed), s(computed, tasks_done)]);
         }
         self.applied += need;
         self.failures_in_a_row = 0;
@@ -1015,7 +1045,8 @@ fn run_allreduce(
     };
     let bytes = cfg.comm.bytes_for(w.allreduce_elements());
     let stages = collective::plan(algo, &ranks, bytes, cfg.network.devices_per_host as usize);
-    let overhead = SimTime::from_secs_f64((w.step_overhead_us + w.step_wait_us) * 1e-6);
+    // a lockstep step: where in it the master waits does not matter
+    let overhead = SimTime::from_secs_f64((w.step_overhead_us + w.step_wait_us + w.step_end_wait_us) * 1e-6);
     let max_t = SimTime::from_secs_f64(cfg.max_sim_time_s);
     let mut failures_at: Vec<SimTime> = cfg
         .failures

@@ -75,6 +75,14 @@ pub struct Workload {
     /// tensor), microseconds, after `step_overhead_us`.
     #[serde(default)]
     pub step_wait_us: f64,
+    /// Fixed time per step from its last task's end to its end, holding
+    /// no CPU, microseconds: the answers' way back to a master that drives
+    /// each step (flowlab's `RunGraph` replies, read by the master before
+    /// it starts the next step). A synchronous round ends this much after
+    /// its last update ran; an asynchronous worker's next step starts this
+    /// much after its own.
+    #[serde(default)]
+    pub step_end_wait_us: f64,
     /// Each PS task but the first, once it has applied an update (the
     /// gradients of a synchronous step, or of one asynchronous worker),
     /// sends the first task one control token per tensor it holds: a
@@ -207,6 +215,7 @@ impl Default for Workload {
             step_overhead_us: 0.0,
             worker_transfer_us: 0.0,
             step_wait_us: 0.0,
+            step_end_wait_us: 0.0,
             update_tokens: false,
             first_ps_push_us: 0.0,
             fetch_in_turn: false,
@@ -245,6 +254,7 @@ impl Workload {
         finite_nn("model.ps_transfer_us", self.ps_transfer_us)?;
         finite_nn("model.ps_us_per_mparam", self.ps_us_per_mparam)?;
         finite_nn("model.step_overhead_us", self.step_overhead_us)?;
+        finite_nn("model.step_end_wait_us", self.step_end_wait_us)?;
         finite_nn("model.step_wait_us", self.step_wait_us)?;
         finite_nn("model.first_ps_push_us", self.first_ps_push_us)?;
         finite_nn("model.worker_transfer_us", self.worker_transfer_us)?;
