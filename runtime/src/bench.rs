@@ -457,12 +457,22 @@ pub struct ProcessFigures {
     /// worker fed its input as a training step's batch: the master's
     /// dispatch and its answers, with nothing to compute.
     pub all_tasks_step_s: f64,
+    /// The pair step traced ([`Master::start_timeline`]): from the
+    /// master's start to worker:0's partition starting (the calls, the
+    /// worker's feed and its `RunGraph` up to its executor), and from the
+    /// last task's partition ending to the master's end (the answers). A
+    /// training step spends these around its work, and more when other
+    /// tasks share the cores.
+    pub dispatch_out_s: f64,
+    pub dispatch_back_s: f64,
     /// Workers that received every tensor at once.
     pub consumers: usize,
 }
 
 /// Measures [`ProcessFigures`] on a local cluster of `launcher`'s task
-/// processes, one PS and `consumers` workers, moving tensors of
+/// processes, `ps_tasks` PS tasks (at least one) and `consumers` workers
+/// (the tensors move between ps:0 and the workers; every task runs each
+/// step, as a training step's), moving tensors of
 /// `tensor_floats` floats (a model's variables: what its fetches and pushes
 /// move) in `format`; `None` when the tasks are threads of this process (or
 /// the host has no per-process CPU clocks), where [`measure_loopback`] is
@@ -481,7 +491,8 @@ pub struct ProcessFigures {
 /// tensors of the same sizes taken on ps:0 (one `RecvTensor` each, the PS
 /// calling every worker at once, as a synchronous step takes the
 /// gradients); and these two again with tensors of one float each (the
-/// `small_` figures). Each batch reads every process's CPU clock before and
+/// `small_` figures). A last batch of pair steps is traced for the
+/// dispatch figures. Each batch reads every process's CPU clock before and
 /// after; the figures are medians over the batches, a transfer's CPU at
 /// each end the difference of the moving (or pushing) and the empty
 /// step's over the transfers, and the step figures the pair step's.
@@ -491,14 +502,15 @@ pub struct ProcessFigures {
 /// when more processes share them (wake-ups, switches, caches). With one
 /// consumer the 784 MLP's 2- and 4-worker points were charged about 2/3 of
 /// the CPU their tasks used.
-pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], format: CommFormat, consumers: usize, feed_floats: usize, reps: usize) -> Result<Option<ProcessFigures>> {
+pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], format: CommFormat, consumers: usize, ps_tasks: usize, feed_floats: usize, reps: usize) -> Result<Option<ProcessFigures>> {
     if !launcher.processes() || tensor_floats.is_empty() {
         return Ok(None);
     }
     const ITERS: usize = 20;
     let consumers = consumers.max(1);
     let workers = u32::try_from(consumers).map_err(|_| crate::RuntimeError::Launch { task: "worker".into(), message: format!("{consumers} workers: too many tasks") })?;
-    let cluster = LocalCluster::start(launcher, 1, workers)?;
+    let ps_count = u32::try_from(ps_tasks.max(1)).map_err(|_| crate::RuntimeError::Launch { task: "ps".into(), message: format!("{ps_tasks} PS tasks: too many tasks") })?;
+    let cluster = LocalCluster::start(launcher, ps_count, workers)?;
     let ps = TaskId::new(Job::Ps, 0);
     let small = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], vec![4])?;
     let g = Graph::new();
@@ -518,6 +530,11 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
             inputs.push((x, taken));
         }
         on_workers.push(on_worker);
+    }
+    // the other PS tasks take part in every step as a training step's do
+    // (after the workers: `fetch_all[..2]` is the pair step's)
+    for k in 1..ps_count {
+        fetch_all.push(g.device(&TaskId::new(Job::Ps, k).device().to_string()).constant(small.clone())?);
     }
     // the model's tensors as constants on one task (varied values, so that
     // no format can send them as a repeated pattern), or as many of one
@@ -591,26 +608,40 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
             small_pushing.push(f);
         }
     }
+    // the pair step once more, traced: where its time goes
+    master.start_timeline();
+    let traced = batch(&all[..2], &[], 1);
+    let parts = master.stop_timeline().unwrap_or_default();
+    if traced?.is_none() {
+        return Ok(None);
+    }
+    let (outs, backs): (Vec<f64>, Vec<f64>) = crate::timeline::traced_steps(&parts).iter().map(|s| s.dispatch_s()).filter(|d| d.0.is_finite() && d.1.is_finite()).unzip();
+    if outs.is_empty() {
+        return Err(crate::RuntimeError::Engine { message: "the traced pair steps recorded no worker and master partitions".into() });
+    }
     let col = |v: &[Vec<f64>], i: usize| median(v.iter().map(|r| r[i]).collect());
     let transfers = (tensor_floats.len() * consumers) as f64;
     // a transfer's CPU in processes `cols`: the step over the empty one
     let per_transfer = |step: &[Vec<f64>], cols: std::ops::Range<usize>| (cols.map(|i| col(step, i) - col(&empty, i)).sum::<f64>() / transfers).max(0.0);
-    // columns: 0 master, 1 wall, 2 ps:0, 3.. the workers
+    // columns: 0 master, 1 wall, 2 ps:0, then the other PS tasks, from worker_col the workers
+    let worker_col = 2 + ps_count as usize;
     Ok(Some(ProcessFigures {
         recv_producer_cpu_s: per_transfer(&moving, 2..3),
-        recv_consumer_cpu_s: per_transfer(&moving, 3..3 + consumers),
+        recv_consumer_cpu_s: per_transfer(&moving, worker_col..worker_col + consumers),
         recv_master_cpu_s: per_transfer(&moving, 0..1),
-        push_producer_cpu_s: per_transfer(&pushing, 3..3 + consumers),
+        push_producer_cpu_s: per_transfer(&pushing, worker_col..worker_col + consumers),
         push_consumer_cpu_s: per_transfer(&pushing, 2..3),
         push_master_cpu_s: per_transfer(&pushing, 0..1),
         small_recv_producer_cpu_s: per_transfer(&small_moving, 2..3),
-        small_recv_consumer_cpu_s: per_transfer(&small_moving, 3..3 + consumers),
-        small_push_producer_cpu_s: per_transfer(&small_pushing, 3..3 + consumers),
+        small_recv_consumer_cpu_s: per_transfer(&small_moving, worker_col..worker_col + consumers),
+        small_push_producer_cpu_s: per_transfer(&small_pushing, worker_col..worker_col + consumers),
         small_push_consumer_cpu_s: per_transfer(&small_pushing, 2..3),
         step_overhead_s: col(&pair, 1),
         step_master_cpu_s: col(&pair, 0),
-        step_tasks_cpu_s: col(&pair, 2) + col(&pair, 3),
+        step_tasks_cpu_s: col(&pair, 2) + col(&pair, worker_col),
         all_tasks_step_s: col(&empty, 1),
+        dispatch_out_s: median(outs),
+        dispatch_back_s: median(backs),
         consumers,
     }))
 }

@@ -26,7 +26,7 @@ mod master;
 mod net;
 mod tensor_rpc;
 mod timeline;
-pub use timeline::MASTER_DEVICE;
+pub use timeline::{MASTER_DEVICE, TracedStep, traced_steps};
 mod wire;
 mod train;
 mod worker;

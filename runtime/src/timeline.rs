@@ -133,6 +133,48 @@ pub(crate) fn master_part(step_id: u64, started: (Instant, f64), calls: impl Ite
     }
 }
 
+/// One recorded step seen from its first worker (the lowest worker task):
+/// what the step's phases are read from.
+pub struct TracedStep<'a> {
+    pub worker: &'a PartitionTimeline,
+    /// The master's part, when it was recorded.
+    pub master: Option<&'a PartitionTimeline>,
+    /// When the step's last task partition ended, on the wall clock
+    /// (microseconds since the Unix epoch).
+    pub tasks_end_unix_us: f64,
+}
+
+impl TracedStep<'_> {
+    /// The master's dispatch around the worker, seconds: from its start
+    /// to the worker's partition starting, and from the last task's end to
+    /// its own (NaN without the master's part).
+    pub fn dispatch_s(&self) -> (f64, f64) {
+        match self.master {
+            Some(m) => ((self.worker.start_unix_us - m.start_unix_us) * 1e-6, (m.start_unix_us + m.stats.total_us - self.tasks_end_unix_us) * 1e-6),
+            None => (f64::NAN, f64::NAN),
+        }
+    }
+}
+
+/// The recorded steps with a worker partition, in step order.
+pub fn traced_steps(parts: &[PartitionTimeline]) -> Vec<TracedStep<'_>> {
+    let mut steps: std::collections::BTreeMap<u64, Vec<&PartitionTimeline>> = std::collections::BTreeMap::new();
+    for p in parts {
+        steps.entry(p.step_id).or_default().push(p);
+    }
+    // a worker partition's task number (worker:10 is after worker:2)
+    let worker_task = |p: &PartitionTimeline| flowlab_engine::DeviceName::parse(&p.device).ok().filter(|d| d.job.as_deref() == Some("worker")).and_then(|d| d.task);
+    steps
+        .into_values()
+        .filter_map(|ps| {
+            let worker = ps.iter().filter_map(|p| worker_task(p).map(|t| (t, *p))).min_by_key(|(t, _)| *t)?.1;
+            let master = ps.iter().copied().find(|p| p.device == MASTER_DEVICE);
+            let tasks_end_unix_us = ps.iter().filter(|p| p.device != MASTER_DEVICE).map(|p| p.start_unix_us + p.stats.total_us).fold(f64::NAN, f64::max);
+            Some(TracedStep { worker, master, tasks_end_unix_us })
+        })
+        .collect()
+}
+
 /// The master's recording: `None` when off, else the partitions of every
 /// step that started while it was on.
 #[derive(Default)]

@@ -49,10 +49,13 @@
 //!   `core_share`, the CPU time over wall time of one spinning thread (1
 //!   on an idle host, less while other jobs share the cores). When the
 //!   tasks are processes, the CPU figures and `step_overhead_s` come from
-//!   a cluster of task processes instead, one PS and the point's workers
+//!   a cluster of task processes instead, the point's PS tasks and workers
 //!   (`flowlab_runtime::measure_task_processes`): each process's clock per
 //!   empty step of ps:0 and worker:0 (the worker fed its shard of the
-//!   batch, as the master feeds it), and per `RecvTensor` of the model's
+//!   batch, as the master feeds it), that step traced (how long the
+//!   master's call takes to reach worker:0's executor, and its answers to
+//!   come back after the last task ended: `dispatch_out_s`,
+//!   `dispatch_back_s`), and per `RecvTensor` of the model's
 //!   own variables in the point's format at each end, every worker
 //!   fetching them at once as the point's steps do, and per tensor of the
 //!   same sizes pushed, ps:0 taking every worker's at once as it takes
@@ -95,6 +98,11 @@
 //!     of each worker's loss (`first_ps_push_us`). Between processes the
 //!     tasks' part of the empty step is measured apart from the master's;
 //!     on threads one clock holds both, all charged as the master's.
+//!     Between processes the worker also starts no earlier than the traced
+//!     `dispatch_out_s` after the step's start (what of it the step
+//!     overhead's CPU does not fill is `step_wait_us`), and the step ends
+//!     `dispatch_back_s` after its last task (`step_end_wait_us`, the
+//!     answers' way back to the master).
 //!   - a fetch is one `RecvTensor` per variable, and a PS task's message
 //!     thread answers the workers' concurrent calls in turn, so a worker
 //!     has its variables once the task has served every fetch queued with
@@ -256,6 +264,8 @@ const METRICS: &[&str] = &[
     "calibrated_step_master_cpu_us",
     "calibrated_step_tasks_cpu_us",
     "calibrated_all_tasks_step_us",
+    "calibrated_dispatch_out_us",
+    "calibrated_dispatch_back_us",
     "calibrated_consumers",
     "host_cores",
     "sim_link_gbps",
@@ -265,6 +275,7 @@ const METRICS: &[&str] = &[
     "sim_worker_transfer_us",
     "sim_step_overhead_us",
     "sim_step_wait_us",
+    "sim_step_end_wait_us",
     "serial_transfers",
     "processes",
     "measured_cpu_per_update_us",
@@ -528,7 +539,8 @@ const CPU_SHARE_PER_END: f64 = 0.5;
 /// small share split between them; the same for a tensor of one float,
 /// what a message costs whatever its size (at most the mean); and one
 /// task's `RunGraph` of the empty step, which every task taking part in a
-/// step runs.
+/// step runs; and the master's dispatch around worker:0 in that empty
+/// step (traced): to the worker's start, and from the last task's end.
 #[derive(Clone, Copy, Debug)]
 struct TaskEnds {
     ps_s: f64,
@@ -536,6 +548,8 @@ struct TaskEnds {
     ps_message_s: f64,
     worker_message_s: f64,
     run_graph_s: f64,
+    dispatch_out_s: f64,
+    dispatch_back_s: f64,
 }
 
 impl TaskEnds {
@@ -550,6 +564,8 @@ impl TaskEnds {
             worker_message_s: ((f.small_recv_consumer_cpu_s + f.small_push_producer_cpu_s) / 2.0 + master).min(worker_s),
             // the empty step runs one on each of two tasks
             run_graph_s: f.step_tasks_cpu_s / 2.0,
+            dispatch_out_s: f.dispatch_out_s,
+            dispatch_back_s: f.dispatch_back_s,
         }
     }
 }
@@ -612,6 +628,17 @@ fn predict_inputs(
     let ps_us_per_mparam = apply_s * 1e6 / total.max(1) as f64 * 1e6 / (2 * needed) as f64 + ps_us_per_byte * bytes_per_param * 1e6;
     let ps_request_us = task_graph_us * ps_graphs / 2.0;
     let runner_us = master_call_us * run_graphs;
+    // the master's dispatch that holds no CPU: between processes, the
+    // traced pair step reaches worker:0 after `dispatch_out_s` (of which
+    // the step overhead's CPU is part; the other workers' share the
+    // simulator's cores) and the
+    // master has the last answer `dispatch_back_s` after the last task
+    // ended; on threads, the empty step's wall time that is not CPU, all
+    // before the worker starts
+    let (dispatch_wait_us, end_wait_us) = match ends {
+        Some(e) => ((e.dispatch_out_s * 1e6 - runner_us - task_graph_us).max(0.0), e.dispatch_back_s * 1e6),
+        None => ((link.step_overhead_s - link.step_cpu_s).max(0.0) * 1e6, 0.0),
+    };
     let workload = Workload {
         variables: vars.iter().map(|v| v.1 as u64).collect(),
         compute_s,
@@ -625,11 +652,11 @@ fn predict_inputs(
         // the worker's end of each fetched variable and pushed gradient:
         // it pipelines with the PS's end, which the step waits for
         worker_transfer_us: worker_end_us,
-        // the rest of the empty step's wall time is waiting; and an
-        // emulated link delays the tensors of one direction one behind
-        // the other, a latency each, where the simulator has 3 (a fetch's
-        // request and answer, a push)
-        step_wait_us: (link.step_overhead_s - link.step_cpu_s).max(0.0) * 1e6 + transfers.saturating_sub(3) as f64 * link_latency_us,
+        // the dispatch's waits; and an emulated link delays the tensors of
+        // one direction one behind the other, a latency each, where the
+        // simulator has 3 (a fetch's request and answer, a push)
+        step_wait_us: dispatch_wait_us + transfers.saturating_sub(3) as f64 * link_latency_us,
+        step_end_wait_us: end_wait_us,
         // the train op on ps:0 waits for a control token per variable of
         // every other PS task, sent once that task's update ran
         update_tokens: p.ps > 1,
@@ -705,7 +732,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     // what the master feeds a worker per step: its shard's inputs and
     // labels (4 bytes each)
     let feed_floats = shard * (data.features + 1);
-    let between = flowlab_runtime::measure_task_processes(&env.launcher, &floats, cfg.comm, p.workers, feed_floats, p.calibration_reps).map_err(|e| format!("calibrating task processes: {e}"))?;
+    let between = flowlab_runtime::measure_task_processes(&env.launcher, &floats, cfg.comm, p.workers, p.ps, feed_floats, p.calibration_reps).map_err(|e| format!("calibrating task processes: {e}"))?;
     let link = match &between {
         Some(f) => flowlab_runtime::LoopbackFigures {
             recv_cpu_s: f.recv_producer_cpu_s + f.recv_consumer_cpu_s + f.recv_master_cpu_s,
@@ -882,6 +909,8 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         put("calibrated_step_master_cpu_us", f.step_master_cpu_s * 1e6);
         put("calibrated_step_tasks_cpu_us", f.step_tasks_cpu_s * 1e6);
         put("calibrated_all_tasks_step_us", f.all_tasks_step_s * 1e6);
+        put("calibrated_dispatch_out_us", f.dispatch_out_s * 1e6);
+        put("calibrated_dispatch_back_us", f.dispatch_back_s * 1e6);
         put("calibrated_consumers", f.consumers as f64);
     }
     put("host_cores", f64::from(model.cores));
@@ -892,6 +921,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     put("sim_worker_transfer_us", model.workload.worker_transfer_us);
     put("sim_step_overhead_us", model.workload.step_overhead_us);
     put("sim_step_wait_us", model.workload.step_wait_us);
+    put("sim_step_end_wait_us", model.workload.step_end_wait_us);
     put("serial_transfers", model.transfers as f64);
     put("processes", if env.launcher.processes() { 1.0 } else { 0.0 });
     put("measured_cpu_per_update_us", (runner_cpu + tasks_cpu.iter().sum::<f64>()) * 1e6 / window_updates);
@@ -960,28 +990,16 @@ fn traced_updates(p: &DistributedPoint, cfg: &flowlab_programs::train::TrainConf
 /// until its last answer is in. The master's two are NaN without its part
 /// ([`flowlab_runtime::MASTER_DEVICE`]).
 fn step_phases(parts: &[flowlab_engine::PartitionTimeline]) -> Vec<[f64; 5]> {
-    let mut steps: BTreeMap<u64, Vec<&flowlab_engine::PartitionTimeline>> = BTreeMap::new();
-    for p in parts {
-        steps.entry(p.step_id).or_default().push(p);
-    }
-    // a worker partition's task number
-    let worker_task = |p: &flowlab_engine::PartitionTimeline| {
-        flowlab_engine::DeviceName::parse(&p.device).ok().filter(|d| d.job.as_deref() == Some("worker")).and_then(|d| d.task)
-    };
     let mut out = Vec::new();
-    for ps in steps.values() {
-        let Some(w) = ps.iter().filter_map(|p| worker_task(p).map(|t| (t, p))).min_by_key(|(t, _)| *t).map(|(_, p)| p) else { continue };
-        let is_master = |p: &&&flowlab_engine::PartitionTimeline| p.device == flowlab_runtime::MASTER_DEVICE;
+    for step in flowlab_runtime::traced_steps(parts) {
+        let w = step.worker;
         // on the worker's clock: its step starts at 0
         let fetched = w.received.iter().map(|e| e.at_us).fold(f64::NAN, f64::max);
         let computed = w.stats.nodes.iter().filter(|n| n.op != "Send" && n.op != "Recv").map(|n| n.end_us).fold(f64::NAN, f64::max);
-        let end = ps.iter().filter(|p| !is_master(p)).map(|p| p.start_unix_us - w.start_unix_us + p.stats.total_us).fold(f64::NAN, f64::max);
-        let (out_us, back_us) = match ps.iter().find(is_master) {
-            Some(m) => (w.start_unix_us - m.start_unix_us, m.start_unix_us + m.stats.total_us - (w.start_unix_us + end)),
-            None => (f64::NAN, f64::NAN),
-        };
+        let end = step.tasks_end_unix_us - w.start_unix_us;
+        let (out_s, back_s) = step.dispatch_s();
         if fetched.is_finite() && computed.is_finite() && end.is_finite() {
-            out.push([out_us * 1e-6, fetched * 1e-6, (computed - fetched) * 1e-6, (end - computed) * 1e-6, back_us * 1e-6]);
+            out.push([out_s, fetched * 1e-6, (computed - fetched) * 1e-6, (end - computed) * 1e-6, back_s]);
         }
     }
     out
@@ -1008,6 +1026,8 @@ mod tests {
         "calibrated_step_master_cpu_us",
         "calibrated_step_tasks_cpu_us",
         "calibrated_all_tasks_step_us",
+        "calibrated_dispatch_out_us",
+        "calibrated_dispatch_back_us",
         "calibrated_consumers",
     ];
 
