@@ -457,12 +457,12 @@ pub struct ProcessFigures {
     /// worker fed its input as a training step's batch: the master's
     /// dispatch and its answers, with nothing to compute.
     pub all_tasks_step_s: f64,
-    /// The pair step traced ([`Master::start_timeline`]): from the
-    /// master's start to worker:0's partition starting (the calls, the
-    /// worker's feed and its `RunGraph` up to its executor), and from the
-    /// last task's partition ending to the master's end (the answers). A
-    /// training step spends these around its work, and more when other
-    /// tasks share the cores.
+    /// An empty step on worker:0 (fed) and every PS task, traced
+    /// ([`Master::start_timeline`]): from the master's start to worker:0's
+    /// partition starting (the calls, the worker's feed and its `RunGraph`
+    /// up to its executor), and from the last task's partition ending to
+    /// the master's end (the answers). A training step spends these around
+    /// its work, and more when other workers share the cores.
     pub dispatch_out_s: f64,
     pub dispatch_back_s: f64,
     /// Workers that received every tensor at once.
@@ -491,8 +491,8 @@ pub struct ProcessFigures {
 /// tensors of the same sizes taken on ps:0 (one `RecvTensor` each, the PS
 /// calling every worker at once, as a synchronous step takes the
 /// gradients); and these two again with tensors of one float each (the
-/// `small_` figures). A last batch of pair steps is traced for the
-/// dispatch figures. Each batch reads every process's CPU clock before and
+/// `small_` figures). A last batch of empty steps on worker:0 and every
+/// PS task is traced for the dispatch figures. Each batch reads every process's CPU clock before and
 /// after; the figures are medians over the batches, a transfer's CPU at
 /// each end the difference of the moving (or pushing) and the empty
 /// step's over the transfers, and the step figures the pair step's.
@@ -608,9 +608,11 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
             small_pushing.push(f);
         }
     }
-    // the pair step once more, traced: where its time goes
+    // an empty step on worker:0 and every PS task (a training step's
+    // calls but the other workers'), traced: where its time goes
+    let dispatched: Vec<&Output> = all[..2].iter().chain(&all[1 + consumers..]).copied().collect();
     master.start_timeline();
-    let traced = batch(&all[..2], &[], 1);
+    let traced = batch(&dispatched, &[], 1);
     let parts = master.stop_timeline().unwrap_or_default();
     if traced?.is_none() {
         return Ok(None);

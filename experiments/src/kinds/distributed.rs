@@ -52,10 +52,10 @@
 //!   a cluster of task processes instead, the point's PS tasks and workers
 //!   (`flowlab_runtime::measure_task_processes`): each process's clock per
 //!   empty step of ps:0 and worker:0 (the worker fed its shard of the
-//!   batch, as the master feeds it), that step traced (how long the
-//!   master's call takes to reach worker:0's executor, and its answers to
-//!   come back after the last task ended: `dispatch_out_s`,
-//!   `dispatch_back_s`), and per `RecvTensor` of the model's
+//!   batch, as the master feeds it), the empty step on worker:0 and every
+//!   PS task traced (how long the master's call takes to reach worker:0's
+//!   executor, and its answers to come back after the last task ended:
+//!   `dispatch_out_s`, `dispatch_back_s`), and per `RecvTensor` of the model's
 //!   own variables in the point's format at each end, every worker
 //!   fetching them at once as the point's steps do, and per tensor of the
 //!   same sizes pushed, ps:0 taking every worker's at once as it takes
@@ -88,21 +88,22 @@
 //!     tensors is `worker_transfer_us`, CPU that holds a core while the
 //!     tensors move and that nothing waits for, since the two ends
 //!     pipeline (the worker decodes one tensor while the PS serves the
-//!     next). The step overhead holds the master's CPU of the step's
-//!     `RunGraph` calls (its part of the empty step, which has two, times
-//!     the calls per gradient over two: one on every worker and PS task
-//!     of a synchronous step, on the worker and the PS tasks for an
-//!     asynchronous step), the worker's own `RunGraph` and the worker's
-//!     end of its loss transfer. Each PS task's own `RunGraph` is CPU on
+//!     next). The master's CPU of the step's `RunGraph` calls is its part
+//!     of the empty step, which has two, times the calls per gradient over
+//!     two (one on every worker and PS task of a synchronous step, on the
+//!     worker and the PS tasks for an asynchronous step). The step
+//!     overhead holds the worker's own `RunGraph` and the worker's end of
+//!     its loss transfer (and on threads the master's CPU). Each PS task's own `RunGraph` is CPU on
 //!     that task, in its requests like the update, and ps:0 pays its end
 //!     of each worker's loss (`first_ps_push_us`). Between processes the
 //!     tasks' part of the empty step is measured apart from the master's;
 //!     on threads one clock holds both, all charged as the master's.
-//!     Between processes the worker also starts no earlier than the traced
-//!     `dispatch_out_s` after the step's start (what of it the step
-//!     overhead's CPU does not fill is `step_wait_us`), and the step ends
-//!     `dispatch_back_s` after its last task (`step_end_wait_us`, the
-//!     answers' way back to the master).
+//!     Between processes the master is a process of its own: its CPU
+//!     holds a core beside the worker's overhead (`master_cpu_us`, nothing
+//!     waits for it), the worker starts no earlier than the traced
+//!     `dispatch_out_s` after the step's start (`dispatch_us`), and the
+//!     step ends `dispatch_back_s` after its last task
+//!     (`step_end_wait_us`, the answers' way back to the master).
 //!   - a fetch is one `RecvTensor` per variable, and a PS task's message
 //!     thread answers the workers' concurrent calls in turn, so a worker
 //!     has its variables once the task has served every fetch queued with
@@ -276,6 +277,8 @@ const METRICS: &[&str] = &[
     "sim_step_overhead_us",
     "sim_step_wait_us",
     "sim_step_end_wait_us",
+    "sim_dispatch_us",
+    "sim_master_cpu_us",
     "serial_transfers",
     "processes",
     "measured_cpu_per_update_us",
@@ -521,7 +524,8 @@ struct SimInputs {
     cores: u32,
     /// Tensors a worker's step moves (`serial_transfers`).
     transfers: usize,
-    /// The master's CPU per gradient, part of the step overhead.
+    /// The master's CPU per gradient: `Workload::master_cpu_us` between
+    /// processes, part of the step overhead on threads.
     runner_us: f64,
 }
 
@@ -539,8 +543,9 @@ const CPU_SHARE_PER_END: f64 = 0.5;
 /// small share split between them; the same for a tensor of one float,
 /// what a message costs whatever its size (at most the mean); and one
 /// task's `RunGraph` of the empty step, which every task taking part in a
-/// step runs; and the master's dispatch around worker:0 in that empty
-/// step (traced): to the worker's start, and from the last task's end.
+/// step runs; and the master's dispatch around worker:0 in an empty step
+/// on it and every PS task (traced): to the worker's start, and from the
+/// last task's end.
 #[derive(Clone, Copy, Debug)]
 struct TaskEnds {
     ps_s: f64,
@@ -628,16 +633,17 @@ fn predict_inputs(
     let ps_us_per_mparam = apply_s * 1e6 / total.max(1) as f64 * 1e6 / (2 * needed) as f64 + ps_us_per_byte * bytes_per_param * 1e6;
     let ps_request_us = task_graph_us * ps_graphs / 2.0;
     let runner_us = master_call_us * run_graphs;
-    // the master's dispatch that holds no CPU: between processes, the
-    // traced pair step reaches worker:0 after `dispatch_out_s` (of which
-    // the step overhead's CPU is part; the other workers' share the
-    // simulator's cores) and the
-    // master has the last answer `dispatch_back_s` after the last task
-    // ended; on threads, the empty step's wall time that is not CPU, all
-    // before the worker starts
-    let (dispatch_wait_us, end_wait_us) = match ends {
-        Some(e) => ((e.dispatch_out_s * 1e6 - runner_us - task_graph_us).max(0.0), e.dispatch_back_s * 1e6),
-        None => ((link.step_overhead_s - link.step_cpu_s).max(0.0) * 1e6, 0.0),
+    // the master's dispatch: between processes the master is a process of
+    // its own, its CPU beside the worker's, and a traced empty step on
+    // worker:0 and every PS task says how long the master's call takes to
+    // reach the worker and its answers to come back after the last task
+    // ended (the simulator's cores add what the other workers' work costs
+    // them); on threads one clock holds both CPUs, charged at the worker,
+    // and the rest of the empty step's wall time is a wait before it
+    // starts
+    let (worker_us, master_cpu_us, dispatch_us, dispatch_wait_us, end_wait_us) = match ends {
+        Some(e) => (task_graph_us, runner_us, e.dispatch_out_s * 1e6, 0.0, e.dispatch_back_s * 1e6),
+        None => (runner_us + task_graph_us, 0.0, 0.0, (link.step_overhead_s - link.step_cpu_s).max(0.0) * 1e6, 0.0),
     };
     let workload = Workload {
         variables: vars.iter().map(|v| v.1 as u64).collect(),
@@ -646,9 +652,11 @@ fn predict_inputs(
         ps_request_us,
         ps_us_per_mparam,
         ps_transfer_us: ps_message_us,
-        // the master's CPU of the step's RunGraph calls, the worker's own
-        // RunGraph, and the worker's end of its loss transfer
-        step_overhead_us: runner_us + task_graph_us + (transfers - 2 * vars.len()) as f64 * worker_message_us,
+        // the worker's own RunGraph (and on threads the master's CPU of
+        // the step's calls), and the worker's end of its loss transfer
+        step_overhead_us: worker_us + (transfers - 2 * vars.len()) as f64 * worker_message_us,
+        master_cpu_us,
+        dispatch_us,
         // the worker's end of each fetched variable and pushed gradient:
         // it pipelines with the PS's end, which the step waits for
         worker_transfer_us: worker_end_us,
@@ -856,7 +864,9 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         };
         requests + losses + tokens as f64 * w.ps_transfer_us
     });
-    let worker_gradient_us = w.step_overhead_us - model.runner_us + w.compute_s * 1e6 + w.worker_transfer_us * 2.0 * vars.len() as f64;
+    // the step overhead holds the master's CPU on threads only
+    let worker_overhead_us = w.step_overhead_us - (model.runner_us - w.master_cpu_us);
+    let worker_gradient_us = worker_overhead_us + w.compute_s * 1e6 + w.worker_transfer_us * 2.0 * vars.len() as f64;
     let predicted_worker_cpu = worker_gradient_us * computing / p.workers as f64;
     let predicted_task_cpu: Vec<f64> = predicted_ps_cpu.chain(std::iter::repeat_n(predicted_worker_cpu, p.workers)).collect();
     let predicted_runner_cpu = model.runner_us * computing;
@@ -922,6 +932,8 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     put("sim_step_overhead_us", model.workload.step_overhead_us);
     put("sim_step_wait_us", model.workload.step_wait_us);
     put("sim_step_end_wait_us", model.workload.step_end_wait_us);
+    put("sim_dispatch_us", model.workload.dispatch_us);
+    put("sim_master_cpu_us", model.workload.master_cpu_us);
     put("serial_transfers", model.transfers as f64);
     put("processes", if env.launcher.processes() { 1.0 } else { 0.0 });
     put("measured_cpu_per_update_us", (runner_cpu + tasks_cpu.iter().sum::<f64>()) * 1e6 / window_updates);

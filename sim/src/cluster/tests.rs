@@ -757,6 +757,40 @@ fn the_masters_answers_end_each_step_after_its_last_task() {
     assert!(e.contains("model.step_end_wait_us"), "{e}");
 }
 
+/// `dispatch_us` and `master_cpu_us` on the serial closed form above (one
+/// worker, fetch 20 ms, compute 30, push 20: 70 ms), with a 5 ms dispatch:
+/// the worker starts at the later of the dispatch and its own overhead
+/// (75 ms a step with 2 ms of overhead, 77 with 7). The master's 10 ms of
+/// CPU holds a core from the step's start: on one core the worker's
+/// overhead (none here) waits for it, so it starts at 10 ms (80 ms a
+/// step); on two it runs beside it (75); without `host_cores` it costs
+/// nothing (75).
+#[test]
+fn a_masters_call_and_cpu_start_the_worker() {
+    let cfg = |model: &str, cores: &str| {
+        format!(
+            "model: {{ variables: [6250000, 625000], compute_s: 0.03, ps_request_us: 0, dispatch_us: 5000{model} }}\n\
+             workers: 1\nps: 2\nsteps: 3\nnetwork: {{ topology: mesh, link_gbps: 10, latency_us: 0 }}\n{cores}"
+        )
+    };
+    for (model, cores, want) in [
+        (", step_overhead_us: 2000", "", 0.075),
+        (", step_overhead_us: 7000", "", 0.077),
+        (", master_cpu_us: 10000", "host_cores: 1\n", 0.080),
+        (", master_cpu_us: 10000", "host_cores: 2\n", 0.075),
+        (", master_cpu_us: 10000", "", 0.075),
+    ] {
+        let got = p50(&cfg(model, cores));
+        assert!((got - want).abs() < 1e-9, "{model} {cores:?}: {got} s, want {want}");
+    }
+    let r = simulate(&yaml(&cfg(", master_cpu_us: 10000", "host_cores: 1\n")), 7).unwrap();
+    assert!(r.worker0_phases_s.iter().all(|p| (p[0] - 0.010).abs() < 1e-9), "{:?}", r.worker0_phases_s);
+    for key in ["dispatch_us", "master_cpu_us"] {
+        let e = err(&cfg(&format!(", {key}: -1"), "").replace("dispatch_us: 5000, dispatch_us: -1", "dispatch_us: -1"));
+        assert!(e.contains(&format!("model.{key}")), "{e}");
+    }
+}
+
 /// `push_per_tensor` against a closed form worked by hand: one worker, one
 /// PS task on a 10 Gbit/s mesh (no latency), variables of 25 MB then 2.5
 /// MB (a large first layer, a small last one), 30 ms of compute (the

@@ -206,6 +206,8 @@ struct Sim<'a> {
     overhead: SimTime,
     wait: SimTime,
     end_wait: SimTime,
+    dispatch: SimTime,
+    master_cpu: SimTime,
     /// The worker's CPU per tensor it moves (`worker_transfer_us`; only
     /// with `host_cores`): it holds a core, nothing waits for it.
     worker_transfer: SimTime,
@@ -341,6 +343,8 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
         cores: vec![SimTime::ZERO; cfg.host_cores.unwrap_or(0) as usize],
         overhead: SimTime::from_secs_f64(w.step_overhead_us * 1e-6),
         end_wait: SimTime::from_secs_f64(w.step_end_wait_us * 1e-6),
+        dispatch: SimTime::from_secs_f64(w.dispatch_us * 1e-6),
+        master_cpu: SimTime::from_secs_f64(w.master_cpu_us * 1e-6),
         wait: SimTime::from_secs_f64(w.step_wait_us * 1e-6),
         worker_transfer: SimTime::from_secs_f64(w.worker_transfer_us * 1e-6),
         w,
@@ -774,7 +778,13 @@ impl Sim<'_> {
             *bytes = self.comm.bytes_for(self.layout.dense[k]) + self.comm.bytes_for(sparse);
         }
         let epoch = self.workers[w as usize].epoch;
-        let t0 = self.cpu(now, self.overhead) + self.wait;
+        // the master's CPU runs beside the worker's own overhead (nothing
+        // waits for it), and its call reaches the worker `dispatch` after
+        // the step's start at the earliest
+        if self.master_cpu > SimTime::ZERO && !self.cores.is_empty() {
+            self.cpu(now, self.master_cpu);
+        }
+        let t0 = self.cpu(now, self.overhead).max(now + self.dispatch) + self.wait;
         self.workers[w as usize].started_at = t0;
         self.worker_transfer_cpu(w, t0);
         let mut pending = 0;
@@ -1046,7 +1056,7 @@ fn run_allreduce(
     let bytes = cfg.comm.bytes_for(w.allreduce_elements());
     let stages = collective::plan(algo, &ranks, bytes, cfg.network.devices_per_host as usize);
     // a lockstep step: where in it the master waits does not matter
-    let overhead = SimTime::from_secs_f64((w.step_overhead_us + w.step_wait_us + w.step_end_wait_us) * 1e-6);
+    let overhead = SimTime::from_secs_f64((w.step_overhead_us.max(w.dispatch_us) + w.step_wait_us + w.step_end_wait_us) * 1e-6);
     let max_t = SimTime::from_secs_f64(cfg.max_sim_time_s);
     let mut failures_at: Vec<SimTime> = cfg
         .failures

@@ -75,6 +75,19 @@ pub struct Workload {
     /// tensor), microseconds, after `step_overhead_us`.
     #[serde(default)]
     pub step_wait_us: f64,
+    /// Wall time from a step's start to the worker's start when nothing
+    /// else runs, microseconds: a master that drives each step calls the
+    /// worker (flowlab's `RunGraph`) and the call takes this long to reach
+    /// its executor. The worker starts at the later of this and the end of
+    /// its `step_overhead_us` (then `step_wait_us`).
+    #[serde(default)]
+    pub dispatch_us: f64,
+    /// The master's CPU per worker step, microseconds: on a shared host
+    /// (`host_cores`) it holds a core from the step's start, beside the
+    /// worker's own overhead (the master is a process of its own); no step
+    /// waits for it. Without `host_cores` it costs nothing.
+    #[serde(default)]
+    pub master_cpu_us: f64,
     /// Fixed time per step from its last task's end to its end, holding
     /// no CPU, microseconds: the answers' way back to a master that drives
     /// each step (flowlab's `RunGraph` replies, read by the master before
@@ -216,6 +229,8 @@ impl Default for Workload {
             worker_transfer_us: 0.0,
             step_wait_us: 0.0,
             step_end_wait_us: 0.0,
+            dispatch_us: 0.0,
+            master_cpu_us: 0.0,
             update_tokens: false,
             first_ps_push_us: 0.0,
             fetch_in_turn: false,
@@ -255,6 +270,8 @@ impl Workload {
         finite_nn("model.ps_us_per_mparam", self.ps_us_per_mparam)?;
         finite_nn("model.step_overhead_us", self.step_overhead_us)?;
         finite_nn("model.step_end_wait_us", self.step_end_wait_us)?;
+        finite_nn("model.dispatch_us", self.dispatch_us)?;
+        finite_nn("model.master_cpu_us", self.master_cpu_us)?;
         finite_nn("model.step_wait_us", self.step_wait_us)?;
         finite_nn("model.first_ps_push_us", self.first_ps_push_us)?;
         finite_nn("model.worker_transfer_us", self.worker_transfer_us)?;
