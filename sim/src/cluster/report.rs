@@ -29,8 +29,9 @@ pub struct ClusterReport {
     /// sync groups: every group step; steps later lost to a failure included).
     pub step_times_s: Vec<f64>,
     /// Worker 0's part of each step whose update took its gradient (PS
-    /// training; empty with all-reduce), in seconds: the step overhead
-    /// (and wait) before its fetches go out, then until its last parameter
+    /// training; empty with all-reduce), in seconds: the master's part
+    /// (the step overhead, dispatch and wait before its fetches go out, and
+    /// `step_end_wait_us` after the last task), then until its last parameter
     /// shard is in, until its gradients are computed, and until the step
     /// ends (pushes, their PS requests, the other workers, update tokens).
     /// Comparable phase by phase with a traced real step.
