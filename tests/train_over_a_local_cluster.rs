@@ -386,6 +386,9 @@ fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
     // last bits)
     assert!((num(m, "sim_ps_transfer_us") - ps_message).abs() < 1e-9 * ps_message, "{row}");
     assert!(ps_message > 0.0 && worker_message > 0.0, "{row}");
+    // a one-float tensor fetched or pushed adds wall time to the step (a
+    // round trip each way at least)
+    assert!(num(m, "calibrated_small_recv_wall_us") > 0.0 && num(m, "calibrated_small_push_wall_us") > 0.0, "{row}");
     // every worker of the point fetched the tensors at once
     assert_eq!(num(m, "calibrated_consumers"), 2.0, "{row}");
     // 5 updates of the 45 traced on every task, phase by phase beside the

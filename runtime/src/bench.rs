@@ -446,6 +446,14 @@ pub struct ProcessFigures {
     pub small_recv_consumer_cpu_s: f64,
     pub small_push_producer_cpu_s: f64,
     pub small_push_consumer_cpu_s: f64,
+    /// The wall time the one-float tensors add to the empty step, per
+    /// transfer, fetched and pushed: beside the CPU figures, how much of a
+    /// message's CPU the step waits for (one round trip of each step is in
+    /// them too). In one sitting (digits MLP, 1 PS + 1 worker) a push
+    /// added 35 us a tensor where its two ends spent 47 us of CPU, a fetch
+    /// 50 where they spent 54.
+    pub small_recv_wall_s: f64,
+    pub small_push_wall_s: f64,
     /// Wall time of the empty step (one `RunGraph` on each task, a
     /// constant fetched from each).
     pub step_overhead_s: f64,
@@ -623,7 +631,8 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
     }
     let col = |v: &[Vec<f64>], i: usize| median(v.iter().map(|r| r[i]).collect());
     let transfers = (tensor_floats.len() * consumers) as f64;
-    // a transfer's CPU in processes `cols`: the step over the empty one
+    // a transfer's CPU in processes `cols` (or the wall time, column 1):
+    // the step over the empty one
     let per_transfer = |step: &[Vec<f64>], cols: std::ops::Range<usize>| (cols.map(|i| col(step, i) - col(&empty, i)).sum::<f64>() / transfers).max(0.0);
     // columns: 0 master, 1 wall, 2 ps:0, then the other PS tasks, from worker_col the workers
     let worker_col = 2 + ps_count as usize;
@@ -638,6 +647,8 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
         small_recv_consumer_cpu_s: per_transfer(&small_moving, worker_col..worker_col + consumers),
         small_push_producer_cpu_s: per_transfer(&small_pushing, worker_col..worker_col + consumers),
         small_push_consumer_cpu_s: per_transfer(&small_pushing, 2..3),
+        small_recv_wall_s: per_transfer(&small_moving, 1..2),
+        small_push_wall_s: per_transfer(&small_pushing, 1..2),
         step_overhead_s: col(&pair, 1),
         step_master_cpu_s: col(&pair, 0),
         step_tasks_cpu_s: col(&pair, 2) + col(&pair, worker_col),

@@ -262,6 +262,8 @@ const METRICS: &[&str] = &[
     "calibrated_small_recv_consumer_cpu_us",
     "calibrated_small_push_producer_cpu_us",
     "calibrated_small_push_consumer_cpu_us",
+    "calibrated_small_recv_wall_us",
+    "calibrated_small_push_wall_us",
     "calibrated_step_master_cpu_us",
     "calibrated_step_tasks_cpu_us",
     "calibrated_all_tasks_step_us",
@@ -916,6 +918,8 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         put("calibrated_small_recv_consumer_cpu_us", f.small_recv_consumer_cpu_s * 1e6);
         put("calibrated_small_push_producer_cpu_us", f.small_push_producer_cpu_s * 1e6);
         put("calibrated_small_push_consumer_cpu_us", f.small_push_consumer_cpu_s * 1e6);
+        put("calibrated_small_recv_wall_us", f.small_recv_wall_s * 1e6);
+        put("calibrated_small_push_wall_us", f.small_push_wall_s * 1e6);
         put("calibrated_step_master_cpu_us", f.step_master_cpu_s * 1e6);
         put("calibrated_step_tasks_cpu_us", f.step_tasks_cpu_s * 1e6);
         put("calibrated_all_tasks_step_us", f.all_tasks_step_s * 1e6);
@@ -1035,6 +1039,8 @@ mod tests {
         "calibrated_small_recv_consumer_cpu_us",
         "calibrated_small_push_producer_cpu_us",
         "calibrated_small_push_consumer_cpu_us",
+        "calibrated_small_recv_wall_us",
+        "calibrated_small_push_wall_us",
         "calibrated_step_master_cpu_us",
         "calibrated_step_tasks_cpu_us",
         "calibrated_all_tasks_step_us",
