@@ -423,7 +423,8 @@ fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
     // what each process is charged per update, by hand: ps:0 runs the
     // update, its RunGraph of the step (a task's half of the empty step's)
     // and its end of 2 workers x 4 variables x (a fetch and a push), at
-    // the mean, and of both losses, a message each; a worker its compute,
+    // the mean (a push's message part as charged), and of both losses, a
+    // message each; a worker its compute,
     // its RunGraph and its end of its 4 fetches and 4 pushes and of its
     // loss; the master half the empty step's master CPU per RunGraph call,
     // 3 calls per update (2 workers, 1 PS)
@@ -431,7 +432,12 @@ fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
     let (charged, measured) = (series("predicted_task_cpu_per_update_us"), series("task_cpu_per_update_us"));
     assert_eq!((charged.len(), measured.len()), (3, 3), "{row}");
     let task_graph = num(m, "calibrated_step_tasks_cpu_us") / 2.0;
-    let ps0 = num(m, "calibrated_apply_s") * 1e6 + task_graph + 16.0 * ps_end + 2.0 * ps_message;
+    // a pushed tensor's message part is what the calibration's one-float
+    // pushes held the step for: their added wall time less one round
+    // trip, over the 2 x 4 of them, at most a message's CPU
+    let ps_push = ((num(m, "calibrated_small_push_wall_us") * 8.0 - 2.0 * num(m, "calibrated_latency_us")) / 8.0).clamp(0.0, ps_message);
+    assert!((num(m, "sim_ps_push_transfer_us") - ps_push).abs() <= 1e-9 * ps_message, "{row}");
+    let ps0 = num(m, "calibrated_apply_s") * 1e6 + task_graph + 8.0 * ps_end + 8.0 * (ps_end - ps_message + ps_push) + 2.0 * ps_message;
     let worker = num(m, "calibrated_compute_s") * 1e6 + task_graph + 8.0 * worker_end + worker_message;
     let runner = 1.5 * num(m, "calibrated_step_master_cpu_us");
     for (got, want) in charged.iter().zip([ps0, worker, worker]).chain([(&num(m, "predicted_runner_cpu_per_update_us"), runner)]) {

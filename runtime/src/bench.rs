@@ -451,7 +451,8 @@ pub struct ProcessFigures {
     /// message's CPU the step waits for (one round trip of each step is in
     /// them too). In one sitting (digits MLP, 1 PS + 1 worker) a push
     /// added 35 us a tensor where its two ends spent 47 us of CPU, a fetch
-    /// 50 where they spent 54.
+    /// 50 where they spent 54: the PS's executor takes part of a pushed
+    /// tensor's CPU beside its message thread.
     pub small_recv_wall_s: f64,
     pub small_push_wall_s: f64,
     /// Wall time of the empty step (one `RunGraph` on each task, a

@@ -80,9 +80,12 @@
 //!     producer of half of its tensors (the PS of the fetched variables,
 //!     the worker of the gradients) and the consumer of the other half, so
 //!     each end is charged the mean of its two roles: between processes
-//!     each is measured (`TransferEnds`: a fetch's and a push's end at the
+//!     each is measured (`TaskEnds`: a fetch's and a push's end at the
 //!     PS, at a worker); on threads, half the transfer's CPU
-//!     (`CPU_SHARE_PER_END`). The PS's end is `ps_transfer_us` per tensor
+//!     (`CPU_SHARE_PER_END`). Between processes a pushed tensor's message
+//!     part at the PS is what the calibration's one-float pushes held the
+//!     step for (their added wall time less a round trip, per tensor, at
+//!     most the message's CPU: `ps_push_transfer_us`). The PS's end is `ps_transfer_us` per tensor
 //!     it holds, FIFO on the PS with the other workers' requests, and the
 //!     step waits for it; the worker's end of its 2V fetched and pushed
 //!     tensors is `worker_transfer_us`, CPU that holds a core while the
@@ -274,6 +277,7 @@ const METRICS: &[&str] = &[
     "sim_link_gbps",
     "sim_latency_us",
     "sim_ps_transfer_us",
+    "sim_ps_push_transfer_us",
     "sim_ps_us_per_mparam",
     "sim_worker_transfer_us",
     "sim_step_overhead_us",
@@ -545,9 +549,10 @@ const CPU_SHARE_PER_END: f64 = 0.5;
 /// small share split between them; the same for a tensor of one float,
 /// what a message costs whatever its size (at most the mean); and one
 /// task's `RunGraph` of the empty step, which every task taking part in a
-/// step runs; and the master's dispatch around worker:0 in an empty step
-/// on it and every PS task (traced): to the worker's start, and from the
-/// last task's end.
+/// step runs; the master's dispatch around worker:0 in an empty step on
+/// it and every PS task (traced): to the worker's start, and from the last
+/// task's end; and the wall time a one-float push adds to the empty step
+/// per transfer, with the transfers of that step's every worker.
 #[derive(Clone, Copy, Debug)]
 struct TaskEnds {
     ps_s: f64,
@@ -557,6 +562,8 @@ struct TaskEnds {
     run_graph_s: f64,
     dispatch_out_s: f64,
     dispatch_back_s: f64,
+    small_push_wall_s: f64,
+    consumers: usize,
 }
 
 impl TaskEnds {
@@ -573,6 +580,8 @@ impl TaskEnds {
             run_graph_s: f.step_tasks_cpu_s / 2.0,
             dispatch_out_s: f.dispatch_out_s,
             dispatch_back_s: f.dispatch_back_s,
+            small_push_wall_s: f.small_push_wall_s,
+            consumers: f.consumers,
         }
     }
 }
@@ -647,6 +656,15 @@ fn predict_inputs(
         Some(e) => (task_graph_us, runner_us, e.dispatch_out_s * 1e6, 0.0, e.dispatch_back_s * 1e6),
         None => (runner_us + task_graph_us, 0.0, 0.0, (link.step_overhead_s - link.step_cpu_s).max(0.0) * 1e6, 0.0),
     };
+    // what a pushed tensor holds the PS for: between processes, of the
+    // wall time the calibration's one-float pushes added to the empty
+    // step (one round trip for the step, then one tensor after the
+    // other), each tensor's share, at most a message's CPU (the PS's
+    // executor takes part of that CPU beside its message thread)
+    let ps_push_transfer_us = ends.map(|e| {
+        let n = (vars.len() * e.consumers).max(1) as f64;
+        ((e.small_push_wall_s * 1e6 * n - link.recv_small_s * 1e6) / n).clamp(0.0, ps_message_us)
+    });
     let workload = Workload {
         variables: vars.iter().map(|v| v.1 as u64).collect(),
         compute_s,
@@ -654,6 +672,7 @@ fn predict_inputs(
         ps_request_us,
         ps_us_per_mparam,
         ps_transfer_us: ps_message_us,
+        ps_push_transfer_us,
         // the worker's own RunGraph (and on threads the master's CPU of
         // the step's calls), and the worker's end of its loss transfer
         step_overhead_us: worker_us + (transfers - 2 * vars.len()) as f64 * worker_message_us,
@@ -859,7 +878,8 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     } as f64;
     let tokens: usize = tensors.iter().skip(1).sum();
     let predicted_ps_cpu = tensors.iter().zip(&params).enumerate().map(|(k, (&t, &n))| {
-        let requests = if t > 0 { computing * 2.0 * w.ps_request_cpu_us(t as u64, n as u64) } else { 0.0 };
+        // a fetch and a push of every gradient
+        let requests = if t > 0 { computing * (w.ps_request_cpu_us(t as u64, n as u64) + w.ps_push_cpu_us(t as u64, n as u64)) } else { 0.0 };
         let (losses, tokens) = match k {
             0 => (computing * w.first_ps_push_us, tokens),
             _ => (0.0, if w.update_tokens { t } else { 0 }),
@@ -931,6 +951,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     put("sim_link_gbps", model.gbps);
     put("sim_latency_us", model.latency_us);
     put("sim_ps_transfer_us", model.workload.ps_transfer_us);
+    put("sim_ps_push_transfer_us", model.workload.ps_push_transfer_us.unwrap_or(model.workload.ps_transfer_us));
     put("sim_ps_us_per_mparam", model.workload.ps_us_per_mparam);
     put("sim_worker_transfer_us", model.workload.worker_transfer_us);
     put("sim_step_overhead_us", model.workload.step_overhead_us);

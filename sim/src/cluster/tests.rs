@@ -791,6 +791,34 @@ fn a_masters_call_and_cpu_start_the_worker() {
     }
 }
 
+/// `ps_push_transfer_us` against closed forms: one worker, one PS task
+/// holding two one-float variables (flows of nanoseconds), 100 us of PS
+/// CPU per tensor fetched, 1 ms of compute. A push taken at 40 us a tensor
+/// instead of 100: whole, 200 + 1,000 + 80 = 1,280 us (1,400 without);
+/// per tensor, the first gradient is taken during the backward pass and
+/// the last one 40 us after the compute, 1,240 us (1,300 without).
+#[test]
+fn a_pushed_tensor_costs_the_ps_its_own_time() {
+    let cfg = |push: &str, per_tensor: bool| {
+        format!(
+            "model: {{ variables: [1, 1], compute_s: 0.001, ps_request_us: 0, ps_transfer_us: 100{push}, push_per_tensor: {per_tensor} }}\n\
+             workers: 1\nps: 1\nsteps: 4\nnetwork: {{ topology: mesh, link_gbps: 10, latency_us: 0 }}\n"
+        )
+    };
+    for (push, per_tensor, want) in [
+        (", ps_push_transfer_us: 40", false, 1280e-6),
+        ("", false, 1400e-6),
+        (", ps_push_transfer_us: 40", true, 1240e-6),
+        ("", true, 1300e-6),
+        (", ps_push_transfer_us: 100", true, 1300e-6),
+    ] {
+        let got = p50(&cfg(push, per_tensor));
+        assert!((got - want).abs() < 1e-7, "{push:?} per tensor {per_tensor}: {got} s, want {want}");
+    }
+    let e = err(&cfg(", ps_push_transfer_us: -1", false));
+    assert!(e.contains("model.ps_push_transfer_us"), "{e}");
+}
+
 /// `push_per_tensor` against a closed form worked by hand: one worker, one
 /// PS task on a 10 Gbit/s mesh (no latency), variables of 25 MB then 2.5
 /// MB (a large first layer, a small last one), 30 ms of compute (the

@@ -184,6 +184,8 @@ struct Sim<'a> {
     /// Per PS task, its CPU time per request
     /// (`Workload::ps_request_cpu_us` of what it holds).
     ps_request: Vec<SimTime>,
+    /// The same for a push (`Workload::ps_push_cpu_us`).
+    ps_push_request: Vec<SimTime>,
     /// With `push_per_tensor`: the gradient tensors, the tensors each
     /// worker has still to push to each task this step, and the task's
     /// per-request CPU charged with the last of them.
@@ -295,6 +297,9 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
     let ps_request = (0..ps)
         .map(|k| SimTime::from_secs_f64(w.ps_request_cpu_us(layout.tensors[k], layout.dense[k]) * 1e-6))
         .collect();
+    let ps_push_request = (0..ps)
+        .map(|k| SimTime::from_secs_f64(w.ps_push_cpu_us(layout.tensors[k], layout.dense[k]) * 1e-6))
+        .collect();
     let push_tensors: Vec<PushTensor> = if w.push_per_tensor {
         let total: u64 = w.variables.iter().sum::<u64>().max(1);
         let mut made = 0u64;
@@ -310,7 +315,7 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
                     made_at: made as f64 / total as f64,
                     // a request of one tensor; the task's own part
                     // (`ps_request_us`) comes with the worker's last one
-                    cost: SimTime::from_secs_f64((w.ps_request_cpu_us(1, params) - w.ps_request_us) * 1e-6),
+                    cost: SimTime::from_secs_f64((w.ps_push_cpu_us(1, params) - w.ps_request_us) * 1e-6),
                 }
             })
             .collect()
@@ -333,6 +338,7 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
         latency: vec![SimTime::MAX; workers.len() * ps],
         ps_busy: vec![SimTime::ZERO; ps],
         ps_request,
+        ps_push_request,
         tensors_left: vec![0; if push_tensors.is_empty() { 0 } else { workers.len() * ps }],
         push_tensors,
         ps_graph: SimTime::from_secs_f64(w.ps_request_us * 1e-6),
@@ -629,7 +635,7 @@ impl Sim<'_> {
     /// PS task `ps` has all of worker `w`'s gradient shard: its CPU applies it (FIFO).
     fn push_complete(&mut self, w: u32, ps: u32, epoch: u64) {
         let extra = if ps == 0 { self.first_push } else { SimTime::ZERO };
-        let at = self.serve_for(ps, self.q.now(), self.ps_request[ps as usize] + extra);
+        let at = self.serve_for(ps, self.q.now(), self.ps_push_request[ps as usize] + extra);
         self.q.schedule_at(at, Ev::PushServed { w, ps, epoch, whole: true });
     }
 

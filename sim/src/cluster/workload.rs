@@ -51,6 +51,13 @@ pub struct Workload {
     /// thread, so a request to a task holding 3 variables costs 3 of these.
     #[serde(default)]
     pub ps_transfer_us: f64,
+    /// PS CPU time per tensor a push moves, when it differs from a
+    /// fetch's `ps_transfer_us` (absent: the same), microseconds: what the
+    /// task's message thread spends taking a tensor in, where other
+    /// threads share the rest (flowlab's PS hands a received tensor to its
+    /// executor, which a fetch's answer does not wait for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ps_push_transfer_us: Option<f64>,
     /// PS CPU per request per million dense parameters the task holds,
     /// microseconds, on top of `ps_request_us`: work that scales with a
     /// task's share of the model (its part of the update, spread over the
@@ -224,6 +231,7 @@ impl Default for Workload {
             examples_per_step: 1,
             ps_request_us: default_ps_request_us(),
             ps_transfer_us: 0.0,
+            ps_push_transfer_us: None,
             ps_us_per_mparam: 0.0,
             step_overhead_us: 0.0,
             worker_transfer_us: 0.0,
@@ -255,6 +263,12 @@ impl Workload {
         self.ps_request_us + self.ps_transfer_us * tensors as f64 + self.ps_us_per_mparam * params as f64 * 1e-6
     }
 
+    /// As [`Self::ps_request_cpu_us`], for a push: `ps_push_transfer_us`
+    /// per tensor where it is given.
+    pub fn ps_push_cpu_us(&self, tensors: u64, params: u64) -> f64 {
+        self.ps_request_us + self.ps_push_transfer_us.unwrap_or(self.ps_transfer_us) * tensors as f64 + self.ps_us_per_mparam * params as f64 * 1e-6
+    }
+
     pub fn validate(&self) -> Result<(), SimError> {
         let finite_nn = |p: &str, v: f64| {
             if v >= 0.0 && v.is_finite() {
@@ -267,6 +281,9 @@ impl Workload {
         finite_nn("model.compute_sigma", self.compute_sigma)?;
         finite_nn("model.ps_request_us", self.ps_request_us)?;
         finite_nn("model.ps_transfer_us", self.ps_transfer_us)?;
+        if let Some(v) = self.ps_push_transfer_us {
+            finite_nn("model.ps_push_transfer_us", v)?;
+        }
         finite_nn("model.ps_us_per_mparam", self.ps_us_per_mparam)?;
         finite_nn("model.step_overhead_us", self.step_overhead_us)?;
         finite_nn("model.step_end_wait_us", self.step_end_wait_us)?;
