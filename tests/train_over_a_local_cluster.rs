@@ -406,11 +406,12 @@ fn a_distributed_experiment_runs_server_processes_and_predicts_their_step() {
     assert!(num(m, "measured_dispatch_out_s") > 0.0 && num(m, "measured_dispatch_back_s") > 0.0, "{row}");
     // the calibration's empty step on every task, fed as a training step
     assert!(num(m, "calibrated_all_tasks_step_us") > 0.0, "{row}");
-    // the empty step on worker:0 and ps:0 traced: the master's call
-    // reaches worker:0 and the answers come back within a few of the pair
-    // step's untraced wall times; the simulator's worker starts no earlier
-    // than the call reached it, its step ends the answers' way after its
-    // last task, and the master's CPU (3 calls per update) is its own
+    // a step on worker:0 and ps:0 (which takes tensors from it) traced:
+    // the master's call reaches worker:0 and the answers come back within
+    // a few of the pair step's untraced wall times; the simulator's worker
+    // starts no earlier than the call reached it, its step ends the
+    // answers' way after its last task, and the master's CPU (3 calls per
+    // update) is its own
     let (out, back) = (num(m, "calibrated_dispatch_out_us"), num(m, "calibrated_dispatch_back_us"));
     assert!(out > 0.0 && back > 0.0 && out + back < 10.0 * num(m, "calibrated_step_overhead_us"), "{row}");
     assert_eq!((num(m, "sim_dispatch_us"), num(m, "sim_step_end_wait_us")), (out, back), "{row}");

@@ -466,7 +466,10 @@ pub struct ProcessFigures {
     /// worker fed its input as a training step's batch: the master's
     /// dispatch and its answers, with nothing to compute.
     pub all_tasks_step_s: f64,
-    /// An empty step on worker:0 (fed) and every PS task, traced
+    /// An empty step on worker:0 (fed) and every PS task, each PS task
+    /// taking one-float tensors from worker:0 (as many as the variables,
+    /// dealt round the PS tasks: a training step's PS tasks ask the worker
+    /// for their gradients as it starts), traced
     /// ([`Master::start_timeline`]): from the master's start to worker:0's
     /// partition starting (the calls, the worker's feed and its `RunGraph`
     /// up to its executor), and from the last task's partition ending to
@@ -500,8 +503,9 @@ pub struct ProcessFigures {
 /// tensors of the same sizes taken on ps:0 (one `RecvTensor` each, the PS
 /// calling every worker at once, as a synchronous step takes the
 /// gradients); and these two again with tensors of one float each (the
-/// `small_` figures). A last batch of empty steps on worker:0 and every
-/// PS task is traced for the dispatch figures. Each batch reads every process's CPU clock before and
+/// `small_` figures). A last batch of steps on worker:0 and every PS task,
+/// the PS tasks taking one-float tensors from the worker, is traced for
+/// the dispatch figures. Each batch reads every process's CPU clock before and
 /// after; the figures are medians over the batches, a transfer's CPU at
 /// each end the difference of the moving (or pushing) and the empty
 /// step's over the transfers, and the step figures the pair step's.
@@ -577,6 +581,20 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
     };
     let (takes, push_take) = directions(false, "")?;
     let (small_takes, small_push_take) = directions(true, "small_")?;
+    // as a training step starts, each PS task asks worker:0 for the
+    // gradients of the variables it holds (one-float tensors here, the
+    // variables dealt round the PS tasks)
+    let mut dispatch_takes = Vec::with_capacity(ps_count as usize);
+    if let Some(on_worker) = on_workers.first() {
+        let sources = constants(on_worker, true)?;
+        for k in 0..ps_count {
+            let on_task = g.device(&TaskId::new(Job::Ps, k).device().to_string());
+            let taken = sources.iter().enumerate().filter(|(i, _)| *i % ps_count as usize == k as usize).map(|(_, c)| on_task.identity(c)).collect::<std::result::Result<Vec<_>, _>>()?;
+            if !taken.is_empty() {
+                dispatch_takes.push(on_task.group(&format!("dispatch_take_{k}"), &taken.iter().collect::<Vec<_>>())?);
+            }
+        }
+    }
     let options = MasterOptions { partition: flowlab_engine::PartitionOptions::in_format(format), ..Default::default() };
     let mut master = Master::connect(&cluster.spec, options)?;
     master.register(&g)?;
@@ -617,11 +635,12 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
             small_pushing.push(f);
         }
     }
-    // an empty step on worker:0 and every PS task (a training step's
-    // calls but the other workers'), traced: where its time goes
+    // a step on worker:0 and every PS task (a training step's calls but
+    // the other workers'), the PS tasks asking the worker for tensors,
+    // traced: where its time goes
     let dispatched: Vec<&Output> = all[..2].iter().chain(&all[1 + consumers..]).copied().collect();
     master.start_timeline();
-    let traced = batch(&dispatched, &[], 1);
+    let traced = batch(&dispatched, &dispatch_takes.iter().collect::<Vec<_>>(), 1);
     let parts = master.stop_timeline().unwrap_or_default();
     if traced?.is_none() {
         return Ok(None);

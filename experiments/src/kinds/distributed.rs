@@ -52,8 +52,10 @@
 //!   a cluster of task processes instead, the point's PS tasks and workers
 //!   (`flowlab_runtime::measure_task_processes`): each process's clock per
 //!   empty step of ps:0 and worker:0 (the worker fed its shard of the
-//!   batch, as the master feeds it), the empty step on worker:0 and every
-//!   PS task traced (how long the master's call takes to reach worker:0's
+//!   batch, as the master feeds it), a step on worker:0 and every PS task
+//!   traced, the PS tasks asking worker:0 for one-float tensors as a
+//!   training step's ask for the gradients (how long the master's call
+//!   takes to reach worker:0's
 //!   executor, and its answers to come back after the last task ended:
 //!   `dispatch_out_s`, `dispatch_back_s`), and per `RecvTensor` of the model's
 //!   own variables in the point's format at each end, every worker
@@ -549,9 +551,9 @@ const CPU_SHARE_PER_END: f64 = 0.5;
 /// small share split between them; the same for a tensor of one float,
 /// what a message costs whatever its size (at most the mean); and one
 /// task's `RunGraph` of the empty step, which every task taking part in a
-/// step runs; the master's dispatch around worker:0 in an empty step on
-/// it and every PS task (traced): to the worker's start, and from the last
-/// task's end; and the wall time a one-float push adds to the empty step
+/// step runs; the master's dispatch around worker:0 in a step on it and
+/// every PS task, the PS tasks asking it for tensors (traced): to the
+/// worker's start, and from the last task's end; and the wall time a one-float push adds to the empty step
 /// per transfer, with the transfers of that step's every worker.
 #[derive(Clone, Copy, Debug)]
 struct TaskEnds {
@@ -645,8 +647,9 @@ fn predict_inputs(
     let ps_request_us = task_graph_us * ps_graphs / 2.0;
     let runner_us = master_call_us * run_graphs;
     // the master's dispatch: between processes the master is a process of
-    // its own, its CPU beside the worker's, and a traced empty step on
-    // worker:0 and every PS task says how long the master's call takes to
+    // its own, its CPU beside the worker's, and a traced step on worker:0
+    // and every PS task (which ask it for tensors) says how long the
+    // master's call takes to
     // reach the worker and its answers to come back after the last task
     // ended (the simulator's cores add what the other workers' work costs
     // them); on threads one clock holds both CPUs, charged at the worker,
