@@ -466,8 +466,8 @@ pub struct ProcessFigures {
     /// worker fed its input as a training step's batch: the master's
     /// dispatch and its answers, with nothing to compute.
     pub all_tasks_step_s: f64,
-    /// An empty step on worker:0 (fed) and every PS task, each PS task
-    /// taking one-float tensors from worker:0 (as many as the variables,
+    /// A step on worker:0 (fed) and every PS task in which each PS task
+    /// takes one-float tensors from worker:0 (as many as the variables,
     /// dealt round the PS tasks: a training step's PS tasks ask the worker
     /// for their gradients as it starts), traced
     /// ([`Master::start_timeline`]): from the master's start to worker:0's
@@ -647,7 +647,7 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
     }
     let (outs, backs): (Vec<f64>, Vec<f64>) = crate::timeline::traced_steps(&parts).iter().map(|s| s.dispatch_s()).filter(|d| d.0.is_finite() && d.1.is_finite()).unzip();
     if outs.is_empty() {
-        return Err(crate::RuntimeError::Engine { message: "the traced pair steps recorded no worker and master partitions".into() });
+        return Err(crate::RuntimeError::Engine { message: "the traced dispatch steps recorded no worker and master partitions".into() });
     }
     let col = |v: &[Vec<f64>], i: usize| median(v.iter().map(|r| r[i]).collect());
     let transfers = (tensor_floats.len() * consumers) as f64;
