@@ -382,9 +382,10 @@ impl Master {
             let mut set = tokio::task::JoinSet::new();
             for (pos, mut c, req) in calls {
                 set.spawn(async move {
-                    let sent = Instant::now();
+                    // the call's clock only for a recorded step
+                    let sent = record_timeline.then(Instant::now);
                     let r = tokio::time::timeout(limit, c.run_graph(req)).await;
-                    (pos, r, (sent, Instant::now()))
+                    (pos, r, sent.map(|s| (s, Instant::now())))
                 });
             }
             let mut calls_at = vec![None; set.len()];
@@ -393,7 +394,7 @@ impl Master {
             let mut errors: Vec<(usize, String)> = Vec::new();
             while let Some(r) = set.join_next().await {
                 let (pos, r, at) = r.map_err(|e| (usize::MAX, format!("step call failed: {e}")))?;
-                calls_at[pos] = Some(at);
+                calls_at[pos] = at;
                 let failed = match r {
                     Err(_) => format!("RunGraph step {step_id}: no answer in {limit:?}"),
                     Ok(Err(s)) => format!("RunGraph step {step_id}: {}", s.message()),

@@ -260,13 +260,17 @@ impl Workload {
     /// parameters (the simulator's charge, and what a caller accounting
     /// for it should use).
     pub fn ps_request_cpu_us(&self, tensors: u64, params: u64) -> f64 {
-        self.ps_request_us + self.ps_transfer_us * tensors as f64 + self.ps_us_per_mparam * params as f64 * 1e-6
+        self.request_cpu_us(self.ps_transfer_us, tensors, params)
     }
 
     /// As [`Self::ps_request_cpu_us`], for a push: `ps_push_transfer_us`
     /// per tensor where it is given.
     pub fn ps_push_cpu_us(&self, tensors: u64, params: u64) -> f64 {
-        self.ps_request_us + self.ps_push_transfer_us.unwrap_or(self.ps_transfer_us) * tensors as f64 + self.ps_us_per_mparam * params as f64 * 1e-6
+        self.request_cpu_us(self.ps_push_transfer_us.unwrap_or(self.ps_transfer_us), tensors, params)
+    }
+
+    fn request_cpu_us(&self, per_tensor_us: f64, tensors: u64, params: u64) -> f64 {
+        self.ps_request_us + per_tensor_us * tensors as f64 + self.ps_us_per_mparam * params as f64 * 1e-6
     }
 
     pub fn validate(&self) -> Result<(), SimError> {
