@@ -80,6 +80,15 @@ fn trace_of_two_devices_holds_both_devices_and_their_transfers() {
 }
 
 #[test]
+fn the_default_batch_rounds_up_to_the_replicas() {
+    // 32 does not split into 3 replicas: 33 does; 1,438 training examples
+    // make ceil(1438 / 33) = 44 steps an epoch
+    let r = train(&["--devices", "3"]);
+    assert_eq!((r["batch"].as_u64(), r["steps"].as_u64()), (Some(33), Some(44 * 3)), "{r}");
+    assert_eq!(train(&[])["batch"].as_u64(), Some(32));
+}
+
+#[test]
 fn bad_device_flags_are_named() {
     let cases: [(&[&str], &str); 6] = [
         (&["--link", "5gbps"], "--link: emulates transfers between devices: use --devices 2 or more"),

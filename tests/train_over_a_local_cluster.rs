@@ -184,6 +184,25 @@ fn a_backup_worker_drops_gradients_and_keeps_the_accuracy() {
 }
 
 #[test]
+fn the_issues_own_command_trains_with_the_default_batch_rounded_to_the_gradients_a_step_needs() {
+    // `--local-cluster ps=1,workers=4 --sync-backup 1`: 3 gradients a step,
+    // so the default batch 32 becomes 33 (32 does not split into 3 shards).
+    let mut all = vec!["train", "mlp", "--data", "digits", "--epochs", "1", "--json", "--local-cluster", "ps=1,workers=4", "--sync-backup", "1"];
+    let out = finish(spawn(&all), Duration::from_secs(120));
+    assert!(out.status.success(), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let cluster: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("not JSON ({e}): {}", describe(&out)));
+    assert_eq!((cluster["batch"].as_u64(), cluster["workers"].as_u64(), cluster["backup"].as_u64()), (Some(33), Some(4), Some(1)), "{cluster}");
+    // 1,438 training examples: 43 batches of 33 and one of 19 (3 shards of
+    // 6), 44 x 3 shards in all, each applied or dropped
+    assert_eq!(num(&cluster, "steps") * 3.0 + num(&cluster, "dropped_gradients"), 132.0, "{cluster}");
+    // a batch given that does not split is refused, naming it
+    all.extend_from_slice(&["--batch", "32"]);
+    let out = finish(spawn(&all), Duration::from_secs(30));
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--batch: 32 does not split evenly into 3 replicas"), "{}", describe(&out));
+}
+
+#[test]
 fn a_killed_worker_with_a_backup_does_not_stop_training_and_without_one_is_named() {
     let (one, _) = train_json(&[]);
     let (cluster, launcher) = train_json(&["--local-cluster", "ps=1,workers=3", "--sync-backup", "1", "--kill", "worker:2@40"]);

@@ -167,6 +167,8 @@ pub struct TrainReport {
     pub train_loss: f64,
     pub steps: usize,
     pub epochs: usize,
+    /// Examples per step (every replica's shard together).
+    pub batch: usize,
     /// Whole run, graph building and evaluation included.
     pub seconds: f64,
     /// Training steps only, divided by the epochs.
@@ -846,6 +848,7 @@ pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
         train_loss,
         steps: steps as usize,
         epochs: cfg.epochs,
+        batch: cfg.batch,
         seconds: start.elapsed().as_secs_f64(),
         seconds_per_epoch: train_seconds / cfg.epochs as f64,
         train_examples: train_set.len(),

@@ -940,6 +940,7 @@ fn finish(
         train_loss,
         steps,
         epochs: cfg.epochs,
+        batch: cfg.batch,
         seconds: start.elapsed().as_secs_f64(),
         seconds_per_epoch: train_seconds / cfg.epochs as f64,
         train_examples: train_set.len(),

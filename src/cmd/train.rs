@@ -45,8 +45,12 @@ pub struct TrainArgs {
     epochs: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    #[arg(long, default_value_t = 32)]
-    batch: usize,
+    /// Examples per step; a synchronous step splits them evenly over its
+    /// replicas. Default 32, rounded up to a multiple of the replicas
+    /// (`--devices N`, or a cluster's workers less its backups: 33 for
+    /// `--local-cluster ps=1,workers=4 --sync-backup 1`).
+    #[arg(long)]
+    batch: Option<usize>,
     /// Adam learning rate.
     #[arg(long, default_value_t = 3e-3)]
     lr: f64,
@@ -201,6 +205,15 @@ pub fn parse_link(s: &str) -> anyhow::Result<EmulatedLink> {
     EmulatedLink::parse(s).map_err(for_cli)
 }
 
+/// `--batch` when it is not given (rounded up by `batch_for`).
+const DEFAULT_BATCH: usize = 32;
+
+/// `--batch` when given; else the default rounded up to a multiple of
+/// `replicas`, so that the defaults train on any number of devices or workers.
+fn batch_for(given: Option<usize>, replicas: usize) -> usize {
+    given.unwrap_or_else(|| DEFAULT_BATCH.div_ceil(replicas.max(1)) * replicas.max(1))
+}
+
 /// Checks the flags that do not depend on the data, with messages naming them.
 fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
     let comm: CommFormat = args.comm.parse().with_context(|| format!("--comm {}", args.comm))?;
@@ -211,11 +224,13 @@ fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
         Placement::Layers => ParallelPlacement::Layers,
         Placement::Replicas => ParallelPlacement::Replicas,
     };
-    if args.devices > 1 && placement == ParallelPlacement::Replicas && args.batch % args.devices != 0 {
+    let replicas = if placement == ParallelPlacement::Replicas { args.devices } else { 1 };
+    let batch = batch_for(args.batch, replicas);
+    if args.devices > 1 && placement == ParallelPlacement::Replicas && batch % args.devices != 0 {
         bail!(
             "--placement replicas splits each batch into {} equal shards, but --batch {} is not a multiple of {}",
             args.devices,
-            args.batch,
+            batch,
             args.devices
         );
     }
@@ -228,7 +243,7 @@ fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
         model,
         epochs: args.epochs,
         seed: args.seed,
-        batch: args.batch,
+        batch,
         learning_rate: args.lr,
         threads: args.threads,
         devices: args.devices,
@@ -262,7 +277,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             sampled: args.sampled,
             carry_state: args.carry_state,
             dynamic: args.dynamic,
-            batch: args.batch,
+            batch: args.batch.unwrap_or(DEFAULT_BATCH),
             epochs: args.epochs,
             lr: args.lr,
             seed: args.seed,
@@ -374,6 +389,7 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
     }
     // a synchronous step splits each batch over the gradients it needs
     cfg.devices = if mode == Mode::Sync { workers - args.sync_backup } else { 1 };
+    cfg.batch = batch_for(args.batch, cfg.devices);
     cfg.placement = ParallelPlacement::Replicas;
     cfg.validate().map_err(for_cli)?;
     let how = ClusterTraining {
