@@ -15,7 +15,6 @@ Usage (from the repository root; needs Debian's python3-simgrid, run with
 import json
 import subprocess
 import sys
-import tempfile
 
 BW = "125000000Bps"  # 1 Gbit/s, as in the example
 
@@ -50,23 +49,12 @@ def platform_xml(case):
 
 def run_simgrid(case_json):
     """Child process: one SimGrid engine per process."""
-    import simgrid
     from simgrid import Actor, Engine, Mailbox
 
+    from maxmin import max_min_engine
+
     case = json.loads(case_json)
-    with tempfile.NamedTemporaryFile("w", suffix=".xml", delete=False) as f:
-        f.write(platform_xml(case))
-        path = f.name
-    e = Engine([
-        "compare",
-        "--cfg=network/model:CM02",
-        "--cfg=network/TCP-gamma:0",
-        "--cfg=network/crosstraffic:0",
-        "--cfg=network/bandwidth-factor:1",
-        "--cfg=network/latency-factor:1",
-        "--log=root.thres:critical",
-    ])
-    e.load_platform(path)
+    e = max_min_engine("compare", platform_xml(case))
     done = {}
 
     def sender(i, size):

@@ -4,7 +4,7 @@
 //! all-reduce, 100 steps, flow-level: < 2 s; and run time against workers.
 //! Issue 14 adds one row per topology for the PS case (fat_tree, clos,
 //! torus2d, hierarchical; 100 steps, so the 1,000-step time is 10x the
-//! row's seconds), PS scaling on every one of them besides star (2 steps,
+//! row's seconds; every one but torus2d with the fat-tree's goal), PS scaling on every one of them besides star (2 steps,
 //! 64 to 4,096 workers; torus2d to 1,024), and the measured
 //! scaling exponent of each (least-squares slope of log seconds against
 //! log workers); and its large-scale goals: 4,096 workers on fat_tree and
@@ -116,7 +116,10 @@ fn timed(case: &str, cfg: &ClusterConfig, goal: &str) -> Result<BenchRecord, Sim
     })
 }
 
-fn ps_config_on(workers: u32, steps: u64, topology: TopologyKind) -> ClusterConfig {
+/// The benchmark's parameter-server case (inception_v3, 17 PS tasks,
+/// synchronous, lognormal stragglers) on `topology`: also what
+/// `examples/simgrid_replay.rs` replays in SimGrid.
+pub fn ps_config_on(workers: u32, steps: u64, topology: TopologyKind) -> ClusterConfig {
     let mut c = ps_config(workers, steps);
     c.network.topology = topology;
     c
@@ -177,11 +180,11 @@ pub fn bench(quick: bool) -> Result<Vec<BenchRecord>, SimError> {
         ("torus2d", TopologyKind::Torus2d),
         ("hierarchical", TopologyKind::Hierarchical),
     ] {
-        out.push(timed(
-            &format!("ps_sync_{topo_steps}_steps_flow_{name}"),
-            &ps_config_on(200, topo_steps, topo),
-            if quick { "" } else { "< 0.2 s" },
-        )?);
+        // torus2d has no goal: its flows finish one by one (about 3,800
+        // distinct instants a step, SimGrid agreeing), and an exact model
+        // recomputes at each (sim/README.md, "Against SimGrid").
+        let goal = if quick || topo == TopologyKind::Torus2d { "" } else { "< 0.2 s" };
+        out.push(timed(&format!("ps_sync_{topo_steps}_steps_flow_{name}"), &ps_config_on(200, topo_steps, topo), goal)?);
     }
     // The same with the PS tasks packed into the first rack or pod
     // (`network.tasks: packed`): ECMP collisions on its uplinks couple

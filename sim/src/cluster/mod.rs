@@ -39,5 +39,13 @@ pub fn simulate(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimErro
     Ok(report)
 }
 
+/// Validates `cfg` and simulates it once with `seed`, recording every flow
+/// it starts: the run's traffic, for a peer simulator to replay on the same
+/// links and routes (`sim/examples/simgrid_replay.rs`).
+pub fn simulate_traffic(cfg: &ClusterConfig, seed: u64) -> Result<(ClusterReport, Vec<crate::network::FlowStart>), SimError> {
+    cfg.validate()?;
+    training::run_logged(cfg, seed, true)
+}
+
 #[cfg(test)]
 mod tests;

@@ -874,3 +874,26 @@ fn the_catalog_inception_workload_reproduces_the_papers_backup_worker_figure() {
     let asynchronous = run("{ async: {} }");
     assert!(t[0] / asynchronous < 1.25, "sync/async {} / {asynchronous}", t[0]);
 }
+
+#[test]
+fn recorded_traffic_is_every_fetch_and_push_of_the_run() {
+    // 100 MB of dense parameters on 2 PS tasks (endpoints 0, 1 of the star)
+    // and 3 workers (2-4); no compute, so a worker pushes when its fetch lands.
+    let cfg = yaml("model: dense_100mb\nworkers: 3\nps: 2\nsteps: 2\nnetwork: { topology: star, link_gbps: 10, latency_us: 5 }\n");
+    let (report, flows) = simulate_traffic(&cfg, 1).unwrap();
+    assert_eq!(flows.len(), 2 * 2 * 3 * 2, "{flows:?}");
+    for (k, phase) in flows.chunks(6).enumerate() {
+        let fetch = k % 2 == 0;
+        let mut pairs: Vec<(usize, usize)> = phase.iter().map(|f| if fetch { (f.src, f.dst) } else { (f.dst, f.src) }).collect();
+        pairs.sort_unstable();
+        assert_eq!(pairs, [(0, 2), (0, 3), (0, 4), (1, 2), (1, 3), (1, 4)], "phase {k}");
+        assert!(phase.iter().all(|f| f.bytes == 50_000_000 && f.at == phase[0].at), "phase {k}: {phase:?}");
+    }
+    assert!(flows.windows(2).all(|w| w[0].at <= w[1].at));
+    assert_eq!(flows.iter().map(|f| f.bytes).sum::<u64>(), report.bytes_moved);
+    // A PS sends 3 x 50 MB through its 1.25 GB/s uplink: 120 ms, and the
+    // last byte arrives 2 hops x 5 us later.
+    assert_eq!(flows[6].at - flows[0].at, crate::SimTime::from_secs_f64(0.120_010));
+    // Not recording: the same run, no log.
+    assert_eq!(training::run_logged(&cfg, 1, false).unwrap(), (report, Vec::new()));
+}

@@ -28,7 +28,7 @@ use crate::comm::collective;
 use crate::comm::ps::PsLayout;
 use crate::error::SimError;
 use crate::event_queue::EventQueue;
-use crate::network::{FlowTag, Network, NetworkModel, Topology};
+use crate::network::{FlowStart, FlowTag, Network, NetworkModel, Topology};
 use crate::rng::point_rng;
 use crate::time::SimTime;
 use flowlab_hw::CommFormat;
@@ -243,14 +243,23 @@ struct Sim<'a> {
 
 /// Runs one configuration (already validated) with `seed`.
 pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimError> {
+    run_logged(cfg, seed, false).map(|(report, _)| report)
+}
+
+/// The same, with every flow the run started when `record` is set.
+pub(crate) fn run_logged(cfg: &ClusterConfig, seed: u64, record: bool) -> Result<(ClusterReport, Vec<FlowStart>), SimError> {
     let topo = Topology::build(&cfg.network.shape(cfg.devices())?, cfg.network.main_link()?)?;
-    let net = Network::new(cfg.network.model, topo);
+    let mut net = Network::new(cfg.network.model, topo);
+    if record {
+        net.fabric_mut().record_flows();
+    }
     let mut rng = point_rng(seed, 0);
     let w = cfg.workload()?;
     let total_workers = cfg.total_workers() as usize;
     let straggler = StragglerModel::new(&cfg.straggler, total_workers, &mut rng);
     if let Some(algo) = cfg.allreduce {
-        return run_allreduce(cfg, w, net, rng, straggler, algo);
+        let report = run_allreduce(cfg, w, &mut net, rng, straggler, algo)?;
+        return Ok((report, net.fabric_mut().take_flow_log()));
     }
     let ps = cfg.ps as usize;
     let layout = w.layout(ps);
@@ -384,7 +393,7 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
     let end = sim.q.now();
     let fabric = sim.net.fabric();
     let eps = sim.w.examples_per_step;
-    Ok(ClusterReport {
+    let report = ClusterReport {
         step_times_s: sim.step_times,
         worker0_phases_s: sim.phases,
         staleness_histogram: sim.staleness,
@@ -402,7 +411,8 @@ pub(crate) fn run(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimEr
         workers: cfg.workers,
         backup_workers: cfg.total_workers() - cfg.workers,
         baseline_step_p50_s: None,
-    })
+    };
+    Ok((report, sim.net.fabric_mut().take_flow_log()))
 }
 
 impl Sim<'_> {
@@ -1046,7 +1056,7 @@ fn no_progress(cfg: &ClusterConfig, tasks: usize) -> SimError {
 fn run_allreduce(
     cfg: &ClusterConfig,
     w: Workload,
-    mut net: Network,
+    net: &mut Network,
     mut rng: ChaCha8Rng,
     mut straggler: StragglerModel,
     algo: collective::AllReduceAlgo,
@@ -1106,9 +1116,9 @@ fn run_allreduce(
             backward = backward.max(start + overhead + SimTime::from_secs_f64(d * w.forward_fraction));
         }
         let end = if w.overlap {
-            collective::run(&mut net, &stages, backward)?.max(ready)
+            collective::run(net, &stages, backward)?.max(ready)
         } else {
-            collective::run(&mut net, &stages, ready)?
+            collective::run(net, &stages, ready)?
         };
         if end > max_t {
             return Err(SimError::BoundExceeded {

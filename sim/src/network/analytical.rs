@@ -47,7 +47,7 @@ impl NetworkModel for AnalyticalNetwork {
         tag: FlowTag,
     ) -> Result<(), SimError> {
         let r = self.fabric.route(src, dst)?;
-        self.fabric.account(r, bytes);
+        self.fabric.account(now, src, dst, r, bytes);
         let drained = if r.len == 0 {
             now
         } else {
@@ -92,6 +92,9 @@ impl NetworkModel for AnalyticalNetwork {
 
     fn fabric(&self) -> &Fabric {
         &self.fabric
+    }
+    fn fabric_mut(&mut self) -> &mut Fabric {
+        &mut self.fabric
     }
 }
 

@@ -1938,8 +1938,8 @@ impl NetworkModel for FlowNetwork {
         tag: FlowTag,
     ) -> Result<(), SimError> {
         let route = self.fabric.route(src, dst)?;
-        self.fabric.account(route, bytes);
         let now = now.max(self.now);
+        self.fabric.account(now, src, dst, route, bytes);
         if route.len == 0 || bytes == 0 {
             self.record_arrival(now + route.latency, tag);
             return Ok(());
@@ -2048,6 +2048,10 @@ impl NetworkModel for FlowNetwork {
 
     fn fabric(&self) -> &Fabric {
         &self.fabric
+    }
+
+    fn fabric_mut(&mut self) -> &mut Fabric {
+        &mut self.fabric
     }
 }
 

@@ -8,7 +8,7 @@ pub mod topology;
 
 pub use analytical::AnalyticalNetwork;
 pub use flow::FlowNetwork;
-pub use model::{Fabric, FlowTag, LinkUsage, NetworkModel};
+pub use model::{Fabric, FlowStart, FlowTag, LinkUsage, NetworkModel};
 pub use topology::{LinkParams, Topology, TopologyShape};
 
 use crate::error::SimError;
@@ -92,6 +92,9 @@ impl NetworkModel for Network {
     }
     fn fabric(&self) -> &Fabric {
         dispatch!(self, n => n.fabric())
+    }
+    fn fabric_mut(&mut self) -> &mut Fabric {
+        dispatch!(self, n => n.fabric_mut())
     }
 }
 

@@ -74,6 +74,9 @@ pub trait NetworkModel {
 
     /// Shared routing and accounting state.
     fn fabric(&self) -> &Fabric;
+
+    /// The same, to change (recording the flows, say).
+    fn fabric_mut(&mut self) -> &mut Fabric;
 }
 
 /// Endpoint counts up to this use the dense route table (at most 16 M
@@ -96,6 +99,18 @@ pub struct Fabric {
     route_cache: HashMap<u64, u32, BuildHasherDefault<PairHasher>>,
     link_bytes: Vec<u64>,
     bytes_moved: u64,
+    /// Every flow started, in order, while recording (`record_flows`).
+    flow_log: Option<Vec<FlowStart>>,
+}
+
+/// One started flow as a peer simulator needs it to replay a run's traffic
+/// (`bench/simgrid/replay.py`): when, between which endpoints, how much.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FlowStart {
+    pub at: SimTime,
+    pub src: usize,
+    pub dst: usize,
+    pub bytes: u64,
 }
 
 /// A cached route: a slice of the arena, its latency and bottleneck.
@@ -122,6 +137,7 @@ impl Fabric {
             route_cache: HashMap::default(),
             link_bytes: vec![0; n],
             bytes_moved: 0,
+            flow_log: None,
         }
     }
 
@@ -183,13 +199,27 @@ impl Fabric {
         &self.route_links[r.start as usize..(r.start + r.len) as usize]
     }
 
-    /// Counts `bytes` on every link of `r`.
-    pub fn account(&mut self, r: Route, bytes: u64) {
+    /// Counts a flow of `bytes` from `src` to `dst` started at `at` on every
+    /// link of its route `r` (and in the flow log, while recording).
+    pub fn account(&mut self, at: SimTime, src: usize, dst: usize, r: Route, bytes: u64) {
+        if let Some(log) = &mut self.flow_log {
+            log.push(FlowStart { at, src, dst, bytes });
+        }
         self.bytes_moved += bytes;
         let (s, e) = (r.start as usize, (r.start + r.len) as usize);
         for &l in &self.route_links[s..e] {
             self.link_bytes[l as usize] += bytes;
         }
+    }
+
+    /// Starts recording every flow started from now on.
+    pub fn record_flows(&mut self) {
+        self.flow_log.get_or_insert_with(Vec::new);
+    }
+
+    /// The flows recorded since `record_flows` (empty if never called).
+    pub fn take_flow_log(&mut self) -> Vec<FlowStart> {
+        self.flow_log.take().unwrap_or_default()
     }
 
     /// Payload bytes of every flow started (counted once per flow).
