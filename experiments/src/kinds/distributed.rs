@@ -13,7 +13,8 @@
 //!   backup: 0             # sync: backup workers among `workers`
 //!   comm: f32             # f32 | f16 | bf16 | int8: format of the tensors between tasks
 //!   link: { gbps: 1, latency_us: 100 }   # optional: emulated between the tasks, and the simulator's link
-//!   batch: 32             # examples per update (split over the needed workers in sync)
+//!   batch: 32             # examples per update (split over the needed workers in sync;
+//!                         #   default 32 rounded up to a multiple of them)
 //!   epochs: 2
 //!   kill: worker:2@20     # optional: stop a task after update 20 (async: a ps task, after global update 20)
 //!   checkpoint_every: 10  # optional: checkpoints (a killed PS restarts from the newest)
@@ -177,8 +178,9 @@ pub(crate) struct DistributedPoint {
     /// plain loopback.
     #[serde(default)]
     link: Option<LinkParams>,
-    #[serde(default = "default_batch")]
-    batch: usize,
+    /// `None`: the default (see `batch()`).
+    #[serde(default)]
+    batch: Option<usize>,
     #[serde(default = "default_epochs")]
     epochs: usize,
     #[serde(default)]
@@ -207,9 +209,8 @@ fn one() -> usize {
 fn default_comm() -> String {
     "f32".into()
 }
-fn default_batch() -> usize {
-    32
-}
+/// The batch when the point gives none, rounded up by `batch()`.
+const DEFAULT_BATCH: usize = 32;
 fn default_epochs() -> usize {
     2
 }
@@ -339,9 +340,16 @@ impl DistributedPoint {
     /// Gradients per update.
     fn needed(&self) -> usize {
         match self.strategy {
-            StrategyName::Sync => self.workers - self.backup,
+            StrategyName::Sync => self.workers.saturating_sub(self.backup),
             StrategyName::Async => 1,
         }
+    }
+
+    /// Examples per update: the point's `batch`, or 32 rounded up to a
+    /// multiple of the gradients an update averages (as `flowlab train`).
+    fn batch(&self) -> usize {
+        let n = self.needed().max(1);
+        self.batch.unwrap_or(DEFAULT_BATCH.div_ceil(n) * n)
     }
 
     fn kill_at(&self) -> Result<Option<(TaskId, usize)>, String> {
@@ -378,14 +386,14 @@ impl DistributedPoint {
             return Err(format!("invalid parameter `epochs`: must be between 1 and {MAX_EPOCHS}, got {}", self.epochs));
         }
         let examples = train_examples()?;
-        if self.batch > examples {
-            return Err(format!("invalid parameter `batch`: at most the {examples} examples the digits set trains on, got {}", self.batch));
+        let batch = self.batch();
+        if batch > examples {
+            return Err(format!("invalid parameter `batch`: at most the {examples} examples the digits set trains on, got {batch}"));
         }
-        if self.batch == 0 || !self.batch.is_multiple_of(self.needed()) {
+        if batch == 0 || !batch.is_multiple_of(self.needed()) {
             return Err(format!(
-                "invalid parameter `batch`: must be a positive multiple of the {} gradients per update, got {}",
+                "invalid parameter `batch`: must be a positive multiple of the {} gradients per update, got {batch}",
                 self.needed(),
-                self.batch
             ));
         }
         if self.calibration_reps == 0 || self.calibration_reps > 1000 {
@@ -413,7 +421,7 @@ impl DistributedPoint {
     fn train_config(&self, seed: u64) -> Result<TrainConfig, String> {
         let mut cfg = TrainConfig::new(self.model_kind()?);
         cfg.epochs = self.epochs;
-        cfg.batch = self.batch;
+        cfg.batch = self.batch();
         cfg.seed = seed;
         cfg.comm = self.comm.parse().map_err(|e| format!("invalid parameter `comm`: {e}"))?;
         Ok(cfg)
@@ -671,7 +679,7 @@ fn predict_inputs(
     let workload = Workload {
         variables: vars.iter().map(|v| v.1 as u64).collect(),
         compute_s,
-        examples_per_step: (p.batch / needed) as u64,
+        examples_per_step: (p.batch() / needed) as u64,
         ps_request_us,
         ps_us_per_mparam,
         ps_transfer_us: ps_message_us,
@@ -747,7 +755,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         _ => data,
     };
     let needed = p.needed();
-    let shard = p.batch / needed;
+    let shard = p.batch() / needed;
     let vars = shard_variables(cfg.model, p.ps);
     let total: usize = vars.iter().map(|v| v.1).sum();
 
@@ -1153,6 +1161,19 @@ mod tests {
         assert!(e.contains("wokers"), "{e}");
     }
 
+    /// Without `batch`, 32 rounded up to the gradients an update averages:
+    /// 3 of 4 workers with a backup take 33 (32 given is refused above).
+    #[test]
+    fn the_default_batch_splits_over_the_gradients_an_update_needs() {
+        let batch = |yaml: &str| serde_saphyr::from_str::<DistributedPoint>(yaml).unwrap().batch();
+        assert_eq!(batch("workers: 4\nbackup: 1"), 33);
+        assert_eq!(batch("workers: 4"), 32);
+        assert_eq!(batch("workers: 4\nstrategy: async"), 32);
+        assert_eq!(batch("workers: 3\nbatch: 30"), 30);
+        assert!(point("workers: 4\nbackup: 1").is_ok());
+        assert!(point("workers: 3").is_ok());
+    }
+
     /// A real cluster (tasks on threads here) against its analytic traffic,
     /// the in-process accuracy, and a prediction with its error.
     #[test]
@@ -1237,7 +1258,7 @@ mod tests {
         ] {
             let p = typed(yaml);
             let cfg = p.train_config(1).unwrap();
-            let step = InProcessStep::new(&p, &cfg, &data, p.batch / p.needed()).unwrap();
+            let step = InProcessStep::new(&p, &cfg, &data, p.batch() / p.needed()).unwrap();
             let (feeds, target) = &step.update;
             let fed: Vec<(&Output, &Tensor)> = feeds.iter().map(|(o, t)| (o, t)).collect();
             let (_, stats) = step.sess.run_traced(&fed, &[], &[target]).unwrap();
@@ -1260,7 +1281,7 @@ mod tests {
         let data = builtin_digits().unwrap();
         let p = typed("workers: 2");
         let cfg = p.train_config(1).unwrap();
-        let shard = p.batch / 2;
+        let shard = p.batch() / 2;
         let step = InProcessStep::new(&p, &cfg, &data, shard).unwrap();
         let (feeds, target) = &step.update;
         // every replica's gradients in storage of their own (the PS
