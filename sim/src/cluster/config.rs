@@ -618,7 +618,8 @@ impl ClusterConfig {
             TopologyKind::Clos | TopologyKind::Hierarchical => 4.0,
         };
         let pairs = if self.allreduce.is_some() { 4.0 * w } else { w * f64::from(self.ps.max(1)) };
-        let per_pair = 24.0 + 2.0 * (300.0 + 32.0 * hops);
+        // bytes and counters, two kept routes (32 each), a flow each way
+        let per_pair = 24.0 + 64.0 + 2.0 * (300.0 + 32.0 * hops);
         let routes = if devices <= 4096.0 { devices * devices * 4.0 } else { 2.0 * pairs * (48.0 + 4.0 * hops) };
         pairs * per_pair + routes + devices * 400.0 + w * 64.0 + links * 250.0
     }

@@ -28,7 +28,7 @@ use crate::comm::collective;
 use crate::comm::ps::PsLayout;
 use crate::error::SimError;
 use crate::event_queue::EventQueue;
-use crate::network::{FlowStart, FlowTag, Network, NetworkModel, Topology};
+use crate::network::{FlowStart, FlowTag, Network, NetworkModel, Route, Topology};
 use crate::rng::point_rng;
 use crate::time::SimTime;
 use flowlab_hw::CommFormat;
@@ -175,11 +175,14 @@ struct Sim<'a> {
     ps_at: Vec<u32>,
     worker_at: Vec<u32>,
     /// Per (worker, PS task), at `w * tasks + k`: sparse elements the
-    /// worker's current step gathers from the task, the bytes it moves
-    /// each way, and the path latency (`SimTime::MAX` until first needed).
+    /// worker's current step gathers from the task and the bytes it moves
+    /// each way.
     sparse: Vec<u64>,
     shard_bytes: Vec<u64>,
-    latency: Vec<SimTime>,
+    /// Per (worker, PS task), the routes of its push (even index) and its
+    /// fetch (odd), looked up once: a hash look-up per flow cost twice
+    /// the rest of a 4,096-worker star step's flow start.
+    routes: Vec<Option<Route>>,
     ps_busy: Vec<SimTime>,
     /// Per PS task, its CPU time per request
     /// (`Workload::ps_request_cpu_us` of what it holds).
@@ -344,7 +347,7 @@ pub(crate) fn run_logged(cfg: &ClusterConfig, seed: u64, record: bool) -> Result
         layout,
         sparse: vec![0; workers.len() * ps],
         shard_bytes: vec![0; workers.len() * ps],
-        latency: vec![SimTime::MAX; workers.len() * ps],
+        routes: vec![None; 2 * workers.len() * ps],
         ps_busy: vec![SimTime::ZERO; ps],
         ps_request,
         ps_push_request,
@@ -418,6 +421,19 @@ pub(crate) fn run_logged(cfg: &ClusterConfig, seed: u64, record: bool) -> Result
 impl Sim<'_> {
     fn ps_endpoint(&self, k: u32) -> usize {
         self.ps_at[k as usize] as usize
+    }
+
+    /// The route of worker `w`'s fetch from PS task `k` (`fetch`) or of its
+    /// push to it, looked up the first time.
+    fn route(&mut self, w: u32, k: u32, fetch: bool) -> Result<Route, SimError> {
+        let i = 2 * (w as usize * self.layout.tasks() + k as usize) + usize::from(fetch);
+        if let Some(r) = self.routes[i] {
+            return Ok(r);
+        }
+        let (src, dst) = if fetch { (self.ps_endpoint(k), self.worker_endpoint(w)) } else { (self.worker_endpoint(w), self.ps_endpoint(k)) };
+        let r = self.net.fabric_mut().route(src, dst)?;
+        self.routes[i] = Some(r);
+        Ok(r)
     }
     fn worker_endpoint(&self, w: u32) -> usize {
         self.worker_at[w as usize] as usize
@@ -518,8 +534,8 @@ impl Sim<'_> {
                     let ready = self.serve(ps, now);
                     let bytes = self.shard_bytes[w as usize * self.layout.tasks() + ps as usize];
                     let tag = self.transfer(Transfer { w, ps, epoch, kind: TransferKind::Fetch, ready, tensor: u32::MAX });
-                    let (src, dst) = (self.ps_endpoint(ps), self.worker_endpoint(w));
-                    self.net.start_flow(now, src, dst, bytes, tag)?;
+                    let route = self.route(w, ps, true)?;
+                    self.net.start_flow_on(now, self.ps_endpoint(ps), self.worker_endpoint(w), route, bytes, tag)?;
                 }
             }
             Ev::FetchReady { w, ps, epoch, held } => {
@@ -549,8 +565,8 @@ impl Sim<'_> {
                 if self.current(w, epoch) {
                     let t = self.push_tensors[i as usize];
                     let tag = self.transfer(Transfer { w, ps: t.task, epoch, kind: TransferKind::Push, ready: now, tensor: i });
-                    let (src, dst) = (self.worker_endpoint(w), self.ps_endpoint(t.task));
-                    self.net.start_flow(now, src, dst, t.bytes, tag)?;
+                    let route = self.route(w, t.task, false)?;
+                    self.net.start_flow_on(now, self.worker_endpoint(w), self.ps_endpoint(t.task), route, t.bytes, tag)?;
                 }
             }
             Ev::PushServed { w, ps, epoch, whole } => {
@@ -806,11 +822,7 @@ impl Sim<'_> {
         let mut pending = 0;
         for k in 0..self.layout.tasks() {
             if self.involved(w, k) {
-                let i = w as usize * tasks + k;
-                if self.latency[i] == SimTime::MAX {
-                    self.latency[i] = self.net.path_latency(self.worker_endpoint(w), self.ps_endpoint(k as u32))?;
-                }
-                let lat = self.latency[i];
+                let lat = self.route(w, k as u32, false)?.latency;
                 self.q.schedule_at(t0 + lat, Ev::FetchArrive { w, ps: k as u32, epoch });
                 pending += 1;
             }
@@ -875,8 +887,8 @@ impl Sim<'_> {
             if self.involved(w, k) {
                 let bytes = self.shard_bytes[w as usize * self.layout.tasks() + k];
                 let tag = self.transfer(Transfer { w, ps: k as u32, epoch, kind: TransferKind::Push, ready: now, tensor: u32::MAX });
-                let (src, dst) = (self.worker_endpoint(w), self.ps_endpoint(k as u32));
-                self.net.start_flow(now, src, dst, bytes, tag)?;
+                let route = self.route(w, k as u32, false)?;
+                self.net.start_flow_on(now, self.worker_endpoint(w), self.ps_endpoint(k as u32), route, bytes, tag)?;
                 pending += 1;
             }
         }

@@ -11,7 +11,7 @@
 //! gap proportional to the bytes), without the fabric's shared links.
 
 use crate::error::SimError;
-use crate::network::model::{Fabric, FlowTag, NetworkModel};
+use crate::network::model::{Fabric, FlowTag, NetworkModel, Route};
 use crate::network::topology::Topology;
 use crate::time::SimTime;
 use std::cmp::Reverse;
@@ -38,15 +38,15 @@ impl AnalyticalNetwork {
 }
 
 impl NetworkModel for AnalyticalNetwork {
-    fn start_flow(
+    fn start_flow_on(
         &mut self,
         now: SimTime,
         src: usize,
         dst: usize,
+        r: Route,
         bytes: u64,
         tag: FlowTag,
     ) -> Result<(), SimError> {
-        let r = self.fabric.route(src, dst)?;
         self.fabric.account(now, src, dst, r, bytes);
         let drained = if r.len == 0 {
             now

@@ -1929,15 +1929,15 @@ fn share_key(residual: f64, n: u32) -> u64 {
 }
 
 impl NetworkModel for FlowNetwork {
-    fn start_flow(
+    fn start_flow_on(
         &mut self,
         now: SimTime,
         src: usize,
         dst: usize,
+        route: Route,
         bytes: u64,
         tag: FlowTag,
     ) -> Result<(), SimError> {
-        let route = self.fabric.route(src, dst)?;
         let now = now.max(self.now);
         self.fabric.account(now, src, dst, route, bytes);
         if route.len == 0 || bytes == 0 {

@@ -8,7 +8,7 @@ pub mod topology;
 
 pub use analytical::AnalyticalNetwork;
 pub use flow::FlowNetwork;
-pub use model::{Fabric, FlowStart, FlowTag, LinkUsage, NetworkModel};
+pub use model::{Fabric, FlowStart, FlowTag, LinkUsage, NetworkModel, Route};
 pub use topology::{LinkParams, Topology, TopologyShape};
 
 use crate::error::SimError;
@@ -68,15 +68,16 @@ macro_rules! dispatch {
 }
 
 impl NetworkModel for Network {
-    fn start_flow(
+    fn start_flow_on(
         &mut self,
         now: SimTime,
         src: usize,
         dst: usize,
+        route: Route,
         bytes: u64,
         tag: FlowTag,
     ) -> Result<(), SimError> {
-        dispatch!(self, n => n.start_flow(now, src, dst, bytes, tag))
+        dispatch!(self, n => n.start_flow_on(now, src, dst, route, bytes, tag))
     }
     fn next_event_time(&mut self) -> Option<SimTime> {
         dispatch!(self, n => n.next_event_time())

@@ -55,6 +55,22 @@ pub trait NetworkModel {
         dst: usize,
         bytes: u64,
         tag: FlowTag,
+    ) -> Result<(), SimError> {
+        let route = self.fabric_mut().route(src, dst)?;
+        self.start_flow_on(now, src, dst, route, bytes, tag)
+    }
+
+    /// The same on `route`, the route from `src` to `dst` already looked up
+    /// (`Fabric::route`): a caller that starts the same pairs' flows step
+    /// after step keeps their routes instead of looking them up each time.
+    fn start_flow_on(
+        &mut self,
+        now: SimTime,
+        src: usize,
+        dst: usize,
+        route: Route,
+        bytes: u64,
+        tag: FlowTag,
     ) -> Result<(), SimError>;
 
     /// The time of the model's next event (a completion or an internal rate
