@@ -8,7 +8,7 @@
 
 use crate::error::SimError;
 use crate::time::SimTime;
-use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};
+use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::visit::EdgeRef;
 use petgraph::Direction;
 use std::collections::{HashMap, VecDeque};
@@ -124,10 +124,64 @@ pub struct Link {
 pub struct Topology {
     name: String,
     graph: DiGraph<NodeKind, u32>,
+    /// The graph's links, out of each node and into it, for routing.
+    outgoing: Adjacency,
+    incoming: Adjacency,
+    /// `route`'s candidate links, kept between calls.
+    candidates: Vec<(u32, NodeIndex)>,
     endpoints: Vec<NodeIndex>,
     links: Vec<Link>,
     dist_cache: HashMap<u32, Vec<u32>>,
     dist_cache_entries: usize,
+}
+
+/// One end of a directed link as seen from a node: the node at the other
+/// end and the link's id.
+#[derive(Debug, Clone, Copy)]
+struct Hop {
+    node: u32,
+    link: u32,
+}
+
+/// Every node's links in one direction, back to back in the order the
+/// links were made (node n's are `hops[at[n]..at[n + 1]]`): routing scans
+/// a switch's links at every hop, and petgraph's per-node lists chase a
+/// pointer per link (`Topology::route` was half of a 4,096-worker Clos
+/// run's first two steps).
+#[derive(Debug)]
+struct Adjacency {
+    at: Vec<u32>,
+    hops: Vec<Hop>,
+}
+
+impl Adjacency {
+    fn build(graph: &DiGraph<NodeKind, u32>, dir: Direction) -> Adjacency {
+        let ends = |e: &petgraph::graph::EdgeReference<'_, u32>| match dir {
+            Direction::Outgoing => (e.source().index(), e.target().index()),
+            Direction::Incoming => (e.target().index(), e.source().index()),
+        };
+        let mut at = vec![0u32; graph.node_count() + 1];
+        for e in graph.edge_references() {
+            at[ends(&e).0 + 1] += 1;
+        }
+        for i in 1..at.len() {
+            at[i] += at[i - 1];
+        }
+        let mut next = at.clone();
+        let mut hops = vec![Hop { node: 0, link: 0 }; graph.edge_count()];
+        // edge_references runs in edge-index order, so each node's hops
+        // stay in that order
+        for e in graph.edge_references() {
+            let (key, other) = ends(&e);
+            hops[next[key] as usize] = Hop { node: other as u32, link: *e.weight() };
+            next[key] += 1;
+        }
+        Adjacency { at, hops }
+    }
+
+    fn of(&self, n: NodeIndex) -> &[Hop] {
+        &self.hops[self.at[n.index()] as usize..self.at[n.index() + 1] as usize]
+    }
 }
 
 /// Bound on cached distance entries (BFS results per destination).
@@ -261,6 +315,9 @@ impl Topology {
         };
         Ok(Topology {
             name: name.to_string(),
+            outgoing: Adjacency::build(&b.graph, Direction::Outgoing),
+            incoming: Adjacency::build(&b.graph, Direction::Incoming),
+            candidates: Vec::new(),
             graph: b.graph,
             endpoints: b.endpoints,
             links: b.links,
@@ -315,7 +372,7 @@ impl Topology {
         let mut path = Vec::with_capacity(dist(s) as usize);
         let mut u = s;
         let mut hop = 0u64;
-        let mut cand: Vec<(EdgeIndex, NodeIndex)> = Vec::new();
+        let mut cand = std::mem::take(&mut self.candidates);
         while u != d {
             cand.clear();
             let du = dist(u);
@@ -323,29 +380,31 @@ impl Topology {
                 // The last hop: only `d` is at distance 0, so the candidates
                 // are the links from `u` into `d`, found among `d`'s few
                 // incoming links rather than a big switch's outgoing ones.
-                for e in self.graph.edges_directed(d, Direction::Incoming) {
-                    if e.source() == u {
-                        cand.push((e.id(), d));
+                for h in self.incoming.of(d) {
+                    if h.node as usize == u.index() {
+                        cand.push((h.link, d));
                     }
                 }
             } else {
-                for e in self.graph.edges_directed(u, Direction::Outgoing) {
-                    let v = e.target();
+                for h in self.outgoing.of(u) {
+                    let v = NodeIndex::new(h.node as usize);
                     // Only switches forward traffic; endpoints other than the
                     // destination are not transit nodes unless the topology is
                     // direct (ring, torus), where endpoints are the routers.
                     if dist(v) != u32::MAX && dist(v) + 1 == du {
-                        cand.push((e.id(), v));
+                        cand.push((h.link, v));
                     }
                 }
             }
-            cand.sort_by_key(|(e, _)| e.index());
+            // in the order the links were made (the adjacency's), as ECMP
+            // has always numbered them
             let pick = (ecmp_hash(src as u64, dst as u64, hop) % cand.len() as u64) as usize;
-            let (e, v) = cand[pick];
-            path.push(self.graph[e]);
+            let (link, v) = cand[pick];
+            path.push(link);
             u = v;
             hop += 1;
         }
+        self.candidates = cand;
         Ok(path)
     }
 
@@ -388,10 +447,11 @@ impl Topology {
             if u != d && !self.forwards(u) {
                 continue;
             }
-            for v in self.graph.neighbors_directed(u, Direction::Outgoing) {
-                if dist[v.index()] == u32::MAX {
-                    dist[v.index()] = dist[u.index()] + 1;
-                    q.push_back(v);
+            for h in self.outgoing.of(u) {
+                let v = h.node as usize;
+                if dist[v] == u32::MAX {
+                    dist[v] = dist[u.index()] + 1;
+                    q.push_back(NodeIndex::new(v));
                 }
             }
         }
@@ -448,6 +508,7 @@ impl Builder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use petgraph::graph::EdgeIndex;
 
     fn l() -> LinkParams {
         LinkParams::from_gbps(10.0, 1.0)
