@@ -226,7 +226,7 @@ fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
     };
     let replicas = if placement == ParallelPlacement::Replicas { args.devices } else { 1 };
     let batch = batch_for(args.batch, replicas);
-    if args.devices > 1 && placement == ParallelPlacement::Replicas && batch % args.devices != 0 {
+    if args.devices > 1 && placement == ParallelPlacement::Replicas && !batch.is_multiple_of(args.devices) {
         bail!(
             "--placement replicas splits each batch into {} equal shards, but --batch {} is not a multiple of {}",
             args.devices,
