@@ -11,13 +11,16 @@
 //! ```
 //!
 //! Arguments: topology (star, fat_tree, clos, torus2d, hierarchical),
-//! workers, steps (default torus2d 200 2). Each flow is printed with the
+//! workers, steps (default torus2d 200 2); or the path of a file holding
+//! one cluster point (the `base:` of a `kind: cluster` experiment, as YAML:
+//! `model`, `workers`, `ps`, `network`, ...) to replay that point's traffic
+//! instead, with `--seed N` (default 1). Each flow is printed with the
 //! instant its last byte left (its arrival less its path latency): SimGrid
 //! runs with zero latency, and the flow model drains a flow independently of
 //! its latency, which only delays the arrival.
 
 use flowlab_sim::bench::ps_config_on;
-use flowlab_sim::cluster::{simulate_traffic, TopologyKind};
+use flowlab_sim::cluster::{simulate_traffic, ClusterConfig, TopologyKind};
 use flowlab_sim::network::{FlowNetwork, FlowStart, NetworkModel, Topology};
 use flowlab_sim::SimError;
 use std::collections::BTreeMap;
@@ -56,22 +59,39 @@ fn replay(topology: Topology, flows: &[FlowStart]) -> Result<(Vec<f64>, u64), Si
 
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let name = args.first().map_or("torus2d", String::as_str);
-    let topology = match name {
-        "star" => TopologyKind::Star,
-        "fat_tree" => TopologyKind::FatTree,
-        "clos" => TopologyKind::Clos,
-        "torus2d" => TopologyKind::Torus2d,
-        "hierarchical" => TopologyKind::Hierarchical,
-        other => return Err(format!("unknown topology `{other}` (star, fat_tree, clos, torus2d, hierarchical)")),
-    };
+    let first = args.first().map_or("torus2d", String::as_str);
     let number = |i: usize, default: u64| -> Result<u64, String> {
         args.get(i).map_or(Ok(default), |s| s.parse().map_err(|_| format!("argument {}: `{s}` is not a count", i + 1)))
     };
-    let workers = u32::try_from(number(1, 200)?).map_err(|_| "too many workers".to_string())?;
-    let steps = number(2, 2)?;
-    let cfg = ps_config_on(workers, steps, topology);
-    let (_, flows) = simulate_traffic(&cfg, 1).map_err(|e| e.to_string())?;
+    let (name, cfg, seed) = if std::path::Path::new(first).is_file() {
+        let text = std::fs::read_to_string(first).map_err(|e| format!("{first}: {e}"))?;
+        let cfg: ClusterConfig = serde_saphyr::from_str(&text).map_err(|e| format!("{first}: {e}"))?;
+        let seed = match args.get(1).map(String::as_str) {
+            Some("--seed") => number(2, 1)?,
+            Some(other) => return Err(format!("after the point's file: `{other}` (expected --seed N)")),
+            None => 1,
+        };
+        let topology = serde_json::to_value(cfg.network.topology).map_err(|e| e.to_string())?;
+        (topology.as_str().unwrap_or("?").to_string(), cfg, seed)
+    } else {
+        let topology = match first {
+            "star" => TopologyKind::Star,
+            "fat_tree" => TopologyKind::FatTree,
+            "clos" => TopologyKind::Clos,
+            "torus2d" => TopologyKind::Torus2d,
+            "hierarchical" => TopologyKind::Hierarchical,
+            other => {
+                return Err(format!("`{other}` is neither a file nor a topology (star, fat_tree, clos, torus2d, hierarchical)"));
+            }
+        };
+        let workers = u32::try_from(number(1, 200)?).map_err(|_| "too many workers".to_string())?;
+        (first.to_string(), ps_config_on(workers, number(2, 2)?, topology), 1)
+    };
+    let (workers, steps) = (cfg.workers, cfg.steps);
+    let (_, flows) = simulate_traffic(&cfg, seed).map_err(|e| e.to_string())?;
+    if flows.is_empty() {
+        return Err("the point started no flow".into());
+    }
     let build = || -> Result<Topology, String> {
         let shape = cfg.network.shape(cfg.devices()).map_err(|e| e.to_string())?;
         Topology::build(&shape, cfg.network.main_link().map_err(|e| e.to_string())?).map_err(|e| e.to_string())
@@ -100,6 +120,7 @@ fn run() -> Result<(), String> {
     instants.dedup();
     let line = serde_json::json!({
         "topology": name,
+        "seed": seed,
         "workers": workers,
         "ps": cfg.ps,
         "steps": steps,
