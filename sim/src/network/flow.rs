@@ -2377,6 +2377,58 @@ mod tests {
     }
 
     #[test]
+    fn a_torus_runs_recorded_traffic_gets_the_brute_force_max_min_at_every_event() {
+        // The traffic a simulated run really starts (`simulate_traffic`: the
+        // benchmark's workload, 26 workers and 6 PS tasks spread over a
+        // 32-endpoint torus, 2 synchronous steps), replayed flow by flow: after every
+        // change, each live flow's rate equals the exact max-min rate of an
+        // independent reference to 1e-12 (relative). On the torus the flows
+        // finish one by one, the case `bench/simgrid/replay.py` holds
+        // against SimGrid.
+        let mut cfg = crate::bench::ps_config_on(26, 2, crate::cluster::TopologyKind::Torus2d);
+        cfg.ps = 6;
+        let (_, flows) = crate::cluster::simulate_traffic(&cfg, 1).unwrap();
+        assert_eq!(flows.len(), 2 * 2 * 26 * 6);
+        let shape = cfg.network.shape(cfg.devices()).unwrap();
+        let link = cfg.network.main_link().unwrap();
+        let topo = Topology::build(&shape, link).unwrap();
+        assert!(topo.links().iter().all(|l| l.params.bytes_per_s == l.params.bytes_per_s.round()));
+        let capacity: Vec<i128> = topo.links().iter().map(|l| l.params.bytes_per_s as i128).collect();
+        let mut net = FlowNetwork::new(Topology::build(&shape, link).unwrap());
+        let mut routes: Vec<Vec<u32>> = Vec::new();
+        let (mut next, mut checks, mut done) = (0, 0, Vec::new());
+        loop {
+            let t = match (flows.get(next).map(|f| f.at), net.next_event_time()) {
+                (None, None) => break,
+                (Some(a), b) => b.map_or(a, |b| a.min(b)),
+                (None, Some(b)) => b,
+            };
+            net.advance(t, &mut done);
+            while next < flows.len() && flows[next].at == t {
+                let f = flows[next];
+                routes.push(net.fabric.topology.route(f.src, f.dst).unwrap());
+                net.start_flow(t, f.src, f.dst, f.bytes, next as FlowTag).unwrap();
+                next += 1;
+            }
+            let live: Vec<FlowTag> = (0..routes.len() as FlowTag).filter(|&t| net.rate_of(t).is_some()).collect();
+            if live.is_empty() {
+                continue;
+            }
+            let live_routes: Vec<Vec<u32>> = live.iter().map(|&t| routes[t as usize].clone()).collect();
+            let want = brute_force_max_min(&capacity, &live_routes);
+            for (i, &tag) in live.iter().enumerate() {
+                let got = net.rate_of(tag).unwrap();
+                assert!((got - want[i]).abs() <= 1e-12 * want[i], "at {t:?} flow {tag}: {got} against {}", want[i]);
+            }
+            checks += 1;
+        }
+        assert_eq!(done.len(), flows.len());
+        // flows finish one by one: far more checks (882) than phases (4)
+        assert!(checks > 500, "{checks}");
+        assert!(net.group_recomputations > 100, "group path taken {} times", net.group_recomputations);
+    }
+
+    #[test]
     fn shares_equal_a_brute_force_max_min_on_fat_trees_with_many_equal_flows() {
         // Parameter-server traffic on a k = 4 fat-tree: three PS endpoints in
         // pod 0, every worker fetching equal shards from each (one to three
