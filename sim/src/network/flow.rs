@@ -2344,6 +2344,24 @@ mod tests {
     /// flow by flow (no groups, no heap, no incremental state): all unfrozen
     /// flows rise together; the links that fill first (least (capacity -
     /// frozen rates) / unfrozen flows) freeze every unfrozen flow on them.
+    /// Checks every live flow's rate (tags index `routes`) against
+    /// `brute_force_max_min` to 1e-12 (relative); returns the live flows
+    /// with their routes and rates, empty when none is live.
+    fn assert_rates_are_brute_force_max_min(net: &mut FlowNetwork, capacity: &[i128], routes: &[Vec<u32>], what: &str) -> Vec<(FlowTag, Vec<u32>, f64)> {
+        let live: Vec<FlowTag> = (0..routes.len() as FlowTag).filter(|&t| net.rate_of(t).is_some()).collect();
+        let live_routes: Vec<Vec<u32>> = live.iter().map(|&t| routes[t as usize].clone()).collect();
+        let want = if live.is_empty() { Vec::new() } else { brute_force_max_min(capacity, &live_routes) };
+        live.iter()
+            .zip(live_routes)
+            .zip(want)
+            .map(|((&tag, route), want)| {
+                let got = net.rate_of(tag).unwrap();
+                assert!((got - want).abs() <= 1e-12 * want, "{what} flow {tag}: {got} against {want}");
+                (tag, route, got)
+            })
+            .collect()
+    }
+
     fn brute_force_max_min(capacity: &[i128], routes: &[Vec<u32>]) -> Vec<f64> {
         let mut rate: Vec<Option<Q>> = vec![None; routes.len()];
         loop {
@@ -2410,17 +2428,9 @@ mod tests {
                 net.start_flow(t, f.src, f.dst, f.bytes, next as FlowTag).unwrap();
                 next += 1;
             }
-            let live: Vec<FlowTag> = (0..routes.len() as FlowTag).filter(|&t| net.rate_of(t).is_some()).collect();
-            if live.is_empty() {
-                continue;
+            if !assert_rates_are_brute_force_max_min(&mut net, &capacity, &routes, &format!("at {t:?}")).is_empty() {
+                checks += 1;
             }
-            let live_routes: Vec<Vec<u32>> = live.iter().map(|&t| routes[t as usize].clone()).collect();
-            let want = brute_force_max_min(&capacity, &live_routes);
-            for (i, &tag) in live.iter().enumerate() {
-                let got = net.rate_of(tag).unwrap();
-                assert!((got - want[i]).abs() <= 1e-12 * want[i], "at {t:?} flow {tag}: {got} against {}", want[i]);
-            }
-            checks += 1;
         }
         assert_eq!(done.len(), flows.len());
         // flows finish one by one: far more checks (882) than phases (4)
@@ -2477,23 +2487,13 @@ mod tests {
                         }
                     }
                 }
-                let live: Vec<FlowTag> = (0..routes.len() as FlowTag).filter(|&t| net.rate_of(t).is_some()).collect();
+                let what = format!("trial {trial} round {round}");
+                let live = assert_rates_are_brute_force_max_min(&mut net, &capacity, &routes, &what);
                 if live.is_empty() {
                     break;
                 }
-                let live_routes: Vec<Vec<u32>> = live.iter().map(|&t| routes[t as usize].clone()).collect();
-                let want = brute_force_max_min(&capacity, &live_routes);
-                for (i, &t) in live.iter().enumerate() {
-                    let got = net.rate_of(t).unwrap();
-                    assert!(
-                        (got - want[i]).abs() <= 1e-12 * want[i],
-                        "trial {trial} round {round} flow {t}: {got} against {}",
-                        want[i]
-                    );
-                }
-                let flows: Vec<(Vec<u32>, f64)> =
-                    live.iter().zip(&live_routes).map(|(&t, r)| (r.clone(), net.rate_of(t).unwrap())).collect();
-                assert_max_min(&topo, &flows, &format!("trial {trial} round {round}"));
+                let flows: Vec<(Vec<u32>, f64)> = live.into_iter().map(|(_, route, rate)| (route, rate)).collect();
+                assert_max_min(&topo, &flows, &what);
                 checks += 1;
                 if let Some(t) = net.next_event_time() {
                     let mut done = Vec::new();
