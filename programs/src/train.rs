@@ -87,13 +87,24 @@ pub struct CheckpointConfig {
     pub resume: bool,
 }
 
+/// Examples per step when none is given.
+pub const DEFAULT_BATCH: usize = 32;
+
+/// [`DEFAULT_BATCH`] rounded up to a multiple of `replicas`, the gradients a
+/// synchronous step averages (each takes an equal shard), so that the
+/// defaults train on any number of devices or workers: 33 for 3.
+pub fn default_batch(replicas: usize) -> usize {
+    let n = replicas.max(1);
+    DEFAULT_BATCH.div_ceil(n) * n
+}
+
 impl TrainConfig {
     pub fn new(model: ModelKind) -> TrainConfig {
         TrainConfig {
             model,
             epochs: 30,
             seed: 1,
-            batch: 32,
+            batch: DEFAULT_BATCH,
             learning_rate: 3e-3,
             threads: 1,
             devices: 1,

@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use flowlab_programs::datasets::{Dataset, load_digits};
 use flowlab_engine::{EmulatedLink, EngineError};
-use flowlab_programs::train::{CheckpointConfig, ModelKind, ParallelPlacement, TrainConfig, train};
+use flowlab_programs::train::{CheckpointConfig, DEFAULT_BATCH, ModelKind, ParallelPlacement, TrainConfig, default_batch, train};
 use flowlab_hw::CommFormat;
 use flowlab_runtime::{ClusterSpec, ClusterTraining, Hooks, Job, MasterOptions, Mode, TaskId, train_on_cluster_with};
 use std::path::PathBuf;
@@ -205,15 +205,6 @@ pub fn parse_link(s: &str) -> anyhow::Result<EmulatedLink> {
     EmulatedLink::parse(s).map_err(for_cli)
 }
 
-/// `--batch` when it is not given (rounded up by `batch_for`).
-const DEFAULT_BATCH: usize = 32;
-
-/// `--batch` when given; else the default rounded up to a multiple of
-/// `replicas`, so that the defaults train on any number of devices or workers.
-fn batch_for(given: Option<usize>, replicas: usize) -> usize {
-    given.unwrap_or_else(|| DEFAULT_BATCH.div_ceil(replicas.max(1)) * replicas.max(1))
-}
-
 /// Checks the flags that do not depend on the data, with messages naming them.
 fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
     let comm: CommFormat = args.comm.parse().with_context(|| format!("--comm {}", args.comm))?;
@@ -225,7 +216,7 @@ fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
         Placement::Replicas => ParallelPlacement::Replicas,
     };
     let replicas = if placement == ParallelPlacement::Replicas { args.devices } else { 1 };
-    let batch = batch_for(args.batch, replicas);
+    let batch = args.batch.unwrap_or_else(|| default_batch(replicas));
     if args.devices > 1 && placement == ParallelPlacement::Replicas && !batch.is_multiple_of(args.devices) {
         bail!(
             "--placement replicas splits each batch into {} equal shards, but --batch {} is not a multiple of {}",
@@ -389,7 +380,7 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
     }
     // a synchronous step splits each batch over the gradients it needs
     cfg.devices = if mode == Mode::Sync { workers - args.sync_backup } else { 1 };
-    cfg.batch = batch_for(args.batch, cfg.devices);
+    cfg.batch = args.batch.unwrap_or_else(|| default_batch(cfg.devices));
     cfg.placement = ParallelPlacement::Replicas;
     cfg.validate().map_err(for_cli)?;
     let how = ClusterTraining {

@@ -209,8 +209,6 @@ fn one() -> usize {
 fn default_comm() -> String {
     "f32".into()
 }
-/// The batch when the point gives none, rounded up by `batch()`.
-const DEFAULT_BATCH: usize = 32;
 fn default_epochs() -> usize {
     2
 }
@@ -348,8 +346,7 @@ impl DistributedPoint {
     /// Examples per update: the point's `batch`, or 32 rounded up to a
     /// multiple of the gradients an update averages (as `flowlab train`).
     fn batch(&self) -> usize {
-        let n = self.needed().max(1);
-        self.batch.unwrap_or(DEFAULT_BATCH.div_ceil(n) * n)
+        self.batch.unwrap_or_else(|| flowlab_programs::train::default_batch(self.needed()))
     }
 
     fn kill_at(&self) -> Result<Option<(TaskId, usize)>, String> {
