@@ -198,3 +198,32 @@ fn pool_gradients_cost_what_the_forward_pool_costs() {
         assert_eq!(g.flops, f.flops, "{grad}");
     }
 }
+
+/// A fused convolution declares the same kind of work and the same matrix
+/// product as the Conv2D it replaces (the simulator rates it by both): in
+/// the CNN's step as a CPU runs it, every `_FusedConv2D*` node against the
+/// unfused graph's Conv2D with the same filter.
+#[test]
+fn fused_convolutions_are_priced_as_the_convolutions_they_replace() {
+    let g = Graph::new();
+    let (feeds, fetches, targets) = cnn_training(&g.scope("cnn")).unwrap();
+    let nodes = g.nodes();
+    let (step, _) = step_graph(&g, &feeds, &fetches, &targets, Some(DeviceType::Cpu)).unwrap();
+    let io = |all: &[flowlab_engine::Node], n: &flowlab_engine::Node| {
+        let t = |x: &flowlab_engine::TensorType| (x.dtype, x.shape.to_shape().unwrap());
+        let ins: Vec<_> = n.inputs.iter().map(|&(p, k)| t(&all[p].outputs[k])).collect();
+        let outs: Vec<_> = n.outputs.iter().map(t).collect();
+        op_cost(&n.op, &n.attrs, &ins, &outs).unwrap()
+    };
+    let mut fused = BTreeMap::new();
+    for f in step.iter().filter(|n| n.op.starts_with("_FusedConv2D")) {
+        let filter = &step[f.inputs[1].0].name;
+        let conv = nodes.iter().find(|n| n.op == "Conv2D" && &nodes[n.inputs[1].0].name == filter).unwrap();
+        let (a, b) = (io(&step, f), io(&nodes, conv));
+        assert_eq!((a.work, a.gemm), (b.work, b.gemm), "{} ({}) against {}", f.name, f.op, conv.name);
+        assert!(a.flops > b.flops, "{}: the fused bias, activation and pool add work", f.name);
+        *fused.entry(f.op.as_str()).or_insert(0) += 1;
+    }
+    // The step's list keeps the chain's first rewrite beside the pooled one.
+    assert_eq!(fused, BTreeMap::from([("_FusedConv2D", 2), ("_FusedConv2DMaxPool", 2)]));
+}

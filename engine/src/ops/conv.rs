@@ -377,8 +377,54 @@ fn copy_attrs(n: &NodeInfo) -> crate::graph::Attrs {
     n.attrs.clone()
 }
 
+/// A convolution as its im2col product: `[N·OH·OW, F] = columns [N·OH·OW,
+/// KH·KW·C] · filter [KH·KW·C, F]` (a fused bias and activation are a few
+/// operations per output beside it).
+fn conv_gemm(c: &super::CostCtx) -> Option<super::Gemm> {
+    let f = c.inputs.get(1)?.1.dims();
+    let out = c.outputs.first()?.1.dims();
+    if f.len() != 4 || out.len() != 4 {
+        return None;
+    }
+    Some(super::Gemm::plain(out[0] * out[1] * out[2], out[3], f[0] * f[1] * f[2]))
+}
+
+/// `_FusedConv2DMaxPool`'s convolution, whose output (before the pool) it
+/// does not return.
+fn conv_pool_gemm(c: &super::CostCtx) -> Option<super::Gemm> {
+    let (x, f) = (&c.inputs.first()?.1, &c.inputs.get(1)?.1);
+    let g = conv_geom(&c.n, x, f).ok()?;
+    Some(super::Gemm::plain(g.batch * g.out_h * g.out_w, g.out_c, g.k_h * g.k_w * g.in_c))
+}
+
+/// The input gradient's product: columns of dX `[N·OH·OW, KH·KW·C] = dY
+/// [N·OH·OW, F] · filterᵀ [F, KH·KW·C]`, scattered back into dX. The
+/// kernel lays its operands out for the product (im2col chunks of at most
+/// 1 MiB), so the plain layout's rates apply.
+fn conv_bp_input_gemm(c: &super::CostCtx) -> Option<super::Gemm> {
+    let f = c.inputs.get(1)?.1.dims();
+    let dy = c.inputs.get(2)?.1.dims();
+    if f.len() != 4 || dy.len() != 4 {
+        return None;
+    }
+    Some(super::Gemm::plain(dy[0] * dy[1] * dy[2], f[0] * f[1] * f[2], dy[3]))
+}
+
+/// The filter gradient's product: `dW [KH·KW·C, F] = columnsᵀ [KH·KW·C,
+/// N·OH·OW] · dY [N·OH·OW, F]`, laid out as for the input gradient.
+fn conv_bp_filter_gemm(c: &super::CostCtx) -> Option<super::Gemm> {
+    let out = c.outputs.first()?.1.dims();
+    let dy = c.inputs.get(2)?.1.dims();
+    if out.len() != 4 || dy.len() != 4 {
+        return None;
+    }
+    Some(super::Gemm::plain(out[0] * out[1] * out[2], out[3], dy[0] * dy[1] * dy[2]))
+}
+
 pub(crate) fn register(r: &mut Registry) {
     r.def("Conv2D", 2, Some(2), infer_conv)
+        .work(super::Work::Conv)
+        .gemm(conv_gemm)
         .flops(|c| {
             // 2 · output elements · (kh · kw · in_c)
             let out = c.outputs.first().map(|(_, s)| s.num_elements()).unwrap_or(0) as f64;
@@ -400,6 +446,8 @@ pub(crate) fn register(r: &mut Registry) {
         2.0 * g * patch as f64
     };
     r.def("_FusedConv2D", 3, Some(3), infer_fused_conv)
+        .work(super::Work::Conv)
+        .gemm(conv_gemm)
         .flops(|c| {
             // The convolution's 2 · outputs · patch, then one add (and one
             // compare) per output.
@@ -426,9 +474,15 @@ pub(crate) fn register(r: &mut Registry) {
             Ok(vec![Some(gx), Some(gf), Some(gb)])
         });
     r.cpu("_FusedConv2D", FLOATS, k_fused_conv);
-    r.def("Conv2DBackpropInput", 3, Some(3), |c| Ok(vec![c.inputs[0].clone()])).flops(conv_bp_flops);
+    r.def("Conv2DBackpropInput", 3, Some(3), |c| Ok(vec![c.inputs[0].clone()]))
+        .flops(conv_bp_flops)
+        .work(super::Work::Conv)
+        .gemm(conv_bp_input_gemm);
     r.cpu("Conv2DBackpropInput", FLOATS, k_conv_bp_input);
-    r.def("Conv2DBackpropFilter", 3, Some(3), |c| Ok(vec![c.inputs[1].clone()])).flops(conv_bp_flops);
+    r.def("Conv2DBackpropFilter", 3, Some(3), |c| Ok(vec![c.inputs[1].clone()]))
+        .flops(conv_bp_flops)
+        .work(super::Work::Conv)
+        .gemm(conv_bp_filter_gemm);
     r.cpu("Conv2DBackpropFilter", FLOATS, k_conv_bp_filter);
 
     let pool_flops = |c: &super::CostCtx| -> f64 {
@@ -461,7 +515,7 @@ pub(crate) fn register(r: &mut Registry) {
     r.cpu("_MaxPoolGradWithWorkspace", FLOATS, k_pool_grad_with_workspace);
     // And such a pool over a fused convolution's output, which nothing else
     // reads: one node, pooling each image while it is in cache.
-    r.def("_FusedConv2DMaxPool", 3, Some(3), infer_fused_conv_pool).flops(|c| {
+    r.def("_FusedConv2DMaxPool", 3, Some(3), infer_fused_conv_pool).work(super::Work::Conv).gemm(conv_pool_gemm).flops(|c| {
         // The fused convolution's (over its own output, which this node
         // does not return), then the pool's visits.
         let (Some((_, xs)), Some((_, fs))) = (c.inputs.first(), c.inputs.get(1)) else { return 0.0 };

@@ -111,8 +111,21 @@ fn matmul_flops(c: &super::CostCtx) -> f64 {
     2.0 * out * k as f64
 }
 
+/// A 2-D product as the GEMM it is, with the operands it reads transposed.
+fn matmul_gemm(c: &super::CostCtx) -> Option<super::Gemm> {
+    let out = c.outputs.first()?.1.dims();
+    let a = c.inputs.first()?.1.dims();
+    if a.len() != 2 || out.len() != 2 {
+        return None;
+    }
+    let flag = |k: &str| c.n.bool_or(k, false).unwrap_or(false);
+    let (ta, tb) = (flag("transpose_a"), flag("transpose_b"));
+    let k = if ta { a[0] } else { a[1] };
+    Some(super::Gemm { transposed: (ta, tb), ..super::Gemm::plain(out[0], out[1], k) })
+}
+
 pub(crate) fn register(r: &mut Registry) {
-    r.def("MatMul", 2, Some(2), |c| infer_matmul(c, false)).flops(matmul_flops).grad(|c| {
+    r.def("MatMul", 2, Some(2), |c| infer_matmul(c, false)).flops(matmul_flops).work(super::Work::Matmul).gemm(matmul_gemm).grad(|c| {
         let (a, b, g) = (&c.inputs[0], &c.inputs[1], &c.grads[0]);
         let (ta, tb) = (c.n.bool_or("transpose_a", false)?, c.n.bool_or("transpose_b", false)?);
         let mm = |x: &Output, y: &Output, p: bool, q: bool| c.g.matmul_ex(x, y, p, q);
@@ -126,7 +139,7 @@ pub(crate) fn register(r: &mut Registry) {
         Ok(vec![Some(ga), Some(gb)])
     });
     r.cpu("MatMul", FLOATS, k_matmul);
-    r.def("BatchMatMul", 2, Some(2), |c| infer_matmul(c, true)).flops(matmul_flops).grad(|c| {
+    r.def("BatchMatMul", 2, Some(2), |c| infer_matmul(c, true)).flops(matmul_flops).work(super::Work::Matmul).grad(|c| {
         let (a, b, g) = (&c.inputs[0], &c.inputs[1], &c.grads[0]);
         let (ta, tb) = (c.n.bool_or("adj_x", false)?, c.n.bool_or("adj_y", false)?);
         let mm = |x: &Output, y: &Output, p: bool, q: bool| c.g.batch_matmul_ex(x, y, p, q);

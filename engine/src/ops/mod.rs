@@ -41,6 +41,46 @@ pub struct OpCost {
     pub flops: f64,
     /// Bytes read from inputs plus bytes written to outputs.
     pub bytes: f64,
+    /// What kind of arithmetic the flops are.
+    pub work: Work,
+    /// The flops as one matrix product, for ops that are one (plus a few
+    /// operations per output).
+    pub gemm: Option<Gemm>,
+}
+
+/// What kind of arithmetic an op does. Cost models rate the kinds
+/// differently (a GEMM reaches a larger share of a device's peak than a
+/// pass over memory), so each op family declares its own beside its flops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Work {
+    /// A few operations per element read or written (the default).
+    #[default]
+    Elementwise,
+    /// Matrix products.
+    Matmul,
+    /// Convolutions, forward and backward, fused or not.
+    Conv,
+    /// Reductions over axes.
+    Reduction,
+}
+
+/// An op's arithmetic as one product `C[m, n] = A[m, k] · B[k, n]`: the
+/// form a systolic array or a table of measured GEMM rates prices.
+/// `transposed` says which of A and B the kernel reads transposed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Gemm {
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub transposed: (bool, bool),
+}
+
+impl Gemm {
+    /// A product read as laid out (neither operand transposed).
+    pub(crate) fn plain(m: usize, n: usize, k: usize) -> Gemm {
+        Gemm { m: m as u64, n: n as u64, k: k as u64, transposed: (false, false) }
+    }
 }
 
 pub(crate) struct CostCtx<'a> {
@@ -96,6 +136,7 @@ impl KernelCtx<'_> {
 pub(crate) type InferFn = fn(&InferCtx) -> Result<Vec<TensorType>>;
 pub(crate) type GradFn = fn(&GradCtx) -> Result<Vec<Option<Output>>>;
 pub(crate) type FlopsFn = fn(&CostCtx) -> f64;
+pub(crate) type GemmFn = fn(&CostCtx) -> Option<Gemm>;
 pub(crate) type KernelFn = fn(&mut KernelCtx) -> Result<Vec<Tensor>>;
 
 /// The definition of one op.
@@ -105,6 +146,10 @@ pub(crate) struct OpDef {
     pub infer: InferFn,
     pub grad: Option<GradFn>,
     pub flops: Option<FlopsFn>,
+    /// The kind of arithmetic its flops are.
+    pub work: Work,
+    /// Its flops as one matrix product (see [`Gemm`]).
+    pub gemm: Option<GemmFn>,
     /// Has state or side effects: never pruned as a duplicate, never constant-folded.
     pub stateful: bool,
     /// Cheap enough to run inline on the thread that made it ready.
@@ -161,6 +206,8 @@ impl Registry {
             infer,
             grad: None,
             flops: None,
+            work: Work::Elementwise,
+            gemm: None,
             stateful: false,
             cheap: false,
             views: false,
@@ -184,6 +231,16 @@ impl OpDef {
     }
     pub fn flops(&mut self, f: FlopsFn) -> &mut Self {
         self.flops = Some(f);
+        self
+    }
+    /// Declares the kind of arithmetic (see [`Work`]).
+    pub fn work(&mut self, w: Work) -> &mut Self {
+        self.work = w;
+        self
+    }
+    /// Declares the op's flops as one matrix product (see [`Gemm`]).
+    pub fn gemm(&mut self, f: GemmFn) -> &mut Self {
+        self.gemm = Some(f);
         self
     }
     pub fn stateful(&mut self) -> &mut Self {
@@ -267,7 +324,7 @@ pub fn op_cost(op: &str, attrs: &Attrs, inputs: &[(DType, Shape)], outputs: &[(D
         Some(f) => f(&ctx),
         None => 0.0,
     };
-    Ok(OpCost { flops, bytes: bytes as f64 })
+    Ok(OpCost { flops, bytes: bytes as f64, work: def.work, gemm: def.gemm.and_then(|f| f(&ctx)) })
 }
 
 /// flops = one per output element (elementwise ops).

@@ -225,6 +225,16 @@ fn grad_cell(c: &GradCtx) -> Result<Vec<Option<Output>>> {
 
 pub(crate) fn register(r: &mut Registry) {
     r.def("LSTMBlockCell", 5, Some(5), infer_cell)
+        // z [B, 4H] = [x, h] [B, I+H] · W [I+H, 4H]; the gate arithmetic
+        // after it is a few operations per output.
+        .gemm(|c| {
+            let w = c.inputs.get(3)?.1.dims();
+            let out = c.outputs.first()?.1.dims();
+            if w.len() != 2 || out.len() != 2 {
+                return None;
+            }
+            Some(super::Gemm::plain(out[0], w[1], w[0]))
+        })
         // The GEMM (2·B·(I+H)·4H) plus about 12 operations per gate element
         // (three sigmoids, two tanhs, the state update).
         .flops(|c| {

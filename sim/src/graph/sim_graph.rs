@@ -7,7 +7,7 @@
 //! (with a warning), since the registry prices concrete shapes.
 
 use crate::error::SimError;
-use flowlab_engine::{AttrValue, DType, DeviceType, Graph, Node, NodeId, Shape, TensorType, op_cost, step_graph};
+use flowlab_engine::{AttrValue, DType, DeviceType, Graph, Node, NodeId, Shape, TensorType, Work, op_cost, step_graph};
 use flowlab_hw::{Dtype, OpClass};
 
 /// The GEMM an op lowers to on a systolic array: (M, N, K).
@@ -152,19 +152,15 @@ fn hw_dtype(d: DType) -> Dtype {
     }
 }
 
-/// The roofline class of an op: GEMMs and convolutions by name (their
-/// efficiencies differ), flop-free ops move data, the rest is elementwise.
-fn op_class(op: &str, flops: f64) -> OpClass {
-    if op.contains("MatMul") {
-        OpClass::Matmul
-    } else if op.starts_with("Conv") || op == "_FusedConv2D" {
-        OpClass::Conv
-    } else if flops == 0.0 {
-        OpClass::DataMovement
-    } else if op.starts_with("Reduce") || matches!(op, "Sum" | "Mean" | "Max" | "Min" | "Prod" | "ArgMax") {
-        OpClass::Reduction
-    } else {
-        OpClass::Elementwise
+/// The roofline class of an op: the kind of work its family declares
+/// beside its flops; an op without arithmetic moves data.
+fn op_class(work: Work, flops: f64) -> OpClass {
+    match work {
+        Work::Matmul => OpClass::Matmul,
+        Work::Conv => OpClass::Conv,
+        _ if flops == 0.0 => OpClass::DataMovement,
+        Work::Reduction => OpClass::Reduction,
+        Work::Elementwise => OpClass::Elementwise,
     }
 }
 
@@ -198,69 +194,6 @@ fn concrete(t: &TensorType) -> (Shape, bool) {
         })
         .collect();
     (Shape::new(dims), exact)
-}
-
-fn gemm_of(n: &Node, ins: &[(DType, Shape)], outs: &[(DType, Shape)]) -> Option<Gemm> {
-    let out = outs.first()?.1.dims();
-    match n.op.as_str() {
-        "MatMul" => {
-            let a = ins.first()?.1.dims();
-            let ta = matches!(n.attrs.get("transpose_a"), Some(AttrValue::Bool(true)));
-            if a.len() != 2 || out.len() != 2 {
-                return None;
-            }
-            let k = if ta { a[0] } else { a[1] };
-            Some((out[0] as u64, out[1] as u64, k as u64))
-        }
-        // The fused bias and activation are a few operations per output.
-        "Conv2D" | "_FusedConv2D" => {
-            let f = ins.get(1)?.1.dims();
-            if f.len() != 4 || out.len() != 4 {
-                return None;
-            }
-            Some(((out[0] * out[1] * out[2]) as u64, out[3] as u64, (f[0] * f[1] * f[2]) as u64))
-        }
-        // z [B, 4H] = [x, h] [B, I+H] x W [I+H, 4H]; the gate arithmetic
-        // after it is a few operations per output.
-        "LSTMBlockCell" => {
-            let w = ins.get(3)?.1.dims();
-            if w.len() != 2 || out.len() != 2 {
-                return None;
-            }
-            Some((out[0] as u64, w[1] as u64, w[0] as u64))
-        }
-        // dX columns [N*OH*OW, KH*KW*C] = dY [N*OH*OW, F] x W^T [F, KH*KW*C].
-        "Conv2DBackpropInput" => {
-            let f = ins.get(1)?.1.dims();
-            let dy = ins.get(2)?.1.dims();
-            if f.len() != 4 || dy.len() != 4 {
-                return None;
-            }
-            Some(((dy[0] * dy[1] * dy[2]) as u64, (f[0] * f[1] * f[2]) as u64, dy[3] as u64))
-        }
-        // dW [KH*KW*C, F] = X columns^T [KH*KW*C, N*OH*OW] x dY [N*OH*OW, F].
-        "Conv2DBackpropFilter" => {
-            let dy = ins.get(2)?.1.dims();
-            if out.len() != 4 || dy.len() != 4 {
-                return None;
-            }
-            Some(((out[0] * out[1] * out[2]) as u64, out[3] as u64, (dy[0] * dy[1] * dy[2]) as u64))
-        }
-        _ => None,
-    }
-}
-
-/// Which operands a MatMul reads transposed. The convolutions' gradients
-/// multiply by transposes too, but over im2col chunks of at most 1 MiB
-/// that the kernel lays out for the product, so they keep the plain rates
-/// (within 3-20% of their measured times, where the transposed grid's
-/// nearest shapes were up to 2x off).
-fn gemm_transposes(n: &Node) -> (bool, bool) {
-    let flag = |k: &str| matches!(n.attrs.get(k), Some(AttrValue::Bool(true)));
-    match n.op.as_str() {
-        "MatMul" => (flag("transpose_a"), flag("transpose_b")),
-        _ => (false, false),
-    }
 }
 
 impl SimGraph {
@@ -338,9 +271,9 @@ impl SimGraph {
                 flops: c.flops,
                 bytes: c.bytes,
                 dtype,
-                class: op_class(&node.op, c.flops),
-                gemm: gemm_of(node, &ins, &outs),
-                gemm_transposed: gemm_transposes(node),
+                class: op_class(c.work, c.flops),
+                gemm: c.gemm.map(|g| (g.m, g.n, g.k)),
+                gemm_transposed: c.gemm.map_or((false, false), |g| g.transposed),
             });
             inputs.push(in_slots);
             control_inputs.push(node.control_inputs.iter().map(|&c| c as u32).collect());

@@ -540,3 +540,32 @@ fn op_time_by_class_splits_each_devices_busy_time_by_what_its_ops_are() {
         assert!((sum - d.busy_seconds).abs() < 1e-12, "{}: {sum} vs busy {}", d.name, d.busy_seconds);
     }
 }
+
+#[test]
+fn fusing_a_convolution_keeps_its_work_priced_as_a_convolution() {
+    // The engine runs the CNN's conv -> bias -> relu -> pool chains on a CPU
+    // as single `_FusedConv2DMaxPool` nodes. Fusion only saves passes over
+    // memory, so the fused step's convolution time can only grow (it takes
+    // the bias, relu and pool in) and the step can only shrink or stay. The
+    // unfused step is the reference; before the convolutions' work was
+    // declared with their op families, the pooled fusion was priced as
+    // elementwise work: 82 ms instead of 6 ms on this host's measured rates.
+    let m = crate::zoo::build("cnn", 32).unwrap();
+    let cl = VirtualCluster::parse("1xcpu").unwrap();
+    let step = m.step();
+    let run = |fuse: Option<flowlab_engine::DeviceType>| {
+        let g = SimGraph::for_step(&m.graph, &step, fuse).unwrap();
+        let ops = g.ops.clone();
+        let sim = GraphSimulator::from_sim_graph(g, &cl, &SimOptions::default()).unwrap();
+        let r = sim.simulate_indices(&vec![0u16; sim.graph().len()]).unwrap();
+        (ops, r)
+    };
+    let (plain_ops, plain) = run(None);
+    let (fused_ops, fused) = run(Some(flowlab_engine::DeviceType::Cpu));
+    assert!(!plain_ops.iter().any(|o| o.starts_with("_Fused")), "{plain_ops:?}");
+    assert_eq!(fused_ops.iter().filter(|o| *o == "_FusedConv2DMaxPool").count(), 2, "{fused_ops:?}");
+    let conv = |r: &GraphSimReport| r.devices[0].op_seconds_by_class.get("conv").copied().unwrap_or(0.0);
+    assert!(conv(&fused) >= conv(&plain), "fused conv {} s < unfused {} s", conv(&fused), conv(&plain));
+    assert!(fused.step_seconds <= plain.step_seconds, "fused step {} s > unfused {} s", fused.step_seconds, plain.step_seconds);
+    assert!(fused.step_seconds >= 0.8 * plain.step_seconds, "fused step {} s < 0.8 x unfused {} s", fused.step_seconds, plain.step_seconds);
+}
