@@ -60,3 +60,39 @@ fn simulator_placements_run_in_the_engine_with_single_device_numbers() {
         }
     }
 }
+
+/// The simulator replays the step the engine runs for each placement: the
+/// same cross-device transfers and bytes, counted by the engine, also where
+/// a placement puts a max pool and its gradient on two devices. The engine
+/// fuses each device's part of a step on its own, so those two cannot share
+/// a workspace: the gradient reads the pool's input and output (1.6 MB
+/// for the second pool of a batch-32 CNN) where the one-device step sends
+/// nothing or the 0.1 MB workspace. Round robin splits a pair here.
+#[test]
+fn simulated_transfers_are_the_engines_where_a_pool_and_its_gradient_are_apart() {
+    use flowlab_sim::graph::{GraphSimulator, SimOptions};
+    let m = zoo::build("cnn", BATCH).expect("zoo cnn");
+    let init = m.graph.global_variables_initializer().expect("initializer");
+    let cluster = VirtualCluster::parse("2xcpu").expect("two CPUs");
+    let sim = GraphSimulator::new(&m.graph, &cluster, &SimOptions { step: Some(m.step()), ..Default::default() }).expect("simulator");
+    let mut split = 0;
+    for placer in ["round_robin", "tf_greedy", "m_etf", "m_sct"] {
+        let mut placer_opts = PlacerOptions::new(cluster.clone());
+        placer_opts.sim.step = Some(m.step());
+        let placement = place_timed(placer, &m.graph, &placer_opts).expect(placer).placement;
+        let opts = SessionOptions { threads: 1, devices: DeviceSet::local_cpus(2), placement: Some(placement.clone()), ..Default::default() };
+        let sess = Session::with_options(&m.graph, opts).expect("the engine accepts the placement");
+        sess.run(&[], &[], &[&init]).expect("initializers run");
+        let mut values = feeds(&m);
+        let image: Vec<usize> = m.inputs[0].shape().dims().iter().map(|d| d.expect("zoo inputs are fully shaped")).collect();
+        values[0] = Tensor::from_vec(values[0].as_slice::<f32>().expect("f32 input").to_vec(), image).expect("image batch");
+        let pairs: Vec<_> = m.inputs.iter().zip(&values).collect();
+        let (_, stats) = sess.run_traced(&pairs, &[&m.loss], &[&m.train_op]).expect("a training step runs");
+        let engine = (stats.transfers.len(), stats.transfers.iter().map(|t| t.bytes).sum::<u64>());
+        let r = sim.simulate(&placement).expect("the placement simulates");
+        assert_eq!((r.transfers, r.transfer_bytes), engine, "{placer}: simulated (transfers, bytes) against the engine's");
+        // A pool's gradient that did not read a workspace: its pool was elsewhere.
+        split += usize::from(stats.nodes.iter().any(|n| n.op == "MaxPoolGrad" || n.op == "_FusedMaxPoolGrad"));
+    }
+    assert!(split > 0, "no placement put a pool and its gradient on two devices");
+}

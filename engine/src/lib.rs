@@ -42,7 +42,7 @@ pub use ops::queue::QueueHandle;
 pub use ops::rnn::LstmCellOutputs;
 pub use ops::{Gemm, OpCost, Work, op_cost, op_names};
 pub use runtime::{DefaultPlacer, MAX_THREADS, Partition, PartitionOptions, Placement, Placer, Session, SessionOptions, Transfer};
-pub use runtime::{partition, partition_with, step_graph, step_nodes};
+pub use runtime::{partition, partition_with, placed_step_graph, step_graph, step_nodes};
 pub use tensor::{CpuStorage, DType, DeviceType, Element, PartialShape, Shape, Storage, Tensor, TensorType};
 pub use train::Optimizer;
 pub use train::{checkpoint, replicate};

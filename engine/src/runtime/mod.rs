@@ -47,8 +47,36 @@ pub fn step_graph(
     targets: &[NodeId],
     fuse_for: Option<DeviceType>,
 ) -> Result<(Vec<Node>, Vec<bool>)> {
+    fused_step(graph.nodes(), feeds, fetches, targets, fuse_for)
+}
+
+/// [`step_graph`] for a step run on `placement`: a multi-device session
+/// fuses each device's partition on its own, so a chain is fused, and a
+/// pool paired with its gradient through a workspace, only where all of it
+/// runs on one device.
+pub fn placed_step_graph(
+    graph: &Graph,
+    feeds: &[(NodeId, usize)],
+    fetches: &[(NodeId, usize)],
+    targets: &[NodeId],
+    fuse_for: Option<DeviceType>,
+    placement: &Placement,
+) -> Result<(Vec<Node>, Vec<bool>)> {
+    let mut nodes = graph.nodes();
+    for (n, d) in nodes.iter_mut().zip(placement.devices()) {
+        n.device = d.to_string();
+    }
+    fused_step(nodes, feeds, fetches, targets, fuse_for)
+}
+
+fn fused_step(
+    nodes: Vec<Node>,
+    feeds: &[(NodeId, usize)],
+    fetches: &[(NodeId, usize)],
+    targets: &[NodeId],
+    fuse_for: Option<DeviceType>,
+) -> Result<(Vec<Node>, Vec<bool>)> {
     let feed_index: HashMap<(NodeId, usize), usize> = feeds.iter().enumerate().map(|(i, &f)| (f, i)).collect();
-    let nodes = graph.nodes();
     let mut needed = executor::needed_nodes(&nodes, &feed_index, fetches, targets)?;
     let fused = fuse_for.and_then(|d| fusion::fuse_step(&nodes, &mut needed, fetches, |n, i| feed_index.contains_key(&(n, i)), d));
     Ok((fused.unwrap_or(nodes), needed))

@@ -7,7 +7,7 @@
 //! (with a warning), since the registry prices concrete shapes.
 
 use crate::error::SimError;
-use flowlab_engine::{AttrValue, DType, DeviceType, Graph, Node, NodeId, Shape, TensorType, Work, op_cost, step_graph};
+use flowlab_engine::{AttrValue, DType, DeviceType, Graph, Node, NodeId, Placement, Shape, TensorType, Work, op_cost, placed_step_graph, step_graph};
 use flowlab_hw::{Dtype, OpClass};
 
 /// The GEMM an op lowers to on a systolic array: (M, N, K).
@@ -322,11 +322,21 @@ impl SimGraph {
     /// `fuse_for` is the engine device type whose fusions the step gets
     /// (`None`: none, as on a device the engine has no kernels for).
     pub fn for_step(graph: &Graph, step: &StepSpec, fuse_for: Option<DeviceType>) -> Result<SimGraph, SimError> {
+        SimGraph::for_placed_step(graph, step, fuse_for, None)
+    }
+
+    /// [`SimGraph::for_step`] with the fusions the engine makes when the
+    /// step runs on `placement` (each device's part fused on its own), or,
+    /// without one, as if every node ran on one device.
+    pub(crate) fn for_placed_step(graph: &Graph, step: &StepSpec, fuse_for: Option<DeviceType>, placement: Option<&Placement>) -> Result<SimGraph, SimError> {
         // `nodes` as built (for following edges to the nodes left out),
         // `run` with the engine's fusions (what is kept and priced).
         let nodes = graph.nodes();
-        let (run, mut keep) = step_graph(graph, &step.feeds, &step.fetches, &step.targets, fuse_for)
-            .map_err(|e| SimError::Graph { node: String::new(), detail: format!("the step's fetches and targets: {e}") })?;
+        let (run, mut keep) = match placement {
+            None => step_graph(graph, &step.feeds, &step.fetches, &step.targets, fuse_for),
+            Some(p) => placed_step_graph(graph, &step.feeds, &step.fetches, &step.targets, fuse_for, p),
+        }
+        .map_err(|e| SimError::Graph { node: String::new(), detail: format!("the step's fetches and targets: {e}") })?;
         let engine_runs = keep.clone();
         for &(p, _) in &step.feeds {
             if p < nodes.len() {
@@ -423,6 +433,18 @@ impl SimGraph {
     }
 
     /// Number of nodes.
+    /// (pool, gradient) pairs sharing a workspace: each
+    /// `_MaxPoolGradWithWorkspace` and the node whose second output it reads.
+    pub(crate) fn workspace_pairs(&self) -> Vec<(u32, u32)> {
+        (0..self.len())
+            .filter(|&i| self.runs[i] && self.ops[i] == "_MaxPoolGradWithWorkspace")
+            .filter_map(|i| {
+                let slot = *self.inputs.get(i).first()?;
+                Some((self.slot_node[slot as usize], i as u32))
+            })
+            .collect()
+    }
+
     pub fn len(&self) -> usize {
         self.names.len()
     }

@@ -31,6 +31,7 @@ use flowlab_hw::{Profile, TransferCompute};
 use std::collections::BTreeMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 /// What the simulator needs besides the graph and the cluster.
 #[derive(Debug, Clone, Default)]
@@ -95,6 +96,27 @@ pub struct GraphSimulator {
     shares: Vec<f64>,
     /// Whether any kernel slows down beside another (processor sharing on).
     contended: bool,
+    /// Pools that the fused step pairs with their gradients, for
+    /// placements that split a pair (absent when the step has none).
+    split_pools: Option<SplitPools>,
+}
+
+/// The engine fuses each device's part of a step on its own, so a pool and
+/// its gradient share a workspace only on one device; on two, the gradient
+/// reads the pool's input and output instead (1.6 MB crossing for the
+/// CNN's second pool at batch 32, where the workspace is 0.1 MB). The
+/// step is fused once for placers to place, as if on one device; a
+/// placement that splits a pair is replayed on the step the engine runs
+/// for it, prepared once per set of split pairs (the fusions of the rest
+/// follow their fused node, so the set decides the whole step).
+struct SplitPools {
+    /// (pool, gradient) node indices.
+    pairs: Vec<(u32, u32)>,
+    graph: Graph,
+    step: StepSpec,
+    fuse_for: flowlab_engine::DeviceType,
+    opts: SimOptions,
+    steps: Mutex<HashMap<Vec<bool>, Arc<GraphSimulator>>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -172,11 +194,44 @@ const CLOCK_RANGE_PS: f64 = (1u64 << 62) as f64;
 impl GraphSimulator {
     /// Prepares `graph` for `cluster` (node costs per device, wire sizes).
     pub fn new(graph: &Graph, cluster: &VirtualCluster, opts: &SimOptions) -> Result<GraphSimulator, SimError> {
-        let g = match &opts.step {
-            Some(step) => SimGraph::for_step(graph, step, fusing_device(cluster))?,
-            None => SimGraph::new(graph)?,
+        let Some(step) = &opts.step else {
+            return GraphSimulator::from_sim_graph(SimGraph::new(graph)?, cluster, opts);
         };
-        GraphSimulator::from_sim_graph(g, cluster, opts)
+        let fuse_for = fusing_device(cluster);
+        let mut sim = GraphSimulator::from_sim_graph(SimGraph::for_step(graph, step, fuse_for)?, cluster, opts)?;
+        let pairs = sim.graph.workspace_pairs();
+        if let (Some(fuse_for), false) = (fuse_for, pairs.is_empty()) {
+            sim.split_pools =
+                Some(SplitPools { pairs, graph: graph.clone(), step: step.clone(), fuse_for, opts: opts.clone(), steps: Mutex::new(HashMap::new()) });
+        }
+        Ok(sim)
+    }
+
+    /// The step the engine runs for `dev` and the devices of its nodes,
+    /// where `dev` splits a pool from its gradient (see [`SplitPools`]);
+    /// `None` where this simulator's step is that step.
+    fn split_step(&self, dev: &[u16]) -> Result<Option<(Arc<GraphSimulator>, Vec<u16>)>, SimError> {
+        let Some(sp) = &self.split_pools else { return Ok(None) };
+        if dev.len() != self.graph.len() {
+            return Ok(None);
+        }
+        let split: Vec<bool> = sp.pairs.iter().map(|&(p, g)| dev[p as usize] != dev[g as usize]).collect();
+        if !split.contains(&true) {
+            return Ok(None);
+        }
+        let placement = self.placement_of(dev);
+        let cached = sp.steps.lock().unwrap_or_else(|e| e.into_inner()).get(&split).cloned();
+        let sim = match cached {
+            Some(sim) => sim,
+            None => {
+                let g = SimGraph::for_placed_step(&sp.graph, &sp.step, Some(sp.fuse_for), Some(&placement))?;
+                let sim = Arc::new(GraphSimulator::from_sim_graph(g, &self.cluster, &sp.opts)?);
+                sp.steps.lock().unwrap_or_else(|e| e.into_inner()).insert(split, sim.clone());
+                sim
+            }
+        };
+        let dev = sim.device_indices(&placement)?;
+        Ok(Some((sim, dev)))
     }
 
     pub fn from_sim_graph(graph: SimGraph, cluster: &VirtualCluster, opts: &SimOptions) -> Result<GraphSimulator, SimError> {
@@ -377,6 +432,7 @@ impl GraphSimulator {
             contended: !opts.host_contention.is_empty() || shares.iter().any(|&s| s < 1.0),
             contention: opts.host_contention.clone(),
             shares,
+            split_pools: None,
         };
         sim.check_clock_range()?;
         Ok(sim)
@@ -562,6 +618,9 @@ impl GraphSimulator {
 
     /// Like [`GraphSimulator::simulate`], with one device index per node.
     pub fn simulate_indices(&self, dev: &[u16]) -> Result<GraphSimReport, SimError> {
+        if let Some((sim, dev)) = self.split_step(dev)? {
+            return sim.simulate_indices(&dev);
+        }
         let t = self.run(dev)?;
         Ok(self.report(dev, &t))
     }
@@ -572,6 +631,9 @@ impl GraphSimulator {
     /// and a real step part ways.
     pub fn schedule(&self, placement: &Placement) -> Result<Vec<(String, usize, f64, f64)>, SimError> {
         let dev = self.device_indices(placement)?;
+        if let Some((sim, _)) = self.split_step(&dev)? {
+            return sim.schedule(placement);
+        }
         let t = self.run(&dev)?;
         let mut out: Vec<_> = (0..self.graph.len())
             .map(|i| (self.graph.names[i].clone(), dev[i] as usize, SimTime(t.start[i]).as_secs_f64(), SimTime(t.finish[i]).as_secs_f64()))
@@ -583,6 +645,9 @@ impl GraphSimulator {
     /// Step time and whether memory fits, without building a report (what
     /// placers call in their inner loops).
     pub(crate) fn step_time(&self, dev: &[u16]) -> Result<(SimTime, bool), SimError> {
+        if let Some((sim, dev)) = self.split_step(dev)? {
+            return sim.step_time(&dev);
+        }
         let t = self.run(dev)?;
         let fits = t.peak_mem.iter().zip(self.cluster.devices()).all(|(&p, d)| p as f64 <= d.capacity_bytes);
         Ok((t.step, fits))
