@@ -67,7 +67,10 @@ fn simulator_placements_run_in_the_engine_with_single_device_numbers() {
 /// fuses each device's part of a step on its own, so those two cannot share
 /// a workspace: the gradient reads the pool's input and output (1.6 MB
 /// for the second pool of a batch-32 CNN) where the one-device step sends
-/// nothing or the 0.1 MB workspace. Round robin splits a pair here.
+/// nothing or the 0.1 MB workspace. Likewise a chain (Conv2D, BiasAdd,
+/// Relu, pool) runs as one node only on one device. Placements of the step
+/// (as the validate kind makes them) and of the whole graph (initializers
+/// included, which may split any chain); round robin splits pools here.
 #[test]
 fn simulated_transfers_are_the_engines_where_a_pool_and_its_gradient_are_apart() {
     use flowlab_sim::graph::{GraphSimulator, SimOptions};
@@ -76,9 +79,9 @@ fn simulated_transfers_are_the_engines_where_a_pool_and_its_gradient_are_apart()
     let cluster = VirtualCluster::parse("2xcpu").expect("two CPUs");
     let sim = GraphSimulator::new(&m.graph, &cluster, &SimOptions { step: Some(m.step()), ..Default::default() }).expect("simulator");
     let mut split = 0;
-    for placer in ["round_robin", "tf_greedy", "m_etf", "m_sct"] {
+    for (placer, of_step) in ["round_robin", "tf_greedy", "m_etf", "m_sct"].into_iter().flat_map(|p| [(p, true), (p, false)]) {
         let mut placer_opts = PlacerOptions::new(cluster.clone());
-        placer_opts.sim.step = Some(m.step());
+        placer_opts.sim.step = of_step.then(|| m.step());
         let placement = place_timed(placer, &m.graph, &placer_opts).expect(placer).placement;
         let opts = SessionOptions { threads: 1, devices: DeviceSet::local_cpus(2), placement: Some(placement.clone()), ..Default::default() };
         let sess = Session::with_options(&m.graph, opts).expect("the engine accepts the placement");
@@ -90,7 +93,7 @@ fn simulated_transfers_are_the_engines_where_a_pool_and_its_gradient_are_apart()
         let (_, stats) = sess.run_traced(&pairs, &[&m.loss], &[&m.train_op]).expect("a training step runs");
         let engine = (stats.transfers.len(), stats.transfers.iter().map(|t| t.bytes).sum::<u64>());
         let r = sim.simulate(&placement).expect("the placement simulates");
-        assert_eq!((r.transfers, r.transfer_bytes), engine, "{placer}: simulated (transfers, bytes) against the engine's");
+        assert_eq!((r.transfers, r.transfer_bytes), engine, "{placer} (placing the step: {of_step}): simulated (transfers, bytes) against the engine's");
         // A pool's gradient that did not read a workspace: its pool was elsewhere.
         split += usize::from(stats.nodes.iter().any(|n| n.op == "MaxPoolGrad" || n.op == "_FusedMaxPoolGrad"));
     }

@@ -433,6 +433,14 @@ impl SimGraph {
     }
 
     /// Number of nodes.
+    /// (full-graph id, op) of every node the step runs.
+    pub(crate) fn full_ops(&self) -> Vec<(usize, String)> {
+        (0..self.len())
+            .filter(|&i| self.runs[i])
+            .map(|i| (self.step.as_ref().map_or(i, |s| s.full_id[i] as usize), self.ops[i].clone()))
+            .collect()
+    }
+
     /// (pool, gradient) pairs sharing a workspace: each
     /// `_MaxPoolGradWithWorkspace` and the node whose second output it reads.
     pub(crate) fn workspace_pairs(&self) -> Vec<(u32, u32)> {

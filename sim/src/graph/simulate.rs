@@ -96,27 +96,42 @@ pub struct GraphSimulator {
     shares: Vec<f64>,
     /// Whether any kernel slows down beside another (processor sharing on).
     contended: bool,
-    /// Pools that the fused step pairs with their gradients, for
-    /// placements that split a pair (absent when the step has none).
-    split_pools: Option<SplitPools>,
+    /// What the step's fusions depend on, where it has any (see
+    /// [`PlacedFusions`]).
+    fusions: Option<PlacedFusions>,
 }
 
-/// The engine fuses each device's part of a step on its own, so a pool and
-/// its gradient share a workspace only on one device; on two, the gradient
-/// reads the pool's input and output instead (1.6 MB crossing for the
-/// CNN's second pool at batch 32, where the workspace is 0.1 MB). The
-/// step is fused once for placers to place, as if on one device; a
-/// placement that splits a pair is replayed on the step the engine runs
-/// for it, prepared once per set of split pairs (the fusions of the rest
-/// follow their fused node, so the set decides the whole step).
-struct SplitPools {
+/// The engine fuses each device's part of a step on its own: a chain
+/// (Conv2D, BiasAdd, Relu, a max pool) is one node only where all of it
+/// runs on one device, and a pool hands its gradient a workspace only on
+/// the gradient's device; on two, the gradient reads the pool's input and
+/// output instead (1.6 MB crossing for the CNN's second pool at batch 32,
+/// where the workspace is 0.1 MB). The simulated step is fused once, as if
+/// on one device, for placers to place its nodes; the nodes folded into a
+/// fused one follow it when a placement is expanded, so of the placements
+/// placers make only those that split a pool from its gradient run another
+/// step. Those are replayed on the step the engine runs for them, prepared
+/// once per set of split pairs. A placement of the whole graph (which may
+/// split any chain) is checked against the engine's fusions for it.
+struct PlacedFusions {
     /// (pool, gradient) node indices.
     pairs: Vec<(u32, u32)>,
+    /// (full-graph id, op) of every node the step fused as if on one device runs.
+    fused: Vec<(usize, String)>,
     graph: Graph,
     step: StepSpec,
     fuse_for: flowlab_engine::DeviceType,
     opts: SimOptions,
     steps: Mutex<HashMap<Vec<bool>, Arc<GraphSimulator>>>,
+}
+
+impl PlacedFusions {
+    /// The engine's step for `placement`, and the ops it runs.
+    fn placed(&self, placement: &Placement) -> Result<(SimGraph, Vec<(usize, String)>), SimError> {
+        let g = SimGraph::for_placed_step(&self.graph, &self.step, Some(self.fuse_for), Some(placement))?;
+        let ops = g.full_ops();
+        Ok((g, ops))
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -199,39 +214,62 @@ impl GraphSimulator {
         };
         let fuse_for = fusing_device(cluster);
         let mut sim = GraphSimulator::from_sim_graph(SimGraph::for_step(graph, step, fuse_for)?, cluster, opts)?;
-        let pairs = sim.graph.workspace_pairs();
-        if let (Some(fuse_for), false) = (fuse_for, pairs.is_empty()) {
-            sim.split_pools =
-                Some(SplitPools { pairs, graph: graph.clone(), step: step.clone(), fuse_for, opts: opts.clone(), steps: Mutex::new(HashMap::new()) });
+        let fused = sim.graph.full_ops();
+        if let Some(fuse_for) = fuse_for
+            && fused.iter().any(|(_, op)| op.starts_with('_'))
+        {
+            let pairs = sim.graph.workspace_pairs();
+            sim.fusions = Some(PlacedFusions {
+                pairs,
+                fused,
+                graph: graph.clone(),
+                step: step.clone(),
+                fuse_for,
+                opts: opts.clone(),
+                steps: Mutex::new(HashMap::new()),
+            });
         }
         Ok(sim)
     }
 
     /// The step the engine runs for `dev` and the devices of its nodes,
-    /// where `dev` splits a pool from its gradient (see [`SplitPools`]);
+    /// where `dev` splits a pool from its gradient (see [`PlacedFusions`]);
     /// `None` where this simulator's step is that step.
     fn split_step(&self, dev: &[u16]) -> Result<Option<(Arc<GraphSimulator>, Vec<u16>)>, SimError> {
-        let Some(sp) = &self.split_pools else { return Ok(None) };
+        let Some(f) = &self.fusions else { return Ok(None) };
         if dev.len() != self.graph.len() {
             return Ok(None);
         }
-        let split: Vec<bool> = sp.pairs.iter().map(|&(p, g)| dev[p as usize] != dev[g as usize]).collect();
+        let split: Vec<bool> = f.pairs.iter().map(|&(p, g)| dev[p as usize] != dev[g as usize]).collect();
         if !split.contains(&true) {
             return Ok(None);
         }
         let placement = self.placement_of(dev);
-        let cached = sp.steps.lock().unwrap_or_else(|e| e.into_inner()).get(&split).cloned();
+        let cached = f.steps.lock().unwrap_or_else(|e| e.into_inner()).get(&split).cloned();
         let sim = match cached {
             Some(sim) => sim,
             None => {
-                let g = SimGraph::for_placed_step(&sp.graph, &sp.step, Some(sp.fuse_for), Some(&placement))?;
-                let sim = Arc::new(GraphSimulator::from_sim_graph(g, &self.cluster, &sp.opts)?);
-                sp.steps.lock().unwrap_or_else(|e| e.into_inner()).insert(split, sim.clone());
+                let sim = Arc::new(GraphSimulator::from_sim_graph(f.placed(&placement)?.0, &self.cluster, &f.opts)?);
+                f.steps.lock().unwrap_or_else(|e| e.into_inner()).insert(split, sim.clone());
                 sim
             }
         };
         let dev = sim.device_indices(&placement)?;
         Ok(Some((sim, dev)))
+    }
+
+    /// The step the engine runs for `placement` of the whole graph, where
+    /// it fuses otherwise than this simulator's step (see [`PlacedFusions`]).
+    fn placed_step(&self, placement: &Placement) -> Result<Option<GraphSimulator>, SimError> {
+        let Some(f) = &self.fusions else { return Ok(None) };
+        if placement.devices().len() != self.graph.full_len() {
+            return Ok(None);
+        }
+        let (g, ops) = f.placed(placement)?;
+        if ops == f.fused {
+            return Ok(None);
+        }
+        Ok(Some(GraphSimulator::from_sim_graph(g, &self.cluster, &f.opts)?))
     }
 
     pub fn from_sim_graph(graph: SimGraph, cluster: &VirtualCluster, opts: &SimOptions) -> Result<GraphSimulator, SimError> {
@@ -432,7 +470,7 @@ impl GraphSimulator {
             contended: !opts.host_contention.is_empty() || shares.iter().any(|&s| s < 1.0),
             contention: opts.host_contention.clone(),
             shares,
-            split_pools: None,
+            fusions: None,
         };
         sim.check_clock_range()?;
         Ok(sim)
@@ -612,6 +650,9 @@ impl GraphSimulator {
 
     /// Simulates one step of `placement` and reports it.
     pub fn simulate(&self, placement: &Placement) -> Result<GraphSimReport, SimError> {
+        if let Some(sim) = self.placed_step(placement)? {
+            return sim.simulate(placement);
+        }
         let dev = self.device_indices(placement)?;
         self.simulate_indices(&dev)
     }
@@ -630,6 +671,9 @@ impl GraphSimulator {
     /// Held against the engine's step stats, it shows where a prediction
     /// and a real step part ways.
     pub fn schedule(&self, placement: &Placement) -> Result<Vec<(String, usize, f64, f64)>, SimError> {
+        if let Some(sim) = self.placed_step(placement)? {
+            return sim.schedule(placement);
+        }
         let dev = self.device_indices(placement)?;
         if let Some((sim, _)) = self.split_step(&dev)? {
             return sim.schedule(placement);
