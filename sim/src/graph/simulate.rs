@@ -125,6 +125,9 @@ struct PlacedFusions {
     steps: Mutex<HashMap<Vec<bool>, Arc<GraphSimulator>>>,
 }
 
+/// A step the engine runs for a placement, and its nodes' devices.
+type SplitStep = (Arc<GraphSimulator>, Vec<u16>);
+
 impl PlacedFusions {
     /// The engine's step for `placement`, and the ops it runs.
     fn placed(&self, placement: &Placement) -> Result<(SimGraph, Vec<(usize, String)>), SimError> {
@@ -235,7 +238,7 @@ impl GraphSimulator {
     /// The step the engine runs for `dev` and the devices of its nodes,
     /// where `dev` splits a pool from its gradient (see [`PlacedFusions`]);
     /// `None` where this simulator's step is that step.
-    fn split_step(&self, dev: &[u16]) -> Result<Option<(Arc<GraphSimulator>, Vec<u16>)>, SimError> {
+    fn split_step(&self, dev: &[u16]) -> Result<Option<SplitStep>, SimError> {
         let Some(f) = &self.fusions else { return Ok(None) };
         if dev.len() != self.graph.len() {
             return Ok(None);
