@@ -122,7 +122,9 @@ struct PlacedFusions {
     step: StepSpec,
     fuse_for: flowlab_engine::DeviceType,
     opts: SimOptions,
-    steps: Mutex<HashMap<Vec<bool>, Arc<GraphSimulator>>>,
+    /// Per set of split pairs: the step the engine runs, and for each of
+    /// its nodes the node of this step whose device it takes.
+    steps: Mutex<HashMap<Vec<bool>, (Arc<GraphSimulator>, Arc<Vec<Option<u32>>>)>>,
 }
 
 /// A step the engine runs for a placement, and its nodes' devices.
@@ -247,17 +249,22 @@ impl GraphSimulator {
         if !split.contains(&true) {
             return Ok(None);
         }
-        let placement = self.placement_of(dev);
         let cached = f.steps.lock().unwrap_or_else(|e| e.into_inner()).get(&split).cloned();
-        let sim = match cached {
-            Some(sim) => sim,
+        let (sim, from) = match cached {
+            Some(step) => step,
             None => {
-                let sim = Arc::new(GraphSimulator::from_sim_graph(f.placed(&placement)?.0, &self.cluster, &f.opts)?);
-                f.steps.lock().unwrap_or_else(|e| e.into_inner()).insert(split, sim.clone());
-                sim
+                let sim = GraphSimulator::from_sim_graph(f.placed(&self.placement_of(dev))?.0, &self.cluster, &f.opts)?;
+                // Each of its nodes takes the device of the node of this
+                // step that its full-graph node follows (as `placement_of`
+                // and `device_indices` would give it, without the names).
+                let (Some(mine), Some(its)) = (&self.graph.step, &sim.graph.step) else { return Ok(None) };
+                let from: Vec<Option<u32>> = its.full_id.iter().map(|&id| mine.follow.get(id as usize).copied().flatten()).collect();
+                let step = (Arc::new(sim), Arc::new(from));
+                f.steps.lock().unwrap_or_else(|e| e.into_inner()).insert(split, step.clone());
+                step
             }
         };
-        let dev = sim.device_indices(&placement)?;
+        let dev = from.iter().map(|b| b.map_or(0, |b| dev[b as usize])).collect();
         Ok(Some((sim, dev)))
     }
 

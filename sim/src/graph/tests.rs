@@ -569,3 +569,28 @@ fn fusing_a_convolution_keeps_its_work_priced_as_a_convolution() {
     assert!(fused.step_seconds <= plain.step_seconds, "fused step {} s > unfused {} s", fused.step_seconds, plain.step_seconds);
     assert!(fused.step_seconds >= 0.8 * plain.step_seconds, "fused step {} s < 0.8 x unfused {} s", fused.step_seconds, plain.step_seconds);
 }
+
+#[test]
+fn a_split_pool_replays_the_same_step_from_node_indices_as_from_the_placement() {
+    // Placers hand the simulator one device per node of its fused step;
+    // where that splits a pool from its gradient, the step replayed is the
+    // one the engine runs for the expanded placement, which `simulate`
+    // builds from the placement's names. Both ways must agree, for every
+    // set of split pairs (the CNN has two) and devices of the rest.
+    use rand::{Rng, SeedableRng};
+    let m = crate::zoo::build("cnn", 8).unwrap();
+    let cl = VirtualCluster::parse("2xcpu").unwrap();
+    let sim = GraphSimulator::new(&m.graph, &cl, &SimOptions { step: Some(m.step()), ..Default::default() }).unwrap();
+    let pairs = sim.graph().workspace_pairs();
+    assert_eq!(pairs.len(), 2);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let mut splits = std::collections::BTreeSet::new();
+    for _ in 0..40 {
+        let dev: Vec<u16> = (0..sim.graph().len()).map(|_| rng.random_range(0..2)).collect();
+        splits.insert(pairs.iter().map(|&(p, g)| dev[p as usize] != dev[g as usize]).collect::<Vec<_>>());
+        let (a, b) = (sim.simulate_indices(&dev).unwrap(), sim.simulate(&sim.placement_of(&dev)).unwrap());
+        assert_eq!((a.step_ps, a.transfers, a.transfer_bytes), (b.step_ps, b.transfers, b.transfer_bytes));
+        assert_eq!(sim.step_time(&dev).unwrap().0 .0, a.step_ps);
+    }
+    assert_eq!(splits.len(), 4, "{splits:?}");
+}
