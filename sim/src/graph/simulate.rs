@@ -684,10 +684,8 @@ impl GraphSimulator {
         if let Some(sim) = self.placed_step(placement)? {
             return sim.schedule(placement);
         }
+        // (a placement that splits a pool from its gradient fuses otherwise)
         let dev = self.device_indices(placement)?;
-        if let Some((sim, _)) = self.split_step(&dev)? {
-            return sim.schedule(placement);
-        }
         let t = self.run(&dev)?;
         let mut out: Vec<_> = (0..self.graph.len())
             .map(|i| (self.graph.names[i].clone(), dev[i] as usize, SimTime(t.start[i]).as_secs_f64(), SimTime(t.finish[i]).as_secs_f64()))
