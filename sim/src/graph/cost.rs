@@ -5,7 +5,7 @@
 //! of the nearest shape on devices that have them (the measured host), the
 //! roofline.
 
-use super::sim_graph::{Gemm, NodeCost};
+use super::sim_graph::NodeCost;
 use flowlab_hw::systolic::{ArrayConfig, Dataflow, Layer, simulate_layer};
 use flowlab_hw::{DeviceSpec, OpCost, Profile};
 use std::collections::HashMap;
@@ -15,7 +15,8 @@ pub(crate) struct DeviceCoster<'a> {
     spec: &'a DeviceSpec,
     profile: Option<&'a Profile>,
     array: Option<ArrayConfig>,
-    gemm_cache: HashMap<Gemm, Option<f64>>,
+    /// Systolic-array seconds per (M, N, K).
+    gemm_cache: HashMap<(u64, u64, u64), Option<f64>>,
 }
 
 impl<'a> DeviceCoster<'a> {
@@ -58,9 +59,8 @@ impl<'a> DeviceCoster<'a> {
             return self.spec.op_time_seconds_named(op, &cost, Some(p));
         }
         if let (Some(gemm), Some(array)) = (c.gemm, &self.array) {
-            let cached = *self.gemm_cache.entry(gemm).or_insert_with(|| {
-                let (m, n, k) = gemm;
-                let layer = Layer::gemm(op, m, n, k).ok()?;
+            let cached = *self.gemm_cache.entry((gemm.m, gemm.n, gemm.k)).or_insert_with(|| {
+                let layer = Layer::gemm(op, gemm.m, gemm.n, gemm.k).ok()?;
                 let r = simulate_layer(array, &layer).ok()?;
                 Some(r.end_to_end_cycles as f64 / (array.clock_mhz * 1e6))
             });
@@ -68,8 +68,8 @@ impl<'a> DeviceCoster<'a> {
                 return self.spec.launch_overhead_seconds() + s;
             }
         }
-        if let Some((m, n, k)) = c.gemm
-            && let Some(s) = self.spec.gemm_seconds(m, n, k, c.gemm_transposed, c.bytes)
+        if let Some(g) = c.gemm
+            && let Some(s) = self.spec.gemm_seconds(g.m, g.n, g.k, g.transposed, c.bytes)
         {
             return s;
         }

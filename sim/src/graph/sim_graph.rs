@@ -7,11 +7,8 @@
 //! (with a warning), since the registry prices concrete shapes.
 
 use crate::error::SimError;
-use flowlab_engine::{AttrValue, DType, DeviceType, Graph, Node, NodeId, Placement, Shape, TensorType, Work, op_cost, placed_step_graph, step_graph};
+use flowlab_engine::{AttrValue, DType, DeviceType, Gemm, Graph, Node, NodeId, Placement, Shape, TensorType, Work, op_cost, placed_step_graph, step_graph};
 use flowlab_hw::{Dtype, OpClass};
-
-/// The GEMM an op lowers to on a systolic array: (M, N, K).
-pub(crate) type Gemm = (u64, u64, u64);
 
 /// One node's device-independent cost.
 #[derive(Debug, Clone, Copy)]
@@ -20,11 +17,9 @@ pub(crate) struct NodeCost {
     pub bytes: f64,
     pub dtype: Dtype,
     pub class: OpClass,
-    /// MatMul and Conv2D as a GEMM, for devices with a systolic array.
+    /// The op as one matrix product, as its family declares it (for a
+    /// systolic array, and the measured host's rates by shape and layout).
     pub gemm: Option<Gemm>,
-    /// Whether that GEMM reads A and B transposed (the measured host's
-    /// rates depend on it).
-    pub gemm_transposed: (bool, bool),
 }
 
 /// Compressed adjacency lists: `items[offsets[i]..offsets[i + 1]]` belong to `i`.
@@ -272,8 +267,7 @@ impl SimGraph {
                 bytes: c.bytes,
                 dtype,
                 class: op_class(c.work, c.flops),
-                gemm: c.gemm.map(|g| (g.m, g.n, g.k)),
-                gemm_transposed: c.gemm.map_or((false, false), |g| g.transposed),
+                gemm: c.gemm,
             });
             inputs.push(in_slots);
             control_inputs.push(node.control_inputs.iter().map(|&c| c as u32).collect());
@@ -433,14 +427,6 @@ impl SimGraph {
     }
 
     /// Number of nodes.
-    /// (full-graph id, op) of every node the step runs.
-    pub(crate) fn full_ops(&self) -> Vec<(usize, String)> {
-        (0..self.len())
-            .filter(|&i| self.runs[i])
-            .map(|i| (self.step.as_ref().map_or(i, |s| s.full_id[i] as usize), self.ops[i].clone()))
-            .collect()
-    }
-
     /// (pool, gradient) pairs sharing a workspace: each
     /// `_MaxPoolGradWithWorkspace` and the node whose second output it reads.
     pub(crate) fn workspace_pairs(&self) -> Vec<(u32, u32)> {

@@ -111,13 +111,12 @@ pub struct GraphSimulator {
 /// fused one follow it when a placement is expanded, so of the placements
 /// placers make only those that split a pool from its gradient run another
 /// step. Those are replayed on the step the engine runs for them, prepared
-/// once per set of split pairs. A placement of the whole graph (which may
-/// split any chain) is checked against the engine's fusions for it.
+/// once per set of split pairs. A placement of the whole graph that is not
+/// such an expansion (it may split any chain) is replayed on the engine's
+/// step for it.
 struct PlacedFusions {
     /// (pool, gradient) node indices.
     pairs: Vec<(u32, u32)>,
-    /// (full-graph id, op) of every node the step fused as if on one device runs.
-    fused: Vec<(usize, String)>,
     graph: Graph,
     step: StepSpec,
     fuse_for: flowlab_engine::DeviceType,
@@ -131,11 +130,10 @@ struct PlacedFusions {
 type SplitStep = (Arc<GraphSimulator>, Vec<u16>);
 
 impl PlacedFusions {
-    /// The engine's step for `placement`, and the ops it runs.
-    fn placed(&self, placement: &Placement) -> Result<(SimGraph, Vec<(usize, String)>), SimError> {
+    /// A simulator of the step the engine runs for `placement`.
+    fn engine_step(&self, placement: &Placement, cluster: &VirtualCluster) -> Result<GraphSimulator, SimError> {
         let g = SimGraph::for_placed_step(&self.graph, &self.step, Some(self.fuse_for), Some(placement))?;
-        let ops = g.full_ops();
-        Ok((g, ops))
+        GraphSimulator::from_sim_graph(g, cluster, &self.opts)
     }
 }
 
@@ -219,14 +217,13 @@ impl GraphSimulator {
         };
         let fuse_for = fusing_device(cluster);
         let mut sim = GraphSimulator::from_sim_graph(SimGraph::for_step(graph, step, fuse_for)?, cluster, opts)?;
-        let fused = sim.graph.full_ops();
+        // (the engine's fused ops are its underscored ones)
         if let Some(fuse_for) = fuse_for
-            && fused.iter().any(|(_, op)| op.starts_with('_'))
+            && sim.graph.ops.iter().any(|op| op.starts_with('_'))
         {
             let pairs = sim.graph.workspace_pairs();
             sim.fusions = Some(PlacedFusions {
                 pairs,
-                fused,
                 graph: graph.clone(),
                 step: step.clone(),
                 fuse_for,
@@ -253,7 +250,7 @@ impl GraphSimulator {
         let (sim, from) = match cached {
             Some(step) => step,
             None => {
-                let sim = GraphSimulator::from_sim_graph(f.placed(&self.placement_of(dev))?.0, &self.cluster, &f.opts)?;
+                let sim = f.engine_step(&self.placement_of(dev), &self.cluster)?;
                 // Each of its nodes takes the device of the node of this
                 // step that its full-graph node follows (as `placement_of`
                 // and `device_indices` would give it, without the names).
@@ -269,17 +266,15 @@ impl GraphSimulator {
     }
 
     /// The step the engine runs for `placement` of the whole graph, where
-    /// it fuses otherwise than this simulator's step (see [`PlacedFusions`]).
+    /// it is not an expansion of one device per node of this step (see
+    /// [`PlacedFusions`]; an expansion that splits a pool from its gradient
+    /// is `split_step`'s).
     fn placed_step(&self, placement: &Placement) -> Result<Option<GraphSimulator>, SimError> {
         let Some(f) = &self.fusions else { return Ok(None) };
-        if placement.devices().len() != self.graph.full_len() {
+        if placement.devices().len() != self.graph.full_len() || self.placement_of(&self.device_indices(placement)?) == *placement {
             return Ok(None);
         }
-        let (g, ops) = f.placed(placement)?;
-        if ops == f.fused {
-            return Ok(None);
-        }
-        Ok(Some(GraphSimulator::from_sim_graph(g, &self.cluster, &f.opts)?))
+        Ok(Some(f.engine_step(placement, &self.cluster)?))
     }
 
     pub fn from_sim_graph(graph: SimGraph, cluster: &VirtualCluster, opts: &SimOptions) -> Result<GraphSimulator, SimError> {
@@ -684,8 +679,10 @@ impl GraphSimulator {
         if let Some(sim) = self.placed_step(placement)? {
             return sim.schedule(placement);
         }
-        // (a placement that splits a pool from its gradient fuses otherwise)
         let dev = self.device_indices(placement)?;
+        if let Some((sim, _)) = self.split_step(&dev)? {
+            return sim.schedule(placement);
+        }
         let t = self.run(&dev)?;
         let mut out: Vec<_> = (0..self.graph.len())
             .map(|i| (self.graph.names[i].clone(), dev[i] as usize, SimTime(t.start[i]).as_secs_f64(), SimTime(t.finish[i]).as_secs_f64()))

@@ -573,10 +573,11 @@ fn fusing_a_convolution_keeps_its_work_priced_as_a_convolution() {
 #[test]
 fn a_split_pool_replays_the_same_step_from_node_indices_as_from_the_placement() {
     // Placers hand the simulator one device per node of its fused step;
-    // where that splits a pool from its gradient, the step replayed is the
-    // one the engine runs for the expanded placement, which `simulate`
-    // builds from the placement's names. Both ways must agree, for every
-    // set of split pairs (the CNN has two) and devices of the rest.
+    // where that splits a pool from its gradient, the step replayed is
+    // prepared once per set of split pairs and given devices by node index.
+    // It must be the step the engine runs for the expanded placement, built
+    // here from that placement's names, for every set of split pairs (the
+    // CNN has two) and devices of the rest.
     use rand::{Rng, SeedableRng};
     let m = crate::zoo::build("cnn", 8).unwrap();
     let cl = VirtualCluster::parse("2xcpu").unwrap();
@@ -588,7 +589,10 @@ fn a_split_pool_replays_the_same_step_from_node_indices_as_from_the_placement() 
     for _ in 0..40 {
         let dev: Vec<u16> = (0..sim.graph().len()).map(|_| rng.random_range(0..2)).collect();
         splits.insert(pairs.iter().map(|&(p, g)| dev[p as usize] != dev[g as usize]).collect::<Vec<_>>());
-        let (a, b) = (sim.simulate_indices(&dev).unwrap(), sim.simulate(&sim.placement_of(&dev)).unwrap());
+        let placement = sim.placement_of(&dev);
+        let g = SimGraph::for_placed_step(&m.graph, &m.step(), Some(flowlab_engine::DeviceType::Cpu), Some(&placement)).unwrap();
+        let engine_step = GraphSimulator::from_sim_graph(g, &cl, &SimOptions { step: Some(m.step()), ..Default::default() }).unwrap();
+        let (a, b) = (sim.simulate_indices(&dev).unwrap(), engine_step.simulate(&placement).unwrap());
         assert_eq!((a.step_ps, a.transfers, a.transfer_bytes), (b.step_ps, b.transfers, b.transfer_bytes));
         assert_eq!(sim.step_time(&dev).unwrap().0 .0, a.step_ps);
     }
