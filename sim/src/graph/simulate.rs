@@ -123,8 +123,12 @@ struct PlacedFusions {
     opts: SimOptions,
     /// Per set of split pairs: the step the engine runs, and for each of
     /// its nodes the node of this step whose device it takes.
-    steps: Mutex<HashMap<Vec<bool>, (Arc<GraphSimulator>, Arc<Vec<Option<u32>>>)>>,
+    steps: Mutex<HashMap<Vec<bool>, PreparedSplit>>,
 }
+
+/// The step the engine runs for a set of split pairs, and for each of its
+/// nodes the node of the simulated step whose device it takes.
+type PreparedSplit = (Arc<GraphSimulator>, Arc<Vec<Option<u32>>>);
 
 /// A step the engine runs for a placement, and its nodes' devices.
 type SplitStep = (Arc<GraphSimulator>, Vec<u16>);
