@@ -45,9 +45,14 @@ struct ExperimentFile {
     sweep: Sweep,
     #[serde(default)]
     plots: Vec<Spanned<PlotSpec>>,
-    /// Published numbers drawn beside the simulation's on line plots.
+    /// Published numbers drawn beside the simulation's on line plots, and
+    /// compared with it point by point.
     #[serde(default)]
     reference: Vec<Spanned<flowlab_reports::Reference>>,
+    /// Free parameters fitted on the calibration reference points before
+    /// the sweep runs.
+    #[serde(default)]
+    calibrate: Option<Spanned<crate::calibrate::CalibrateSpec>>,
 }
 
 /// One run: a sweep point and a repeat number, with its own seed.
@@ -79,6 +84,52 @@ pub struct Experiment {
     pub(crate) runs: Vec<Run>,
     pub(crate) param_columns: Vec<String>,
     pub(crate) metric_columns: Vec<String>,
+    /// Each reference point and the sweep point it is compared with.
+    pub(crate) targets: Vec<crate::references::Target>,
+    /// The checked `calibrate:` block, if any.
+    pub(crate) calibrate: Option<crate::calibrate::CalibrateSpec>,
+    /// What the runs were built from, to build them again with fitted
+    /// values.
+    source: Arc<Source>,
+}
+
+/// The parts of the file that make the runs.
+pub(crate) struct Source {
+    pub(crate) kind: &'static dyn Kind,
+    pub(crate) base: Value,
+    pub(crate) sweep: Sweep,
+    pub(crate) seed: u64,
+    pub(crate) repeat: u32,
+}
+
+impl Source {
+    /// The parameter tree of sweep point `point`, with `overrides` (dotted
+    /// keys) set last, and a label of the swept values.
+    pub(crate) fn tree(&self, point: u64, overrides: &BTreeMap<String, f64>) -> (Value, String) {
+        let assignments = self.sweep.point(point);
+        let mut tree = self.base.clone();
+        for a in &assignments {
+            set_dotted(&mut tree, &a.key.key, a.value.value.clone());
+        }
+        for (k, v) in overrides {
+            set_dotted(&mut tree, k, Value::from(*v));
+        }
+        let label = assignments
+            .iter()
+            .map(|a| {
+                // A swept map with a `name` (an inline workload) is labelled by it.
+                let named = a.value.value.get("name").and_then(Value::as_str);
+                format!("{}={}", a.key.key, named.map_or_else(|| display_value(&a.value.value), str::to_string))
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        (tree, label)
+    }
+
+    /// The seed of repeat `r` of sweep point `point`.
+    pub(crate) fn seed_of(&self, point: u64, r: u32) -> u64 {
+        run_seed(self.seed, point * u64::from(self.repeat) + u64::from(r))
+    }
 }
 
 impl std::fmt::Debug for Experiment {
@@ -138,45 +189,29 @@ impl Experiment {
                 origin: origin.to_string(),
                 message: format!("the sweep has more than {MAX_RUNS} runs"),
             })?;
-        let mut runs = Vec::with_capacity((points * u64::from(repeat)) as usize);
-        for point in 0..points {
-            let assignments = file.sweep.point(point);
-            let mut tree = file.base.value.clone();
-            for a in &assignments {
-                set_dotted(&mut tree, &a.key.key, a.value.value.clone());
-            }
-            let label = assignments
-                .iter()
-                .map(|a| format!("{}={}", a.key.key, display_value(&a.value.value)))
-                .collect::<Vec<_>>()
-                .join(" ");
-            let runnable: Arc<dyn Runnable> = kind
-                .prepare(&tree)
-                .map_err(|e| ExperimentError::InFile {
-                    origin: origin.to_string(),
-                    message: format!("point {point} ({label}): {}", e.message()),
-                })?
-                .into();
-            let params = leaves(&tree, kind.tag_paths());
-            for r in 0..repeat {
-                let index = point * u64::from(repeat) + u64::from(r);
-                let seed = run_seed(file.seed, index);
-                runs.push(Run {
-                    index,
-                    seed,
-                    key: run_key(&params, r, seed),
-                    params: params.clone(),
-                    label: label.clone(),
-                    runnable: Arc::clone(&runnable),
-                });
-            }
-        }
+        let source = Source {
+            kind,
+            base: file.base.value.clone(),
+            sweep: file.sweep.clone(),
+            seed: file.seed,
+            repeat,
+        };
+        let calibrate = match &file.calibrate {
+            None => None,
+            Some(c) => Some(crate::calibrate::check_spec(origin, c, &source)?),
+        };
+        let initial = calibrate.as_ref().map(|c| c.initial.clone()).unwrap_or_default();
+        let mut runs = build_runs(origin, &source, points, &initial)?;
 
         let param_columns = param_columns(&file.sweep, &runs);
         let metric_columns = kind.metric_names();
         check_plots(origin, kind, &file.plots, &param_columns, &metric_columns)?;
         check_plot_points(origin, &file.plots, &mut runs, repeat)?;
         check_references(origin, &file.reference, &file.plots)?;
+        let targets = crate::references::targets(origin, &file.reference, &runs, repeat, &metric_columns)?;
+        if let (Some(spec), Some(c)) = (&file.calibrate, &calibrate) {
+            crate::calibrate::check_targets(origin, spec.referenced, c, &targets)?;
+        }
         Ok(Experiment {
             name: file.name.value,
             kind: kind.name(),
@@ -187,8 +222,88 @@ impl Experiment {
             runs,
             param_columns,
             metric_columns,
+            targets,
+            calibrate: calibrate.map(|c| c.spec),
+            source: Arc::new(source),
         })
     }
+
+    /// The deeper check of a `calibrate:` block, which runs simulations:
+    /// every free parameter must move some calibration point. Kinds that
+    /// time real runs are checked when they run instead. Returns a line for
+    /// the user, `None` without a block.
+    pub fn check_calibration(&self) -> Result<Option<String>, ExperimentError> {
+        let Some(spec) = &self.calibrate else { return Ok(None) };
+        let points = self.targets.iter().filter(|t| t.role == flowlab_reports::Role::Calibration).count();
+        let keys = spec.params.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+        let exclusive = kinds::lookup(self.kind).is_ok_and(|k| k.exclusive());
+        if exclusive {
+            return Ok(Some(format!("calibrate: {keys} on {points} calibration points (checked when it runs)")));
+        }
+        let initial = crate::calibrate::initial_values(self);
+        crate::calibrate::check_sensitivity(self, &initial, &flowlab_runtime::Launcher::Threads)?;
+        Ok(Some(format!("calibrate: {keys} on {points} calibration points; each moves at least one")))
+    }
+
+    pub(crate) fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// The same experiment with `fitted` values set at their dotted keys in
+    /// every point.
+    pub(crate) fn with_values(&self, fitted: &BTreeMap<String, f64>) -> Result<Experiment, ExperimentError> {
+        let runs = build_runs(&self.origin, &self.source, self.points, fitted)?;
+        Ok(Experiment {
+            name: self.name.clone(),
+            kind: self.kind,
+            origin: self.origin.clone(),
+            text: self.text.clone(),
+            points: self.points,
+            repeat: self.repeat,
+            runs,
+            param_columns: self.param_columns.clone(),
+            metric_columns: self.metric_columns.clone(),
+            targets: self.targets.clone(),
+            calibrate: None,
+            source: Arc::clone(&self.source),
+        })
+    }
+}
+
+/// Every run of every point, each point's tree prepared once by its kind.
+fn build_runs(
+    origin: &str,
+    source: &Source,
+    points: u64,
+    overrides: &BTreeMap<String, f64>,
+) -> Result<Vec<Run>, ExperimentError> {
+    let repeat = source.repeat;
+    let mut runs = Vec::with_capacity((points * u64::from(repeat)) as usize);
+    for point in 0..points {
+        let (tree, label) = source.tree(point, overrides);
+        let runnable: Arc<dyn Runnable> = source
+            .kind
+            .prepare(&tree)
+            .map_err(|e| ExperimentError::InFile {
+                origin: origin.to_string(),
+                message: format!("point {point} ({label}): {}", e.message()),
+            })?
+            .into();
+        let params = leaves(&tree, source.kind.tag_paths());
+        for r in 0..repeat {
+            let index = point * u64::from(repeat) + u64::from(r);
+            let seed = source.seed_of(point, r);
+            runs.push(Run {
+                index,
+                seed,
+                key: run_key(&params, r, seed),
+                params: params.clone(),
+                label: label.clone(),
+                runnable: Arc::clone(&runnable),
+            });
+        }
+    }
+    Ok(runs)
 }
 
 /// The name becomes a directory: keep it to one plain path component.

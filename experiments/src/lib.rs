@@ -8,6 +8,7 @@
 //! merge(dirs, out)                -> shards' results in one directory
 //! ```
 
+mod calibrate;
 mod catalog;
 mod diagnostics;
 mod error;
@@ -17,6 +18,7 @@ mod kinds;
 mod measure;
 mod merge;
 mod params;
+mod references;
 mod runner;
 mod store;
 mod suggest;

@@ -114,6 +114,36 @@ pub fn default_out_dir(experiment: &Experiment) -> PathBuf {
 /// the output directory, storing each as it finishes.
 pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, ExperimentError> {
     let start = Instant::now();
+    let kind = crate::kinds::lookup(experiment.kind).ok();
+    let pool = thread_pool(experiment, options, kind)?;
+    let (calibrated, calibration) = match &experiment.calibrate {
+        None => (None, None),
+        Some(spec) => {
+            if options.progress != Progress::Quiet {
+                let targets = experiment.targets.iter().filter(|t| t.role == flowlab_reports::Role::Calibration).count();
+                println!(
+                    "calibrating {} on {targets} calibration points ({}, at most {} iterations)",
+                    spec.params.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "),
+                    spec.method.name(),
+                    spec.max_iters
+                );
+            }
+            let fit_start = Instant::now();
+            let record = pool.install(|| crate::calibrate::fit(experiment, &options.launcher))?;
+            if options.progress != Progress::Quiet {
+                let values: Vec<String> = record.fitted.iter().map(|(k, v)| format!("{k} = {v:.6}")).collect();
+                println!(
+                    "calibrated: {} (loss {:.3e}, {} evaluations, {:.1} s)",
+                    values.join(", "),
+                    record.loss,
+                    record.evaluations,
+                    fit_start.elapsed().as_secs_f64()
+                );
+            }
+            (Some(experiment.with_values(&record.fitted)?), Some(record))
+        }
+    };
+    let experiment = calibrated.as_ref().unwrap_or(experiment);
     let out_dir = options.out_dir.clone().unwrap_or_else(|| default_out_dir(experiment));
     let mine: Vec<&Run> = experiment
         .runs
@@ -139,26 +169,6 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
     let pending: Vec<&Run> = mine.iter().copied().filter(|r| !done.contains(r.key.as_str())).collect();
     let resumed = (mine.len() - pending.len()) as u64;
 
-    let kind = crate::kinds::lookup(experiment.kind).ok();
-    let exclusive = kind.is_some_and(|k| k.exclusive());
-    let mut jobs = options
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
-    if exclusive {
-        // Points that time real runs must not share the machine.
-        if options.jobs.is_some_and(|j| j > 1) && options.progress != Progress::Quiet {
-            println!("kind `{}` times real runs: its points run one at a time (--jobs ignored)", experiment.kind);
-        }
-        jobs = 1;
-    }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs)
-        .build()
-        .map_err(|e| ExperimentError::ThreadPool {
-            jobs,
-            message: e.to_string(),
-        })?;
 
     if opened.changed && options.progress != Progress::Quiet {
         let moved = if opened.superseded > 0 {
@@ -211,10 +221,14 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
         wall_s: start.elapsed().as_secs_f64(),
         ran: pending.len() as u64,
         resumed,
+        calibration,
     };
     flowlab_reports::write_run_info(&out_dir, &info)?;
-    if let Some((tables, text)) = kind.and_then(|k| k.summarize(&rows)) {
-        flowlab_reports::write_summaries(&out_dir, &tables)?;
+    let references = crate::references::checks(&experiment.targets, &rows, experiment.repeat);
+    let (tables, text) = kind.and_then(|k| k.summarize(&rows)).unwrap_or_default();
+    if !tables.is_empty() || !references.is_empty() {
+        let text = format!("{text}{}", crate::references::text(&references));
+        flowlab_reports::write_summary(&out_dir, &flowlab_reports::Summary { references, tables })?;
         if options.progress != Progress::Quiet {
             print!("{text}");
         }
@@ -233,6 +247,30 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
         superseded: opened.superseded,
         elapsed: start.elapsed(),
     })
+}
+
+/// The pool the points run on: `jobs` threads, one for kinds that time
+/// real runs.
+fn thread_pool(
+    experiment: &Experiment,
+    options: &RunOptions,
+    kind: Option<&'static dyn crate::kinds::Kind>,
+) -> Result<rayon::ThreadPool, ExperimentError> {
+    let mut jobs = options
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    if kind.is_some_and(|k| k.exclusive()) {
+        // Points that time real runs must not share the machine.
+        if options.jobs.is_some_and(|j| j > 1) && options.progress != Progress::Quiet {
+            println!("kind `{}` times real runs: its points run one at a time (--jobs ignored)", experiment.kind);
+        }
+        jobs = 1;
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .build()
+        .map_err(|e| ExperimentError::ThreadPool { jobs, message: e.to_string() })
 }
 
 /// A poisoned lock only means another point panicked while holding it; the

@@ -108,6 +108,26 @@ pub(crate) fn page(p: &Page<'_>) -> String {
             info.ran,
             info.resumed
         );
+        if let Some(c) = &info.calibration {
+            let fitted: Vec<String> = c
+                .fitted
+                .iter()
+                .map(|(k, v)| {
+                    let range = c.ranges.get(k).map(|r| format!(" (searched {}..{})", format_number(r[0]), format_number(r[1])));
+                    format!("<code>{}</code> = {}{}", escape(k), format_number(*v), range.unwrap_or_default())
+                })
+                .collect();
+            let _ = writeln!(
+                h,
+                "<p class=\"facts\">Calibrated before the sweep on {} reference points by {} ({}; {} evaluations, loss {}): {}.</p>",
+                c.points,
+                escape(&c.method),
+                escape(&c.objective),
+                c.evaluations,
+                format_number(c.loss),
+                fitted.join(", ")
+            );
+        }
     }
 
     h.push_str("<h2>Plots</h2>\n");

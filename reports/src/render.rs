@@ -11,7 +11,7 @@ use crate::html::{Page, PagePlot, page};
 use crate::prepare::{ChartData, prepare};
 use crate::results::read_results_file;
 use crate::spec::Reference;
-use crate::summary::{RUN_INFO_FILE, RunInfo, SUMMARY_FILE, SummaryTable, read_optional};
+use crate::summary::{RUN_INFO_FILE, ReferenceCheck, RunInfo, SummaryTable, read_optional, read_summary};
 
 /// The files one `render` wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +59,12 @@ pub fn render(dir: &Path) -> Result<RenderedReport, ReportError> {
     }
 
     let run_info: Option<RunInfo> = read_optional(dir, RUN_INFO_FILE)?;
-    let summaries: Vec<SummaryTable> = read_optional(dir, SUMMARY_FILE)?.unwrap_or_default();
+    let summary = read_summary(dir)?;
+    let mut summaries: Vec<SummaryTable> = Vec::new();
+    if !summary.references.is_empty() {
+        summaries.push(ReferenceCheck::table(&summary.references));
+    }
+    summaries.extend(summary.tables);
     let index_html = dir.join("index.html");
     let html = page(&Page {
         run_info: run_info.as_ref(),
@@ -290,6 +295,7 @@ plots:
             wall_s: 12.5,
             ran: 16,
             resumed: 0,
+            calibration: None,
         };
         crate::summary::write_run_info(dir.path(), &info).unwrap();
         let table = SummaryTable {
@@ -298,7 +304,7 @@ plots:
             rows: vec![vec![json!("roofline"), json!(12.25), json!(0.8)], vec![json!("profile <measured>"), json!(3.5), json!(null)]],
             note: Some("against the engine's measured steps".into()),
         };
-        crate::summary::write_summaries(dir.path(), &[table]).unwrap();
+        crate::summary::write_summary(dir.path(), &crate::summary::Summary { references: vec![], tables: vec![table] }).unwrap();
         let report = render(dir.path()).unwrap();
         let html = std::fs::read_to_string(&report.index_html).unwrap();
         assert!(html.contains("Run 2026-11-24 21:30:05 UTC with flowlab 0.1.0: <code>flowlab run x.yaml --jobs 2</code>; wall time 12.5 s (16 runs ran, 0 resumed)."), "{html}");
@@ -307,9 +313,9 @@ plots:
         assert!(html.contains("<td class=\"text\">profile &lt;measured&gt;</td><td data-v=\"3.5\">3.5</td><td></td>"));
         assert!(html.contains("against the engine&#39;s measured steps"));
         // A malformed summary is an error naming the file, not a silent gap.
-        std::fs::write(dir.path().join(SUMMARY_FILE), "{").unwrap();
+        std::fs::write(dir.path().join(crate::summary::SUMMARY_FILE), "{").unwrap();
         let err = render(dir.path()).unwrap_err().to_string();
-        assert!(err.starts_with(&dir.path().join(SUMMARY_FILE).display().to_string()), "{err}");
+        assert!(err.starts_with(&dir.path().join(crate::summary::SUMMARY_FILE).display().to_string()), "{err}");
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! Keys name a sweep parameter (dotted) or a metric; for a CDF, `y` names a
 //! per-step series.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::ReportError;
@@ -90,9 +92,15 @@ pub struct PlotSpec {
 
 /// Published numbers to draw beside the simulation: one entry of an
 /// experiment file's `reference:` list, drawn as a distinct marked series on
-/// every line plot with the same `x` and `y`.
+/// every line plot with the same `x` and `y`, and compared point by point
+/// with the simulated value at the same sweep point.
 ///
-/// `- { source: "TF paper, Fig. 8", label: paper, x: strategy.sync.backup, y: step_p50_s, points: [[4, 1.93]] }`
+/// Every point has a role: `calibration` (a free parameter was fitted to it,
+/// so matching it proves nothing) or `held_out` (a prediction). A point
+/// takes the reference's `role` unless it names its own as a third element.
+///
+/// `- { source: "TF paper, Fig. 7", label: "paper: null", x: workers, y: step_p50_s,`
+/// `    where: { model: "null" }, role: held_out, points: [[1, 0.0018, calibration], [100, 0.0088]] }`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Reference {
@@ -103,8 +111,87 @@ pub struct Reference {
     pub label: Option<String>,
     pub x: String,
     pub y: String,
-    /// `[x, y]` pairs.
-    pub points: Vec<[f64; 2]>,
+    /// Values of other parameters that the points' sweep points have
+    /// (`where: { model: dense_1gb }`): which line of a plot with series
+    /// the numbers belong to.
+    #[serde(default, rename = "where", skip_serializing_if = "BTreeMap::is_empty")]
+    pub filter: BTreeMap<String, serde_json::Value>,
+    /// The role of every point that does not name its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+    /// `[x, y]` or `[x, y, role]`.
+    pub points: Vec<ReferencePoint>,
+}
+
+/// What a published point is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// A free parameter was fitted to it: agreement here is by construction.
+    Calibration,
+    /// Nothing was fitted to it: the error here is the model's.
+    HeldOut,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Calibration => "calibration",
+            Role::HeldOut => "held_out",
+        }
+    }
+
+    /// For legends and tables.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Role::Calibration => "calibration",
+            Role::HeldOut => "held out",
+        }
+    }
+}
+
+/// One published `(x, y)` pair, with its own role if it names one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReferencePoint {
+    pub x: f64,
+    pub y: f64,
+    pub role: Option<Role>,
+}
+
+impl Serialize for ReferencePoint {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(if self.role.is_some() { 3 } else { 2 }))?;
+        seq.serialize_element(&self.x)?;
+        seq.serialize_element(&self.y)?;
+        if let Some(r) = self.role {
+            seq.serialize_element(&r)?;
+        }
+        seq.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for ReferencePoint {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ReferencePoint;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a point `[x, y]` or `[x, y, role]` with role `calibration` or `held_out`")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ReferencePoint, A::Error> {
+                use serde::de::Error;
+                let x: f64 = seq.next_element()?.ok_or_else(|| A::Error::invalid_length(0, &self))?;
+                let y: f64 = seq.next_element()?.ok_or_else(|| A::Error::invalid_length(1, &self))?;
+                let role: Option<Role> = seq.next_element()?;
+                if seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    return Err(A::Error::invalid_length(4, &self));
+                }
+                Ok(ReferencePoint { x, y, role })
+            }
+        }
+        d.deserialize_seq(V)
+    }
 }
 
 impl Reference {
@@ -115,6 +202,11 @@ impl Reference {
     /// Whether this reference belongs on `plot`: a line plot of the same x and y.
     pub fn fits(&self, plot: &PlotSpec) -> bool {
         plot.kind == PlotKind::Line && plot.x.as_deref() == Some(self.x.as_str()) && plot.y == self.y
+    }
+
+    /// A point's role: its own, else the reference's (`None`: neither says).
+    pub fn role_of(&self, p: &ReferencePoint) -> Option<Role> {
+        p.role.or(self.role)
     }
 }
 

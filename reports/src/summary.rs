@@ -10,6 +10,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ReportError;
+use crate::spec::Role;
 
 pub const RUN_INFO_FILE: &str = "run.json";
 pub const SUMMARY_FILE: &str = "summary.json";
@@ -27,6 +28,105 @@ pub struct RunInfo {
     pub wall_s: f64,
     pub ran: u64,
     pub resumed: u64,
+    /// Free parameters fitted on the calibration points before the sweep ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<CalibrationRecord>,
+}
+
+/// What fitting an experiment's `calibrate:` parameters found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationRecord {
+    /// The optimizer, as named in the file.
+    pub method: String,
+    /// What was minimised.
+    pub objective: String,
+    /// The fitted value of each parameter, by dotted key.
+    pub fitted: std::collections::BTreeMap<String, f64>,
+    /// The range each parameter was searched in.
+    pub ranges: std::collections::BTreeMap<String, [f64; 2]>,
+    /// The objective at the fitted values.
+    pub loss: f64,
+    /// Simulations of the calibration points the fit ran (each evaluation
+    /// runs every calibration point once).
+    pub evaluations: u64,
+    /// Calibration reference points fitted on.
+    pub points: u64,
+}
+
+/// One published reference point against the value the run produced at the
+/// same sweep point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReferenceCheck {
+    /// The reference's source and legend label.
+    pub source: String,
+    pub label: String,
+    /// The x key and value.
+    pub x_key: String,
+    pub x: f64,
+    /// The metric compared.
+    pub y_key: String,
+    /// The other parameters pinned by the reference's `where:`, as
+    /// `key=value` joined by spaces (empty if none): the series.
+    pub series: String,
+    pub role: Role,
+    /// The published value.
+    pub paper: f64,
+    /// The run's value there (mean over repeats); `None` if the point failed.
+    pub simulated: Option<f64>,
+    /// (simulated - paper) / paper.
+    pub relative_error: Option<f64>,
+}
+
+/// `summary.json`: a kind's tables and the reference points checked.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    #[serde(default)]
+    pub references: Vec<ReferenceCheck>,
+    #[serde(default)]
+    pub tables: Vec<SummaryTable>,
+}
+
+/// `summary.json` as written now, or as a bare list of tables (before
+/// reference points were checked).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SummaryFile {
+    Current(Summary),
+    Tables(Vec<SummaryTable>),
+}
+
+impl ReferenceCheck {
+    /// The checks as a page table: role first, so held-out rows sort together.
+    pub fn table(checks: &[ReferenceCheck]) -> SummaryTable {
+        use serde_json::Value;
+        let num = |v: Option<f64>| v.map_or(Value::Null, |x| serde_json::json!(x));
+        SummaryTable {
+            title: "Reference points against the run".into(),
+            columns: ["role", "reference", "series", "x", "metric", "published", "run", "error %"]
+                .map(String::from)
+                .to_vec(),
+            rows: checks
+                .iter()
+                .map(|c| {
+                    vec![
+                        Value::from(c.role.describe()),
+                        Value::from(c.label.clone()),
+                        Value::from(c.series.clone()),
+                        serde_json::json!(c.x),
+                        Value::from(c.y_key.clone()),
+                        serde_json::json!(c.paper),
+                        num(c.simulated),
+                        num(c.relative_error.map(|e| e * 100.0)),
+                    ]
+                })
+                .collect(),
+            note: Some(
+                "error = (run - published) / published. Calibration points had free parameters fitted to them \
+                 (see run.json); only held-out points measure the model."
+                    .into(),
+            ),
+        }
+    }
 }
 
 /// One table of the page's summary section.
@@ -42,10 +142,19 @@ pub struct SummaryTable {
 }
 
 /// Writes `<dir>/summary.json`.
-pub fn write_summaries(dir: &Path, tables: &[SummaryTable]) -> Result<(), ReportError> {
+pub fn write_summary(dir: &Path, summary: &Summary) -> Result<(), ReportError> {
     let path = dir.join(SUMMARY_FILE);
-    let text = serde_json::to_string_pretty(tables).map_err(|e| ReportError::io(&path, std::io::Error::other(e)))?;
+    let text = serde_json::to_string_pretty(summary).map_err(|e| ReportError::io(&path, std::io::Error::other(e)))?;
     std::fs::write(&path, text).map_err(|e| ReportError::io(&path, e))
+}
+
+/// Reads `<dir>/summary.json` in either of its forms; empty if absent.
+pub(crate) fn read_summary(dir: &Path) -> Result<Summary, ReportError> {
+    Ok(match read_optional::<SummaryFile>(dir, SUMMARY_FILE)? {
+        None => Summary::default(),
+        Some(SummaryFile::Current(s)) => s,
+        Some(SummaryFile::Tables(tables)) => Summary { references: Vec::new(), tables },
+    })
 }
 
 /// Writes `<dir>/run.json`.

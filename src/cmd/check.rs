@@ -18,6 +18,10 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     } else {
         String::new()
     };
+    let calibration = e.check_calibration()?;
     println!("{}: ok: kind {}, {} points{runs}", e.origin, e.kind, e.points);
+    if let Some(line) = calibration {
+        println!("{line}");
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -25,8 +25,9 @@ pub(crate) enum Swatch {
     Line,
     /// A filled box (bar charts).
     Box,
-    /// A reference point's marker (a crossed diamond) with no line.
-    Reference,
+    /// A reference point's marker with no line: a crossed diamond, filled
+    /// for calibration points.
+    Reference { filled: bool },
     /// A scatter plot's marker alone.
     Marker(Marker),
     /// A dashed line with no marker (a scatter plot's y = x).
@@ -202,8 +203,10 @@ impl Legend {
         for (e, lines) in self.entries[..shown].iter().zip(&entry_lines) {
             let mid = y + 9;
             match e.swatch {
-                Swatch::Reference => {
+                Swatch::Reference { filled } => {
                     let diamond = vec![(25, mid - 9), (34, mid), (25, mid + 9), (16, mid), (25, mid - 9)];
+                    let fill = if filled { e.colour.filled() } else { WHITE.filled() };
+                    panel.draw(&Polygon::new(diamond.clone(), fill)).map_err(err)?;
                     panel.draw(&PathElement::new(diamond, e.colour.stroke_width(2))).map_err(err)?;
                     panel.draw(&PathElement::new(vec![(20, mid), (30, mid)], e.colour.stroke_width(2))).map_err(err)?;
                     panel.draw(&PathElement::new(vec![(25, mid - 5), (25, mid + 5)], e.colour.stroke_width(2))).map_err(err)?;

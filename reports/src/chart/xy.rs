@@ -12,7 +12,7 @@ use super::layout::{CategoryLabels, DESC_SIZE, LABEL_SIZE, Legend, LegendEntry, 
 use super::{FONT, series_colour};
 use crate::labels::Axis;
 use crate::prepare::{XAxis, XyData};
-use crate::spec::{PlotSpec, Reference};
+use crate::spec::{PlotSpec, Reference, Role};
 
 /// At most this many distinct numeric x values get a tick each.
 const MAX_VALUE_TICKS: usize = 12;
@@ -53,11 +53,21 @@ pub(super) fn draw<DB: DrawingBackend>(
         },
     };
     for (i, r) in refs.iter().enumerate() {
-        legend.entries.push(LegendEntry {
-            label: r.label().to_string(),
-            colour: reference_colour(i),
-            swatch: Swatch::Reference,
-        });
+        let roles: Vec<Option<Role>> = [Some(Role::Calibration), Some(Role::HeldOut), None]
+            .into_iter()
+            .filter(|role| r.points.iter().any(|p| r.role_of(p) == *role))
+            .collect();
+        for role in roles {
+            let label = match role {
+                Some(role) => format!("{} ({})", r.label(), role.describe()),
+                None => r.label().to_string(),
+            };
+            legend.entries.push(LegendEntry {
+                label,
+                colour: reference_colour(spec, d, r, i),
+                swatch: Swatch::Reference { filled: role == Some(Role::Calibration) },
+            });
+        }
     }
     let plot = legend.split_and_draw(area)?;
 
@@ -66,7 +76,7 @@ pub(super) fn draw<DB: DrawingBackend>(
         (lo.min(st.min), hi.max(st.max))
     });
     let ref_points = refs.iter().flat_map(|r| r.points.iter());
-    let (y_lo, y_hi) = ref_points.fold((y_lo, y_hi), |(lo, hi), p| (lo.min(p[1]), hi.max(p[1])));
+    let (y_lo, y_hi) = ref_points.fold((y_lo, y_hi), |(lo, hi), p| (lo.min(p.y), hi.max(p.y)));
     // Lines follow the data; bars start at zero (a bar's length is its
     // value) unless the plot sets `y_min`.
     let (y0, y1) = padded(y_lo, y_hi, spec.log_y, bar);
@@ -90,7 +100,7 @@ pub(super) fn draw<DB: DrawingBackend>(
                 .series
                 .iter()
                 .flat_map(|s| s.points.iter().map(|p| p.0))
-                .chain(refs.iter().flat_map(|r| r.points.iter().map(|p| p[0])))
+                .chain(refs.iter().flat_map(|r| r.points.iter().map(|p| p.x)))
                 .collect();
             values.sort_by(f64::total_cmp);
             values.dedup();
@@ -231,14 +241,16 @@ where
                 .map_err(err)?;
         }
     }
-    // Published numbers: hollow diamonds with a cross, no line, drawn last
-    // so that they sit on top.
+    // Published numbers, drawn last so that they sit on top: held-out
+    // points as hollow diamonds with a cross, calibration points (fitted,
+    // so close by construction) as filled diamonds.
     for (i, r) in refs.iter().enumerate() {
-        let colour = reference_colour(i);
+        let colour = reference_colour(spec, d, r, i);
         chart
             .draw_series(r.points.iter().map(|p| {
-                EmptyElement::at((p[0], p[1]))
-                    + Polygon::new(vec![(0, -9), (9, 0), (0, 9), (-9, 0)], WHITE.filled())
+                let fill = if r.role_of(p) == Some(Role::Calibration) { colour.filled() } else { WHITE.filled() };
+                EmptyElement::at((p.x, p.y))
+                    + Polygon::new(vec![(0, -9), (9, 0), (0, 9), (-9, 0)], fill)
                     + PathElement::new(vec![(0, -9), (9, 0), (0, 9), (-9, 0), (0, -9)], colour.stroke_width(2))
                     + PathElement::new(vec![(-5, 0), (5, 0)], colour.stroke_width(2))
                     + PathElement::new(vec![(0, -5), (0, 5)], colour.stroke_width(2))
@@ -272,9 +284,17 @@ pub(crate) fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
     ticks
 }
 
-/// Reference colours: black, then dark greys, so published numbers never
-/// share a colour with a simulated series.
-fn reference_colour(i: usize) -> RGBColor {
+/// A reference's colour: its series' where `where:` pins the plot's series
+/// key to a drawn series, else black, then dark greys, so that published
+/// numbers never share a colour with a series they do not belong to.
+fn reference_colour(spec: &PlotSpec, d: &XyData, r: &Reference, i: usize) -> RGBColor {
+    let pinned = spec.series.as_ref().and_then(|key| r.filter.get(key)).map(|v| match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    });
+    if let Some(j) = pinned.and_then(|label| d.series.iter().position(|s| s.label.as_deref() == Some(label.as_str()))) {
+        return series_colour(j);
+    }
     [RGBColor(0, 0, 0), RGBColor(90, 90, 90), RGBColor(150, 150, 150)][i % 3]
 }
 

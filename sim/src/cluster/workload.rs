@@ -22,6 +22,10 @@ pub struct Embedding {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Workload {
+    /// A label for plots, tables and `where:` pins of reference points
+    /// (`name: dense_1gb`); the simulator does not read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Dense parameters of one partitioned variable, split evenly over PS tasks.
     #[serde(default)]
     pub dense_params: u64,
@@ -222,6 +226,7 @@ fn default_forward_fraction() -> f64 {
 impl Default for Workload {
     fn default() -> Self {
         Workload {
+            name: None,
             dense_params: 0,
             variables: Vec::new(),
             scalar_per_ps: false,
