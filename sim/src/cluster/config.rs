@@ -273,6 +273,16 @@ pub enum Straggler {
         #[serde(default)]
         jitter_sigma: f64,
     },
+    /// Slowdown factors measured elsewhere, from a CSV `file` (one row per
+    /// step; an optional header line; `#` comments): with one column, or
+    /// with `pooled: true`, each worker step draws a factor from all of
+    /// them (the empirical distribution); with several columns, worker `w`
+    /// replays column `w mod columns`, its k-th step taking row `k mod rows`.
+    Trace {
+        file: String,
+        #[serde(default)]
+        pooled: bool,
+    },
 }
 
 /// Crashes (`failures:` key): drawn from a per-task MTBF and/or at given times.
@@ -721,6 +731,9 @@ impl ClusterConfig {
                 non_negative("straggler.duration_s", *duration_s)?;
                 positive("straggler.factor", *factor)?;
                 non_negative("straggler.jitter_sigma", *jitter_sigma)?;
+            }
+            Straggler::Trace { file, .. } => {
+                crate::cluster::straggler::SlowdownTrace::load(file)?;
             }
         }
         if let Some(f) = &self.failures {

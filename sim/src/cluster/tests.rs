@@ -175,6 +175,29 @@ fn stragglers_of_every_kind_slow_sync_steps() {
     assert!((slow - 3.0).abs() < 0.01, "{slow}");
 }
 
+/// A synchronous step waits for its slowest worker: replaying a trace
+/// (worker w its column w), each step is the compute time times the
+/// largest factor in its row.
+#[test]
+fn a_replayed_trace_makes_each_sync_step_its_slowest_workers() {
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), "w0,w1\n1,2\n1,1\n1.5,1.25\n").unwrap();
+    let cfg = format!(
+        "model: {{ compute_s: 1.0 }}\nworkers: 2\nps: 1\nsteps: 6\nstraggler: {{ dist: trace, file: \"{}\" }}\n",
+        f.path().display()
+    );
+    let r = simulate(&yaml(&cfg), 1).unwrap();
+    let want = [2.0, 1.0, 1.5, 2.0, 1.0, 1.5];
+    assert_eq!(r.step_times_s.len(), want.len());
+    for (t, w) in r.step_times_s.iter().zip(want) {
+        assert!((t - w).abs() < 0.01, "{:?}", r.step_times_s);
+    }
+    // A factor that is not positive is refused before anything runs.
+    std::fs::write(f.path(), "1\n-2\n").unwrap();
+    let e = err(&cfg);
+    assert!(e.contains(&format!("`straggler.file`: {}:2: factor -2 must be a positive number", f.path().display())), "{e}");
+}
+
 #[test]
 fn failures_roll_back_to_the_checkpoint_and_cost_goodput() {
     let base = "model: { compute_s: 1.0, examples_per_step: 10 }\nworkers: 2\nps: 1\nsteps: 10\n";

@@ -260,7 +260,7 @@ pub(crate) fn run_logged(cfg: &ClusterConfig, seed: u64, record: bool) -> Result
     let mut rng = point_rng(seed, 0);
     let w = cfg.workload()?;
     let total_workers = cfg.total_workers() as usize;
-    let straggler = StragglerModel::new(&cfg.straggler, total_workers, &mut rng);
+    let straggler = StragglerModel::new(&cfg.straggler, total_workers, &mut rng)?;
     if let Some(algo) = cfg.allreduce {
         let report = run_allreduce(cfg, w, &mut net, rng, straggler, algo)?;
         return Ok((report, net.fabric_mut().take_flow_log()));
