@@ -205,7 +205,8 @@ pub(crate) fn text(checks: &[ReferenceCheck]) -> String {
     let failed = checks.iter().filter(|c| c.simulated.is_none()).count();
     match median_error(checks, Role::HeldOut) {
         Some((m, n)) => s.push_str(&format!("  held out: median |error| {:.1}% over {n} points", m * 100.0)),
-        None => s.push_str("  held out: no point with a value"),
+        None if checks.iter().any(|c| c.role == Role::HeldOut) => s.push_str("  held out: no point with a value"),
+        None => s.push_str("  held out: none (every point is a calibration point: nothing here is a prediction)"),
     }
     if let Some((m, n)) = median_error(checks, Role::Calibration) {
         s.push_str(&format!("; calibration: median |error| {:.1}% over {n} points (fitted)", m * 100.0));
