@@ -293,6 +293,21 @@ pub(crate) fn initial_values(experiment: &Experiment) -> BTreeMap<String, f64> {
     experiment.calibrate.as_ref().map(|spec| initial_of(&experiment.source().base, &spec.params)).unwrap_or_default()
 }
 
+/// Nelder-Mead runs at most, each from the best point of the last.
+const RESTARTS: usize = 6;
+
+/// A first simplex: `start` and one step of a quarter range along each
+/// axis (inwards from an edge).
+fn simplex_around(start: &[f64]) -> Vec<Vec<f64>> {
+    let mut simplex = vec![start.to_vec()];
+    for i in 0..start.len() {
+        let mut v = start.to_vec();
+        v[i] += if v[i] + 0.25 <= 1.0 { 0.25 } else { -0.25 };
+        simplex.push(v);
+    }
+    simplex
+}
+
 /// Fits the experiment's free parameters on its calibration points.
 pub(crate) fn fit(experiment: &Experiment, launcher: &flowlab_runtime::Launcher) -> Result<CalibrationRecord, ExperimentError> {
     let Some(spec) = &experiment.calibrate else {
@@ -303,34 +318,42 @@ pub(crate) fn fit(experiment: &Experiment, launcher: &flowlab_runtime::Launcher)
     let eval = evaluator(experiment, launcher);
     let keys: Vec<String> = spec.params.keys().cloned().collect();
     let axes: Vec<Axis> = spec.params.values().map(|&[lo, hi]| Axis::new(lo, hi)).collect();
-    let start: Vec<f64> = keys.iter().zip(&axes).map(|(k, a)| a.position(initial[k]).clamp(0.0, 1.0)).collect();
-    // The first simplex: the start and one step of a quarter range along
-    // each axis (inwards from an edge).
-    let mut simplex = vec![start.clone()];
-    for i in 0..start.len() {
-        let mut v = start.clone();
-        v[i] += if v[i] + 0.25 <= 1.0 { 0.25 } else { -0.25 };
-        simplex.push(v);
-    }
-    let objective = Objective { eval: &eval, keys: keys.clone(), axes: axes.clone() };
+    let mut best: Vec<f64> = keys.iter().zip(&axes).map(|(k, a)| a.position(initial[k]).clamp(0.0, 1.0)).collect();
+    let mut best_cost = f64::INFINITY;
     let failed = |e: argmin::core::Error| ExperimentError::InFile {
         origin: experiment.origin.clone(),
         message: format!("calibration failed: {e}"),
     };
-    let solver = NelderMead::new(simplex).with_sd_tolerance(1e-12).map_err(failed)?;
-    let result = Executor::new(objective, solver)
-        .configure(|state| state.max_iters(spec.max_iters))
-        .run()
-        .map_err(failed)?;
-    let state = result.state();
-    let best = state.get_best_param().cloned().unwrap_or(start);
+    // Restarts: a simplex that collapsed against the box's edge (where the
+    // clamp makes the objective flat) starts afresh around the best point,
+    // until a restart finds nothing better.
+    for _ in 0..RESTARTS {
+        let objective = Objective { eval: &eval, keys: keys.clone(), axes: axes.clone() };
+        let solver = NelderMead::new(simplex_around(&best)).with_sd_tolerance(1e-12).map_err(failed)?;
+        let result = Executor::new(objective, solver)
+            .configure(|state| state.max_iters(spec.max_iters))
+            .run()
+            .map_err(failed)?;
+        let state = result.state();
+        let cost = state.get_best_cost();
+        let improved = cost < best_cost * (1.0 - 1e-9);
+        if cost < best_cost {
+            best_cost = cost;
+            if let Some(p) = state.get_best_param() {
+                best = p.iter().map(|u| u.clamp(0.0, 1.0)).collect();
+            }
+        }
+        if !improved {
+            break;
+        }
+    }
     let fitted = keys.iter().zip(&axes).zip(&best).map(|((k, a), &u)| (k.clone(), a.value(u))).collect();
     Ok(CalibrationRecord {
         method: spec.method.name().into(),
         objective: "mean over calibration points of ln(run / published)^2".into(),
         fitted,
         ranges: spec.params.clone(),
-        loss: state.get_best_cost(),
+        loss: best_cost,
         evaluations: eval.evaluations.load(Ordering::Relaxed),
         points: eval.targets.len() as u64,
     })

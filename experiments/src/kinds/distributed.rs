@@ -674,6 +674,9 @@ fn predict_inputs(
         ((e.small_push_wall_s * 1e6 * n - link.recv_small_s * 1e6) / n).clamp(0.0, ps_message_us)
     });
     let workload = Workload {
+        // the PS's memory work is in its measured CPU (`apply_s`, the
+        // transfers' CPU), not on top of it
+        ps_memory_gbps: Some(0.0),
         variables: vars.iter().map(|v| v.1 as u64).collect(),
         compute_s,
         examples_per_step: (p.batch() / needed) as u64,

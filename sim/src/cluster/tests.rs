@@ -198,6 +198,51 @@ fn a_replayed_trace_makes_each_sync_step_its_slowest_workers() {
     assert!(e.contains(&format!("`straggler.file`: {}:2: factor -2 must be a positive number", f.path().display())), "{e}");
 }
 
+/// The PS tasks' memory work on a closed form. One PS task holding 25 M
+/// parameters (100 MB of f32), links too fast to matter, no compute, no
+/// per-request CPU: a pass over the shard takes c = 100 MB / 20 GB/s =
+/// 5 ms. Two synchronous workers: the task copies the shard out for each
+/// fetch (c each, FIFO: the second done at 2c), then adds each gradient
+/// to the accumulator (3c each: the first from 2c to 5c, the second to 8c)
+/// and runs SGD's update with the second (3c more): the step is 11c. One
+/// asynchronous worker with momentum: a copy, then the update's 5 passes
+/// on its own gradient: 6c.
+#[test]
+fn ps_tasks_copy_aggregate_and_update_at_their_memory_bandwidth() {
+    let cfg = |extra: &str, workers: u32, strategy: &str| {
+        format!(
+            "model: {{ dense_params: 25000000, ps_request_us: 0, ps_memory_gbps: 20{extra} }}\nworkers: {workers}\nps: 1\n\
+             strategy: {strategy}\nsteps: 4\nnetwork: {{ topology: star, link_gbps: 100000, latency_us: 0 }}\n"
+        )
+    };
+    let c = 25e6 * 4.0 / 20e9;
+    let wire = 2.0 * 1e8 * 8.0 / 1e14; // a fetch and a push at 100,000 Gbit/s
+    let sync = p50(&cfg("", 2, "{ sync: { backup: 0 } }"));
+    assert!((sync - (11.0 * c + wire)).abs() < 1e-4, "sync: {sync} s, want {}", 11.0 * c + wire);
+    let one = p50(&cfg(", optimizer: momentum", 1, "{ async: {} }"));
+    assert!((one - (6.0 * c + wire)).abs() < 1e-4, "async: {one} s, want {}", 6.0 * c + wire);
+    let off = p50(&cfg("", 2, "{ sync: { backup: 0 } }").replace("ps_memory_gbps: 20", "ps_memory_gbps: 0"));
+    assert!(off < 1e-3, "without memory work: {off}");
+    let e = err(&cfg("", 1, "{ async: {} }").replace("ps_memory_gbps: 20", "ps_memory_gbps: -1"));
+    assert!(e.contains("model.ps_memory_gbps"), "{e}");
+}
+
+/// A physical floor, not the model's own formula: however the PS tasks
+/// schedule it, each of 16 tasks holding 1/16 of a 1 GB model must read
+/// every one of 100 workers' gradients for it once and write its variable
+/// once per step: 101 x 62.5 MB over its 20 GB/s. Fast links (100,000
+/// Gbit/s) used to make the step 8.5 ms; it may not beat the floor.
+#[test]
+fn no_step_beats_the_ps_tasks_memory_floor() {
+    let cfg = "model: dense_1gb\nworkers: 100\nps: 16\nsteps: 3\nnetwork: { topology: fat_tree, link_gbps: 100000 }\n";
+    let step = p50(cfg);
+    let floor = 101.0 * 62.5e6 / 20e9;
+    assert!(step >= floor, "step {step} s below the memory floor {floor} s");
+    // and the NIC floor at 10 Gbit/s: each task sends and receives 100 x 62.5 MB
+    let slow = p50(&cfg.replace("link_gbps: 100000", "link_gbps: 10"));
+    assert!(slow >= 100.0 * 62.5e6 * 8.0 / 10e9, "{slow}");
+}
+
 #[test]
 fn failures_roll_back_to_the_checkpoint_and_cost_goodput() {
     let base = "model: { compute_s: 1.0, examples_per_step: 10 }\nworkers: 2\nps: 1\nsteps: 10\n";
@@ -439,7 +484,7 @@ fn a_zoo_worker_on_a_fast_network_steps_like_the_single_device_placement() {
     let reference = sim.simulate(&placed.placement).unwrap().step_seconds;
     assert!(reference > 1e-5, "{reference}");
     let c = yaml(
-        "model: { zoo: mlp, batch: 32, device: k40, ps_request_us: 0 }\nworkers: 1\nps: 1\n\
+        "model: { zoo: mlp, batch: 32, device: k40, ps_request_us: 0, ps_memory_gbps: 0 }\nworkers: 1\nps: 1\n\
          network: { link_gbps: 100000, latency_us: 0 }\nsteps: 3\n",
     );
     let w = c.workload().unwrap();
@@ -477,7 +522,7 @@ fn mesh_host_cores_and_per_tensor_costs_match_closed_forms() {
     // a mesh each pair has its own
     let bytes = 10e6;
     let shard = bytes * 8.0 / 10e9;
-    let big = "model: { dense_params: 2500000, ps_request_us: 0 }\nworkers: 2\n";
+    let big = "model: { dense_params: 2500000, ps_request_us: 0, ps_memory_gbps: 0 }\nworkers: 2\n";
     let star = p50(&format!("{base}{big}network: {{ topology: star, link_gbps: 10, latency_us: 0 }}\n"));
     let mesh = p50(&format!("{base}{big}network: {{ topology: mesh, link_gbps: 10, latency_us: 0 }}\n"));
     assert!((star - 4.0 * shard).abs() < 1e-9, "{star}");
@@ -485,7 +530,7 @@ fn mesh_host_cores_and_per_tensor_costs_match_closed_forms() {
 
     // 4 workers computing 1 ms each on a host of 2 cores: two rounds; on
     // 4 machines (no host_cores) one. 4 bytes move.
-    let small = "model: { scalar_per_ps: true, compute_s: 0.001, ps_request_us: 0 }\nworkers: 4\n\
+    let small = "model: { scalar_per_ps: true, compute_s: 0.001, ps_request_us: 0, ps_memory_gbps: 0 }\nworkers: 4\n\
                  network: { link_gbps: 10, latency_us: 0 }\n";
     let own = p50(&format!("{base}{small}"));
     let shared = p50(&format!("{base}{small}host_cores: 2\n"));
@@ -497,7 +542,7 @@ fn mesh_host_cores_and_per_tensor_costs_match_closed_forms() {
     // the PS's one message thread: 2 workers, 3 variables on the one PS
     // task, 10 us per tensor: each fetch and each push holds the PS for
     // 30 us, one after another, so the step is 2 x 2 x 30 us
-    let per_tensor = "model: { variables: [1, 1, 1], ps_request_us: 0, ps_transfer_us: 10 }\nworkers: 2\n\
+    let per_tensor = "model: { variables: [1, 1, 1], ps_request_us: 0, ps_memory_gbps: 0, ps_transfer_us: 10 }\nworkers: 2\n\
                       network: { link_gbps: 10, latency_us: 0 }\n";
     let t = p50(&format!("{base}{per_tensor}"));
     assert!((t - 120e-6).abs() < 1e-8, "{t}");
@@ -533,7 +578,7 @@ fn mesh_host_cores_and_per_tensor_costs_match_closed_forms() {
 fn update_tokens_from_the_second_ps_task_match_the_closed_form() {
     let base = "ps: 2\nsteps: 3\nnetwork: { topology: mesh, link_gbps: 10, latency_us: 5 }\n";
     let model = |tokens: bool| {
-        format!("model: {{ variables: [4, 1, 1, 1], ps_request_us: 0, ps_transfer_us: 10, update_tokens: {tokens} }}\n")
+        format!("model: {{ variables: [4, 1, 1, 1], ps_request_us: 0, ps_memory_gbps: 0, ps_transfer_us: 10, update_tokens: {tokens} }}\n")
     };
     let sync = "workers: 2\nstrategy: { sync: { backup: 0 } }\n";
     let without = p50(&format!("{base}{sync}{}", model(false)));
@@ -560,7 +605,7 @@ fn update_tokens_from_the_second_ps_task_match_the_closed_form() {
 #[test]
 fn the_first_ps_tasks_extra_push_cpu_matches_the_closed_form() {
     let base = "ps: 2\nsteps: 3\nnetwork: { topology: mesh, link_gbps: 10, latency_us: 5 }\n";
-    let model = |extra: f64| format!("model: {{ variables: [4, 1, 1, 1], ps_request_us: 0, ps_transfer_us: 10, first_ps_push_us: {extra} }}\n");
+    let model = |extra: f64| format!("model: {{ variables: [4, 1, 1, 1], ps_request_us: 0, ps_memory_gbps: 0, ps_transfer_us: 10, first_ps_push_us: {extra} }}\n");
     let sync = "workers: 2\nstrategy: { sync: { backup: 0 } }\n";
     let one = "workers: 1\nstrategy: { async: {} }\n";
     assert!((p50(&format!("{base}{sync}{}", model(0.0))) - 125e-6).abs() < 1e-8);
@@ -587,7 +632,7 @@ fn the_first_ps_tasks_extra_push_cpu_matches_the_closed_form() {
 fn fetches_served_in_turn_give_every_worker_its_shard_at_the_end_of_the_round() {
     let cfg = |in_turn: bool| {
         format!(
-            "model: {{ variables: [1, 1, 1], compute_s: 0.001, ps_request_us: 0, ps_transfer_us: 10, fetch_in_turn: {in_turn} }}\n\
+            "model: {{ variables: [1, 1, 1], compute_s: 0.001, ps_request_us: 0, ps_memory_gbps: 0, ps_transfer_us: 10, fetch_in_turn: {in_turn} }}\n\
              workers: 2\nps: 1\nsteps: 3\nnetwork: {{ link_gbps: 10, latency_us: 0 }}\n"
         )
     };
@@ -608,7 +653,7 @@ fn fetches_served_in_turn_give_every_worker_its_shard_at_the_end_of_the_round() 
 #[test]
 fn ps_cpu_per_parameter_falls_on_the_task_that_holds_them() {
     let cfg = "ps: 2\nsteps: 3\nworkers: 1\nstrategy: { async: {} }\nnetwork: { topology: mesh, link_gbps: 10, latency_us: 5 }\n\
-               model: { variables: [4, 1, 1, 1], ps_request_us: 0, ps_transfer_us: 10, ps_us_per_mparam: 10000000 }\n";
+               model: { variables: [4, 1, 1, 1], ps_request_us: 0, ps_memory_gbps: 0, ps_transfer_us: 10, ps_us_per_mparam: 10000000 }\n";
     let t = p50(cfg);
     assert!((t - 130e-6).abs() < 2e-8, "{t}");
     let e = err("model: { variables: [1], ps_us_per_mparam: -1 }\nworkers: 1\nps: 1\n");
@@ -628,7 +673,7 @@ fn ps_cpu_per_parameter_falls_on_the_task_that_holds_them() {
 fn worker_transfer_cpu_holds_a_core_and_delays_no_step() {
     let cfg = |cores: &str, worker_us: u32| {
         format!(
-            "model: {{ variables: [1, 1], compute_s: 0.001, ps_request_us: 0, ps_transfer_us: 100, worker_transfer_us: {worker_us} }}\n\
+            "model: {{ variables: [1, 1], compute_s: 0.001, ps_request_us: 0, ps_memory_gbps: 0, ps_transfer_us: 100, worker_transfer_us: {worker_us} }}\n\
              workers: 1\nps: 1\nsteps: 4\nstrategy: {{ async: {{}} }}\nnetwork: {{ topology: mesh, link_gbps: 10, latency_us: 0 }}\n{cores}"
         )
     };
@@ -685,7 +730,7 @@ fn spread_tasks_take_every_endpoint_once_with_the_ps_tasks_evenly_apart() {
 fn task_layout_moves_the_ps_traffic_onto_the_nics_as_the_closed_forms_say() {
     let cfg = |tasks: &str| {
         format!(
-            "model: {{ dense_params: 5000000, ps_request_us: 0 }}\nworkers: 2\nps: 2\nsteps: 3\n\
+            "model: {{ dense_params: 5000000, ps_request_us: 0, ps_memory_gbps: 0 }}\nworkers: 2\nps: 2\nsteps: 3\n\
              network: {{ topology: hierarchical, hosts: 2, devices_per_host: 2, link_gbps: 10, latency_us: 0, \
              intra_link_gbps: 1000000, intra_latency_us: 0, tasks: {tasks} }}\n"
         )
@@ -719,7 +764,7 @@ fn task_layout_moves_the_ps_traffic_onto_the_nics_as_the_closed_forms_say() {
 fn overlapped_fetch_and_push_match_the_closed_form() {
     let cfg = |overlap: bool, gbps: f64| {
         format!(
-            "model: {{ variables: [6250000, 625000], compute_s: 0.03, ps_request_us: 0, overlap: {overlap} }}\n\
+            "model: {{ variables: [6250000, 625000], compute_s: 0.03, ps_request_us: 0, ps_memory_gbps: 0, overlap: {overlap} }}\n\
              workers: 1\nps: 2\nsteps: 3\nnetwork: {{ topology: mesh, link_gbps: {gbps}, latency_us: 0 }}\n"
         )
     };
@@ -737,7 +782,7 @@ fn overlapped_fetch_and_push_match_the_closed_form() {
         (false, 0.0, [0.001, 0.020, 0.030, 0.020]),
     ] {
         let c = match gbps {
-            0.0 => cfg(overlap, 10.0).replace("ps_request_us: 0,", "ps_request_us: 0, step_overhead_us: 1000,"),
+            0.0 => cfg(overlap, 10.0).replace("ps_request_us: 0, ps_memory_gbps: 0,", "ps_request_us: 0, ps_memory_gbps: 0, step_overhead_us: 1000,"),
             _ => cfg(overlap, gbps),
         };
         let r = simulate(&yaml(&c), 7).unwrap();
@@ -761,7 +806,7 @@ fn overlapped_fetch_and_push_match_the_closed_form() {
 fn the_masters_answers_end_each_step_after_its_last_task() {
     let cfg = |strategy: &str, end_wait: &str| {
         format!(
-            "model: {{ variables: [6250000, 625000], compute_s: 0.03, ps_request_us: 0{end_wait} }}\n\
+            "model: {{ variables: [6250000, 625000], compute_s: 0.03, ps_request_us: 0, ps_memory_gbps: 0{end_wait} }}\n\
              workers: 1\nps: 2\nstrategy: {strategy}\nsteps: 3\nnetwork: {{ topology: mesh, link_gbps: 10, latency_us: 0 }}\n"
         )
     };
@@ -792,7 +837,7 @@ fn the_masters_answers_end_each_step_after_its_last_task() {
 fn a_masters_call_and_cpu_start_the_worker() {
     let cfg = |model: &str, cores: &str| {
         format!(
-            "model: {{ variables: [6250000, 625000], compute_s: 0.03, ps_request_us: 0, dispatch_us: 5000{model} }}\n\
+            "model: {{ variables: [6250000, 625000], compute_s: 0.03, ps_request_us: 0, ps_memory_gbps: 0, dispatch_us: 5000{model} }}\n\
              workers: 1\nps: 2\nsteps: 3\nnetwork: {{ topology: mesh, link_gbps: 10, latency_us: 0 }}\n{cores}"
         )
     };
@@ -824,7 +869,7 @@ fn a_masters_call_and_cpu_start_the_worker() {
 fn a_pushed_tensor_costs_the_ps_its_own_time() {
     let cfg = |push: &str, per_tensor: bool| {
         format!(
-            "model: {{ variables: [1, 1], compute_s: 0.001, ps_request_us: 0, ps_transfer_us: 100{push}, push_per_tensor: {per_tensor} }}\n\
+            "model: {{ variables: [1, 1], compute_s: 0.001, ps_request_us: 0, ps_memory_gbps: 0, ps_transfer_us: 100{push}, push_per_tensor: {per_tensor} }}\n\
              workers: 1\nps: 1\nsteps: 4\nnetwork: {{ topology: mesh, link_gbps: 10, latency_us: 0 }}\n"
         )
     };
@@ -857,7 +902,7 @@ fn a_pushed_tensor_costs_the_ps_its_own_time() {
 fn gradients_pushed_per_tensor_match_the_closed_form() {
     let cfg = |per_tensor: bool| {
         format!(
-            "model: {{ variables: [6250000, 625000], compute_s: 0.03, ps_request_us: 0, ps_us_per_mparam: 1000, push_per_tensor: {per_tensor} }}\n\
+            "model: {{ variables: [6250000, 625000], compute_s: 0.03, ps_request_us: 0, ps_memory_gbps: 0, ps_us_per_mparam: 1000, push_per_tensor: {per_tensor} }}\n\
              workers: 1\nps: 1\nsteps: 3\nnetwork: {{ topology: mesh, link_gbps: 10, latency_us: 0 }}\n"
         )
     };

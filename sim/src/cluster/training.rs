@@ -155,6 +155,9 @@ struct GroupState {
     round: u64,
     /// Per PS task, pushes served in this step (only with `update_tokens`).
     served: Vec<u32>,
+    /// Per PS task, this step's gradients that have reached it (each is
+    /// aggregated; the `need`-th also runs the update).
+    taken: Vec<u32>,
     /// Control tokens of this step the first PS task has still to handle.
     tokens: u32,
     /// When this step's last task ended (its answer then takes
@@ -185,6 +188,10 @@ struct Sim<'a> {
     /// 0.30 s with a look-up per flow, 0.17 s with these).
     routes: Vec<Option<Route>>,
     ps_busy: Vec<SimTime>,
+    /// Seconds of PS CPU per pass over one element (0: no memory work)
+    /// and the optimizer's passes per update (`Workload::ps_memory_gbps`).
+    pass_s: f64,
+    update_passes: u32,
     /// Per PS task, its CPU time per request
     /// (`Workload::ps_request_cpu_us` of what it holds).
     ps_request: Vec<SimTime>,
@@ -299,6 +306,7 @@ pub(crate) fn run_logged(cfg: &ClusterConfig, seed: u64, record: bool) -> Result
             waiting: false,
             round: 0,
             served: vec![0; ps],
+            taken: vec![0; ps],
             tokens: 0,
             tasks_done: SimTime::ZERO,
         });
@@ -350,6 +358,8 @@ pub(crate) fn run_logged(cfg: &ClusterConfig, seed: u64, record: bool) -> Result
         shard_bytes: vec![0; workers.len() * ps],
         routes: vec![None; 2 * workers.len() * ps],
         ps_busy: vec![SimTime::ZERO; ps],
+        pass_s: w.ps_seconds_per_element_pass()?,
+        update_passes: w.optimizer.passes(),
         ps_request,
         ps_push_request,
         tensors_left: vec![0; if push_tensors.is_empty() { 0 } else { workers.len() * ps }],
@@ -532,8 +542,10 @@ impl Sim<'_> {
             Ev::FetchArrive { w, ps, epoch } => {
                 if self.current(w, epoch) {
                     // The response streams while the PS CPU serves the request
-                    // (FIFO); the worker has the shard once both are done.
-                    let ready = self.serve(ps, now);
+                    // (FIFO) and copies the shard out; the worker has the
+                    // shard once both are done.
+                    let copy = self.memory_work(w, ps, 1);
+                    let ready = self.serve_for(ps, now, self.ps_request[ps as usize] + copy);
                     let bytes = self.shard_bytes[w as usize * self.layout.tasks() + ps as usize];
                     let tag = self.transfer(Transfer { w, ps, epoch, kind: TransferKind::Fetch, ready, tensor: u32::MAX });
                     let route = self.route(w, ps, true)?;
@@ -663,8 +675,41 @@ impl Sim<'_> {
     /// PS task `ps` has all of worker `w`'s gradient shard: its CPU applies it (FIFO).
     fn push_complete(&mut self, w: u32, ps: u32, epoch: u64) {
         let extra = if ps == 0 { self.first_push } else { SimTime::ZERO };
-        let at = self.serve_for(ps, self.q.now(), self.ps_push_request[ps as usize] + extra);
+        let memory = if self.current(w, epoch) { self.gradient_memory_work(w, ps) } else { SimTime::ZERO };
+        let at = self.serve_for(ps, self.q.now(), self.ps_push_request[ps as usize] + extra + memory);
         self.q.schedule_at(at, Ev::PushServed { w, ps, epoch, whole: true });
+    }
+
+    /// PS CPU time for `passes` passes over the elements worker `w` moves
+    /// to or from task `ps` this step (its dense share and its sparse rows).
+    fn memory_work(&self, w: u32, ps: u32, passes: u32) -> SimTime {
+        if self.pass_s == 0.0 {
+            return SimTime::ZERO;
+        }
+        let k = ps as usize;
+        let elements = self.layout.dense[k] + self.sparse[w as usize * self.layout.tasks() + k];
+        SimTime::from_secs_f64(self.pass_s * f64::from(passes) * elements as f64)
+    }
+
+    /// What a gradient costs the task's memory as it is taken in: alone
+    /// (one gradient an update, as asynchronous training has) the update's
+    /// passes; else three passes to add it to the accumulator, and the
+    /// update's passes with the `need`-th. Later ones are dropped unread.
+    fn gradient_memory_work(&mut self, w: u32, ps: u32) -> SimTime {
+        if self.pass_s == 0.0 {
+            return SimTime::ZERO;
+        }
+        let g = self.workers[w as usize].group as usize;
+        let need = self.groups[g].need;
+        let taken = &mut self.groups[g].taken[ps as usize];
+        *taken += 1;
+        let passes = match (need, (*taken).cmp(&need)) {
+            (1, std::cmp::Ordering::Equal) => self.update_passes,
+            (_, std::cmp::Ordering::Less) => 3,
+            (_, std::cmp::Ordering::Equal) => 3 + self.update_passes,
+            (_, std::cmp::Ordering::Greater) => 0,
+        };
+        self.memory_work(w, ps, passes)
     }
 
     /// Worker `w`'s shard from PS task `ps` has arrived and the task has
@@ -735,14 +780,8 @@ impl Sim<'_> {
         }
     }
 
-    /// FIFO PS CPU: a request arriving at `now` is done at the returned
-    /// time. On a shared host it also holds a core.
-    fn serve(&mut self, ps: u32, now: SimTime) -> SimTime {
-        let d = self.ps_request[ps as usize];
-        self.serve_for(ps, now, d)
-    }
-
-    /// As [`Self::serve`], for work of `d` on PS task `ps`.
+    /// FIFO PS CPU: work of `d` on PS task `ps` arriving at `now` is done
+    /// at the returned time. On a shared host it also holds a core.
     fn serve_for(&mut self, ps: u32, now: SimTime, d: SimTime) -> SimTime {
         let from = self.ps_busy[ps as usize].max(now);
         let end = self.cpu(from, d);
@@ -980,6 +1019,7 @@ impl Sim<'_> {
         gs.step_start = now;
         gs.round += 1;
         gs.served.iter_mut().for_each(|s| *s = 0);
+        gs.taken.iter_mut().for_each(|s| *s = 0);
         gs.tokens = self.tokens.iter().sum();
         let (first, len) = (gs.first, gs.len);
         if first == 0 {

@@ -18,6 +18,32 @@ pub struct Embedding {
     pub rows_per_step: u64,
 }
 
+/// The update rule a PS task applies, by its memory passes over a shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Optimizer {
+    /// Read the variable and the gradient, write the variable: 3 passes.
+    #[default]
+    Sgd,
+    /// Also read and write the velocity: 5.
+    Momentum,
+    /// Also read and write the mean square: 5.
+    Rmsprop,
+    /// Also read and write both moments: 7.
+    Adam,
+}
+
+impl Optimizer {
+    /// Passes over the shard's elements that one update makes.
+    pub fn passes(self) -> u32 {
+        match self {
+            Optimizer::Sgd => 3,
+            Optimizer::Momentum | Optimizer::Rmsprop => 5,
+            Optimizer::Adam => 7,
+        }
+    }
+}
+
 /// Parameters, per-step compute and batch of one worker step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -68,6 +94,22 @@ pub struct Workload {
     /// requests), so a task holding little pays little.
     #[serde(default)]
     pub ps_us_per_mparam: f64,
+    /// Memory bandwidth a PS task's work on its shard gets, GB/s (10^9
+    /// bytes/s): serving a fetch copies the shard once (read), each
+    /// gradient a synchronous step takes in is added to an accumulator
+    /// (three passes: read both, write one), and each update runs the
+    /// optimizer's passes over the shard (`optimizer`), all at this rate on
+    /// the task's CPU, FIFO with its requests. Absent: the hardware
+    /// catalog's `cpu-x86-core` device (20 GB/s, one core's stream bandwidth);
+    /// 0: none (a PS whose CPU per request is measured whole, as
+    /// `kind: distributed` measures it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ps_memory_gbps: Option<f64>,
+    /// The optimizer the PS tasks apply: the memory passes of one update
+    /// over a shard (reads and writes of the variable, the gradient and the
+    /// optimizer's slots).
+    #[serde(default)]
+    pub optimizer: Optimizer,
     /// Fixed worker time per step (session run, RPC set-up), microseconds.
     /// On a shared host (`host_cores`) it holds a core.
     #[serde(default)]
@@ -238,6 +280,8 @@ impl Default for Workload {
             ps_transfer_us: 0.0,
             ps_push_transfer_us: None,
             ps_us_per_mparam: 0.0,
+            ps_memory_gbps: None,
+            optimizer: Optimizer::Sgd,
             step_overhead_us: 0.0,
             worker_transfer_us: 0.0,
             step_wait_us: 0.0,
@@ -278,6 +322,20 @@ impl Workload {
         self.ps_request_us + per_tensor_us * tensors as f64 + self.ps_us_per_mparam * params as f64 * 1e-6
     }
 
+    /// Seconds a PS task takes for one pass over one f32 element (4 bytes
+    /// at `ps_memory_gbps`, or the catalog `cpu-x86-core`'s memory bandwidth); 0
+    /// when the memory work is off.
+    pub fn ps_seconds_per_element_pass(&self) -> Result<f64, SimError> {
+        let gbps = match self.ps_memory_gbps {
+            Some(g) => g,
+            None => flowlab_hw::Catalog::builtin()
+                .device("cpu-x86-core")
+                .map_err(|e| SimError::param("model.ps_memory_gbps", e.to_string()))?
+                .memory_bandwidth_gb_s,
+        };
+        Ok(if gbps > 0.0 { 4.0 / (gbps * 1e9) } else { 0.0 })
+    }
+
     pub fn validate(&self) -> Result<(), SimError> {
         let finite_nn = |p: &str, v: f64| {
             if v >= 0.0 && v.is_finite() {
@@ -294,6 +352,9 @@ impl Workload {
             finite_nn("model.ps_push_transfer_us", v)?;
         }
         finite_nn("model.ps_us_per_mparam", self.ps_us_per_mparam)?;
+        if let Some(g) = self.ps_memory_gbps {
+            finite_nn("model.ps_memory_gbps", g)?;
+        }
         finite_nn("model.step_overhead_us", self.step_overhead_us)?;
         finite_nn("model.step_end_wait_us", self.step_end_wait_us)?;
         finite_nn("model.dispatch_us", self.dispatch_us)?;
