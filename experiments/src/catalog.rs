@@ -29,6 +29,11 @@ const ENTRIES: &[CatalogEntry] = &[
         text: include_str!("../catalog/backup-workers.yaml"),
     },
     CatalogEntry {
+        name: "backup-robustness",
+        summary: "Backup workers' benefit against cluster size (25..200) and straggler tail (lognormal sigma 0.1..0.6), b = 0..8",
+        text: include_str!("../catalog/backup-robustness.yaml"),
+    },
+    CatalogEntry {
         name: "sync-replication",
         summary: "Figure 7: synchronous replication microbenchmark, null/dense/sparse fetches, 1..100 workers, 16 PS",
         text: include_str!("../catalog/sync-replication.yaml"),

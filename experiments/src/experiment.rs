@@ -547,6 +547,9 @@ fn check_plots(
         for key in &spec.pool {
             fields.push(("pool", key, params.iter().map(String::as_str).collect()));
         }
+        for key in spec.filter.keys() {
+            fields.push(("where", key, params.iter().map(String::as_str).collect()));
+        }
         for (role, key, known) in fields {
             // A map of parameters (`network`) is a key too: it labels each
             // point by the values under it.
@@ -559,7 +562,7 @@ fn check_plots(
                     format!(
                         "plot `{role}: {key}` names no {} of kind {}{} (known: {})",
                         match role {
-                            "series" | "pool" => "parameter",
+                            "series" | "pool" | "where" => "parameter",
                             "y" if spec.kind == PlotKind::Cdf => "series",
                             _ => "parameter or metric",
                         },

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use flowlab_reports::{Reference, ReferenceCheck, ResultRow, Role};
+use flowlab_reports::{Reference, ReferenceCheck, ResultRow, Role, same_value};
 use serde_json::Value;
 use serde_saphyr::Spanned;
 
@@ -83,8 +83,8 @@ pub(crate) fn targets(
             let matching: Vec<&Run> = points
                 .iter()
                 .copied()
-                .filter(|run| run.params.get(&r.x).is_some_and(|v| same(v, &Value::from(p.x))))
-                .filter(|run| r.filter.iter().all(|(k, want)| run.params.get(k).is_some_and(|v| same(v, want))))
+                .filter(|run| run.params.get(&r.x).is_some_and(|v| same_value(v, &Value::from(p.x))))
+                .filter(|run| r.filter.iter().all(|(k, want)| run.params.get(k).is_some_and(|v| same_value(v, want))))
                 .collect();
             let at_point = format!("reference `{}` point x = {}", r.label(), p.x);
             let point = match matching.as_slice() {
@@ -125,15 +125,6 @@ pub(crate) fn targets(
         }
     }
     Ok(out)
-}
-
-/// Two parameter values are the same point: equal JSON, or equal numbers
-/// however written (`100` and `100.0`).
-fn same(a: &Value, b: &Value) -> bool {
-    match (a.as_f64(), b.as_f64()) {
-        (Some(x), Some(y)) => x == y || (x - y).abs() <= 1e-12 * x.abs().max(y.abs()),
-        _ => a == b,
-    }
 }
 
 /// Each target's published value beside the run's (the mean over the

@@ -22,7 +22,7 @@ pub use error::ReportError;
 pub use prepare::check_plot_points;
 pub use render::{RenderedReport, render};
 pub use results::{ResultRow, ResultsFile, read_results, read_results_file};
-pub use spec::{PlotKind, PlotSpec, Reference, ReferencePoint, Role};
+pub use spec::{PlotKind, PlotSpec, Reference, ReferencePoint, Role, same_value};
 pub use summary::{
     CalibrationRecord, RUN_INFO_FILE, ReferenceCheck, RunInfo, SUMMARY_FILE, Summary, SummaryTable, utc_date, write_run_info,
     write_summary,

@@ -108,7 +108,7 @@ pub(crate) fn prepare(
     results: &Path,
 ) -> Result<ChartData, ReportError> {
     spec.validate()?;
-    let mut ok: Vec<&ResultRow> = rows.iter().filter(|r| r.error.is_none()).collect();
+    let mut ok: Vec<&ResultRow> = rows.iter().filter(|r| r.error.is_none() && spec.keeps(&r.params)).collect();
     if ok.is_empty() {
         return Ok(ChartData::NoData);
     }
@@ -130,7 +130,14 @@ pub(crate) fn prepare(
 /// that name metrics are left for the report to check.
 pub fn check_plot_points(spec: &PlotSpec, points: &[ResultRow]) -> Result<(), ReportError> {
     spec.validate()?;
-    let refs: Vec<&ResultRow> = points.iter().collect();
+    let refs: Vec<&ResultRow> = points.iter().filter(|r| spec.keeps(&r.params)).collect();
+    if refs.is_empty() && !points.is_empty() {
+        let pins: Vec<String> = spec.filter.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        return Err(ReportError::InvalidPlot {
+            plot: spec.describe(),
+            reason: format!("`where: {{ {} }}` matches no point of the sweep", pins.join(", ")),
+        });
+    }
     let ctx = Ctx {
         spec,
         ok: &refs,

@@ -88,6 +88,10 @@ pub struct PlotSpec {
     /// it is exact). Both axes then share one range, and one log setting.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub diagonal: bool,
+    /// Only the points with these parameter values (`where: { workers: 100 }`):
+    /// one slice of a larger sweep, so that the keys it pins do not collide.
+    #[serde(default, rename = "where", skip_serializing_if = "BTreeMap::is_empty")]
+    pub filter: BTreeMap<String, serde_json::Value>,
 }
 
 /// Published numbers to draw beside the simulation: one entry of an
@@ -201,7 +205,8 @@ impl Reference {
 
     /// Whether this reference belongs on `plot`: a line plot of the same x and y.
     pub fn fits(&self, plot: &PlotSpec) -> bool {
-        plot.kind == PlotKind::Line && plot.x.as_deref() == Some(self.x.as_str()) && plot.y == self.y
+        let same_slice = plot.filter.iter().all(|(k, v)| self.filter.get(k).is_none_or(|mine| same_value(mine, v)));
+        plot.kind == PlotKind::Line && plot.x.as_deref() == Some(self.x.as_str()) && plot.y == self.y && same_slice
     }
 
     /// A point's role: its own, else the reference's (`None`: neither says).
@@ -210,7 +215,21 @@ impl Reference {
     }
 }
 
+/// Two parameter values are the same: equal JSON, or equal numbers however
+/// written (`100` and `100.0`).
+pub fn same_value(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => x == y || (x - y).abs() <= 1e-12 * x.abs().max(y.abs()),
+        _ => a == b,
+    }
+}
+
 impl PlotSpec {
+    /// Whether a row belongs on this plot: it has every value `where:` pins.
+    pub fn keeps(&self, params: &BTreeMap<String, serde_json::Value>) -> bool {
+        self.filter.iter().all(|(k, want)| params.get(k).is_some_and(|v| same_value(v, want)))
+    }
+
     /// Whether the (x, y) axes are logarithmic as drawn: with `diagonal`,
     /// either log flag makes both axes logarithmic, so that y = x stays a
     /// line through equal values on both axes.

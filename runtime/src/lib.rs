@@ -41,6 +41,6 @@ pub use cluster::{ClusterSpec, Job, TaskId, parse_kill};
 pub use error::{Result, RuntimeError};
 pub use launch::{Launcher, LocalCluster, MAX_LOCAL_TASKS};
 pub use net::{bind_task, connect_task};
-pub use master::{Master, MasterOptions, Traffic, link_arg};
-pub use train::{ClusterTrainReport, ClusterTraining, Hooks, Mode, percentile, planned_updates, train_on_cluster, train_on_cluster_with};
+pub use master::{MAX_INJECTED_DELAY, Master, MasterOptions, Traffic, link_arg};
+pub use train::{ClusterTrainReport, ClusterTraining, Hooks, Mode, Stragglers, percentile, planned_updates, train_on_cluster, train_on_cluster_with};
 pub use worker::{StepRendezvous, TaskClient, TaskServer, WorkerService};

@@ -36,6 +36,9 @@ use crate::pb::{AbortStepRequest, NamedTensor, PeerTask, RegisterGraphRequest, R
 use crate::wire;
 use crate::worker::{TaskClient, millis};
 
+/// The longest delay a master may ask a task to wait before a step.
+pub const MAX_INJECTED_DELAY: Duration = Duration::from_secs(600);
+
 /// Master settings.
 #[derive(Clone, Debug)]
 pub struct MasterOptions {
@@ -343,6 +346,19 @@ impl Master {
     /// Runs one step over the cluster: feeds, fetches and targets are
     /// outputs of the registered graph, as for `Session::run`.
     pub fn run(&self, feeds: &[(&Output, &Tensor)], fetches: &[&Output], targets: &[&Output]) -> Result<Vec<Tensor>> {
+        self.run_delayed(feeds, fetches, targets, &[])
+    }
+
+    /// As [`Self::run`], with `delays`: each named task waits that long
+    /// before running its part of the step (an injected straggler). A delay
+    /// over [`MAX_INJECTED_DELAY`] is refused by the task.
+    pub fn run_delayed(
+        &self,
+        feeds: &[(&Output, &Tensor)],
+        fetches: &[&Output],
+        targets: &[&Output],
+        delays: &[(TaskId, Duration)],
+    ) -> Result<Vec<Tensor>> {
         let key: Signature = (
             feeds.iter().map(|(o, _)| (o.node_id(), o.index())).collect(),
             fetches.iter().map(|o| (o.node_id(), o.index())).collect(),
@@ -370,6 +386,7 @@ impl Master {
                 targets: ts.targets.clone(),
                 finished_steps: std::mem::take(&mut finished[*i]),
                 record_timeline,
+                delay_us: delays.iter().find(|(task, _)| *task == t.task).map_or(0, |(_, d)| d.as_micros().min(u128::from(u64::MAX)) as u64),
             };
             calls.push((pos, t.raw(), req));
         }

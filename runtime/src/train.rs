@@ -80,11 +80,59 @@ pub struct ClusterTraining {
     /// A run that ends (or a backup run that runs out of shards) before
     /// `last` keeps what it recorded; recording starts at most once.
     pub timeline: Option<(usize, usize)>,
+    /// Injected stragglers: each worker's computations wait as these say.
+    pub stragglers: Option<Stragglers>,
 }
 
 impl Default for ClusterTraining {
     fn default() -> Self {
-        ClusterTraining { mode: Mode::Sync, backup: 0, master: MasterOptions::default(), checkpoint: None, timeline: None }
+        ClusterTraining { mode: Mode::Sync, backup: 0, master: MasterOptions::default(), checkpoint: None, timeline: None, stragglers: None }
+    }
+}
+
+/// Stragglers injected into a real run: worker `w`'s k-th computation
+/// waits `(f - 1) x compute` before its task runs it, `f` the factor at
+/// row `k mod rows` of column `w mod columns` (a factor below 1 counts as
+/// 1: a wait cannot make a worker faster). The cluster simulator replays
+/// the same columns (`straggler: { dist: trace, factors }`), so a
+/// prediction meets the same draws.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stragglers {
+    /// Per worker, its factors in the order of its computations.
+    pub factors: Vec<Vec<f64>>,
+    /// The compute time a factor scales (calibrated in the same sitting).
+    pub compute: Duration,
+}
+
+impl Stragglers {
+    /// The wait before worker `w`'s k-th computation.
+    pub fn delay(&self, w: usize, k: usize) -> Duration {
+        let Some(column) = self.factors.get(w % self.factors.len().max(1)).filter(|c| !c.is_empty()) else {
+            return Duration::ZERO;
+        };
+        self.compute.mul_f64((column[k % column.len()] - 1.0).clamp(0.0, 1e6))
+    }
+}
+
+/// Hands out each worker's next injected wait, counting its computations.
+struct Injector<'a> {
+    stragglers: Option<&'a Stragglers>,
+    workers: &'a [TaskId],
+    counts: std::sync::Mutex<Vec<usize>>,
+}
+
+impl Injector<'_> {
+    /// Worker `w`'s wait for the computation it is about to run, as the
+    /// master's `run_delayed` takes it (none without stragglers).
+    fn next(&self, w: usize) -> Option<(TaskId, Duration)> {
+        let s = self.stragglers?;
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let k = counts.get(w).copied().unwrap_or(0);
+        if let Some(c) = counts.get_mut(w) {
+            *c += 1;
+        }
+        let d = s.delay(w, k);
+        (d > Duration::ZERO).then(|| (self.workers[w], d))
     }
 }
 
@@ -534,10 +582,11 @@ pub fn train_on_cluster_with(
         resumed = (Some(step as u64), skipped);
     }
     let is_ps = |e: &RuntimeError| matches!(e, RuntimeError::Rpc { task, .. } if ps.iter().any(|p| p.to_string() == *task));
+    let inject = Injector { stragglers: how.stragglers.as_ref(), workers: &workers, counts: std::sync::Mutex::new(vec![0; n]) };
     let (steps, train_loss) = loop {
         chief.timeline_after(&master, from);
         let r = match &built {
-            Built::Sync(sg) => run_sync(&master, sg, &train_set, &cfg, n, from, &times, &|k| chief.after(&master, k)),
+            Built::Sync(sg) => run_sync(&master, sg, &train_set, &cfg, n, from, &times, &inject, &|k| chief.after(&master, k)),
             Built::Backup(bg) => {
                 let skip = {
                     let pos = positions.lock().unwrap_or_else(|e| e.into_inner());
@@ -550,7 +599,7 @@ pub fn train_on_cluster_with(
                 // are dropped for good
                 dropped = (skip - needed * from) as u64;
                 failed.clear();
-                run_backup(&master, bg, &train_set, &cfg, needed, from, skip, &positions, &is_ps, &times, &|k| chief.after(&master, k)).map(
+                run_backup(&master, bg, &train_set, &cfg, needed, from, skip, &positions, &is_ps, &times, &inject, &|k| chief.after(&master, k)).map(
                     |(steps, loss, d, f)| {
                         dropped += d;
                         failed = f.iter().map(|&w| workers[w].to_string()).collect();
@@ -560,7 +609,7 @@ pub fn train_on_cluster_with(
             }
             Built::Async(ag) => {
                 chief.start_at(from);
-                run_async(&master, ag, &train_set, &cfg, n, from, &is_ps, &times, &chief)
+                run_async(&master, ag, &train_set, &cfg, n, from, &is_ps, &times, &inject, &chief)
             }
         };
         let dead_ps = match &r {
@@ -639,6 +688,7 @@ fn run_sync(
     n: usize,
     from: usize,
     times: &Times,
+    inject: &Injector<'_>,
     after: &(dyn Fn(usize) -> Result<()> + Sync),
 ) -> Result<(usize, f64)> {
     let mut batches = Batches::new(train_set.len(), cfg, n);
@@ -660,8 +710,9 @@ fn run_sync(
                 feeds.push((&sg.xs[i], x));
                 feeds.push((&sg.ys[i], y));
             }
+            let delays: Vec<(TaskId, Duration)> = (0..n).filter_map(|w| inject.next(w)).collect();
             let t = Instant::now();
-            let out = master.run(&feeds, &[&sg.loss], &[&sg.train_op])?;
+            let out = master.run_delayed(&feeds, &[&sg.loss], &[&sg.train_op], &delays)?;
             push_time(times, t);
             let loss = out.first().ok_or_else(|| config("the step fetched no loss".into()))?.scalar_f64()?;
             sum += loss * idx.len() as f64;
@@ -696,6 +747,7 @@ fn run_async(
     from: usize,
     is_ps: &(dyn Fn(&RuntimeError) -> bool + Sync),
     times: &Times,
+    inject: &Injector<'_>,
     chief: &Chief<'_>,
 ) -> Result<(usize, f64)> {
     let mut batches = Batches::new(train_set.len(), cfg, 1);
@@ -717,8 +769,9 @@ fn run_async(
                                 break;
                             }
                             let (x, y) = batch_tensors(train_set, idx)?;
+                            let delay: Vec<(TaskId, Duration)> = inject.next(i).into_iter().collect();
                             let t = Instant::now();
-                            let r = chief.update(|| master.run(&[(&ag.xs[i], &x), (&ag.ys[i], &y)], &[&ag.losses[i]], &[&ag.train_ops[i]]));
+                            let r = chief.update(|| master.run_delayed(&[(&ag.xs[i], &x), (&ag.ys[i], &y)], &[&ag.losses[i]], &[&ag.train_ops[i]], &delay));
                             let (out, k, closed) = match r {
                                 Ok(x) => x,
                                 Err(e) => {
@@ -797,6 +850,7 @@ fn run_backup(
     positions: &std::sync::Mutex<Vec<usize>>,
     is_ps: &(dyn Fn(&RuntimeError) -> bool + Sync),
     times: &Times,
+    inject: &Injector<'_>,
     after: &(dyn Fn(usize) -> Result<()> + Sync),
 ) -> Result<(usize, f64, u64, Vec<usize>)> {
     let workers = bg.xs.len();
@@ -819,10 +873,11 @@ fn run_backup(
         let launch = |w: usize, step: u64, shard: Shard, busy: &mut Vec<bool>| {
             busy[w] = true;
             let tx = tx.clone();
+            let delay: Vec<(TaskId, Duration)> = inject.next(w).into_iter().collect();
             s.spawn(move || {
                 let r = (|| -> Result<f64> {
                     let (x, y) = batch_tensors(train_set, &shard.idx)?;
-                    let out = master.run(&[(&bg.xs[w], &x), (&bg.ys[w], &y)], &[&bg.losses[w]], &[&bg.computes[w]])?;
+                    let out = master.run_delayed(&[(&bg.xs[w], &x), (&bg.ys[w], &y)], &[&bg.losses[w]], &[&bg.computes[w]], &delay)?;
                     Ok(out.first().ok_or_else(|| config("the step fetched no loss".into()))?.scalar_f64()?)
                 })();
                 let _ = tx.send((w, step, r, shard.idx.len(), shard.epoch));

@@ -434,6 +434,17 @@ impl Worker for WorkerService {
             self.state.rendezvous.end_step(s);
         }
         self.state.last_step.fetch_max(r.step_id, Ordering::Relaxed);
+        if r.delay_us > 0 {
+            let delay = Duration::from_micros(r.delay_us);
+            if delay > crate::master::MAX_INJECTED_DELAY {
+                return Err(Status::invalid_argument(format!(
+                    "task {}: an injected delay of {delay:?} is over the {:?} allowed",
+                    self.state.task,
+                    crate::master::MAX_INJECTED_DELAY
+                )));
+            }
+            tokio::time::sleep(delay).await;
+        }
         let me = WorkerService { state: Arc::clone(&self.state) };
         // the executor blocks its thread: keep it off the async threads
         let resp = tokio::task::spawn_blocking(move || me.run_graph_blocking(r))
