@@ -83,6 +83,11 @@ const ENTRIES: &[CatalogEntry] = &[
         summary: "The cluster simulator against real PS/worker processes on issue 16's goal model: the 784-512-512-10 MLP, 1/2/4 workers, sync",
         text: include_str!("../catalog/distributed-mlp784.yaml"),
     },
+    CatalogEntry {
+        name: "distributed-stragglers",
+        summary: "Backup workers and sync/async with injected lognormal stragglers: real worker processes against the cluster simulator replaying the same draws",
+        text: include_str!("../catalog/distributed-stragglers.yaml"),
+    },
 ];
 
 /// Every catalog entry.

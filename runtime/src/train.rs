@@ -1055,6 +1055,35 @@ mod tests {
         flowlab_programs::datasets::load_digits(&path).unwrap()
     }
 
+    /// Injected stragglers wait where the factors say, and only there:
+    /// worker 1's every computation 1 + 4 = 5 times a 30 ms compute, so
+    /// each synchronous step lasts at least 4 x 30 = 120 ms (a lower bound:
+    /// the wait is a sleep, the rest only adds), while the same run without
+    /// them computes the same numbers. An asynchronous worker's wait
+    /// delays only its own steps.
+    #[test]
+    fn injected_stragglers_delay_the_steps_of_the_workers_they_name() {
+        let spec = local_spec(2);
+        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let data = digits();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 1;
+        // few, large steps: the waits are what the test is about
+        cfg.batch = 240;
+        let stragglers = Stragglers { factors: vec![vec![1.0, 0.5], vec![5.0]], compute: Duration::from_millis(30) };
+        assert_eq!((stragglers.delay(0, 0), stragglers.delay(0, 1), stragglers.delay(1, 7)), (Duration::ZERO, Duration::ZERO, Duration::from_millis(120)));
+        let how = ClusterTraining { stragglers: Some(stragglers.clone()), ..ClusterTraining::default() };
+        let slow = train_on_cluster(&data, &cfg, &spec, &how).unwrap();
+        assert!(slow.step_p10_s >= 0.120, "every step waits for worker 1: p10 {} s", slow.step_p10_s);
+        let plain = train_on_cluster(&data, &cfg, &spec, &ClusterTraining::default()).unwrap();
+        assert!(plain.step_p50_s < 0.120, "without stragglers: {} s", plain.step_p50_s);
+        assert_eq!(slow.report.train_loss.to_bits(), plain.report.train_loss.to_bits(), "a wait changes no number");
+        // asynchronous: worker 0 never waits, so the fastest steps stay fast
+        let how = ClusterTraining { mode: Mode::Async, stragglers: Some(stragglers), ..ClusterTraining::default() };
+        let r = train_on_cluster(&data, &cfg, &spec, &how).unwrap();
+        assert!(r.step_p10_s < 0.120 && r.step_p90_s >= 0.120, "p10 {} s, p90 {} s", r.step_p10_s, r.step_p90_s);
+    }
+
     #[test]
     fn one_ps_and_two_workers_compute_what_two_local_replicas_do() {
         let spec = local_spec(2);

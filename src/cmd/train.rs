@@ -393,6 +393,7 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
             let total = flowlab_runtime::planned_updates(data, &cfg);
             (total.saturating_sub(TRACED_UPDATES - 1).max(1), total.max(1))
         }),
+        stragglers: None,
     };
     if let Some((task, _)) = kill
         && spec.address(task).is_err()

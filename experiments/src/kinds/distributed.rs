@@ -19,7 +19,15 @@
 //!   kill: worker:2@20     # optional: stop a task after update 20 (async: a ps task, after global update 20)
 //!   checkpoint_every: 10  # optional: checkpoints (a killed PS restarts from the newest)
 //!   calibration_reps: 5   # timed batches per calibration figure (the median is kept)
+//!   straggler: { dist: lognormal, sigma: 0.5 }   # optional: injected stragglers (below)
 //! ```
+//!
+//! With `straggler:` (the cluster kind's schema; not `transient`, whose
+//! slow periods follow simulated time) each worker's k-th computation
+//! waits (f - 1) x the calibrated `compute_s` before its task runs it (the
+//! master asks for the wait in the step's `RunGraph`), f the k-th factor
+//! of the worker's own stream of the point's seed, at least 1; the
+//! simulator replays the same factors (`{ dist: trace, factors }`).
 //!
 //! What is measured, what is calibrated and what is predicted:
 //! - measured (the real run): updates per second, step-time percentiles
@@ -152,8 +160,8 @@ use flowlab_engine::{DeviceSet, Graph, Output, Session, SessionOptions, Tensor};
 use flowlab_hw::CommFormat;
 use flowlab_programs::datasets::{Dataset, builtin_digits};
 use flowlab_programs::train::{CheckpointConfig, ModelKind, TrainConfig, batch_tensors, build_async, build_backup, build_sharded, local_cpu, shard_variables, split_holdout};
-use flowlab_runtime::{ClusterTraining, Hooks, Job, LocalCluster, MasterOptions, Mode, TaskId, train_on_cluster_with};
-use flowlab_sim::cluster::{ClusterConfig, ModelRef, NetworkConfig, Strategy, TopologyKind, Workload, simulate};
+use flowlab_runtime::{ClusterTraining, Hooks, Job, LocalCluster, MasterOptions, Mode, Stragglers, TaskId, train_on_cluster_with};
+use flowlab_sim::cluster::{ClusterConfig, ModelRef, NetworkConfig, Straggler, Strategy, TopologyKind, Workload, factor_table, simulate};
 
 use super::validate::LinkParams;
 use super::{Outcome, PointEnv, TypedKind};
@@ -190,7 +198,18 @@ pub(crate) struct DistributedPoint {
     /// Batches of timed repetitions per calibration figure.
     #[serde(default = "default_reps")]
     calibration_reps: usize,
+    /// Injected stragglers (the cluster kind's `straggler:` schema, less
+    /// `transient`): each worker's computations wait `(f - 1)` times the
+    /// calibrated compute, `f` drawn from the point's seed per worker, and
+    /// the simulator replays the same factors.
+    #[serde(default)]
+    straggler: Option<Straggler>,
 }
+
+/// Rows of the factor table a point draws per worker: the simulator and
+/// the runtime both replay row `k mod ROWS` for a worker's k-th
+/// computation, so a run longer than this still meets the same factors.
+const STRAGGLER_ROWS: usize = 4096;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -315,7 +334,7 @@ pub(crate) static DISTRIBUTED: TypedKind<DistributedPoint> = TypedKind {
     series_names: &["measured_step_times_s", "task_cpu_per_update_us", "predicted_task_cpu_per_update_us"],
     tag_paths: &[],
     exclusive: true,
-    summarize: None,
+    summarize: Some(super::distributed_summary::summarize),
 };
 
 impl DistributedPoint {
@@ -392,6 +411,10 @@ impl DistributedPoint {
                 "invalid parameter `batch`: must be a positive multiple of the {} gradients per update, got {batch}",
                 self.needed(),
             ));
+        }
+        if let Some(st) = &self.straggler {
+            st.validate(self.workers as u32).map_err(|e| e.to_string())?;
+            factor_table(st, self.workers, 1, 0).map_err(|e| e.to_string())?;
         }
         if self.calibration_reps == 0 || self.calibration_reps > 1000 {
             return Err(format!("invalid parameter `calibration_reps`: must be between 1 and 1000, got {}", self.calibration_reps));
@@ -783,6 +806,16 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         None => in_process,
     };
 
+    // injected stragglers: one table of factors for the run and the prediction
+    let factors = match &p.straggler {
+        None => None,
+        Some(st) => {
+            let table = factor_table(st, p.workers, STRAGGLER_ROWS, env.seed).map_err(|e| e.to_string())?;
+            // a wait cannot make a worker faster: factors below 1 count as 1, on both sides
+            Some(table.into_iter().map(|c| c.into_iter().map(|f| f.max(1.0)).collect::<Vec<f64>>()).collect::<Vec<_>>())
+        }
+    };
+
     // the real run
     let ck_dir = tempfile::tempdir().map_err(|e| format!("checkpoint folder: {e}"))?;
     let how = ClusterTraining {
@@ -791,6 +824,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         master: MasterOptions { recv_timeout: Duration::from_secs(30), link: emulated, ..Default::default() },
         checkpoint: p.checkpoint_every.map(|every| CheckpointConfig { dir: ck_dir.path().to_path_buf(), every, keep: 2, resume: false }),
         timeline: traced_updates(p, &cfg, &data),
+        stragglers: factors.clone().map(|factors| Stragglers { factors, compute: Duration::from_secs_f64(compute_s) }),
     };
     let cluster = LocalCluster::start_with_link(&env.launcher, p.ps as u32, p.workers as u32, emulated).map_err(|e| e.to_string())?;
     let spec = cluster.spec.clone();
@@ -863,6 +897,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         },
         host_cores: Some(model.cores),
         comm: cfg.comm,
+        straggler: factors.map_or(Straggler::None, |f| Straggler::Trace { file: None, factors: Some(f), pooled: false }),
         steps: ((r.report.steps / sim_workers) as u64).clamp(1, 2000),
         ..ClusterConfig::default()
     };

@@ -6,6 +6,7 @@
 
 mod cluster;
 mod distributed;
+mod distributed_summary;
 mod placement;
 mod systolic;
 mod validate;

@@ -274,15 +274,61 @@ pub enum Straggler {
         jitter_sigma: f64,
     },
     /// Slowdown factors measured elsewhere, from a CSV `file` (one row per
-    /// step; an optional header line; `#` comments): with one column, or
-    /// with `pooled: true`, each worker step draws a factor from all of
-    /// them (the empirical distribution); with several columns, worker `w`
-    /// replays column `w mod columns`, its k-th step taking row `k mod rows`.
+    /// step; an optional header line; `#` comments) or given inline as
+    /// `factors` (one list per worker): with one column, or with
+    /// `pooled: true`, each worker step draws a factor from all of them
+    /// (the empirical distribution); with several columns, worker `w`
+    /// replays column `w mod columns`, its k-th step taking row
+    /// `k mod rows`.
     Trace {
-        file: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        file: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        factors: Option<Vec<Vec<f64>>>,
         #[serde(default)]
         pooled: bool,
     },
+}
+
+impl Straggler {
+    /// Checks the parameters for a cluster of `workers` workers, naming
+    /// the key at fault.
+    pub fn validate(&self, cluster_workers: u32) -> Result<(), SimError> {
+        match self {
+            Straggler::None => {}
+            Straggler::Lognormal { sigma } => non_negative("straggler.sigma", *sigma)?,
+            Straggler::Exponential { p, mean } => {
+                if !(0.0..=1.0).contains(p) {
+                    return Err(SimError::param("straggler.p", format!("must be in [0, 1], got {p}")));
+                }
+                non_negative("straggler.mean", *mean)?;
+            }
+            Straggler::SlowMachines { workers, factor } => {
+                positive("straggler.factor", *factor)?;
+                if let Some(w) = workers.iter().find(|&&w| w >= cluster_workers) {
+                    return Err(SimError::param(
+                        "straggler.workers",
+                        format!("worker {w} does not exist ({cluster_workers} workers)"),
+                    ));
+                }
+            }
+            Straggler::Transient {
+                mean_interval_s,
+                duration_s,
+                factor,
+                jitter_sigma,
+            } => {
+                positive("straggler.mean_interval_s", *mean_interval_s)?;
+                non_negative("straggler.duration_s", *duration_s)?;
+                positive("straggler.factor", *factor)?;
+                non_negative("straggler.jitter_sigma", *jitter_sigma)?;
+            }
+            Straggler::Trace { .. } => {
+                crate::cluster::straggler::SlowdownTrace::of(self)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Crashes (`failures:` key): drawn from a per-task MTBF and/or at given times.
@@ -703,39 +749,7 @@ impl ClusterConfig {
         if self.max_events == 0 {
             return Err(SimError::param("max_events", "must be at least 1"));
         }
-        match &self.straggler {
-            Straggler::None => {}
-            Straggler::Lognormal { sigma } => non_negative("straggler.sigma", *sigma)?,
-            Straggler::Exponential { p, mean } => {
-                if !(0.0..=1.0).contains(p) {
-                    return Err(SimError::param("straggler.p", format!("must be in [0, 1], got {p}")));
-                }
-                non_negative("straggler.mean", *mean)?;
-            }
-            Straggler::SlowMachines { workers, factor } => {
-                positive("straggler.factor", *factor)?;
-                if let Some(w) = workers.iter().find(|&&w| w >= self.total_workers()) {
-                    return Err(SimError::param(
-                        "straggler.workers",
-                        format!("worker {w} does not exist ({} workers)", self.total_workers()),
-                    ));
-                }
-            }
-            Straggler::Transient {
-                mean_interval_s,
-                duration_s,
-                factor,
-                jitter_sigma,
-            } => {
-                positive("straggler.mean_interval_s", *mean_interval_s)?;
-                non_negative("straggler.duration_s", *duration_s)?;
-                positive("straggler.factor", *factor)?;
-                non_negative("straggler.jitter_sigma", *jitter_sigma)?;
-            }
-            Straggler::Trace { file, .. } => {
-                crate::cluster::straggler::SlowdownTrace::load(file)?;
-            }
-        }
+        self.straggler.validate(self.total_workers())?;
         if let Some(f) = &self.failures {
             if let Some(m) = f.mtbf_hours {
                 positive("failures.mtbf_hours", m)?;

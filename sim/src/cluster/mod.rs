@@ -10,6 +10,7 @@
 pub mod config;
 pub mod report;
 mod straggler;
+pub use straggler::factor_table;
 mod training;
 pub mod workload;
 

@@ -15,6 +15,32 @@ pub(crate) struct SlowdownTrace {
 }
 
 impl SlowdownTrace {
+    /// The factors of a `trace` straggler: its file's, or its inline
+    /// `factors` (one column per worker), checked alike.
+    pub(crate) fn of(cfg: &Straggler) -> Result<SlowdownTrace, SimError> {
+        let Straggler::Trace { file, factors, .. } = cfg else {
+            return Err(SimError::param("straggler", "not a trace"));
+        };
+        match (file, factors) {
+            (Some(path), None) => SlowdownTrace::load(path),
+            (None, Some(columns)) => {
+                for (w, column) in columns.iter().enumerate() {
+                    if column.is_empty() {
+                        return Err(SimError::param(format!("straggler.factors[{w}]"), "is empty"));
+                    }
+                    if let Some(f) = column.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+                        return Err(SimError::param(format!("straggler.factors[{w}]"), format!("factor {f} must be a positive number")));
+                    }
+                }
+                if columns.is_empty() {
+                    return Err(SimError::param("straggler.factors", "lists no worker"));
+                }
+                Ok(SlowdownTrace { columns: columns.clone() })
+            }
+            _ => Err(SimError::param("straggler", "a trace takes `file` or `factors`, one of the two")),
+        }
+    }
+
     /// Reads `path`: comma-separated factors, one row per step, all rows of
     /// one width. Blank lines and `#` comments are skipped; a first line
     /// with no number in it is a header. Every factor must be a positive
@@ -64,6 +90,27 @@ impl SlowdownTrace {
     }
 }
 
+/// The factors `cfg` gives `workers` workers over their first `steps`
+/// computations each, worker `w` from its own stream of `seed`: what a
+/// real run injects and the simulator then replays (`Straggler::Trace`
+/// with these `factors`). Slow periods (`transient`) depend on simulated
+/// time, so they have no such table.
+pub fn factor_table(cfg: &Straggler, workers: usize, steps: usize, seed: u64) -> Result<Vec<Vec<f64>>, SimError> {
+    if matches!(cfg, Straggler::Transient { .. }) {
+        return Err(SimError::param(
+            "straggler",
+            "`transient` slow periods follow simulated time, which a real run does not share; use lognormal, exponential, slow_machines or trace",
+        ));
+    }
+    (0..workers)
+        .map(|w| {
+            let mut rng = crate::rng::point_rng(seed, w as u64 + 1);
+            let mut model = StragglerModel::new(cfg, workers, &mut rng)?;
+            Ok((0..steps).map(|_| model.factor(&mut rng, w, SimTime::ZERO)).collect())
+        })
+        .collect()
+}
+
 /// How a trace is read: drawn from as one pool, or replayed per worker.
 enum TraceUse {
     Pool(Vec<f64>),
@@ -82,8 +129,8 @@ pub(crate) struct StragglerModel {
 impl StragglerModel {
     pub fn new(cfg: &Straggler, workers: usize, rng: &mut ChaCha8Rng) -> Result<Self, SimError> {
         let trace = match cfg {
-            Straggler::Trace { file, pooled } => {
-                let t = SlowdownTrace::load(file)?;
+            Straggler::Trace { pooled, .. } => {
+                let t = SlowdownTrace::of(cfg)?;
                 Some(if *pooled || t.columns.len() == 1 {
                     TraceUse::Pool(t.columns.concat())
                 } else {
@@ -179,7 +226,7 @@ mod tests {
     #[test]
     fn a_trace_with_columns_is_replayed_per_worker_and_a_single_column_is_a_pool() {
         let f = trace_file("# measured somewhere\nw0,w1\n1.0,2.0\n3.0,4.0\n");
-        let cfg = Straggler::Trace { file: f.path().display().to_string(), pooled: false };
+        let cfg = Straggler::Trace { file: Some(f.path().display().to_string()), factors: None, pooled: false };
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut m = StragglerModel::new(&cfg, 3, &mut rng).unwrap();
         let mut at = |w| m.factor(&mut rng, w, SimTime(0));
@@ -187,13 +234,37 @@ mod tests {
         assert_eq!([at(0), at(1), at(0), at(1), at(0), at(2)], [1.0, 2.0, 3.0, 4.0, 1.0, 1.0]);
         // One column: every step draws from the four values alike.
         let f = trace_file("1\n2\n3\n4\n");
-        let cfg = Straggler::Trace { file: f.path().display().to_string(), pooled: false };
+        let cfg = Straggler::Trace { file: Some(f.path().display().to_string()), factors: None, pooled: false };
         let mut m = StragglerModel::new(&cfg, 2, &mut rng).unwrap();
         let draws: Vec<f64> = (0..40_000).map(|i| m.factor(&mut rng, i % 2, SimTime(0))).collect();
         for v in [1.0, 2.0, 3.0, 4.0] {
             let share = draws.iter().filter(|&&d| d == v).count() as f64 / draws.len() as f64;
             assert!((share - 0.25).abs() < 0.01, "{v}: {share}");
         }
+    }
+
+    #[test]
+    fn factor_tables_are_one_stream_per_worker_and_refuse_time_dependent_stragglers() {
+        let cfg = Straggler::Lognormal { sigma: 0.5 };
+        let t = factor_table(&cfg, 3, 20_000, 9).unwrap();
+        assert_eq!(t, factor_table(&cfg, 3, 20_000, 9).unwrap(), "same seed, same table");
+        // the first worker's column does not depend on how many there are
+        assert_eq!(t[0], factor_table(&cfg, 1, 20_000, 9).unwrap()[0]);
+        assert_ne!(t[0], t[1]);
+        for column in &t {
+            let logs: Vec<f64> = column.iter().map(|f| f.ln()).collect();
+            let mean = logs.iter().sum::<f64>() / logs.len() as f64;
+            let sd = (logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / logs.len() as f64).sqrt();
+            assert!(mean.abs() < 0.02 && (sd - 0.5).abs() < 0.02, "ln factor: mean {mean}, sd {sd}");
+        }
+        let transient = Straggler::Transient { mean_interval_s: 1.0, duration_s: 1.0, factor: 2.0, jitter_sigma: 0.0 };
+        assert!(factor_table(&transient, 2, 4, 1).unwrap_err().to_string().contains("`transient` slow periods follow simulated time"));
+        let inline = |factors: Vec<Vec<f64>>| Straggler::Trace { file: None, factors: Some(factors), pooled: false };
+        assert_eq!(factor_table(&inline(vec![vec![1.0, 2.0], vec![3.0]]), 3, 3, 1).unwrap(), vec![vec![1.0, 2.0, 1.0], vec![3.0; 3], vec![1.0, 2.0, 1.0]]);
+        let e = SlowdownTrace::of(&inline(vec![vec![1.0], vec![0.0]])).unwrap_err().to_string();
+        assert_eq!(e, "invalid parameter `straggler.factors[1]`: factor 0 must be a positive number");
+        let both = Straggler::Trace { file: Some("x.csv".into()), factors: Some(vec![vec![1.0]]), pooled: false };
+        assert!(SlowdownTrace::of(&both).unwrap_err().to_string().contains("`file` or `factors`, one of the two"));
     }
 
     #[test]
