@@ -722,6 +722,9 @@ impl ClusterConfig {
                 if self.strategy != (Strategy::Sync { backup: 0 }) {
                     return Err(SimError::param("strategy", "`allreduce` needs `sync: { backup: 0 }`"));
                 }
+                if self.workload()?.ps_softmax.is_some() {
+                    return Err(SimError::param("model.ps_softmax", "is computed on PS tasks, which `allreduce` has none of"));
+                }
             }
             None => {
                 if self.ps == 0 {

@@ -16,7 +16,7 @@ pub mod workload;
 
 pub use config::{Checkpoint, ClusterConfig, Failures, NetworkConfig, Straggler, Strategy, TaskLayout, TopologyKind, available_memory_bytes};
 pub use report::ClusterReport;
-pub use workload::{Embedding, ModelRef, Optimizer, Workload};
+pub use workload::{Embedding, ModelRef, Optimizer, PsSoftmax, Workload};
 
 use crate::error::SimError;
 

@@ -259,6 +259,50 @@ fn ps_tasks_copy_aggregate_and_update_at_their_memory_bandwidth() {
     assert!(e.contains("model.ps_memory_gbps"), "{e}");
 }
 
+/// An output layer computed on the PS tasks, on closed forms. 1,000
+/// classes of 100 over 50 tokens at 1 GFLOP/s: 6 x 50 x 100 x 1,000 = 30
+/// MFLOP, 30 ms on one task, 15 ms on each of two. One synchronous worker
+/// computing 10 ms: a step is 10 + 30 ms on one task, 10 + 15 on two. Two
+/// asynchronous workers on one task: its 30 ms a step is the bottleneck,
+/// 60 ms for each worker's step (the other's compute overlaps it).
+#[test]
+fn a_softmax_on_the_ps_tasks_costs_its_flops_there() {
+    let cfg = |ps: u32, workers: u32, strategy: &str| {
+        format!(
+            "model: {{ compute_s: 0.01, ps_request_us: 0, ps_memory_gbps: 0, ps_gflops: 1, ps_softmax: {{ classes: 1000, dim: 100, tokens: 50 }} }}\n\
+             workers: {workers}\nps: {ps}\nstrategy: {strategy}\nsteps: 20\nnetwork: {{ topology: star, link_gbps: 100000, latency_us: 0 }}\n"
+        )
+    };
+    for (ps, workers, strategy, want) in [(1, 1, "{ sync: { backup: 0 } }", 0.040), (2, 1, "{ sync: { backup: 0 } }", 0.025), (1, 2, "{ async: {} }", 0.060)] {
+        let got = p50(&cfg(ps, workers, strategy));
+        assert!((got - want).abs() < 2e-4, "{ps} PS, {workers} workers, {strategy}: {got} s, want {want}");
+    }
+    let e = err(&cfg(0, 2, "{ sync: { backup: 0 } }").replace("\nps: 0", "\nps: 0\nallreduce: ring"));
+    assert!(e.contains("model.ps_softmax"), "{e}");
+    let e = err(&cfg(1, 1, "{ async: {} }").replace("compute_s: 0.01,", "compute_s: 0.01, overlap: true,"));
+    assert!(e.contains("model.ps_softmax") && e.contains("overlap"), "{e}");
+}
+
+/// Figure 9's claims, from the mechanism and datasheet rates, nothing
+/// fitted to them: with the full softmax computed on the PS tasks, a
+/// second PS task helps more than going from 4 to 32 workers or from 32
+/// to 256; sampled softmax, on the workers, moves and computes far less
+/// (the paper: about 78x less for the softmax), so the same cluster runs
+/// many times faster.
+#[test]
+fn the_lstm_softmax_on_the_ps_tasks_makes_a_second_task_worth_more_than_workers() {
+    let words = |model: &str, workers: u32, ps: u32| {
+        let cfg = format!("model: {model}\nworkers: {workers}\nps: {ps}\nstrategy: {{ async: {{}} }}\nsteps: 20\nnetwork: {{ topology: fat_tree, link_gbps: 10 }}\n");
+        simulate(&yaml(&cfg), 1).unwrap().metrics()["throughput"]
+    };
+    let second_ps = words("lstm_lm", 4, 2) / words("lstm_lm", 4, 1);
+    let more_workers = words("lstm_lm", 32, 1) / words("lstm_lm", 4, 1);
+    let many_more = words("lstm_lm", 256, 1) / words("lstm_lm", 32, 1);
+    assert!(second_ps > more_workers && second_ps > many_more, "1 -> 2 PS x{second_ps:.2}, 4 -> 32 workers x{more_workers:.2}, 32 -> 256 x{many_more:.2}");
+    let sampled = words("lstm_lm_sampled", 32, 8) / words("lstm_lm", 32, 8);
+    assert!(sampled > 5.0, "sampled softmax only x{sampled:.2}");
+}
+
 /// A physical floor, not the model's own formula: however the PS tasks
 /// schedule it, each of 16 tasks holding 1/16 of a 1 GB model must read
 /// every one of 100 workers' gradients for it once and write its variable

@@ -49,6 +49,9 @@ enum Ev {
     /// With `overlap`: a gradient shard whose flow ran ahead of the backward
     /// pass has its last bytes (the backward pass is done).
     PushComplete { w: u32, ps: u32, epoch: u64 },
+    /// With `ps_softmax`: PS task `ps` has computed its classes for worker
+    /// `w`'s activations; their gradient leaves now.
+    SoftmaxServed { w: u32, ps: u32, epoch: u64 },
     /// PS task `ps` applied one pushed gradient shard (with
     /// `push_per_tensor`, one tensor; `whole`: the worker's last there).
     PushServed { w: u32, ps: u32, epoch: u64, whole: bool },
@@ -97,6 +100,10 @@ enum Ev {
 enum TransferKind {
     Fetch,
     Push,
+    /// With `ps_softmax`: a worker's activations to a PS task, and their
+    /// gradient back.
+    Activations,
+    ActivationGrads,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -192,6 +199,11 @@ struct Sim<'a> {
     /// and the optimizer's passes per update (`Workload::ps_memory_gbps`).
     pass_s: f64,
     update_passes: u32,
+    /// With `ps_softmax`: each PS task's CPU per worker step for its
+    /// classes (compute and update; empty without), and the bytes of the
+    /// activations (and of their gradient).
+    softmax_cpu: Vec<SimTime>,
+    activation_bytes: u64,
     /// Per PS task, its CPU time per request
     /// (`Workload::ps_request_cpu_us` of what it holds).
     ps_request: Vec<SimTime>,
@@ -360,6 +372,21 @@ pub(crate) fn run_logged(cfg: &ClusterConfig, seed: u64, record: bool) -> Result
         ps_busy: vec![SimTime::ZERO; ps],
         pass_s: w.ps_seconds_per_element_pass()?,
         update_passes: w.optimizer.passes(),
+        softmax_cpu: match &w.ps_softmax {
+            None => Vec::new(),
+            Some(s) => {
+                let (rate, pass_s) = (w.ps_flops_per_s()?, w.ps_seconds_per_element_pass()?);
+                (0..ps)
+                    .map(|k| {
+                        let classes = s.classes_on(k, ps) as f64;
+                        let flops = 6.0 * s.tokens as f64 * s.dim as f64 * classes;
+                        let update = pass_s * f64::from(w.optimizer.passes()) * classes * s.dim as f64;
+                        SimTime::from_secs_f64(flops / rate + update + w.ps_request_us * 1e-6)
+                    })
+                    .collect()
+            }
+        },
+        activation_bytes: w.ps_softmax.map_or(0, |s| cfg.comm.bytes_for(s.tokens * s.dim)),
         ps_request,
         ps_push_request,
         tensors_left: vec![0; if push_tensors.is_empty() { 0 } else { workers.len() * ps }],
@@ -565,9 +592,18 @@ impl Sim<'_> {
                 if self.current(w, epoch) {
                     if self.w.overlap {
                         self.backward(w, epoch)?;
-                    } else {
+                    } else if self.softmax_cpu.is_empty() {
                         self.push(w, epoch)?;
+                    } else {
+                        self.softmax_exchange(w, epoch)?;
                     }
+                }
+            }
+            Ev::SoftmaxServed { w, ps, epoch } => {
+                if self.current(w, epoch) {
+                    let tag = self.transfer(Transfer { w, ps, epoch, kind: TransferKind::ActivationGrads, ready: now, tensor: u32::MAX });
+                    let route = self.route(w, ps, true)?;
+                    self.net.start_flow_on(now, self.ps_endpoint(ps), self.worker_endpoint(w), route, self.activation_bytes, tag)?;
                 }
             }
             Ev::PushComplete { w, ps, epoch } => {
@@ -643,6 +679,17 @@ impl Sim<'_> {
                     self.fetch_ready(t.w, t.ps, t.epoch);
                 }
             }
+            TransferKind::Activations => {
+                let at = self.serve_for(t.ps, now, self.softmax_cpu[t.ps as usize]);
+                self.q.schedule_at(at, Ev::SoftmaxServed { w: t.w, ps: t.ps, epoch: t.epoch });
+            }
+            TransferKind::ActivationGrads => {
+                let ws = &mut self.workers[t.w as usize];
+                ws.pending -= 1;
+                if ws.pending == 0 {
+                    self.push(t.w, t.epoch)?;
+                }
+            }
             TransferKind::Push if t.tensor != u32::MAX => {
                 // one tensor: its PS task takes it (FIFO); the worker's last
                 // one there also costs the task's request and, on the first
@@ -678,6 +725,20 @@ impl Sim<'_> {
         let memory = if self.current(w, epoch) { self.gradient_memory_work(w, ps) } else { SimTime::ZERO };
         let at = self.serve_for(ps, self.q.now(), self.ps_push_request[ps as usize] + extra + memory);
         self.q.schedule_at(at, Ev::PushServed { w, ps, epoch, whole: true });
+    }
+
+    /// With `ps_softmax`: worker `w`'s activations leave for every PS task
+    /// (each answers with their gradient once it has computed its classes).
+    fn softmax_exchange(&mut self, w: u32, epoch: u64) -> Result<(), SimError> {
+        let now = self.q.now();
+        let tasks = self.layout.tasks();
+        for k in 0..tasks as u32 {
+            let tag = self.transfer(Transfer { w, ps: k, epoch, kind: TransferKind::Activations, ready: now, tensor: u32::MAX });
+            let route = self.route(w, k, false)?;
+            self.net.start_flow_on(now, self.worker_endpoint(w), self.ps_endpoint(k), route, self.activation_bytes, tag)?;
+        }
+        self.workers[w as usize].pending = tasks as u32;
+        Ok(())
     }
 
     /// PS CPU time for `passes` passes over the elements worker `w` moves

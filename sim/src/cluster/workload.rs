@@ -18,6 +18,25 @@ pub struct Embedding {
     pub rows_per_step: u64,
 }
 
+/// An output layer of `classes` rows of `dim`, applied to `tokens`
+/// activations a step, computed on the PS tasks (`Workload::ps_softmax`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PsSoftmax {
+    pub classes: u64,
+    pub dim: u64,
+    pub tokens: u64,
+}
+
+impl PsSoftmax {
+    /// Classes PS task `k` of `tasks` holds (an even split, the first tasks
+    /// taking the remainder).
+    pub fn classes_on(&self, k: usize, tasks: usize) -> u64 {
+        let p = tasks.max(1) as u64;
+        self.classes / p + u64::from((k as u64) < self.classes % p)
+    }
+}
+
 /// The update rule a PS task applies, by its memory passes over a shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -105,6 +124,20 @@ pub struct Workload {
     /// `kind: distributed` measures it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ps_memory_gbps: Option<f64>,
+    /// An output layer computed on the PS tasks, sharded over them by
+    /// class (the paper's LSTM language model: the full softmax "computed
+    /// there"). Its weights are never fetched: after its compute a worker
+    /// sends its `tokens x dim` activations to every PS task; each computes
+    /// its classes' logits, its share of the loss and both gradients (6 x
+    /// tokens x dim x its classes flops, at `ps_gflops`), updates its rows
+    /// (the optimizer's passes) and answers with the activations' gradient
+    /// (`tokens x dim`); the worker's push follows the last answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ps_softmax: Option<PsSoftmax>,
+    /// The PS tasks' compute rate for `ps_softmax`, GFLOP/s. Absent: the
+    /// hardware catalog's `cpu-x86-core` f32 peak (96 GFLOP/s, one core).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ps_gflops: Option<f64>,
     /// The optimizer the PS tasks apply: the memory passes of one update
     /// over a shard (reads and writes of the variable, the gradient and the
     /// optimizer's slots).
@@ -281,6 +314,8 @@ impl Default for Workload {
             ps_push_transfer_us: None,
             ps_us_per_mparam: 0.0,
             ps_memory_gbps: None,
+            ps_softmax: None,
+            ps_gflops: None,
             optimizer: Optimizer::Sgd,
             step_overhead_us: 0.0,
             worker_transfer_us: 0.0,
@@ -301,6 +336,10 @@ impl Default for Workload {
         }
     }
 }
+
+/// The LSTM-512-512's forward and backward pass over 1,280 tokens on a
+/// K40: 32.2 GFLOP at 4.29 TFLOP/s x 0.8 (see the catalog entry).
+const LSTM_LM_BODY_S: f64 = 2.0 * (2.0 * 1025.0 * 2048.0) * 1280.0 * 3.0 / (4.29e12 * 0.8);
 
 impl Workload {
     /// A PS task's CPU per request, microseconds, for a task holding
@@ -336,6 +375,19 @@ impl Workload {
         Ok(if gbps > 0.0 { 4.0 / (gbps * 1e9) } else { 0.0 })
     }
 
+    /// The PS tasks' compute rate for `ps_softmax`, flop/s.
+    pub fn ps_flops_per_s(&self) -> Result<f64, SimError> {
+        match self.ps_gflops {
+            Some(g) => Ok(g * 1e9),
+            None => {
+                let d = flowlab_hw::Catalog::builtin()
+                    .device("cpu-x86-core")
+                    .map_err(|e| SimError::param("model.ps_gflops", e.to_string()))?;
+                Ok(d.peak_flops(flowlab_hw::Dtype::F32))
+            }
+        }
+    }
+
     pub fn validate(&self) -> Result<(), SimError> {
         let finite_nn = |p: &str, v: f64| {
             if v >= 0.0 && v.is_finite() {
@@ -354,6 +406,19 @@ impl Workload {
         finite_nn("model.ps_us_per_mparam", self.ps_us_per_mparam)?;
         if let Some(g) = self.ps_memory_gbps {
             finite_nn("model.ps_memory_gbps", g)?;
+        }
+        if let Some(g) = self.ps_gflops {
+            if !(g > 0.0 && g.is_finite()) {
+                return Err(SimError::param("model.ps_gflops", format!("must be positive and finite, got {g}")));
+            }
+        }
+        if let Some(s) = &self.ps_softmax {
+            if s.classes == 0 || s.dim == 0 || s.tokens == 0 {
+                return Err(SimError::param("model.ps_softmax", "classes, dim and tokens must be at least 1"));
+            }
+            if self.overlap || self.push_per_tensor {
+                return Err(SimError::param("model.ps_softmax", "runs between the compute and the push: not with `overlap` or `push_per_tensor`"));
+            }
         }
         finite_nn("model.step_overhead_us", self.step_overhead_us)?;
         finite_nn("model.step_end_wait_us", self.step_end_wait_us)?;
@@ -508,26 +573,36 @@ impl Workload {
             },
             // LSTM-512-512 language model on One Billion Word (Fig. 9):
             // 40,000-word vocabulary; embedding 40,000 x 512 gathered for
-            // 64 x 20 tokens per step; two LSTM layers (4 x 1025 x 512 each);
-            // full softmax 512 x 40,000 fetched densely. Compute time is an estimate.
+            // 64 x 20 = 1,280 tokens per step; two LSTM layers (4 x 1025 x
+            // 512 weights each), fetched densely; the full softmax (512 x
+            // 40,000) sharded over the PS tasks and computed there, as the
+            // paper does (`ps_softmax`: 6 x 1,280 x 512 x 40,000 = 157 GFLOP
+            // a step, at the PS host's rate). The worker's compute is the
+            // LSTM's flops, 2 x (2 x 1025 x 2048) x 1,280 tokens x 3
+            // (forward and backward) = 32.2 GFLOP, at the K40's datasheet
+            // f32 peak (4.29 TFLOP/s) x the roofline's 0.8 for matrix
+            // products: 9.4 ms.
             "lstm_lm" => Workload {
-                dense_params: 2 * 4 * 1025 * 512 + 512 * 40_000,
+                dense_params: 2 * 4 * 1025 * 512,
                 embeddings: vec![Embedding { rows: 40_000, dim: 512, rows_per_step: 1280 }],
-                compute_s: 0.25,
+                ps_softmax: Some(PsSoftmax { classes: 40_000, dim: 512, tokens: 1280 }),
+                compute_s: LSTM_LM_BODY_S,
                 examples_per_step: 64 * 20,
                 step_overhead_us: 2000.0,
                 ..base
             },
-            // The same model with sampled softmax over 512 classes: the
-            // softmax weights become a sparse table of which 512 rows move
-            // per step (about 78x less than the full softmax, as in Fig. 9).
+            // The same model with sampled softmax over 512 classes, on the
+            // worker: 512 rows of the softmax weights are gathered a step
+            // (a sparse table), and their logits, with each token's true
+            // class, cost 6 x 1,280 x 512 x 513 = 2.0 GFLOP on the K40
+            // (0.6 ms at its peak x 0.8) on top of the LSTM's.
             "lstm_lm_sampled" => Workload {
                 dense_params: 2 * 4 * 1025 * 512,
                 embeddings: vec![
                     Embedding { rows: 40_000, dim: 512, rows_per_step: 1280 },
                     Embedding { rows: 40_000, dim: 512, rows_per_step: 512 },
                 ],
-                compute_s: 0.25 - 0.2 * (1.0 - 512.0 / 40_000.0),
+                compute_s: LSTM_LM_BODY_S + 6.0 * 1280.0 * 512.0 * 513.0 / (4.29e12 * 0.8),
                 examples_per_step: 64 * 20,
                 step_overhead_us: 2000.0,
                 ..base
