@@ -183,6 +183,32 @@ fn a_backup_worker_drops_gradients_and_keeps_the_accuracy() {
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--sync-backup 2: the cluster has 2 workers, so at most 1 can be backups"), "{}", describe(&out));
 }
 
+/// `--straggler`: a worker that is always 40 times slower (`slow:40:0`)
+/// makes its steps wait 39 compute times of a shard (timed before
+/// training and reported), so the synchronous median step is at least
+/// that long; the numbers trained are the same as without. A malformed
+/// distribution is refused naming the forms.
+#[test]
+fn an_injected_straggler_slows_the_steps_it_names_and_changes_no_number() {
+    let args = ["--local-cluster", "ps=1,workers=2", "--batch", "256"];
+    let (plain, _) = train_json(&args);
+    let mut slow_args = args.to_vec();
+    slow_args.extend_from_slice(&["--straggler", "slow:40:0"]);
+    let (slow, launcher) = train_json(&slow_args);
+    let compute = num(&slow, "straggler_compute_s");
+    assert!(compute > 0.0, "{slow}");
+    assert!(num(&slow, "step_p50_s") >= 39.0 * compute, "{slow}");
+    assert_eq!(num(&slow, "loss"), num(&plain, "loss"), "{slow} vs {plain}");
+    assert!(plain.get("straggler_compute_s").is_none(), "{plain}");
+    assert!(tasks_of(launcher).is_empty(), "tasks left running: {:?}", tasks_of(launcher));
+    let out = finish(spawn(&["train", "mlp", "--local-cluster", "ps=1,workers=2", "--straggler", "lognormal"]), Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--straggler lognormal: expected lognormal:SIGMA, exponential:P:MEAN or slow:FACTOR:W,W..."), "{}", describe(&out));
+    let out = finish(spawn(&["train", "mlp", "--local-cluster", "ps=1,workers=2", "--straggler", "slow:2:5"]), Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("worker 5 does not exist (2 workers)"), "{}", describe(&out));
+}
+
 #[test]
 fn the_issues_own_command_trains_with_the_default_batch_rounded_to_the_gradients_a_step_needs() {
     // `--local-cluster ps=1,workers=4 --sync-backup 1`: 3 gradients a step,

@@ -725,6 +725,31 @@ impl Batches {
     }
 }
 
+/// Seconds one worker's forward and backward pass takes on a shard of
+/// `shard` examples of `data`, in this process on one CPU (the median of
+/// `reps` timed runs after one untimed): the compute time that injected
+/// stragglers scale (`flowlab train --straggler`).
+pub fn time_replica_compute(data: &Dataset, cfg: &TrainConfig, shard: usize, reps: usize) -> Result<f64> {
+    let g = Graph::new();
+    let one = TrainConfig { devices: 1, ..cfg.clone() };
+    let sess = session_for(&g, &one)?;
+    let sg = build_sharded(&g, &one, data.features, &[local_cpu(0)], &[local_cpu(0)])?;
+    sess.run(&[], &[], &[&sg.init])?;
+    let compute = g.group("time_compute", &sg.replica_gradients[0].iter().collect::<Vec<_>>())?;
+    let idx: Vec<usize> = (0..shard.clamp(1, data.len().max(1))).collect();
+    let (x, y) = batch_tensors(data, &idx)?;
+    let feeds = [(&sg.xs[0], &x), (&sg.ys[0], &y)];
+    sess.run(&feeds, &[], &[&compute])?;
+    let mut times = Vec::with_capacity(reps.max(1));
+    for _ in 0..reps.max(1) {
+        let t = std::time::Instant::now();
+        sess.run(&feeds, &[], &[&compute])?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
 /// The inputs and labels of examples `idx` of `d`.
 pub fn batch_tensors(d: &Dataset, idx: &[usize]) -> Result<(Tensor, Tensor)> {
     let b = d.select(idx);

@@ -187,6 +187,9 @@ pub struct ClusterTrainReport {
     pub link_gbps: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub link_latency_us: Option<f64>,
+    /// With injected stragglers: the compute time their factors scale.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub straggler_compute_s: Option<f64>,
     /// Every step time, seconds (not in the JSON line).
     #[serde(skip)]
     pub step_times_s: Vec<f64>,
@@ -670,6 +673,7 @@ pub fn train_on_cluster_with(
     r.bytes_per_step = per(traffic.bytes, traffic_before.bytes);
     r.master_bytes_per_step = per(traffic.master_bytes, traffic_before.master_bytes);
     (r.link_gbps, r.link_latency_us) = (how.master.link.map(|l| l.gbps), how.master.link.map(|l| l.latency_us));
+    r.straggler_compute_s = how.stragglers.as_ref().map(|s| s.compute.as_secs_f64());
     r.step_times_s = times;
     r.timeline = chief.recorded.into_inner().unwrap_or_else(|e| e.into_inner());
     Ok(r)
@@ -1029,6 +1033,7 @@ fn finish(
         master_bytes_per_step: 0.0,
         link_gbps: None,
         link_latency_us: None,
+        straggler_compute_s: None,
         step_times_s: Vec::new(),
         timeline: None,
     })

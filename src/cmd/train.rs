@@ -131,6 +131,16 @@ pub struct TrainArgs {
     /// from scratch without one).
     #[arg(long, value_name = "TASK@STEP", requires = "local_cluster")]
     kill: Option<String>,
+    /// With --local-cluster or --cluster: inject stragglers. Each worker's
+    /// k-th computation waits (f - 1) x the compute time of one shard
+    /// (timed in this process before training) before its task runs it, f
+    /// the k-th draw of the worker's own stream of --seed, at least 1:
+    /// `lognormal:SIGMA`, `exponential:P:MEAN` (slow with probability P,
+    /// by an exponential factor of mean MEAN) or `slow:FACTOR:W,W...`
+    /// (those workers always FACTOR times slower). The JSON gives the
+    /// compute time scaled (`straggler_compute_s`).
+    #[arg(long, value_name = "DIST", conflicts_with = "devices")]
+    straggler: Option<String>,
     /// Seconds to keep trying to reach the cluster's tasks.
     #[arg(long, default_value_t = 30.0)]
     connect_timeout: f64,
@@ -255,6 +265,24 @@ fn config(args: &TrainArgs) -> anyhow::Result<TrainConfig> {
     };
     cfg.validate().map_err(for_cli)?;
     Ok(cfg)
+}
+
+/// `--straggler`: `lognormal:SIGMA`, `exponential:P:MEAN` or
+/// `slow:FACTOR:W,W...`, as the cluster simulator's `straggler:` key.
+fn parse_straggler(spec: &str) -> anyhow::Result<flowlab_sim::cluster::Straggler> {
+    use flowlab_sim::cluster::Straggler;
+    let bad = || anyhow::anyhow!("--straggler {spec}: expected lognormal:SIGMA, exponential:P:MEAN or slow:FACTOR:W,W... (e.g. lognormal:0.5)");
+    let num = |s: &str| s.trim().parse::<f64>().map_err(|_| bad());
+    let parts: Vec<&str> = spec.split(':').collect();
+    Ok(match parts.as_slice() {
+        ["lognormal", sigma] => Straggler::Lognormal { sigma: num(sigma)? },
+        ["exponential", p, mean] => Straggler::Exponential { p: num(p)?, mean: num(mean)? },
+        ["slow", factor, workers] => Straggler::SlowMachines {
+            factor: num(factor)?,
+            workers: workers.split(',').map(|w| w.trim().parse::<u32>().map_err(|_| bad())).collect::<anyhow::Result<_>>()?,
+        },
+        _ => return Err(bad()),
+    })
 }
 
 pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
@@ -393,7 +421,20 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
             let total = flowlab_runtime::planned_updates(data, &cfg);
             (total.saturating_sub(TRACED_UPDATES - 1).max(1), total.max(1))
         }),
-        stragglers: None,
+        stragglers: match args.straggler.as_deref() {
+            None => None,
+            Some(spec) => {
+                let dist = parse_straggler(spec)?;
+                dist.validate(workers as u32).map_err(|e| anyhow::anyhow!("--straggler {spec}: {e}"))?;
+                let table = flowlab_sim::cluster::factor_table(&dist, workers, 4096, cfg.seed).map_err(|e| anyhow::anyhow!("--straggler {spec}: {e}"))?;
+                let shard = cfg.batch / cfg.devices.max(1);
+                let compute = flowlab_programs::train::time_replica_compute(data, &cfg, shard, 9).map_err(for_cli)?;
+                Some(flowlab_runtime::Stragglers {
+                    factors: table.into_iter().map(|c| c.into_iter().map(|f| f.max(1.0)).collect()).collect(),
+                    compute: Duration::from_secs_f64(compute),
+                })
+            }
+        },
     };
     if let Some((task, _)) = kill
         && spec.address(task).is_err()
