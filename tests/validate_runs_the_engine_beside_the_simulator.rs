@@ -91,7 +91,13 @@ fn validate_points_measure_simulate_and_summarize() {
     let always: Vec<&str> = titles.iter().copied().filter(|t| *t != DRIFT).collect();
     assert_eq!(
         always,
-        ["Prediction error per predictor", "Order of placements: Kendall's tau between measured and predicted step times", "Worst points"],
+        [
+            "Prediction error per predictor",
+            "Prediction error by what the placement tests",
+            "Order of the distinct split placements: Kendall's tau",
+            "Order of placements: Kendall's tau between measured and predicted step times",
+            "Worst points"
+        ],
         "{summary}"
     );
     let mape = &tables[0];

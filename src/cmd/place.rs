@@ -117,21 +117,36 @@ pub fn run(a: PlaceArgs) -> anyhow::Result<ExitCode> {
             "simulate_seconds": simulate_seconds,
             "build_seconds": build_seconds,
             "step_seconds": report.step_seconds,
+            // the cost-based placers' fallback: whether the best single
+            // device replaced the placer's own placement, and that
+            // placement's simulated step
+            "fallback": outcome.fallback.map(|f| f.used),
+            "own_step_seconds": outcome.fallback.map(|f| f.own_step_seconds),
+            "own_placement_fits": outcome.fallback.map(|f| f.own_fits),
+            "one_device_step_seconds": outcome.fallback.and_then(|f| f.one_device_step_seconds),
             "report": report,
         });
         println!("{v}");
     } else {
-        print_summary(&a, graph.num_nodes(), outcome.seconds, simulate_seconds, &report);
+        print_summary(&a, graph.num_nodes(), outcome.seconds, simulate_seconds, &report, outcome.fallback);
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_summary(a: &PlaceArgs, nodes: usize, place_s: f64, sim_s: f64, r: &GraphSimReport) {
+fn print_summary(a: &PlaceArgs, nodes: usize, place_s: f64, sim_s: f64, r: &GraphSimReport, fallback: Option<flowlab_sim::placement::Fallback>) {
     for w in &r.warnings {
         eprintln!("warning: {w}");
     }
     println!("{} (batch {}, {} nodes) on {} with {}, {} transfers over {}", a.model, a.batch, nodes, a.devices, a.placer, a.comm, a.link);
     println!("step time (simulated)  {:.3} ms", r.step_seconds * 1e3);
+    if let Some(f) = fallback {
+        let own = format!("{:.3} ms{}", f.own_step_seconds * 1e3, if f.own_fits { "" } else { ", over a device's memory" });
+        if f.used {
+            println!("fallback               the best single device replaced the placer's own placement ({own})");
+        } else {
+            println!("own placement kept     ({own}; one device {})", f.one_device_step_seconds.map_or("does not fit".to_string(), |s| format!("{:.3} ms", s * 1e3)));
+        }
+    }
     println!("placement time         {:.3} s", place_s);
     println!("simulation time        {:.3} ms", sim_s * 1e3);
     println!();

@@ -10,6 +10,7 @@ mod distributed_summary;
 mod placement;
 mod systolic;
 mod validate;
+mod validate_split;
 
 use std::collections::BTreeMap;
 

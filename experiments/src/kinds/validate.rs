@@ -571,7 +571,7 @@ fn tau_b(n: usize, ox: impl Fn(usize, usize) -> i8, oy: impl Fn(usize, usize) ->
     (denom > 0.0).then(|| (c - d) / denom)
 }
 
-fn param(r: &ResultRow, key: &str) -> String {
+pub(super) fn param(r: &ResultRow, key: &str) -> String {
     match r.params.get(key) {
         None | Some(serde_json::Value::Null) => String::new(),
         Some(serde_json::Value::String(s)) => s.clone(),
@@ -668,6 +668,11 @@ fn summarize(rows: &[ResultRow]) -> (Vec<SummaryTable>, String) {
             serde_json::json!(format!("{bytes_equal} of {}", rs.len())),
         ]);
     }
+    // the same errors apart for placements that split the step and for
+    // those that run on one device
+    let group_keys = ["predictor", "model", "batch", "devices", "threads", "comm", "link.gbps", "link.latency_us"];
+    let (split_tables, split_text) = super::validate_split::summarize(&ok, &group_keys);
+    text.push_str(&split_text);
     let drift = profile_drift(&ok);
     for (model, median, points) in &drift {
         text.push_str(&format!(
@@ -698,8 +703,8 @@ fn summarize(rows: &[ResultRow]) -> (Vec<SummaryTable>, String) {
             )),
         });
     }
+    tables.extend(split_tables);
     // Kendall's tau per group of points that differ only in the placer.
-    let group_keys = ["predictor", "model", "batch", "devices", "threads", "comm", "link.gbps", "link.latency_us"];
     let mut groups: BTreeMap<Vec<String>, Vec<&ResultRow>> = BTreeMap::new();
     for r in &ok {
         groups.entry(group_keys.iter().map(|k| param(r, k)).collect()).or_default().push(r);

@@ -24,7 +24,9 @@
 //! the options name a step (`SimOptions::step`). The cost-based ones (tf_greedy, m_topo, m_etf, m_sct, local_search)
 //! return everything on the best single device instead of their own answer
 //! when that simulates faster: never worse than not splitting. Placement
-//! time is reported by [`place_timed`].
+//! time, and what that fallback did ([`Fallback`]: the own placement's
+//! step, whether the single device replaced it), are reported by
+//! [`place_timed`]; [`SimPlacer::place_own`] gives the own placement alone.
 
 mod list_schedule;
 mod local_search;
@@ -95,15 +97,34 @@ impl Rule {
     }
 }
 
+/// What a cost-based placer's fallback to one device did: its own
+/// placement's simulated step, the best single device's, and whether the
+/// single device was returned instead (a user comparing heuristics must
+/// know when two of them return the same fallback).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fallback {
+    /// The placer's own placement, simulated.
+    pub own_step_seconds: f64,
+    /// Whether the placer's own placement fits every device's memory.
+    pub own_fits: bool,
+    /// The best single device, simulated (`None` when none fits).
+    pub one_device_step_seconds: Option<f64>,
+    /// Whether the single device was returned instead of the own placement.
+    pub used: bool,
+}
+
 /// `dev`, or everything on the best single device when that simulates
 /// faster (and fits): a user asking a cost-based placer for a placement
 /// expects one no slower than not splitting the graph at all.
-fn no_worse_than_one_device(p: &Problem, dev: Vec<u16>) -> Result<Vec<u16>, SimError> {
+fn no_worse_than_one_device(p: &Problem, dev: Vec<u16>) -> Result<(Vec<u16>, Fallback), SimError> {
     // In this order each placement is simulated once (see Problem::replay).
     let split = p.replay(&dev)?;
-    let Ok(one) = simple::single_device(p) else { return Ok(dev) };
+    let own = |used, one_device_step_seconds| Fallback { own_step_seconds: split.step.as_secs_f64(), own_fits: split.fits, one_device_step_seconds, used };
+    let Ok(one) = simple::single_device(p) else { return Ok((dev, own(false, None))) };
     let alone = p.replay(&one)?;
-    Ok(if alone.fits && (alone.step < split.step || !split.fits) { one } else { dev })
+    let use_one = alone.fits && (alone.step < split.step || !split.fits);
+    let report = own(use_one, alone.fits.then(|| alone.step.as_secs_f64()));
+    Ok((if use_one { one } else { dev }, report))
 }
 
 /// How many times a list scheduler is run again with tighter budgets.
@@ -187,10 +208,30 @@ impl SimPlacer {
 
     /// Places `graph` on the cluster's devices that are in `devices`.
     pub fn place_sim(&self, graph: &Graph, devices: &DeviceSet) -> Result<Placement, SimError> {
+        self.place_reported(graph, devices).map(|(placement, _)| placement)
+    }
+
+    /// As [`Self::place_sim`], with what the fallback to one device did
+    /// (`None` for the placers that have none).
+    pub fn place_reported(&self, graph: &Graph, devices: &DeviceSet) -> Result<(Placement, Option<Fallback>), SimError> {
         let sim = GraphSimulator::new(graph, &self.opts.cluster, &self.opts.sim)?;
         let mut p = Problem::new(sim, devices)?;
         let dev = self.assign(&mut p, self.rule)?;
-        let dev = if self.rule.falls_back() { no_worse_than_one_device(&p, dev)? } else { dev };
+        let (dev, fallback) = if self.rule.falls_back() {
+            let (dev, f) = no_worse_than_one_device(&p, dev)?;
+            (dev, Some(f))
+        } else {
+            (dev, None)
+        };
+        Ok((p.sim.placement_of(&dev), fallback))
+    }
+
+    /// The placer's own placement, never replaced by the single device:
+    /// what the heuristic itself decides.
+    pub fn place_own(&self, graph: &Graph, devices: &DeviceSet) -> Result<Placement, SimError> {
+        let sim = GraphSimulator::new(graph, &self.opts.cluster, &self.opts.sim)?;
+        let mut p = Problem::new(sim, devices)?;
+        let dev = self.assign(&mut p, self.rule)?;
         Ok(p.sim.placement_of(&dev))
     }
 
@@ -235,6 +276,8 @@ pub struct PlacementOutcome {
     pub placement: Placement,
     /// Wall-clock seconds of the placer's run (simulator set-up included).
     pub seconds: f64,
+    /// The cost-based placers' fallback to one device (`None` for others).
+    pub fallback: Option<Fallback>,
 }
 
 /// Runs the placer called `name` on all of the cluster's devices and times it.
@@ -242,6 +285,6 @@ pub fn place_timed(name: &str, graph: &Graph, opts: &PlacerOptions) -> Result<Pl
     let placer = SimPlacer::new(name, opts)?;
     let devices = opts.cluster.device_set();
     let t = Instant::now();
-    let placement = placer.place_sim(graph, &devices)?;
-    Ok(PlacementOutcome { placer: name.into(), placement, seconds: t.elapsed().as_secs_f64() })
+    let (placement, fallback) = placer.place_reported(graph, &devices)?;
+    Ok(PlacementOutcome { placer: name.into(), placement, seconds: t.elapsed().as_secs_f64(), fallback })
 }

@@ -78,6 +78,42 @@ fn variables_stay_with_their_update_ops() {
     }
 }
 
+/// The fallback to one device is reported, not hidden: each cost-based
+/// placer's outcome says its own placement's step and the best single
+/// device's, returns the faster of the two, says which, and its own
+/// placement (`place_own`) simulates to the step it reported. On wide
+/// branches the own placements win (no fallback); on one chain m_topo's
+/// even memory share splits it, which only adds transfers, so the single
+/// device replaces it.
+#[test]
+fn the_fallback_to_one_device_is_reported_with_the_own_placements_step() {
+    let o = options(4);
+    let (wide_graph, _) = wide(8, 5);
+    let chain = Graph::new();
+    let mut x = chain.placeholder("x", DType::F32, Shape::new(vec![1 << 16])).unwrap();
+    for _ in 0..12 {
+        x = neg(&x);
+    }
+    for (g, want_fallback) in [(&wide_graph, false), (&chain, true)] {
+        for name in ["tf_greedy", "m_topo", "m_etf", "m_sct", "local_search"] {
+            let out = place_timed(name, g, &o).unwrap();
+            let f = out.fallback.unwrap_or_else(|| panic!("{name} reports no fallback"));
+            let returned = step(&o, g, &out.placement) as f64 * 1e-12;
+            let own = SimPlacer::new(name, &o).unwrap().place_own(g, &o.cluster.device_set()).unwrap();
+            let own_step = step(&o, g, &own) as f64 * 1e-12;
+            assert!((own_step - f.own_step_seconds).abs() <= 1e-12, "{name}: own {own_step} s, reported {}", f.own_step_seconds);
+            let one = f.one_device_step_seconds.unwrap();
+            let want = if f.used { one } else { f.own_step_seconds };
+            assert!((returned - want).abs() <= 1e-12 && returned <= f.own_step_seconds.max(one), "{name}: {f:?}, returned {returned}");
+            assert_eq!(f.used, one < f.own_step_seconds, "{name}: {f:?}");
+            if name == "m_topo" || !want_fallback {
+                assert_eq!(f.used, want_fallback, "{name}: {f:?}");
+            }
+        }
+    }
+    assert!(place_timed("round_robin", &wide_graph, &o).unwrap().fallback.is_none(), "round robin has no fallback");
+}
+
 #[test]
 fn m_etf_beats_one_device_on_independent_heavy_branches() {
     let (g, _) = wide(8, 5);

@@ -1,7 +1,10 @@
 //! At zoo scale: every cost-based placer, on every zoo model, on 4xK40
 //! (PCIe) and 8xH100 (NVLink), gives a simulated training step no slower
 //! than the whole graph on one device of the cluster (the `single_device`
-//! placer's answer, simulated by the same simulator).
+//! placer's answer, simulated by the same simulator). That is what the
+//! fallback to one device guarantees, not the heuristics' own quality:
+//! the outcome says when the fallback replaced the own placement, and the
+//! test prints each placer's own step against one device's.
 
 use flowlab_hw::Catalog;
 use flowlab_sim::graph::{GraphSimulator, VirtualCluster};
@@ -9,7 +12,7 @@ use flowlab_sim::placement::{PlacerOptions, place_timed};
 use flowlab_sim::zoo;
 
 #[test]
-fn cost_based_placers_are_never_slower_than_one_device() {
+fn the_fallback_keeps_cost_based_placers_no_slower_than_one_device() {
     let clusters = [("4xK40", "pcie3-x16"), ("8xH100", "nvlink4")];
     let mut worse = Vec::new();
     for model in zoo::names() {
@@ -25,13 +28,25 @@ fn cost_based_placers_are_never_slower_than_one_device() {
             let one = place_timed("single_device", &m.graph, &opts).unwrap();
             let alone = sim.simulate(&one.placement).unwrap().step_seconds;
             for placer in ["tf_greedy", "m_topo", "m_etf", "m_sct", "local_search"] {
-                let Ok(p) = place_timed(placer, &m.graph, &opts) else {
-                    continue; // a memory refusal is a separate question
+                let p = match place_timed(placer, &m.graph, &opts) {
+                    Ok(p) => p,
+                    // a memory refusal is a separate question; any other error is not
+                    Err(e) if e.to_string().contains("memory") || e.to_string().contains("does not fit") => {
+                        eprintln!("{placer} on {model} {devices}: refused: {e}");
+                        continue;
+                    }
+                    Err(e) => panic!("{placer} on {model} {devices}: {e}"),
                 };
                 let t = sim.simulate(&p.placement).unwrap().step_seconds;
                 if t > alone * (1.0 + 1e-9) {
                     worse.push(format!("{placer} on {model} {devices}: {t:.6} s against {alone:.6} s on one device"));
                 }
+                let f = p.fallback.unwrap_or_else(|| panic!("{placer} reports no fallback"));
+                eprintln!(
+                    "{placer} on {model} {devices}: own placement {:.3}x one device's speed{}",
+                    alone / f.own_step_seconds,
+                    if f.used { " (replaced by one device)" } else { "" }
+                );
             }
         }
     }
