@@ -13,6 +13,7 @@
 //!   devices: 2xcpu             # real engine devices (CPUs of this process)
 //!   threads: 1                 # worker threads per device
 //!   placer: m_etf              # any placer of `flowlab place`
+//!   fallback: true             # false: a cost-based placer's own placement, never replaced by one device
 //!   comm: f32                  # f32 | f16 | bf16 | int8 | int8:<block>
 //!   link: { gbps: 5, latency_us: 50 }   # emulated in the engine, used by the simulator
 //!   predictor: profile         # roofline | profile
@@ -37,7 +38,7 @@ use flowlab_engine::{EmulatedLink, LinkMap, PartitionOptions};
 use flowlab_hw::{CommFormat, HostMeasurement, LinkSpec, Profile};
 use flowlab_reports::{ResultRow, SummaryTable};
 use flowlab_sim::graph::{GraphSimulator, SimOptions, VirtualCluster};
-use flowlab_sim::placement::{PLACERS, PlacerOptions, place_timed};
+use flowlab_sim::placement::{PLACERS, PlacerOptions, SimPlacer, place_timed};
 use flowlab_sim::zoo::{self, ModelGraph};
 
 use super::{Outcome, TypedKind};
@@ -73,6 +74,16 @@ pub(crate) struct ValidatePoint {
     iterations: Option<usize>,
     #[serde(default)]
     start: Option<String>,
+    /// `true` (default): the placement `flowlab place` returns, the best
+    /// single device where a cost-based placer's own answer simulates
+    /// slower; `false`: the placer's own placement, whatever it costs
+    /// (what validates the heuristic rather than its fallback).
+    #[serde(default = "yes")]
+    fallback: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `link: { gbps, latency_us }`: an emulated link (kinds `validate` and
@@ -141,6 +152,7 @@ const METRICS: &[&str] = &[
     "measured_relative_p90",
     "predicted_relative",
     "relative_error",
+    "fallback_used",
 ];
 
 pub(crate) static VALIDATE: TypedKind<ValidatePoint> = TypedKind {
@@ -437,7 +449,11 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
             host.memory_gb
         ));
     }
-    let outcome = place_timed(&p.placer, &model.graph, &opts).map_err(|e| e.to_string())?;
+    let mut outcome = place_timed(&p.placer, &model.graph, &opts).map_err(|e| e.to_string())?;
+    if !p.fallback {
+        let placer = SimPlacer::new(&p.placer, &opts).map_err(|e| e.to_string())?;
+        outcome.placement = placer.place_own(&model.graph, &opts.cluster.device_set()).map_err(|e| e.to_string())?;
+    }
     let report = sim.simulate(&outcome.placement).map_err(|e| e.to_string())?;
 
     // One measurement per distinct placement and run settings: predictors
@@ -466,6 +482,12 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     let (rel, rel10, rel90) = measure::spread(&ratios);
     let mut o = Outcome::default();
     let m = &mut o.metrics;
+    // 1: the best single device replaced the cost-based placer's own
+    // placement (with `fallback: true`); 0: it did not; no value for the
+    // placers without a fallback
+    if let Some(f) = outcome.fallback {
+        m.insert("fallback_used".into(), if f.used && p.fallback { 1.0 } else { 0.0 });
+    }
     m.insert("measured_step_s".into(), med);
     m.insert("measured_p10_s".into(), p10);
     m.insert("measured_p90_s".into(), p90);
