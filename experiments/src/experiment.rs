@@ -185,9 +185,19 @@ impl Experiment {
             .sweep
             .point_count()
             .filter(|n| n.saturating_mul(u64::from(repeat)) <= MAX_RUNS)
-            .ok_or_else(|| ExperimentError::InFile {
-                origin: origin.to_string(),
-                message: format!("the sweep has more than {MAX_RUNS} runs"),
+            .ok_or_else(|| {
+                // the count, even past u64, as the product of the axes' lengths
+                let lengths: Vec<String> = file.sweep.axes.iter().map(|a| a.len().to_string()).collect();
+                let runs = file.sweep.axes.iter().fold(f64::from(repeat), |n, a| n * a.len() as f64);
+                ExperimentError::InFile {
+                    origin: origin.to_string(),
+                    message: format!(
+                        "the sweep has {} x {repeat} repeat{} = {runs:.3e} runs, more than the {MAX_RUNS} one file may expand to: \
+                         sweep fewer values, or split the sweep over several files",
+                        lengths.join(" x "),
+                        if repeat == 1 { "" } else { "s" }
+                    ),
+                }
             })?;
         let source = Source {
             kind,

@@ -23,8 +23,8 @@ pub enum SimError {
     #[error("endpoint {endpoint} does not exist (topology has {count} endpoints)")]
     NoSuchEndpoint { endpoint: usize, count: usize },
     /// A name not found in the workload catalog.
-    #[error("unknown workload `{name}` in `model` (known: {known})")]
-    UnknownWorkload { name: String, known: String },
+    #[error("unknown workload `{name}` in `model` (known: {known}){hint}")]
+    UnknownWorkload { name: String, known: String, hint: String },
     /// A link name the hardware catalog does not know.
     #[error("unknown link `{name}` in `{param}`: {reason}")]
     UnknownLink {

@@ -649,6 +649,12 @@ impl ModelRef {
             ModelRef::Name(n) => Workload::catalog(n).ok_or_else(|| SimError::UnknownWorkload {
                 name: n.clone(),
                 known: Workload::CATALOG_NAMES.join(", "),
+                // a zoo graph is a workload too, written as a map
+                hint: if crate::zoo::names().contains(&n.as_str()) {
+                    format!("; `{n}` is a model-zoo graph: write `model: {{ zoo: {n} }}` (its step simulated on a K40 unless `device:` says otherwise)")
+                } else {
+                    String::new()
+                },
             }),
         }
     }
