@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use argmin::core::{CostFunction, Executor, State};
 use argmin::solver::neldermead::NelderMead;
 use flowlab_reports::{CalibrationRecord, Role};
+
 use rayon::prelude::*;
 use serde_json::Value;
 use serde_saphyr::{Location, Spanned};
@@ -69,20 +70,12 @@ impl Method {
     }
 }
 
-/// A checked block and the values the points are checked with before the
-/// fit (the base's value where it lies in the range, else the range's
-/// middle).
-pub(crate) struct Checked {
-    pub(crate) spec: CalibrateSpec,
-    pub(crate) initial: BTreeMap<String, f64>,
-}
-
 /// Checks the ranges and that each key is a parameter every point takes.
 pub(crate) fn check_spec(
     origin: &str,
     spec: &Spanned<CalibrateSpec>,
     source: &Source,
-) -> Result<Checked, ExperimentError> {
+) -> Result<CalibrateSpec, ExperimentError> {
     let fail = |message: String| at(origin, spec.referenced, message);
     let c = &spec.value;
     if c.params.is_empty() {
@@ -120,11 +113,11 @@ pub(crate) fn check_spec(
             }
         }
     }
-    Ok(Checked { spec: c.clone(), initial })
+    Ok(c.clone())
 }
 
 /// A fit needs points to fit on.
-pub(crate) fn check_targets(origin: &str, location: Location, _c: &Checked, targets: &[Target]) -> Result<(), ExperimentError> {
+pub(crate) fn check_targets(origin: &str, location: Location, targets: &[Target]) -> Result<(), ExperimentError> {
     if !targets.iter().any(|t| t.role == Role::Calibration) {
         return Err(at(
             origin,
@@ -180,6 +173,9 @@ struct Evaluator<'a> {
     experiment: &'a Experiment,
     /// The calibration targets.
     targets: Vec<&'a Target>,
+    /// Their sweep points, each once (two references may read two metrics
+    /// of one point).
+    points: Vec<u64>,
     launcher: flowlab_runtime::Launcher,
     evaluations: AtomicU64,
 }
@@ -188,18 +184,26 @@ impl Evaluator<'_> {
     fn run(&self, values: &BTreeMap<String, f64>) -> Vec<Option<f64>> {
         self.evaluations.fetch_add(1, Ordering::Relaxed);
         let source = self.experiment.source();
-        self.targets
+        // every repeat's metrics of every point, failed runs left out
+        let outcomes: Vec<Vec<BTreeMap<String, f64>>> = self
+            .points
             .par_iter()
-            .map(|t| {
-                let (tree, _) = source.tree(t.point, values);
-                let runnable = source.kind.prepare(&tree).ok()?;
-                let ys: Vec<f64> = (0..source.repeat)
+            .map(|&point| {
+                let (tree, _) = source.tree(point, values);
+                let Ok(runnable) = source.kind.prepare(&tree) else { return Vec::new() };
+                (0..source.repeat)
                     .filter_map(|r| {
-                        let env = PointEnv { seed: source.seed_of(t.point, r), launcher: self.launcher.clone() };
-                        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runnable.run(&env)));
-                        outcome.ok()?.ok()?.metrics.get(&t.y_key).copied()
+                        let env = PointEnv { seed: source.seed_of(point, r), launcher: self.launcher.clone() };
+                        crate::runner::run_caught(runnable.as_ref(), &env).ok().map(|o| o.metrics)
                     })
-                    .collect();
+                    .collect()
+            })
+            .collect();
+        self.targets
+            .iter()
+            .map(|t| {
+                let at = self.points.iter().position(|&p| p == t.point)?;
+                let ys: Vec<f64> = outcomes[at].iter().filter_map(|m| m.get(&t.y_key).copied()).collect();
                 (!ys.is_empty()).then(|| ys.iter().sum::<f64>() / ys.len() as f64)
             })
             .collect()
@@ -268,17 +272,16 @@ pub(crate) fn check_sensitivity(experiment: &Experiment, initial: &BTreeMap<Stri
 }
 
 fn evaluator<'a>(experiment: &'a Experiment, launcher: &flowlab_runtime::Launcher) -> Evaluator<'a> {
-    Evaluator {
-        experiment,
-        targets: experiment.targets.iter().filter(|t| t.role == Role::Calibration).collect(),
-        launcher: launcher.clone(),
-        evaluations: AtomicU64::new(0),
-    }
+    let targets: Vec<&Target> = experiment.calibration_targets().collect();
+    let mut points: Vec<u64> = targets.iter().map(|t| t.point).collect();
+    points.sort_unstable();
+    points.dedup();
+    Evaluator { experiment, targets, points, launcher: launcher.clone(), evaluations: AtomicU64::new(0) }
 }
 
 /// The values the points are checked with before any fit: the base's
 /// value where it lies in the range, else the range's middle.
-fn initial_of(base: &Value, params: &BTreeMap<String, [f64; 2]>) -> BTreeMap<String, f64> {
+pub(crate) fn initial_of(base: &Value, params: &BTreeMap<String, [f64; 2]>) -> BTreeMap<String, f64> {
     params
         .iter()
         .map(|(k, &[lo, hi])| {

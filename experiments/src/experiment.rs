@@ -210,7 +210,7 @@ impl Experiment {
             None => None,
             Some(c) => Some(crate::calibrate::check_spec(origin, c, &source)?),
         };
-        let initial = calibrate.as_ref().map(|c| c.initial.clone()).unwrap_or_default();
+        let initial = calibrate.as_ref().map(|c| crate::calibrate::initial_of(&source.base, &c.params)).unwrap_or_default();
         let mut runs = build_runs(origin, &source, points, &initial)?;
 
         let param_columns = param_columns(&file.sweep, &runs);
@@ -219,8 +219,8 @@ impl Experiment {
         check_plot_points(origin, &file.plots, &mut runs, repeat)?;
         check_references(origin, &file.reference, &file.plots)?;
         let targets = crate::references::targets(origin, &file.reference, &runs, repeat, &metric_columns)?;
-        if let (Some(spec), Some(c)) = (&file.calibrate, &calibrate) {
-            crate::calibrate::check_targets(origin, spec.referenced, c, &targets)?;
+        if let Some(spec) = &file.calibrate {
+            crate::calibrate::check_targets(origin, spec.referenced, &targets)?;
         }
         Ok(Experiment {
             name: file.name.value,
@@ -233,7 +233,7 @@ impl Experiment {
             param_columns,
             metric_columns,
             targets,
-            calibrate: calibrate.map(|c| c.spec),
+            calibrate,
             source: Arc::new(source),
         })
     }
@@ -244,7 +244,7 @@ impl Experiment {
     /// the user, `None` without a block.
     pub fn check_calibration(&self) -> Result<Option<String>, ExperimentError> {
         let Some(spec) = &self.calibrate else { return Ok(None) };
-        let points = self.targets.iter().filter(|t| t.role == flowlab_reports::Role::Calibration).count();
+        let points = self.calibration_targets().count();
         let keys = spec.params.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
         let exclusive = kinds::lookup(self.kind).is_ok_and(|k| k.exclusive());
         if exclusive {
@@ -253,6 +253,11 @@ impl Experiment {
         let initial = crate::calibrate::initial_values(self);
         crate::calibrate::check_sensitivity(self, &initial, &flowlab_runtime::Launcher::Threads)?;
         Ok(Some(format!("calibrate: {keys} on {points} calibration points; each moves at least one")))
+    }
+
+    /// The reference points free parameters are fitted on.
+    pub(crate) fn calibration_targets(&self) -> impl Iterator<Item = &crate::references::Target> {
+        self.targets.iter().filter(|t| t.role == flowlab_reports::Role::Calibration)
     }
 
     pub(crate) fn source(&self) -> &Source {

@@ -120,7 +120,7 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
         None => (None, None),
         Some(spec) => {
             if options.progress != Progress::Quiet {
-                let targets = experiment.targets.iter().filter(|t| t.role == flowlab_reports::Role::Calibration).count();
+                let targets = experiment.calibration_targets().count();
                 println!(
                     "calibrating {} on {targets} calibration points ({}, at most {} iterations)",
                     spec.params.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "),
@@ -283,14 +283,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn execute(run: &Run, launcher: &flowlab_runtime::Launcher) -> ResultRow {
     let start = Instant::now();
     let env = crate::kinds::PointEnv { seed: run.seed, launcher: launcher.clone() };
-    let outcome = catch_unwind(AssertUnwindSafe(|| run.runnable.run(&env))).unwrap_or_else(|panic| {
-        let message = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown cause".to_string());
-        Err(format!("panicked: {message}"))
-    });
+    let outcome = run_caught(run.runnable.as_ref(), &env);
     let elapsed_s = start.elapsed().as_secs_f64();
     let (metrics, series, error) = match outcome {
         Ok(o) => (o.metrics, o.series, None),
@@ -306,6 +299,18 @@ fn execute(run: &Run, launcher: &flowlab_runtime::Launcher) -> ResultRow {
         error,
         elapsed_s,
     }
+}
+
+/// Runs a point, a panic becoming its error.
+pub(crate) fn run_caught(runnable: &dyn crate::kinds::Runnable, env: &crate::kinds::PointEnv) -> Result<crate::kinds::Outcome, String> {
+    catch_unwind(AssertUnwindSafe(|| runnable.run(env))).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown cause".to_string());
+        Err(format!("panicked: {message}"))
+    })
 }
 
 /// Shows progress as a bar or as lines.

@@ -100,7 +100,8 @@ impl Default for ClusterTraining {
 pub struct Stragglers {
     /// Per worker, its factors in the order of its computations.
     pub factors: Vec<Vec<f64>>,
-    /// The compute time a factor scales (calibrated in the same sitting).
+    /// The compute time a factor scales: the worker's own, measured just
+    /// before the run on this host (a factor only means something against it).
     pub compute: Duration,
 }
 

@@ -110,22 +110,11 @@ mod tests {
     use super::*;
 
     fn row(index: u64, workers: u64, backup: u64, measured: f64, predicted: f64) -> ResultRow {
-        ResultRow {
+        crate::kinds::test_row(
             index,
-            key: index.to_string(),
-            seed: 0,
-            params: [("workers", json!(workers)), ("backup", json!(backup)), ("strategy", json!("sync")), ("model", json!("mlp784"))]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-            metrics: [("measured_step_s", measured), ("predicted_step_s", predicted), ("error", (predicted - measured) / measured)]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-            series: BTreeMap::new(),
-            error: None,
-            elapsed_s: 0.0,
-        }
+            &[("workers", json!(workers)), ("backup", json!(backup)), ("strategy", json!("sync")), ("model", json!("mlp784"))],
+            &[("measured_step_s", measured), ("predicted_step_s", predicted), ("error", (predicted - measured) / measured)],
+        )
     }
 
     #[test]

@@ -212,3 +212,18 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Kind for TypedKind<C> {
         self.summarize.map(|f| f(rows))
     }
 }
+
+/// A finished row for the summaries' tests: its parameters and metrics.
+#[cfg(test)]
+pub(crate) fn test_row(index: u64, params: &[(&str, serde_json::Value)], metrics: &[(&str, f64)]) -> flowlab_reports::ResultRow {
+    flowlab_reports::ResultRow {
+        index,
+        key: index.to_string(),
+        seed: 0,
+        params: params.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+        metrics: metrics.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        series: BTreeMap::new(),
+        error: None,
+        elapsed_s: 0.0,
+    }
+}

@@ -112,26 +112,18 @@ mod tests {
     use super::*;
 
     fn row(index: u64, predictor: &str, placer: &str, transfers: f64, measured: f64, predicted: f64) -> ResultRow {
-        ResultRow {
+        crate::kinds::test_row(
             index,
-            key: index.to_string(),
-            seed: 0,
-            params: [("predictor", predictor), ("model", "cnn"), ("placer", placer)].into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect(),
-            metrics: [
+            &[("predictor", json!(predictor)), ("model", json!("cnn")), ("placer", json!(placer))],
+            &[
                 ("measured_step_s", measured),
                 ("predicted_step_s", predicted),
                 ("error", (predicted - measured) / measured),
                 ("measured_transfers", transfers),
                 ("predicted_transfers", transfers),
                 ("predicted_transfer_bytes", transfers * 100.0),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
-            series: BTreeMap::new(),
-            error: None,
-            elapsed_s: 0.0,
-        }
+            ],
+        )
     }
 
     #[test]

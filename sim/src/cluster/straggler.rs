@@ -70,15 +70,10 @@ impl SlowdownTrace {
                 }
                 row.push(v);
             }
-            if let Some(first) = rows.first() {
-                if first.len() != row.len() {
-                    return Err(fail(format!(
-                        "{path}:{}: {} factors where the first row has {}",
-                        i + 1,
-                        row.len(),
-                        first.len()
-                    )));
-                }
+            if let Some(first) = rows.first()
+                && first.len() != row.len()
+            {
+                return Err(fail(format!("{path}:{}: {} factors where the first row has {}", i + 1, row.len(), first.len())));
             }
             rows.push(row);
         }
@@ -102,13 +97,14 @@ pub fn factor_table(cfg: &Straggler, workers: usize, steps: usize, seed: u64) ->
             "`transient` slow periods follow simulated time, which a real run does not share; use lognormal, exponential, slow_machines or trace",
         ));
     }
-    (0..workers)
+    // one model (a trace is read once); each worker draws from its own stream
+    let mut model = StragglerModel::new(cfg, workers, &mut crate::rng::point_rng(seed, 0))?;
+    Ok((0..workers)
         .map(|w| {
             let mut rng = crate::rng::point_rng(seed, w as u64 + 1);
-            let mut model = StragglerModel::new(cfg, workers, &mut rng)?;
-            Ok((0..steps).map(|_| model.factor(&mut rng, w, SimTime::ZERO)).collect())
+            (0..steps).map(|_| model.factor(&mut rng, w, SimTime::ZERO)).collect()
         })
-        .collect()
+        .collect())
 }
 
 /// How a trace is read: drawn from as one pool, or replayed per worker.

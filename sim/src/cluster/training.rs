@@ -356,6 +356,7 @@ pub(crate) fn run_logged(cfg: &ClusterConfig, seed: u64, record: bool) -> Result
         Vec::new()
     };
     let (ps_at, worker_at) = cfg.network.task_endpoints(ps, workers.len());
+    let pass_s = w.ps_seconds_per_element_pass()?;
     let mut sim = Sim {
         cfg,
         ps_at,
@@ -370,12 +371,12 @@ pub(crate) fn run_logged(cfg: &ClusterConfig, seed: u64, record: bool) -> Result
         shard_bytes: vec![0; workers.len() * ps],
         routes: vec![None; 2 * workers.len() * ps],
         ps_busy: vec![SimTime::ZERO; ps],
-        pass_s: w.ps_seconds_per_element_pass()?,
+        pass_s,
         update_passes: w.optimizer.passes(),
         softmax_cpu: match &w.ps_softmax {
             None => Vec::new(),
             Some(s) => {
-                let (rate, pass_s) = (w.ps_flops_per_s()?, w.ps_seconds_per_element_pass()?);
+                let rate = w.ps_flops_per_s()?;
                 (0..ps)
                     .map(|k| {
                         let classes = s.classes_on(k, ps) as f64;
@@ -719,10 +720,11 @@ impl Sim<'_> {
         Ok(())
     }
 
-    /// PS task `ps` has all of worker `w`'s gradient shard: its CPU applies it (FIFO).
+    /// PS task `ps` has all of worker `w`'s gradient shard (of its current
+    /// step: both callers check): its CPU applies it (FIFO).
     fn push_complete(&mut self, w: u32, ps: u32, epoch: u64) {
         let extra = if ps == 0 { self.first_push } else { SimTime::ZERO };
-        let memory = if self.current(w, epoch) { self.gradient_memory_work(w, ps) } else { SimTime::ZERO };
+        let memory = self.gradient_memory_work(w, ps);
         let at = self.serve_for(ps, self.q.now(), self.ps_push_request[ps as usize] + extra + memory);
         self.q.schedule_at(at, Ev::PushServed { w, ps, epoch, whole: true });
     }

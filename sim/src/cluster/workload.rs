@@ -32,8 +32,7 @@ impl PsSoftmax {
     /// Classes PS task `k` of `tasks` holds (an even split, the first tasks
     /// taking the remainder).
     pub fn classes_on(&self, k: usize, tasks: usize) -> u64 {
-        let p = tasks.max(1) as u64;
-        self.classes / p + u64::from((k as u64) < self.classes % p)
+        crate::comm::ps::even_share(self.classes, k, tasks)
     }
 }
 
@@ -337,6 +336,13 @@ impl Default for Workload {
     }
 }
 
+/// The device a PS task's host is when the workload does not give its
+/// rates: one core of the hardware catalog (`key` names the rate asked for
+/// in an error).
+fn ps_host(key: &str) -> Result<&'static flowlab_hw::DeviceSpec, SimError> {
+    flowlab_hw::Catalog::builtin().device("cpu-x86-core").map_err(|e| SimError::param(key, e.to_string()))
+}
+
 /// The LSTM-512-512's forward and backward pass over 1,280 tokens on a
 /// K40: 32.2 GFLOP at 4.29 TFLOP/s x 0.8 (see the catalog entry).
 const LSTM_LM_BODY_S: f64 = 2.0 * (2.0 * 1025.0 * 2048.0) * 1280.0 * 3.0 / (4.29e12 * 0.8);
@@ -367,10 +373,7 @@ impl Workload {
     pub fn ps_seconds_per_element_pass(&self) -> Result<f64, SimError> {
         let gbps = match self.ps_memory_gbps {
             Some(g) => g,
-            None => flowlab_hw::Catalog::builtin()
-                .device("cpu-x86-core")
-                .map_err(|e| SimError::param("model.ps_memory_gbps", e.to_string()))?
-                .memory_bandwidth_gb_s,
+            None => ps_host("model.ps_memory_gbps")?.memory_bandwidth_gb_s,
         };
         Ok(if gbps > 0.0 { 4.0 / (gbps * 1e9) } else { 0.0 })
     }
@@ -379,12 +382,7 @@ impl Workload {
     pub fn ps_flops_per_s(&self) -> Result<f64, SimError> {
         match self.ps_gflops {
             Some(g) => Ok(g * 1e9),
-            None => {
-                let d = flowlab_hw::Catalog::builtin()
-                    .device("cpu-x86-core")
-                    .map_err(|e| SimError::param("model.ps_gflops", e.to_string()))?;
-                Ok(d.peak_flops(flowlab_hw::Dtype::F32))
-            }
+            None => Ok(ps_host("model.ps_gflops")?.peak_flops(flowlab_hw::Dtype::F32)),
         }
     }
 
@@ -407,10 +405,10 @@ impl Workload {
         if let Some(g) = self.ps_memory_gbps {
             finite_nn("model.ps_memory_gbps", g)?;
         }
-        if let Some(g) = self.ps_gflops {
-            if !(g > 0.0 && g.is_finite()) {
-                return Err(SimError::param("model.ps_gflops", format!("must be positive and finite, got {g}")));
-            }
+        if let Some(g) = self.ps_gflops
+            && !(g > 0.0 && g.is_finite())
+        {
+            return Err(SimError::param("model.ps_gflops", format!("must be positive and finite, got {g}")));
         }
         if let Some(s) = &self.ps_softmax {
             if s.classes == 0 || s.dim == 0 || s.tokens == 0 {

@@ -27,6 +27,13 @@ pub struct PsLayout {
     pub var_task: Vec<usize>,
 }
 
+/// Part `k` of `total` split evenly over `parts`, the first parts taking
+/// the remainder (how variables, tables and classes shard over PS tasks).
+pub(crate) fn even_share(total: u64, k: usize, parts: usize) -> u64 {
+    let p = parts.max(1) as u64;
+    total / p + u64::from((k as u64) < total % p)
+}
+
 impl PsLayout {
     /// `dense_params` is one partitioned variable split evenly over the
     /// tasks; `variables` are whole variables placed greedily, largest first,
@@ -44,9 +51,8 @@ impl PsLayout {
         if ps == 0 {
             return PsLayout { dense, tensors, embeddings, var_task: Vec::new() };
         }
-        let p = ps as u64;
         for (k, (d, t)) in dense.iter_mut().zip(&mut tensors).enumerate() {
-            let part = dense_params / p + u64::from((k as u64) < dense_params % p);
+            let part = even_share(dense_params, k, ps);
             *d = part + u64::from(scalar_per_ps);
             *t = u64::from(part > 0) + u64::from(scalar_per_ps);
         }
@@ -70,11 +76,10 @@ impl PsLayout {
 
     /// Elements each task stores: its dense part plus its rows of every table.
     pub fn stored_elements(&self, k: usize) -> u64 {
-        let p = self.tasks() as u64;
         let sparse: u64 = self
             .embeddings
             .iter()
-            .map(|e| (e.rows / p + u64::from((k as u64) < e.rows % p)) * e.dim)
+            .map(|e| even_share(e.rows, k, self.tasks()) * e.dim)
             .sum();
         self.dense[k] + sparse
     }
