@@ -241,12 +241,12 @@ impl SimPlacer {
             Rule::RoundRobin => simple::round_robin(p),
             Rule::Default => simple::default_rule(p),
             Rule::TfGreedy => within_simulated_memory(p, list_schedule::tf_greedy),
-            Rule::MTopo => m_topo::m_topo(p),
-            Rule::MEtf => within_simulated_memory(p, list_schedule::m_etf),
-            Rule::MSct => {
+            Rule::MTopo => with_gradients_colocated(p, |p| m_topo::m_topo(p)),
+            Rule::MEtf => with_gradients_colocated(p, |p| within_simulated_memory(p, list_schedule::m_etf)),
+            Rule::MSct => with_gradients_colocated(p, |p| {
                 let fav = sct_lp::favourite_children(p)?;
                 within_simulated_memory(p, |p| list_schedule::m_sct(p, &fav))
-            }
+            }),
             Rule::LocalSearch => {
                 let start = self.assign(p, rule_of_start(&self.opts)?)?;
                 let lim = SearchLimits { seed: self.opts.seed, budget: self.opts.budget, iterations: self.opts.iterations };
@@ -254,6 +254,16 @@ impl SimPlacer {
             }
         }
     }
+}
+
+/// Runs one of Baechi's placers with each gradient op in its forward op's
+/// group ([`Problem::colocate_gradients`]); the graph's own groups come
+/// back afterwards, for the fallback and a local search started from it.
+fn with_gradients_colocated(p: &mut Problem, place: impl FnOnce(&mut Problem) -> Result<Vec<u16>, SimError>) -> Result<Vec<u16>, SimError> {
+    let own = p.colocate_gradients();
+    let result = place(p);
+    p.restore_groups(own);
+    result
 }
 
 fn rule_of_start(opts: &PlacerOptions) -> Result<Rule, SimError> {

@@ -370,3 +370,38 @@ fn ops_stay_off_devices_that_cannot_run_them() {
     let e = GraphSimulator::new(&m.graph, &VirtualCluster::parse("1xtpu-v1").unwrap(), &sim_opts).err().map(|e| e.to_string());
     assert_eq!(e.as_deref(), Some("node 'dense_0/BiasAdd': no device of the cluster can run its BiasAdd (the roofline has no rate for it on any of them)"));
 }
+
+/// Each gradient op joins its forward op's group, found by the longest
+/// node name its own name extends (`layer/mm` before `layer`); groups that
+/// share no device stay apart; the graph's own groups come back.
+#[test]
+fn gradient_ops_join_their_forward_ops_group_and_the_graph_groups_come_back() {
+    use crate::placement::problem::Problem;
+    let g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Shape::new(vec![4, 8])).unwrap();
+    let w = g.placeholder("w", DType::F32, Shape::new(vec![8, 8])).unwrap();
+    let mm = g.op("MatMul").name("layer/mm").input(&x).input(&w).build().unwrap();
+    let layer = neg(&mm);
+    let layer = g.op("Neg").name("layer").input(&layer).build().unwrap();
+    let grad_mm = g.op("Neg").name("gradients/layer/mm/MatMul").input(&layer).build().unwrap();
+    let grad_layer = g.op("Neg").name("gradients/layer/Neg").input(&grad_mm).build().unwrap();
+    // A gradient pinned to another device than its forward op's stays apart.
+    let pinned_fwd = g.device("/gpu:0").op("Neg").name("pinned").input(&x).build().unwrap();
+    let pinned_grad = g.device("/gpu:1").op("Neg").name("gradients/pinned/Neg").input(&pinned_fwd).build().unwrap();
+    let orphan = g.op("Neg").name("gradients/AddN").input(&grad_layer).build().unwrap();
+    let cl = cluster(2);
+    let sim = GraphSimulator::new(&g, &cl, &opts()).unwrap();
+    let mut p = Problem::new(sim, &cl.device_set()).unwrap();
+    let before = (p.group_of.clone(), p.groups.len());
+    let own = p.colocate_gradients();
+    let group = |o: &Output| p.group_of[o.node_id()];
+    assert_eq!(group(&grad_mm), group(&mm));
+    assert_eq!(group(&grad_layer), group(&layer));
+    assert_ne!(group(&mm), group(&layer));
+    assert_ne!(group(&pinned_grad), group(&pinned_fwd));
+    assert_eq!(p.groups.len(), before.1 - 2, "two merges: {:?}", p.group_of);
+    // No node is called `AddN`: the sum stays in a group of its own.
+    assert_eq!(p.groups[group(&orphan) as usize].members, vec![orphan.node_id() as u32]);
+    p.restore_groups(own);
+    assert_eq!((p.group_of.clone(), p.groups.len()), before);
+}
