@@ -382,6 +382,28 @@ fn a_task_whose_address_is_taken_names_task_and_address() {
     assert!(!out.status.success() && err.contains("task worker:3 is not in the cluster spec (ps:0, worker:0)"), "{}", describe(&out));
 }
 
+/// A task whose address other hosts may reach is not served without the
+/// cluster's secret (unless `--insecure`), and a secret file others may
+/// read is refused naming it: both before anything binds.
+#[test]
+fn a_reachable_task_without_a_secret_and_a_readable_secret_are_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("cluster.yaml");
+    std::fs::write(&file, "ps: [\"0.0.0.0:2221\"]\nworker: [\"127.0.0.1:2222\"]\n").expect("write spec");
+    let f = file.to_string_lossy().into_owned();
+    let out = finish(spawn(&["server", "--cluster", &f, "--job", "ps", "--task", "0"]), Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("task ps:0 would serve 0.0.0.0:2221") && err.contains("auth: { secret_file: PATH }") && err.contains("--insecure"), "{}", describe(&out));
+    let secret = dir.path().join("cluster.secret");
+    std::fs::write(&secret, "0123456789abcdef0123456789abcdef\n").expect("write secret");
+    #[cfg(unix)]
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o644)).expect("chmod");
+    std::fs::write(&file, "ps: [\"0.0.0.0:2221\"]\nworker: [\"127.0.0.1:2222\"]\nauth:\n  secret_file: cluster.secret\n").expect("write spec");
+    let out = finish(spawn(&["server", "--cluster", &f, "--job", "ps", "--task", "0"]), Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("cluster.secret") && err.contains("chmod 600"), "{}", describe(&out));
+}
+
 /// `flowlab run` of a `kind: distributed` point: its tasks are real
 /// `flowlab server` processes (the runner is given the binary), the row
 /// holds the measurement, the calibration and the prediction, and no task

@@ -110,14 +110,39 @@ pub fn bench_floors(reps: usize, iters: usize) -> Result<Vec<ClusterBenchRecord>
         record("tcp_pingpong_64b_loopback", tcp_pingpong_secs(reps, iters, 64)?),
         record("tonic_echo_64b_loopback", tonic_echo_secs(reps, iters, 64)?),
     ];
+    // with and without the cluster's secret, measured in the same run:
+    // what authenticating every request costs a transfer
+    let dir = std::env::temp_dir().join(format!("flowlab-bench-{}-{}", std::process::id(), TEMP.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    std::fs::create_dir_all(&dir).map_err(|e| crate::RuntimeError::Io { path: dir.clone(), source: e })?;
+    let auth = crate::auth::Auth::create(&dir.join("secret"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let plain = loopback_spec(1, 1)?;
+    let secured = loopback_spec(1, 1)?.with_auth(auth?);
+    let (mut plain_runs, mut secured_runs) = (Vec::new(), Vec::new());
+    // alternated, so that the machine's drift falls on both alike
+    for _ in 0..2 {
+        plain_runs.push(recv_4xf32_secs(&plain, reps, iters / 2)?);
+        secured_runs.push(recv_4xf32_secs(&secured, reps, iters / 2)?);
+    }
+    let mean = |v: Vec<f64>| v.iter().sum::<f64>() / v.len() as f64;
+    rows.push(record("send_recv_4xf32_grpc_loopback", mean(plain_runs)));
+    rows.push(record("send_recv_4xf32_grpc_loopback_auth", mean(secured_runs)));
+    Ok(rows)
+}
+
+/// Names the bench's temporary folders apart within one process.
+static TEMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A 4-float tensor's `RecvTensor` between the two tasks of `spec`, the
+/// median per run.
+fn recv_4xf32_secs(spec: &ClusterSpec, reps: usize, iters: usize) -> Result<f64> {
     let small = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], vec![4])?;
     let ps = TaskId::new(Job::Ps, 0);
     let (src, dst) = (ps.device(), TaskId::new(Job::Worker, 0).device());
-    let spec = loopback_spec(1, 1)?;
-    let servers = start_all(&spec)?;
-    let mut client = TaskClient::connect(&spec, ps, Duration::from_secs(10))?;
+    let servers = start_all(spec)?;
+    let mut client = TaskClient::connect(spec, ps, Duration::from_secs(10))?;
     let producer = &servers[0].rendezvous;
-    let secs = median_per_run(reps, iters, |i| {
+    median_per_run(reps, iters.max(1), |i| {
         let k = key(&src, &dst, i as u64);
         flowlab_engine::send_tensor(producer.as_ref(), &k, &small, CommFormat::F32)?;
         let wire = client.recv_wire(&k, Duration::from_secs(5))?;
@@ -126,9 +151,7 @@ pub fn bench_floors(reps: usize, iters: usize) -> Result<Vec<ClusterBenchRecord>
         flowlab_engine::recv_tensor(&one, &k, CommFormat::F32, DType::F32, small.shape(), Duration::ZERO)?;
         producer.end_step(i as u64);
         Ok(())
-    })?;
-    rows.push(record("send_recv_4xf32_grpc_loopback", secs));
-    Ok(rows)
+    })
 }
 
 /// Runs every row; `quick` does fewer repetitions.
@@ -708,6 +731,7 @@ mod tests {
                 "tcp_pingpong_64b_loopback",
                 "tonic_echo_64b_loopback",
                 "send_recv_4xf32_grpc_loopback",
+                "send_recv_4xf32_grpc_loopback_auth",
                 "step_send_recv_4xf32_2tasks",
                 "mlp_sync_step_b64_1workers",
                 "mlp_sync_step_b64_2workers",
@@ -739,7 +763,7 @@ mod tests {
         // int8: a byte per value, and a little for the scales
         let int8 = bytes("mlp784_sync_step_b64_2workers_int8");
         assert!(int8 >= moved(669_706.0, 2.0, 1.0) && int8 < 1.05 * moved(669_706.0, 2.0, 1.0), "{int8}");
-        assert!(rows.iter().take(5).chain(rows.iter().skip(8).take(1)).all(|r| r.bytes_per_step.is_none()), "{rows:?}");
+        assert!(rows.iter().take(6).chain(rows.iter().skip(9).take(1)).all(|r| r.bytes_per_step.is_none()), "{rows:?}");
         // a network round trip costs more than a table lookup (by two orders
         // of magnitude here). Whether a gRPC call costs more than the bare TCP
         // round trip is not asserted: on CI's 2 cores the two measured 40.1

@@ -12,7 +12,12 @@
 //! worker:
 //!   0: localhost:2222
 //!   1: localhost:2223
+//! auth:
+//!   secret_file: cluster.secret   # relative to this file
 //! ```
+//!
+//! `auth` is optional; with it every RPC carries the secret's token (see
+//! `auth.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -21,6 +26,7 @@ use std::path::{Path, PathBuf};
 use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use crate::auth::Auth;
 use crate::error::{Result, RuntimeError};
 
 /// The jobs a cluster has, in TensorFlow's names.
@@ -113,7 +119,15 @@ impl fmt::Display for TaskId {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterSpec {
     tasks: BTreeMap<TaskId, String>,
+    auth: Option<Auth>,
+    /// The largest gRPC message a task reads, in MiB.
+    max_message_mb: u32,
 }
+
+/// The default message limit: a request larger than this is refused from
+/// its header, before it is read. The runtime's largest tensor today is a
+/// 3136 x 1024 weight matrix (12.8 MB); raise `max_message_mb` for more.
+pub const DEFAULT_MAX_MESSAGE_MB: u32 = 64;
 
 /// The tasks of one job as written: (index, address) in file order, with
 /// repeated indices kept so validation can name them.
@@ -156,6 +170,16 @@ struct RawSpec {
     ps: RawTasks,
     #[serde(default)]
     worker: RawTasks,
+    #[serde(default)]
+    auth: Option<RawAuth>,
+    #[serde(default)]
+    max_message_mb: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    secret_file: PathBuf,
 }
 
 /// Why `address` is not `host:port` with a port in 1..=65535, or `None`.
@@ -189,7 +213,8 @@ impl ClusterSpec {
             serde_saphyr::from_str(text).map_err(|e| RuntimeError::Yaml { path: path.clone(), message: e.to_string() })?;
         let spec_err = |message: String| RuntimeError::Spec { path: path.clone(), message };
         let mut tasks = BTreeMap::new();
-        for (job, raw) in [(Job::Chief, raw.chief), (Job::Ps, raw.ps), (Job::Worker, raw.worker)] {
+        let RawSpec { chief, ps, worker, auth, max_message_mb } = raw;
+        for (job, raw) in [(Job::Chief, chief), (Job::Ps, ps), (Job::Worker, worker)] {
             for (index, address) in raw.0 {
                 let task = TaskId::new(job, index);
                 if let Some(why) = address_problem(&address) {
@@ -200,7 +225,34 @@ impl ClusterSpec {
                 }
             }
         }
-        ClusterSpec::check(tasks).map_err(spec_err)
+        let mut spec = ClusterSpec::check(tasks).map_err(spec_err)?;
+        if let Some(mb) = max_message_mb {
+            if !(1..=4095).contains(&mb) {
+                return Err(spec_err(format!("max_message_mb: {mb} is not in 1..=4095 (a gRPC message is under 4 GiB)")));
+            }
+            spec.max_message_mb = mb;
+        }
+        let Some(auth) = auth else { return Ok(spec) };
+        // absolute, so that a spec written elsewhere (to_yaml) still finds it
+        let secret = path.parent().unwrap_or(Path::new("")).join(&auth.secret_file);
+        let secret = std::path::absolute(&secret).unwrap_or(secret);
+        Ok(spec.with_auth(Auth::from_file(&secret)?))
+    }
+
+    /// The spec with every RPC authenticated by `auth`.
+    pub fn with_auth(mut self, auth: Auth) -> ClusterSpec {
+        self.auth = Some(auth);
+        self
+    }
+
+    /// The largest gRPC message a task reads, in bytes.
+    pub fn max_message_bytes(&self) -> usize {
+        self.max_message_mb as usize * (1 << 20)
+    }
+
+    /// The cluster's secret, if it has one.
+    pub fn auth(&self) -> Option<&Auth> {
+        self.auth.as_ref()
     }
 
     /// A spec from (task, address) pairs, validated like a file.
@@ -231,7 +283,7 @@ impl ClusterSpec {
                 return Err(format!("tasks {other} and {task} both use address {address}"));
             }
         }
-        Ok(ClusterSpec { tasks })
+        Ok(ClusterSpec { tasks, auth: None, max_message_mb: DEFAULT_MAX_MESSAGE_MB })
     }
 
     /// A fingerprint of the tasks and their addresses (FNV-1a), carried by
@@ -258,6 +310,12 @@ impl ClusterSpec {
             for (t, a) in tasks {
                 out.push_str(&format!("  {}: \"{a}\"\n", t.index));
             }
+        }
+        if self.max_message_mb != DEFAULT_MAX_MESSAGE_MB {
+            out.push_str(&format!("max_message_mb: {}\n", self.max_message_mb));
+        }
+        if let Some(a) = &self.auth {
+            out.push_str(&format!("auth:\n  secret_file: {:?}\n", a.secret_file()));
         }
         out
     }

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::auth::Auth;
 use crate::cluster::{ClusterSpec, Job, TaskId};
 use flowlab_engine::EmulatedLink;
 
@@ -156,7 +157,8 @@ impl LocalCluster {
             }
         }
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!("flowlab-cluster-{}-{nanos}", std::process::id()));
+        remove_folders_of_dead_launchers(&std::env::temp_dir());
+        let dir = std::env::temp_dir().join(format!("{FOLDER_PREFIX}{}-{nanos}", std::process::id()));
         let io = |what: String, e: std::io::Error| RuntimeError::Engine { message: format!("local cluster: {what}: {e}") };
         std::fs::create_dir_all(&dir).map_err(|e| io(format!("creating {}", dir.display()), e))?;
         // the ports are free now; a task that loses a race for one fails to
@@ -186,6 +188,9 @@ impl LocalCluster {
         }
         drop(listeners);
         let spec = ClusterSpec::from_tasks(tasks).map_err(|message| RuntimeError::Engine { message: format!("local cluster: {message}") })?;
+        // a fresh secret every run: no other process on this host drives
+        // the tasks, although they listen on loopback ports anyone may reach
+        let spec = spec.with_auth(Auth::create(&dir.join("secret"))?);
         let mut cluster = LocalCluster { spec, launcher: launcher.clone(), link, dir, tasks: Vec::new(), ports };
         let file = cluster.dir.join("cluster.yaml");
         std::fs::write(&file, cluster.spec.to_yaml()).map_err(|e| io(format!("writing {}", file.display()), e))?;
@@ -297,6 +302,35 @@ fn process_clock_s(pid: u32) -> Option<f64> {
     if found { crate::bench::clock_s(clock) } else { None }
 }
 
+/// The temporary folders of local clusters: `<prefix><launcher pid>-<nanos>`.
+const FOLDER_PREFIX: &str = "flowlab-cluster-";
+
+/// Removes the folders that launchers killed before their clean-up (kill -9)
+/// left in `temp`: those whose launcher process is gone. A folder of a live
+/// process, or one whose name is not a launcher's, stays.
+fn remove_folders_of_dead_launchers(temp: &Path) {
+    let Ok(entries) = std::fs::read_dir(temp) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(FOLDER_PREFIX)).and_then(|rest| rest.split_once('-')).and_then(|(pid, _)| pid.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid != std::process::id() && !process_alive(pid) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// Whether a process with this id exists (signal 0 checks without sending;
+/// EPERM means it exists under another user).
+fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 sends nothing; the call only reports whether the
+    // process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 impl Drop for LocalCluster {
     fn drop(&mut self) {
         for t in &mut self.tasks {
@@ -330,6 +364,22 @@ impl Drop for LocalCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn folders_of_dead_launchers_go_and_live_ones_stay() {
+        let temp = tempfile::tempdir().unwrap();
+        // a child that has exited and been reaped: its pid names no process
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let names = [format!("{FOLDER_PREFIX}{dead}-1"), format!("{FOLDER_PREFIX}{}-2", std::process::id()), format!("{FOLDER_PREFIX}x-3"), "other-1".into()];
+        for n in &names {
+            std::fs::create_dir(temp.path().join(n)).unwrap();
+        }
+        remove_folders_of_dead_launchers(temp.path());
+        let left: Vec<bool> = names.iter().map(|n| temp.path().join(n).exists()).collect();
+        assert_eq!(left, [false, true, true, true]);
+    }
 
     #[test]
     fn thread_tasks_stop_restart_and_a_missing_binary_is_named() {

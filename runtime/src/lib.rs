@@ -18,6 +18,7 @@
 //! | `master` | places and partitions a client's graph over the tasks, registers it, runs steps |
 //! | `train` | data-parallel training of the digits recipes over a cluster, synchronous or asynchronous |
 
+mod auth;
 mod bench;
 mod cluster;
 mod error;
@@ -36,6 +37,7 @@ pub mod pb {
     tonic::include_proto!("flowlab");
 }
 
+pub use auth::{Auth, MIN_SECRET_BYTES};
 pub use bench::{ClusterBenchRecord, LoopbackFigures, ProcessFigures, bench as bench_cluster, bench_floors, measure_loopback, measure_task_processes, process_cpu_s};
 pub use cluster::{ClusterSpec, Job, TaskId, parse_kill};
 pub use error::{Result, RuntimeError};

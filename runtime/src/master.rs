@@ -165,7 +165,14 @@ impl Master {
         }
         let n = tasks.len();
         // after every step an earlier master ran on these tasks
-        let first_step = tasks.iter().map(|t| t.last_step).max().unwrap_or(0) + 1;
+        let last = tasks.iter().map(|t| (t.last_step, t.task)).max();
+        let first_step = match last {
+            Some((s, task)) if s >= crate::worker::MAX_STEP_ID => {
+                return Err(RuntimeError::Rpc { task: task.to_string(), address: spec.address(task)?.to_string(), message: format!("it has run step id {s}, beyond the {} a task accepts: restart it", crate::worker::MAX_STEP_ID) });
+            }
+            Some((s, _)) => s + 1,
+            None => 1,
+        };
         Ok(Master {
             spec: spec.clone(),
             tasks,

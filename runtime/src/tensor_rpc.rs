@@ -31,10 +31,10 @@ use tonic::Status;
 use tonic::body::Body;
 use tonic::codegen::{BoxFuture, Service, http};
 use tonic::server::NamedService;
-use tonic::transport::Channel;
 
 use crate::pb::worker_server::WorkerServer;
 use crate::pb::{RecvTensorRequest, RecvTensorResponse, TensorProto};
+use crate::auth::AuthChannel;
 use crate::wire;
 use crate::worker::{WorkerService, error_chain};
 
@@ -119,7 +119,8 @@ pub(crate) struct WorkerRoutes {
 
 impl WorkerRoutes {
     pub(crate) fn new(service: WorkerService) -> WorkerRoutes {
-        let tonic = WorkerServer::new(service.clone()).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX);
+        let limit = service.max_message_bytes();
+        let tonic = WorkerServer::new(service.clone()).max_decoding_message_size(limit).max_encoding_message_size(usize::MAX);
         WorkerRoutes { service, tonic }
     }
 }
@@ -138,8 +139,15 @@ impl Service<http::Request<Body>> for WorkerRoutes {
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        // before anything of the request is read or answered
+        if let Some(auth) = self.service.auth()
+            && !auth.admits(req.headers())
+        {
+            return Box::pin(async { Ok(crate::auth::refusal().into_http()) });
+        }
         if req.uri().path() != PATH {
-            return self.tonic.call(req);
+            let limit = self.service.max_message_bytes();
+            return self.tonic.call(req.map(|body| Body::new(LimitedMessage { body, limit, prefix: Vec::new() })));
         }
         let service = self.service.clone();
         Box::pin(async move {
@@ -155,8 +163,64 @@ impl Service<http::Request<Body>> for WorkerRoutes {
     }
 }
 
+/// A request body whose gRPC message is refused from its 5-byte prefix
+/// when it declares more than `limit` bytes: the error (a
+/// `RESOURCE_EXHAUSTED` status, which tonic's decoder passes on) comes
+/// before tonic buffers the message. tonic's own limit answers
+/// `OUT_OF_RANGE`, where gRPC's is `RESOURCE_EXHAUSTED`.
+struct LimitedMessage {
+    body: Body,
+    limit: usize,
+    /// The first bytes of the body until the prefix is complete.
+    prefix: Vec<u8>,
+}
+
+impl http_body::Body for LimitedMessage {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let this = &mut *self;
+        let frame = match Pin::new(&mut this.body).poll_frame(cx) {
+            Poll::Ready(Some(Ok(f))) => f,
+            other => return other,
+        };
+        if this.prefix.len() < 5
+            && let Some(data) = frame.data_ref()
+        {
+            let n = (5 - this.prefix.len()).min(data.len());
+            this.prefix.extend_from_slice(&data[..n]);
+            if this.prefix.len() == 5 {
+                let len = u32::from_be_bytes([this.prefix[1], this.prefix[2], this.prefix[3], this.prefix[4]]) as usize;
+                if len > this.limit {
+                    return Poll::Ready(Some(Err(Status::resource_exhausted(format!(
+                        "a request of {len} bytes; this cluster's tasks read at most {} bytes (max_message_mb in the cluster file)",
+                        this.limit
+                    )))));
+                }
+            }
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+}
+
+/// The largest `RecvTensor` request read: its fields are two device names,
+/// an edge name and a few numbers. A larger one is refused unread.
+pub(crate) const MAX_RECV_REQUEST: usize = 64 << 10;
+
 async fn answer(service: &WorkerService, req: http::Request<Body>) -> Result<(Bytes, Bytes), Status> {
-    let body = req.into_body().collect().await.map_err(|e| Status::internal(format!("RecvTensor request: {e}")))?.to_bytes();
+    let body = http_body_util::Limited::new(req.into_body(), MAX_RECV_REQUEST);
+    let body = body.collect().await.map_err(|e| {
+        if e.is::<http_body_util::LengthLimitError>() {
+            Status::resource_exhausted(format!("a RecvTensor request is at most {MAX_RECV_REQUEST} bytes"))
+        } else {
+            Status::internal("RecvTensor request: the body could not be read")
+        }
+    })?.to_bytes();
     let message = unframe(&body).map_err(Status::invalid_argument)?;
     let r = RecvTensorRequest::decode(message).map_err(|e| Status::invalid_argument(format!("RecvTensor request: {e}")))?;
     let t = service.recv_tensor_value(r).await?;
@@ -189,7 +253,7 @@ fn framed(message: &[u8]) -> Bytes {
 
 /// Calls `RecvTensor` on `channel` and builds the answer's tensor from the
 /// frames as they arrive.
-pub(crate) async fn call(mut channel: Channel, req: &RecvTensorRequest) -> Result<Tensor, Status> {
+pub(crate) async fn call(mut channel: AuthChannel, req: &RecvTensorRequest, limit: usize) -> Result<Tensor, Status> {
     let mut request = http::Request::new(Body::new(http_body_util::Full::new(framed(&req.encode_to_vec()))));
     *request.method_mut() = http::Method::POST;
     *request.uri_mut() = http::Uri::from_static(PATH);
@@ -207,10 +271,10 @@ pub(crate) async fn call(mut channel: Channel, req: &RecvTensorRequest) -> Resul
         return Err(Status::unknown(format!("RecvTensor answered HTTP status {}", response.status())));
     }
     let mut body = response.into_body();
-    let mut reader = TensorReader::default();
+    let mut reader = TensorReader { limit, ..TensorReader::default() };
     while let Some(frame) = body.frame().await {
         match frame?.into_data() {
-            Ok(data) => reader.push(&data).map_err(Status::internal)?,
+            Ok(data) => reader.push(&data).map_err(Status::resource_exhausted)?,
             Err(frame) => {
                 if let Ok(trailers) = frame.into_trailers() {
                     status = Status::from_header_map(&trailers);
@@ -271,13 +335,21 @@ impl<T: flowlab_engine::Element + bytemuck::Pod> Fill for Filler<T> {
 
 /// An answer read frame by frame: the head gathered until the data's
 /// length is known, then the data copied straight into its tensor.
-#[derive(Default)]
 pub(crate) struct TensorReader {
     /// The bytes before the data; all of them when the message is read
     /// whole.
     head: Vec<u8>,
     data: Option<Data>,
     whole: bool,
+    /// The most bytes a message may have: a larger tensor is refused
+    /// before its buffer is allocated.
+    limit: usize,
+}
+
+impl Default for TensorReader {
+    fn default() -> TensorReader {
+        TensorReader { head: Vec::new(), data: None, whole: false, limit: usize::MAX }
+    }
 }
 
 struct Data {
@@ -307,6 +379,9 @@ impl TensorReader {
             return Ok(());
         }
         if self.whole {
+            if self.head.len() + bytes.len() > self.limit {
+                return Err(format!("RecvTensor answer larger than the cluster's message limit of {} bytes", self.limit));
+            }
             self.head.extend_from_slice(bytes);
             return Ok(());
         }
@@ -324,6 +399,9 @@ impl TensorReader {
             Head::Whole => {
                 self.whole = true;
                 None
+            }
+            Head::Data { len, .. } if len > self.limit => {
+                return Err(format!("RecvTensor answer of a {len}-byte tensor: the cluster's message limit is {} bytes (max_message_mb in the cluster file)", self.limit));
             }
             Head::Data { at, len, dtype, dims } => {
                 let (dtype, dims) = wire::checked(&dtype, &dims, len).map_err(|e| e.to_string())?;

@@ -41,7 +41,8 @@ use flowlab_engine::{
     RendezvousKey, Session, SessionOptions, Shape, Tensor,
 };
 use flowlab_hw::CommFormat;
-use tonic::transport::{Channel, Endpoint};
+use crate::auth::AuthChannel;
+use tonic::transport::Endpoint;
 use tonic::{Request, Response, Status};
 
 use crate::cluster::{ClusterSpec, TaskId};
@@ -105,7 +106,7 @@ struct TaskState {
     graphs: Mutex<HashMap<String, Arc<Registered>>>,
     next_handle: AtomicU64,
     /// Channels to the other tasks, made on first use (they connect lazily).
-    channels: Mutex<HashMap<TaskId, Channel>>,
+    channels: Mutex<HashMap<TaskId, AuthChannel>>,
     /// The rendezvous of the steps running here, by step id, so that
     /// `AbortStep` can end them.
     running: Mutex<HashMap<u64, Vec<Arc<StepRendezvous>>>>,
@@ -146,16 +147,21 @@ impl TaskState {
     }
 
     /// The channel to `task` (connected on first use).
-    fn channel(&self, task: TaskId) -> Result<Channel> {
+    fn channel(&self, task: TaskId) -> Result<AuthChannel> {
         let mut ch = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = ch.get(&task) {
             return Ok(c.clone());
         }
-        let c = endpoint(&self.spec, task, Duration::from_secs(10))?.connect_lazy();
+        let c = AuthChannel::new(endpoint(&self.spec, task, Duration::from_secs(10))?.connect_lazy(), self.spec.auth());
         ch.insert(task, c.clone());
         Ok(c)
     }
 }
+
+/// The highest step id a task runs: a master starts after the highest id
+/// its tasks ran, so ids up to here leave it room to count on (a master at
+/// a step a second counts 2^62 ids in a hundred billion years).
+pub(crate) const MAX_STEP_ID: u64 = 1 << 62;
 
 /// Aborted steps kept per task: a late tensor of one of them (an
 /// emulated link delivers it after the abort) is dropped as long as its
@@ -263,9 +269,9 @@ pub(crate) fn endpoint(spec: &ClusterSpec, task: TaskId, connect_timeout: Durati
 
 /// A client of a task's service. gRPC caps a message at 4 MB by default;
 /// a tensor is one message (a 3136 x 1024 weight matrix is 12.8 MB), so
-/// neither side limits the size.
-fn worker_client(channel: Channel) -> WorkerClient<Channel> {
-    WorkerClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX)
+/// answers are limited by the cluster's `max_message_mb` instead.
+fn worker_client(channel: AuthChannel, limit: usize) -> WorkerClient<AuthChannel> {
+    WorkerClient::new(channel).max_decoding_message_size(limit).max_encoding_message_size(usize::MAX)
 }
 
 /// The gRPC side of one task.
@@ -288,6 +294,16 @@ fn output_of(graph: &Graph, name: &str) -> flowlab_engine::Result<flowlab_engine
 }
 
 impl WorkerService {
+    /// The cluster's secret, which every request must prove.
+    pub(crate) fn auth(&self) -> Option<&crate::auth::Auth> {
+        self.state.spec.auth()
+    }
+
+    /// The largest request this task reads.
+    pub(crate) fn max_message_bytes(&self) -> usize {
+        self.state.spec.max_message_bytes()
+    }
+
     fn run_graph_blocking(&self, r: RunGraphRequest) -> std::result::Result<RunGraphResponse, Status> {
         let st = &self.state;
         let reg = st.graphs.lock().unwrap_or_else(|e| e.into_inner()).get(&r.handle).cloned().ok_or_else(|| {
@@ -430,6 +446,9 @@ impl Worker for WorkerService {
     async fn run_graph(&self, req: Request<RunGraphRequest>) -> std::result::Result<Response<RunGraphResponse>, Status> {
         let r = req.into_inner();
         self.state.admit(r.to.as_ref(), false)?;
+        if r.step_id > MAX_STEP_ID {
+            return Err(Status::invalid_argument(format!("task {}: step id {} is above {MAX_STEP_ID}, which no master reaches", self.state.task, r.step_id)));
+        }
         for &s in &r.finished_steps {
             self.state.rendezvous.end_step(s);
         }
@@ -500,12 +519,13 @@ impl StepRendezvous {
             to: Some(Addressee { cluster: st.cluster, incarnation: self.peers.get(&src).copied().unwrap_or(0) }),
         };
         let limit = self.recv_timeout + Duration::from_secs(5);
+        let max_message = st.spec.max_message_bytes();
         // steps run on the server runtime's blocking threads, which know it
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return fire(Err(fail("no network runtime on this thread".into(), &key)));
         };
         handle.spawn(async move {
-            let r = match tokio::time::timeout(limit, tensor_rpc::call(channel, &req)).await {
+            let r = match tokio::time::timeout(limit, tensor_rpc::call(channel, &req, max_message)).await {
                 Err(_) => Err(fail(format!("RecvTensor from task {src} at {address}: no answer in {limit:?}"), &key)),
                 Ok(Err(s)) => Err(fail(format!("RecvTensor from task {src} at {address}: {}", s.message()), &key)),
                 Ok(Ok(t)) => Ok(t),
@@ -724,7 +744,9 @@ pub struct TaskClient {
     cluster: u64,
     /// One HTTP/2 connection to the task: tonic's client for every method
     /// but `RecvTensor`, which `tensor_rpc` calls on it.
-    channel: Channel,
+    channel: AuthChannel,
+    /// The cluster's message limit, for answers.
+    max_message: usize,
     runtime: Arc<tokio::runtime::Runtime>,
 }
 
@@ -755,11 +777,16 @@ impl TaskClient {
             let left = deadline.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
             let ep = endpoint(spec, task, left)?;
             let tried = runtime.block_on(async {
-                let ch = ep.connect().await.map_err(|e| error_chain(&e))?;
-                let mut c = worker_client(ch.clone());
+                let ch = AuthChannel::new(ep.connect().await.map_err(|e| error_chain(&e))?, spec.auth());
+                let mut c = worker_client(ch.clone(), spec.max_message_bytes());
                 match tokio::time::timeout(left, c.get_status(GetStatusRequest { to })).await {
                     Ok(Ok(s)) => Ok((ch, s.into_inner())),
                     Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => Err(format!("refused: {}", s.message())),
+                    Ok(Err(s)) if s.code() == tonic::Code::Unauthenticated => Err(format!(
+                        "refused: {} (the cluster file's secret{} is not the task's)",
+                        s.message(),
+                        spec.auth().map_or(" is missing: it names none, and the task's has one; it".to_string(), |a| format!(", {},", a.secret_file().display()))
+                    )),
                     Ok(Err(s)) => Err(s.message().to_string()),
                     Err(_) => Err("no answer to GetStatus".to_string()),
                 }
@@ -786,7 +813,8 @@ impl TaskClient {
         } else {
             None
         };
-        Ok(TaskClient { task, address, incarnation: status.incarnation, device, last_step: status.last_step_id, link, cluster, channel, runtime })
+        let max_message = spec.max_message_bytes();
+        Ok(TaskClient { task, address, incarnation: status.incarnation, device, last_step: status.last_step_id, link, cluster, channel, max_message, runtime })
     }
 
     /// What every request to this task carries.
@@ -799,8 +827,8 @@ impl TaskClient {
     }
 
     /// The raw gRPC client (on a clone of the channel) for concurrent calls.
-    pub(crate) fn raw(&self) -> WorkerClient<Channel> {
-        worker_client(self.channel.clone())
+    pub(crate) fn raw(&self) -> WorkerClient<AuthChannel> {
+        worker_client(self.channel.clone(), self.max_message)
     }
 
     /// Runs `f` on this client's runtime.
@@ -831,9 +859,9 @@ impl TaskClient {
             timeout_ms: millis(timeout),
             to: self.to(),
         };
-        let channel = self.channel.clone();
+        let (channel, limit) = (self.channel.clone(), self.max_message);
         self.runtime
-            .block_on(async move { tokio::time::timeout(timeout + Duration::from_secs(5), tensor_rpc::call(channel, &req)).await })
+            .block_on(async move { tokio::time::timeout(timeout + Duration::from_secs(5), tensor_rpc::call(channel, &req, limit)).await })
             .map_err(|_| self.rpc_error(format!("RecvTensor {key} got no answer in time")))?
             .map_err(|s| self.rpc_error(format!("RecvTensor {key}: {}", s.message())))
     }
@@ -1010,5 +1038,109 @@ mod tests {
         );
         let mut fresh = TaskClient::connect(&spec, ps, Duration::from_secs(10)).unwrap();
         assert_eq!(fresh.recv_wire(&key(3), Duration::from_secs(5)).unwrap().to_vec::<f32>().unwrap(), [1.0]);
+    }
+
+    /// A spec of one PS and one worker on loopback with a secret of its own.
+    fn secret_spec(dir: &std::path::Path, name: &str) -> ClusterSpec {
+        cluster().with_auth(crate::auth::Auth::create(&dir.join(name)).unwrap())
+    }
+
+    /// Without the cluster's secret every method is refused, and nothing in
+    /// the refusal names the cluster, the task or its incarnation; with it
+    /// a client works as before.
+    #[test]
+    fn every_method_refuses_a_client_without_the_secret_and_names_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = secret_spec(dir.path(), "secret");
+        let ps = TaskId::new(Job::Ps, 0);
+        let server = TaskServer::start(&spec, ps, bind_task(&spec, ps).unwrap()).unwrap();
+        let t = Tensor::from_vec(vec![1.0f32, 2.0], vec![2]).unwrap();
+        server.rendezvous.send(&key(3), t).unwrap();
+        let mut friend = TaskClient::connect(&spec, ps, Duration::from_secs(10)).unwrap();
+        assert_eq!(friend.recv_wire(&key(3), Duration::from_secs(5)).unwrap().to_vec::<f32>().unwrap(), [1.0, 2.0]);
+
+        let to = Some(Addressee { cluster: spec.fingerprint(), incarnation: server.incarnation });
+        let rt = client_runtime().unwrap();
+        let _in_runtime = rt.enter();
+        let other = secret_spec(dir.path(), "other");
+        for (who, auth) in [("no secret", None), ("another secret", other.auth())] {
+            let channel = AuthChannel::new(endpoint(&spec, ps, Duration::from_secs(5)).unwrap().connect_lazy(), auth);
+            let mut c = worker_client(channel.clone(), usize::MAX);
+            let codes: Vec<(&str, std::result::Result<(), Status>)> = rt.block_on(async {
+                vec![
+                    ("GetStatus", c.get_status(GetStatusRequest { to }).await.map(drop)),
+                    ("RegisterGraph", c.register_graph(RegisterGraphRequest { to, graph_json: "{}".into(), ..Default::default() }).await.map(drop)),
+                    ("RunGraph", c.run_graph(RunGraphRequest { to, handle: "1".into(), step_id: u64::MAX, ..Default::default() }).await.map(drop)),
+                    ("AbortStep", c.abort_step(AbortStepRequest { to, step_id: 3, reason: "x".into() }).await.map(drop)),
+                    ("RecvTensor", {
+                        let req = RecvTensorRequest { step_id: 3, edge: "w:0".into(), src_device: key(3).src_device.to_string(), dst_device: key(3).dst_device.to_string(), timeout_ms: 100, to };
+                        tensor_rpc::call(channel.clone(), &req, usize::MAX).await.map(drop)
+                    }),
+                ]
+            });
+            for (method, r) in codes {
+                let s = r.expect_err(method);
+                assert_eq!(s.code(), tonic::Code::Unauthenticated, "{who}: {method}: {s:?}");
+                let m = s.message();
+                for secret in [format!("{:016x}", spec.fingerprint()), format!("{:016x}", server.incarnation), "ps".into(), "127.0.0.1".into()] {
+                    assert!(!m.contains(&secret), "{who}: {method}: `{m}` names {secret}");
+                }
+            }
+        }
+        // the tensor a stranger asked for is still there, for the friend
+        server.rendezvous.send(&key(4), Tensor::from_vec(vec![5.0f32], vec![1]).unwrap()).unwrap();
+        assert_eq!(friend.recv_wire(&key(3), Duration::from_millis(300)).is_err(), true, "taken once already");
+        assert_eq!(friend.recv_wire(&key(4), Duration::from_secs(5)).unwrap().to_vec::<f32>().unwrap(), [5.0]);
+        // a client's connect says why at once, instead of retrying
+        let t = Instant::now();
+        let e = TaskClient::connect(&cluster_without_secret(&spec), ps, Duration::from_secs(20)).err().unwrap().to_string();
+        assert!(t.elapsed() < Duration::from_secs(5) && e.contains("missing or wrong credentials") && e.contains("names none"), "{e}");
+    }
+
+    /// `spec`'s tasks without its secret.
+    fn cluster_without_secret(spec: &ClusterSpec) -> ClusterSpec {
+        ClusterSpec::from_tasks(spec.tasks().map(|(t, a)| (t, a.to_string())).collect::<Vec<_>>()).unwrap()
+    }
+
+    /// A request over the cluster's limit is refused from its header with
+    /// RESOURCE_EXHAUSTED, and the refusal does not echo it.
+    #[test]
+    fn requests_over_the_message_limit_are_refused_without_an_echo() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = cluster();
+        let yaml = format!("{}max_message_mb: 1\n", base.to_yaml());
+        let file = dir.path().join("c.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let spec = ClusterSpec::from_file(&file).unwrap();
+        assert_eq!(spec.max_message_bytes(), 1 << 20);
+        let ps = TaskId::new(Job::Ps, 0);
+        let _server = TaskServer::start(&spec, ps, bind_task(&spec, ps).unwrap()).unwrap();
+        let rt = client_runtime().unwrap();
+        let _in_runtime = rt.enter();
+        let channel = AuthChannel::new(endpoint(&spec, ps, Duration::from_secs(5)).unwrap().connect_lazy(), None);
+        let mut c = worker_client(channel.clone(), usize::MAX);
+        let to = Some(Addressee { cluster: spec.fingerprint(), incarnation: 0 });
+        let marker = "graph-payload-";
+        let big = marker.repeat((2 << 20) / marker.len());
+        let s = rt.block_on(c.register_graph(RegisterGraphRequest { to, graph_json: big.clone(), ..Default::default() })).unwrap_err();
+        assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
+        assert!(!s.message().contains(marker), "{}", &s.message()[..s.message().len().min(200)]);
+        let req = RecvTensorRequest { step_id: 1, edge: big, to, ..Default::default() };
+        let s = rt.block_on(tensor_rpc::call(channel, &req, usize::MAX)).unwrap_err();
+        assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
+        assert!(!s.message().contains(marker) && s.message().contains("at most 65536 bytes"), "{}", &s.message()[..s.message().len().min(200)]);
+    }
+
+    /// A step id no master reaches is refused, so the next master's ids
+    /// cannot wrap past u64::MAX.
+    #[test]
+    fn a_step_id_beyond_any_masters_is_refused_and_not_remembered() {
+        let (_server, remote) = ps_and_client();
+        let mut c = remote.raw();
+        let req = RunGraphRequest { to: remote.to(), handle: "none".into(), step_id: u64::MAX, ..Default::default() };
+        let s = remote.block_on(c.run_graph(req)).unwrap_err();
+        assert!(s.code() == tonic::Code::InvalidArgument && s.message().contains(&format!("step id {} is above {MAX_STEP_ID}", u64::MAX)), "{s:?}");
+        let status = remote.block_on(c.get_status(GetStatusRequest { to: remote.to() })).unwrap().into_inner();
+        assert_eq!(status.last_step_id, 0);
     }
 }

@@ -5,7 +5,7 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
-use flowlab_runtime::{ClusterSpec, Job, TaskId, TaskServer, bind_task};
+use flowlab_runtime::{ClusterSpec, Job, MIN_SECRET_BYTES, TaskId, TaskServer, bind_task};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -27,10 +27,26 @@ pub struct ServerArgs {
     /// task of the cluster with the same --link, and train with it.
     #[arg(long)]
     link: Option<String>,
+    /// Serve a non-loopback address although the cluster file names no
+    /// secret (`auth: { secret_file: PATH }`): anyone who reaches the port
+    /// can then run graphs on this task. Only on a network that only the
+    /// cluster's hosts share.
+    #[arg(long)]
+    insecure: bool,
     /// For launchers: the process id of the launcher; this task ends when
     /// that process does (Linux), so no task outlives a killed launcher.
     #[arg(long, hide = true)]
     parent: Option<u32>,
+}
+
+/// Whether every address `address` resolves to is a loopback one (an
+/// address that does not resolve is left to the bind to report).
+fn loopback_only(address: &str) -> bool {
+    use std::net::ToSocketAddrs;
+    match address.to_socket_addrs() {
+        Ok(addrs) => addrs.into_iter().all(|a| a.ip().is_loopback()),
+        Err(_) => true,
+    }
 }
 
 /// Ends this process when `parent` ends (Linux: the kernel sends SIGKILL).
@@ -60,13 +76,23 @@ pub fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let task = TaskId::new(job, args.task);
     let link = args.link.as_deref().map(super::train::parse_link).transpose()?;
     let spec = ClusterSpec::from_file(&args.cluster)?;
+    if spec.auth().is_none() && !args.insecure {
+        let address = spec.address(task)?;
+        if !loopback_only(address) {
+            bail!(
+                "task {task} would serve {address}, which other hosts may reach, and {} names no secret: add `auth: {{ secret_file: PATH }}` to it (a file of at least {MIN_SECRET_BYTES} random bytes, e.g. `openssl rand -hex 32`, mode 600, on every host), or pass --insecure on a network only the cluster's hosts share",
+                args.cluster.display()
+            );
+        }
+    }
     let listener = bind_task(&spec, task)?;
     let server = TaskServer::start_with_link(&spec, task, listener, link).with_context(|| format!("starting task {task}"))?;
     eprintln!(
-        "flowlab server: task {task} (incarnation {:016x}) serving on {} for cluster {}{}",
+        "flowlab server: task {task} (incarnation {:016x}) serving on {} for cluster {}{}{}",
         server.incarnation,
         server.address,
         args.cluster.display(),
+        if spec.auth().is_some() { ", every request authenticated" } else { ", unauthenticated" },
         link.map_or(String::new(), |l| format!(", emulating a link of {} Gbit/s and {} us to every other task", l.gbps, l.latency_us))
     );
     server.wait();
