@@ -249,6 +249,23 @@ fn a_killed_worker_with_a_backup_does_not_stop_training_and_without_one_is_named
     assert!(tasks_of(pid).is_empty(), "tasks left running: {:?}", tasks_of(pid));
 }
 
+/// A worker whose process is stopped (SIGSTOP) for the rest of training
+/// is a straggler the backup absorbs: the PS's Recv of its gradient times
+/// out, the PS still answers and is not restarted, the worker is listed,
+/// and the accuracy is the backup run's.
+#[test]
+fn a_stalled_worker_is_dropped_by_its_backup_and_no_ps_is_restarted() {
+    let (one, _) = train_json(&[]);
+    let (cluster, launcher) =
+        train_json(&["--local-cluster", "ps=1,workers=3", "--sync-backup", "1", "--stall", "worker:2@40", "--recv-timeout", "3"]);
+    assert_eq!(cluster["failed_workers"], serde_json::json!(["worker:2"]), "{cluster}");
+    assert_eq!(cluster["restarts"].as_u64(), Some(0), "{cluster}");
+    let (steps, dropped) = (num(&cluster, "steps"), num(&cluster, "dropped_gradients"));
+    assert!(steps > 40.0 && steps * 2.0 + dropped == num(&one, "steps") * 2.0, "{cluster}");
+    assert!((num(&cluster, "accuracy") - num(&one, "accuracy")).abs() <= BACKUP_TOLERANCE, "{cluster} vs {one}");
+    assert!(tasks_of(launcher).is_empty(), "tasks left running: {:?}", tasks_of(launcher));
+}
+
 #[test]
 fn a_killed_ps_restarts_from_the_last_checkpoint_and_ends_as_if_never_stopped() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -869,6 +869,24 @@ pub fn train(data: &Dataset, cfg: &TrainConfig) -> Result<TrainReport> {
             }
         }
     }
+    if resume.step > steps {
+        let file = cfg.checkpoint.as_ref().map(|c| c.dir.display().to_string()).unwrap_or_default();
+        return Err(EngineError::Checkpoint {
+            file,
+            detail: format!(
+                "the checkpoint restored is of step {}, beyond this run's {steps} steps (--epochs {}): nothing is left to train; ask for more epochs, or another --checkpoint-dir",
+                resume.step, cfg.epochs
+            ),
+        });
+    }
+    // the end of training is checkpointed too, whatever `every` is
+    if let (Some(m), Some(c)) = (&checkpoints, &cfg.checkpoint)
+        && steps % c.every as u64 != 0
+        && steps > resume.step
+    {
+        let p = Progress { step: steps, epoch_loss_sum: 0.0, epoch_examples: 0, train_loss };
+        m.save(&sess, steps, &p.to_metadata(cfg))?;
+    }
     let train_seconds = train_start.elapsed().as_secs_f64();
     let comm = if cfg.devices > 1 { comm_figures(&sess) } else { None };
     let all: Vec<usize> = (0..test_set.len()).collect();
@@ -915,6 +933,13 @@ struct Progress {
 
 impl Progress {
     /// The run's settings that a resumed run must share, by checkpoint key.
+    /// Settings a resumed run must share with the checkpoint's when the
+    /// checkpoint records them (those written before it did are resumed
+    /// without the check).
+    fn optimizer(cfg: &TrainConfig) -> [(&'static str, String); 2] {
+        [("learning_rate", cfg.learning_rate.to_string()), ("comm", format!("{:?}", cfg.comm))]
+    }
+
     fn settings(cfg: &TrainConfig) -> [(&'static str, String); 5] {
         [
             ("model", model_label(cfg.model).to_string()),
@@ -927,7 +952,7 @@ impl Progress {
 
     /// Floats as their exact bits, so a resumed run continues bit for bit.
     fn to_metadata(self, cfg: &TrainConfig) -> BTreeMap<String, String> {
-        let mut m: BTreeMap<String, String> = Progress::settings(cfg).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let mut m: BTreeMap<String, String> = Progress::settings(cfg).into_iter().chain(Progress::optimizer(cfg)).map(|(k, v)| (k.to_string(), v)).collect();
         m.insert("step".into(), self.step.to_string());
         m.insert("epoch_loss_sum".into(), format!("{:016x}", self.epoch_loss_sum.to_bits()));
         m.insert("epoch_examples".into(), self.epoch_examples.to_string());
@@ -946,6 +971,13 @@ impl Progress {
                     )));
                 }
                 None => return Err(bad(format!("metadata '{key}' is missing: not a checkpoint of `flowlab train`"))),
+            }
+        }
+        for (key, want) in Progress::optimizer(cfg) {
+            if let Some(v) = m.get(key)
+                && *v != want
+            {
+                return Err(bad(format!("was written by a run with {key} {v}, this run has {key} {want}: resume with the same settings or another --checkpoint-dir")));
             }
         }
         let get = |key: &str| m.get(key).ok_or_else(|| bad(format!("metadata '{key}' is missing")));

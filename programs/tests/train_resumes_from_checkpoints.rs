@@ -34,3 +34,37 @@ fn resuming_mid_epoch_gives_the_uninterrupted_result_bit_for_bit() {
     let e = train(&data, &other).unwrap_err().to_string();
     assert!(e.contains("was written by a run with seed 1, this run has seed 2"), "{e}");
 }
+
+/// The end of training is checkpointed whatever `every` is; a checkpoint
+/// whose tensor bytes changed is skipped, named, and the one before it
+/// restored; another learning rate, or fewer steps than the checkpoint
+/// has made, is refused.
+#[test]
+fn a_changed_checkpoint_is_skipped_and_other_settings_are_refused() {
+    let data = load_digits(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/digits.csv.gz")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ck = |resume| CheckpointConfig { dir: dir.path().to_path_buf(), every: 20, keep: 100, resume };
+    let cfg = TrainConfig { epochs: 2, checkpoint: Some(ck(false)), ..TrainConfig::new(ModelKind::Mlp) };
+    let whole = train(&data, &cfg).unwrap();
+    let newest = dir.path().join("ckpt-000000000090.safetensors");
+    assert!(newest.is_file(), "the end of training (step 90, not a multiple of 20) is checkpointed");
+
+    // one byte of the last tensor's data changed: the file still parses
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&newest, bytes).unwrap();
+    let resumed = train(&data, &TrainConfig { checkpoint: Some(ck(true)), ..cfg.clone() }).unwrap();
+    assert_eq!(resumed.resumed_from_step, Some(80));
+    assert_eq!(resumed.skipped_checkpoints.len(), 1, "{:?}", resumed.skipped_checkpoints);
+    let why = &resumed.skipped_checkpoints[0];
+    assert!(why.contains("ckpt-000000000090.safetensors") && why.contains("do not match their checksum"), "{why}");
+    assert_eq!((resumed.accuracy, resumed.steps), (whole.accuracy, whole.steps));
+
+    let other_lr = TrainConfig { learning_rate: cfg.learning_rate * 2.0, checkpoint: Some(ck(true)), ..cfg.clone() };
+    let e = train(&data, &other_lr).unwrap_err().to_string();
+    assert!(e.contains(&format!("was written by a run with learning_rate {}, this run has learning_rate {}", cfg.learning_rate, cfg.learning_rate * 2.0)), "{e}");
+    let fewer = TrainConfig { epochs: 1, checkpoint: Some(ck(true)), ..cfg };
+    let e = train(&data, &fewer).unwrap_err().to_string();
+    assert!(e.contains("of step 90, beyond this run's 45 steps (--epochs 1)"), "{e}");
+}

@@ -233,6 +233,21 @@ impl LocalCluster {
         false
     }
 
+    /// Stops task `id`'s process (SIGSTOP) without ending it: a host that
+    /// hangs. Its connections stay open and nothing answers on them. False
+    /// when the task is not a running process of this cluster (tasks in
+    /// this process cannot be stopped apart).
+    pub fn stall_task(&mut self, id: TaskId) -> bool {
+        let Some(Running::Child(c)) = self.tasks.iter_mut().find(|t| t.id == id).map(|t| &mut t.running) else { return false };
+        if !matches!(c.try_wait(), Ok(None)) {
+            return false;
+        }
+        let Ok(pid) = libc::pid_t::try_from(c.id()) else { return false };
+        // SAFETY: sends SIGSTOP to our own child, reaped only by us (so the
+        // pid names it); SIGKILL at drop ends it stopped or not.
+        unsafe { libc::kill(pid, libc::SIGSTOP) == 0 }
+    }
+
     /// Starts task `id` again (after it died) on its address.
     pub fn restart_task(&mut self, id: TaskId) -> Result<()> {
         let i = self.tasks.iter().position(|t| t.id == id).ok_or_else(|| launch_error(id, "no such task in this local cluster".into()))?;

@@ -246,6 +246,12 @@ impl Master {
         self.tasks.iter().find(|t| t.device == *dev).map(|t| t.task)
     }
 
+    /// Whether `task` answers a status call within 2 s in the incarnation
+    /// this master knows: not dead, not restarted, not stalled.
+    pub fn answers(&self, task: TaskId) -> bool {
+        self.tasks.iter().find(|t| t.task == task).is_some_and(|c| c.traffic().is_ok())
+    }
+
     /// The tasks, in spec order, with their incarnations.
     pub fn tasks(&self) -> impl Iterator<Item = (TaskId, u64)> + '_ {
         self.tasks.iter().map(|t| (t.task, t.incarnation))

@@ -500,6 +500,8 @@ pub fn train_on_cluster_with(
             ("workers", n.to_string()),
             ("backup", backup.to_string()),
             ("mode", mode.to_string()),
+            ("learning_rate", cfg.learning_rate.to_string()),
+            ("comm", format!("{:?}", cfg.comm)),
         ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
@@ -585,7 +587,10 @@ pub fn train_on_cluster_with(
         from = step;
         resumed = (Some(step as u64), skipped);
     }
-    let is_ps = |e: &RuntimeError| matches!(e, RuntimeError::Rpc { task, .. } if ps.iter().any(|p| p.to_string() == *task));
+    // An error naming a PS task is its death only when the PS no longer
+    // answers: a PS whose Recv timed out waiting for a stalled worker's
+    // gradient still answers, and the worker is the one that failed.
+    let is_ps = |m: &Master, e: &RuntimeError| dead_ps_of(m, &ps, e).is_some();
     let inject = Injector { stragglers: how.stragglers.as_ref(), workers: &workers, counts: std::sync::Mutex::new(vec![0; n]) };
     let (steps, train_loss) = loop {
         chief.timeline_after(&master, from);
@@ -616,10 +621,7 @@ pub fn train_on_cluster_with(
                 run_async(&master, ag, &train_set, &cfg, n, from, &is_ps, &times, &inject, &chief)
             }
         };
-        let dead_ps = match &r {
-            Err(RuntimeError::Rpc { task, .. }) => ps.iter().copied().find(|p| p.to_string() == *task),
-            _ => None,
-        };
+        let dead_ps = r.as_ref().err().and_then(|e| dead_ps_of(&master, &ps, e));
         match (r, hooks.restart, dead_ps) {
             (Ok(x), _, _) => break x,
             (Err(_), Some(restart), Some(dead)) if restarts < 3 => {
@@ -644,6 +646,16 @@ pub fn train_on_cluster_with(
             (Err(e), _, _) => return Err(e),
         }
     };
+    if from > steps {
+        return Err(config(format!(
+            "the checkpoint restored is of update {from}, beyond this run's {steps} updates (--epochs {}): nothing is left to train; ask for more epochs, or resume from another checkpoint folder",
+            cfg.epochs
+        )));
+    }
+    // the end of training is checkpointed too, whatever `every` is
+    if chief.manager.is_some() && !chief.due(steps) && steps > from {
+        chief.save(&master, steps)?;
+    }
     let eval = match &built {
         Built::Sync(sg) => [sg.eval_x.clone(), sg.eval_y.clone(), sg.eval_accuracy.clone(), sg.eval_loss.clone()],
         Built::Backup(bg) => [bg.eval_x.clone(), bg.eval_y.clone(), bg.eval_accuracy.clone(), bg.eval_loss.clone()],
@@ -750,7 +762,7 @@ fn run_async(
     cfg: &TrainConfig,
     n: usize,
     from: usize,
-    is_ps: &(dyn Fn(&RuntimeError) -> bool + Sync),
+    is_ps: &(dyn Fn(&Master, &RuntimeError) -> bool + Sync),
     times: &Times,
     inject: &Injector<'_>,
     chief: &Chief<'_>,
@@ -813,7 +825,7 @@ fn run_async(
                 Err(e) => errors.push(e),
             }
         }
-        if let Some(i) = errors.iter().position(is_ps) {
+        if let Some(i) = errors.iter().position(|e| is_ps(master, e)) {
             return Err(errors.swap_remove(i));
         }
         if let Some(e) = errors.into_iter().next() {
@@ -844,6 +856,14 @@ type Done = (usize, u64, Result<f64>, usize, usize);
 /// a PS task died returns that error (the caller restarts the PS); `from`
 /// updates are done and `skip` shards taken already after a restart.
 #[allow(clippy::too_many_arguments)]
+/// The PS task `e` names, when that task no longer answers a status call
+/// in the incarnation the master knows (dead, restarted or stalled itself).
+fn dead_ps_of(master: &Master, ps: &[TaskId], e: &RuntimeError) -> Option<TaskId> {
+    let RuntimeError::Rpc { task, .. } = e else { return None };
+    let p = ps.iter().copied().find(|p| p.to_string() == *task)?;
+    (!master.answers(p)).then_some(p)
+}
+
 fn run_backup(
     master: &Master,
     bg: &BackupGraph,
@@ -853,7 +873,7 @@ fn run_backup(
     from: usize,
     skip: usize,
     positions: &std::sync::Mutex<Vec<usize>>,
-    is_ps: &(dyn Fn(&RuntimeError) -> bool + Sync),
+    is_ps: &(dyn Fn(&Master, &RuntimeError) -> bool + Sync),
     times: &Times,
     inject: &Injector<'_>,
     after: &(dyn Fn(usize) -> Result<()> + Sync),
@@ -921,7 +941,7 @@ fn run_backup(
                     // computed on variables an update has since changed
                     Ok(_) => dropped += 1,
                     // the PS died, not this worker: the caller restarts it
-                    Err(e) if is_ps(&e) => return Err(e),
+                    Err(e) if is_ps(master, &e) => return Err(e),
                     Err(e) => {
                         dropped += 1;
                         dead[w] = Some(e.to_string());
@@ -1376,8 +1396,9 @@ mod tests {
         cfg.checkpoint = Some(ck("local"));
         train(&data, &cfg).unwrap();
         let mine = CheckpointManager::new(&dir.path().join("cluster"), 5).unwrap();
-        assert_eq!(mine.steps().unwrap(), [20, 40]);
-        for step in [20, 40] {
+        // every 20 updates, and the end of training (update 45)
+        assert_eq!(mine.steps().unwrap(), [20, 40, 45]);
+        for step in [20, 40, 45] {
             let a = flowlab_engine::checkpoint::read(&mine.path(step)).unwrap();
             let b = flowlab_engine::checkpoint::read(&CheckpointManager::new(&dir.path().join("local"), 5).unwrap().path(step)).unwrap();
             assert_eq!(a.tensors.keys().collect::<Vec<_>>(), b.tensors.keys().collect::<Vec<_>>());

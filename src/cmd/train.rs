@@ -131,6 +131,18 @@ pub struct TrainArgs {
     /// from scratch without one).
     #[arg(long, value_name = "TASK@STEP", requires = "local_cluster")]
     kill: Option<String>,
+    /// With --local-cluster: stop a task's process (SIGSTOP) after this
+    /// many updates, for the rest of training, e.g. `worker:2@100`: a host
+    /// that hangs without dying. A stalled worker's computation fails when
+    /// the PS's Recv of its gradient has waited --recv-timeout; with a
+    /// backup worker training goes on without it (failed_workers), and
+    /// the PS, which still answers, is not taken for dead.
+    #[arg(long, value_name = "TASK@STEP", requires = "local_cluster")]
+    stall: Option<String>,
+    /// With --local-cluster or --cluster: how long a Recv waits for its
+    /// tensor before its step fails, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
+    recv_timeout: f64,
     /// With --local-cluster or --cluster: inject stragglers. Each worker's
     /// k-th computation waits (f - 1) x the compute time of one shard
     /// (timed in this process before training) before its task runs it, f
@@ -384,7 +396,11 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
     if !(args.connect_timeout > 0.0 && args.connect_timeout <= MAX_CONNECT_TIMEOUT_S) {
         bail!("--connect-timeout: must be a positive number of seconds, at most {MAX_CONNECT_TIMEOUT_S} (got {:?})", args.connect_timeout);
     }
+    if !(args.recv_timeout > 0.0 && args.recv_timeout <= MAX_CONNECT_TIMEOUT_S) {
+        bail!("--recv-timeout: must be a positive number of seconds, at most {MAX_CONNECT_TIMEOUT_S} (got {:?})", args.recv_timeout);
+    }
     let kill = args.kill.as_deref().map(super::local_cluster::parse_kill).transpose()?;
+    let stall = args.stall.as_deref().map(super::local_cluster::parse_kill).transpose()?;
     let link = args.link.as_deref().map(parse_link).transpose()?;
     let mut local = match &args.local_cluster {
         Some(shape) => {
@@ -415,7 +431,12 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
         checkpoint: cfg.checkpoint.clone(),
         mode,
         backup: args.sync_backup,
-        master: MasterOptions { connect_deadline: Duration::from_secs_f64(args.connect_timeout), link, ..Default::default() },
+        master: MasterOptions {
+            connect_deadline: Duration::from_secs_f64(args.connect_timeout),
+            recv_timeout: Duration::from_secs_f64(args.recv_timeout),
+            link,
+            ..Default::default()
+        },
         // the last TRACED_UPDATES updates, as the in-process --trace
         timeline: args.trace.as_ref().map(|_| {
             let total = flowlab_runtime::planned_updates(data, &cfg);
@@ -436,13 +457,15 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
             }
         },
     };
-    if let Some((task, _)) = kill
-        && spec.address(task).is_err()
-    {
-        bail!("--kill {}: the cluster has no task {task}", args.kill.as_deref().unwrap_or(""));
+    for (flag, value, parsed) in [("--kill", &args.kill, kill), ("--stall", &args.stall, stall)] {
+        if let Some((task, _)) = parsed
+            && spec.address(task).is_err()
+        {
+            bail!("{flag} {}: the cluster has no task {task}", value.as_deref().unwrap_or(""));
+        }
     }
     let local_cell = std::sync::Mutex::new(local.take());
-    let killed = std::sync::atomic::AtomicBool::new(false);
+    let (killed, stalled) = (std::sync::atomic::AtomicBool::new(false), std::sync::atomic::AtomicBool::new(false));
     let on_step = |steps: usize| {
         if let Some((task, at)) = kill
             && steps == at
@@ -451,6 +474,14 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
             && l.kill_task(task)
         {
             eprintln!("killed task {task} after update {steps}");
+        }
+        if let Some((task, at)) = stall
+            && steps == at
+            && !stalled.swap(true, std::sync::atomic::Ordering::Relaxed)
+            && let Some(l) = local_cell.lock().unwrap_or_else(|e| e.into_inner()).as_mut()
+            && l.stall_task(task)
+        {
+            eprintln!("stalled task {task} (SIGSTOP) after update {steps}");
         }
     };
     // a local PS that dies is started again (the run restores its newest checkpoint)

@@ -28,7 +28,14 @@ use std::path::{Path, PathBuf};
 /// `__metadata__` key naming the format, so a foreign safetensors file is
 /// refused with a clear message.
 const FORMAT_KEY: &str = "flowlab.format";
-const FORMAT: &str = "flowlab-checkpoint-2";
+const FORMAT: &str = "flowlab-checkpoint-3";
+/// The format before checksums: read, its tensors unchecked.
+const FORMAT_UNCHECKED: &str = "flowlab-checkpoint-2";
+/// `__metadata__` key holding each tensor's BLAKE3 checksum of its bytes
+/// (JSON object, name to hex): a byte changed after the file was written
+/// (a disk or a copy gone wrong) is found when it is read, and the
+/// checkpoint is refused like any other unreadable one.
+const CHECKSUMS_KEY: &str = "flowlab.blake3";
 /// `__metadata__` key holding the random ops' run counters (JSON object).
 const RNG_KEY: &str = "flowlab.rng_counters";
 /// Prefix of the caller's own metadata keys (training step, epoch, ...).
@@ -112,6 +119,8 @@ fn encode(
     let mut meta: HashMap<String, String> = metadata.iter().map(|(k, v)| (format!("{USER_PREFIX}{k}"), v.clone())).collect();
     meta.insert(FORMAT_KEY.into(), FORMAT.into());
     meta.insert(RNG_KEY.into(), serde_json::to_string(rng).map_err(|e| bad(file, format!("run counters: {e}")))?);
+    let sums: BTreeMap<&str, String> = views.iter().map(|(n, b)| (n.as_str(), blake3::hash(&b.data).to_hex().to_string())).collect();
+    meta.insert(CHECKSUMS_KEY.into(), serde_json::to_string(&sums).map_err(|e| bad(file, format!("checksums: {e}")))?);
     safetensors::serialize(views.iter().map(|(n, b)| (n.as_str(), b)), Some(meta)).map_err(|e| bad(file, format!("cannot encode: {e}")))
 }
 
@@ -130,11 +139,15 @@ pub fn decode(bytes: &[u8], file: &Path) -> Result<Checkpoint> {
     let st = SafeTensors::deserialize(bytes).map_err(|e| bad(file, format!("not a valid safetensors file: {e}")))?;
     let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| bad(file, format!("not a valid safetensors file: {e}")))?;
     let meta = header.metadata().clone().unwrap_or_default();
-    match meta.get(FORMAT_KEY) {
-        Some(f) if f == FORMAT => {}
+    let sums: Option<BTreeMap<String, String>> = match meta.get(FORMAT_KEY) {
+        Some(f) if f == FORMAT => {
+            let j = meta.get(CHECKSUMS_KEY).ok_or_else(|| bad(file, format!("no '{CHECKSUMS_KEY}' checksums in its metadata")))?;
+            Some(serde_json::from_str(j).map_err(|e| bad(file, format!("metadata '{CHECKSUMS_KEY}': {e}")))?)
+        }
+        Some(f) if f == FORMAT_UNCHECKED => None,
         Some(f) => return Err(bad(file, format!("checkpoint format '{f}' is not {FORMAT}"))),
         None => return Err(bad(file, format!("a safetensors file, but not a flowlab checkpoint (no '{FORMAT_KEY}' in its metadata)"))),
-    }
+    };
     let rng_counters: BTreeMap<String, u64> = match meta.get(RNG_KEY) {
         Some(j) => serde_json::from_str(j).map_err(|e| bad(file, format!("metadata '{RNG_KEY}': {e}")))?,
         None => BTreeMap::new(),
@@ -144,6 +157,12 @@ pub fn decode(bytes: &[u8], file: &Path) -> Result<Checkpoint> {
     for (name, view) in st.tensors() {
         let dtype = from_safetensors(view.dtype())
             .ok_or_else(|| bad(file, format!("tensor '{name}': dtype {:?} is not one the engine has", view.dtype())))?;
+        if let Some(sums) = &sums {
+            let want = sums.get(&name).ok_or_else(|| bad(file, format!("tensor '{name}' has no checksum")))?;
+            if blake3::hash(view.data()).to_hex().as_str() != want {
+                return Err(bad(file, format!("tensor '{name}': its bytes do not match their checksum (changed after the checkpoint was written)")));
+            }
+        }
         let shape = Shape::new(view.shape().to_vec());
         let storage = CpuStorage::from_le_bytes(dtype, view.data())
             .ok_or_else(|| bad(file, format!("tensor '{name}': bytes do not decode as {dtype}")))?;
@@ -304,6 +323,11 @@ impl CheckpointManager {
         let steps = self.steps()?;
         for old in &steps[..steps.len().saturating_sub(self.keep)] {
             let p = self.path(*old);
+            // a folder under a checkpoint's name is not ours to remove
+            // (restoring skips it, naming it)
+            if p.is_dir() {
+                continue;
+            }
             std::fs::remove_file(&p).map_err(|e| EngineError::io(&p, e))?;
         }
         Ok(())
@@ -396,6 +420,25 @@ mod tests {
         // A shape whose element count overflows.
         let h = format!(r#"{{{META},"w":{{"dtype":"F32","shape":[4611686018427387905,4],"data_offsets":[0,8]}}}}"#);
         assert!(decode(&by_hand(&h, &data), Path::new("f")).is_err());
+    }
+
+    /// Any one byte of any tensor changed after writing: refused, naming
+    /// the file and the tensor.
+    #[test]
+    fn a_changed_byte_in_any_tensor_is_found() {
+        let a = Tensor::from_vec(vec![1.5f32, -2.0, 3.25], [3]).unwrap();
+        let b = Tensor::from_vec(vec![7i64, 8], [2, 1]).unwrap();
+        let bytes = ck(&[("a", a), ("b", b)]);
+        let (header, meta) = SafeTensors::read_metadata(&bytes).unwrap();
+        let header = header + 8;
+        let owner = |at: usize| meta.tensors().into_iter().find(|(_, i)| (i.data_offsets.0..i.data_offsets.1).contains(&(at - header))).unwrap().0;
+        for at in header..bytes.len() {
+            let mut changed = bytes.clone();
+            changed[at] ^= 0x01;
+            let e = decode(&changed, Path::new("c.safetensors")).unwrap_err().to_string();
+            let name = owner(at);
+            assert_eq!(e, format!("c.safetensors: tensor '{name}': its bytes do not match their checksum (changed after the checkpoint was written)"), "byte {at}");
+        }
     }
 
     #[test]
