@@ -27,8 +27,12 @@ use crate::params::{display_value, leaves, set_dotted};
 use crate::suggest::did_you_mean;
 use crate::sweep::Sweep;
 
-/// More runs than this is almost surely a mistake in the sweep.
-const MAX_RUNS: u64 = 10_000_000;
+/// The most runs one file may expand to. Each point is held while the file
+/// is checked and run (1-2 KB: `flowlab check` of a 700 x 700 cluster
+/// sweep peaked at 0.9 GB resident, of 2000 x 2000 at 3.8 GB), so this
+/// keeps a check under a gigabyte; the catalog's largest sweeps have
+/// hundreds of points, and a sweep of more is split over files.
+const MAX_RUNS: u64 = 500_000;
 
 /// The top level of an experiment file.
 #[derive(serde::Deserialize)]
