@@ -465,23 +465,22 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
         }
     }
     let local_cell = std::sync::Mutex::new(local.take());
-    let (killed, stalled) = (std::sync::atomic::AtomicBool::new(false), std::sync::atomic::AtomicBool::new(false));
+    // each fault once, at its update: (task and update, done, what it does, what it says)
+    type Fault = fn(&mut flowlab_runtime::LocalCluster, TaskId) -> bool;
+    let faults: [(Option<(TaskId, usize)>, std::sync::atomic::AtomicBool, Fault, &str); 2] = [
+        (kill, Default::default(), flowlab_runtime::LocalCluster::kill_task, "killed task"),
+        (stall, Default::default(), flowlab_runtime::LocalCluster::stall_task, "stalled (SIGSTOP) task"),
+    ];
     let on_step = |steps: usize| {
-        if let Some((task, at)) = kill
-            && steps == at
-            && !killed.swap(true, std::sync::atomic::Ordering::Relaxed)
-            && let Some(l) = local_cell.lock().unwrap_or_else(|e| e.into_inner()).as_mut()
-            && l.kill_task(task)
-        {
-            eprintln!("killed task {task} after update {steps}");
-        }
-        if let Some((task, at)) = stall
-            && steps == at
-            && !stalled.swap(true, std::sync::atomic::Ordering::Relaxed)
-            && let Some(l) = local_cell.lock().unwrap_or_else(|e| e.into_inner()).as_mut()
-            && l.stall_task(task)
-        {
-            eprintln!("stalled task {task} (SIGSTOP) after update {steps}");
+        for (fault, done, act, said) in &faults {
+            if let Some((task, at)) = *fault
+                && steps == at
+                && !done.swap(true, std::sync::atomic::Ordering::Relaxed)
+                && let Some(l) = local_cell.lock().unwrap_or_else(|e| e.into_inner()).as_mut()
+                && act(l, task)
+            {
+                eprintln!("{said} {task} after update {steps}");
+            }
         }
     };
     // a local PS that dies is started again (the run restores its newest checkpoint)
