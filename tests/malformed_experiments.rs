@@ -63,7 +63,7 @@ fn unknown_catalog_entries_are_named_with_a_suggestion() {
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim_end(),
         "error: no catalog experiment `backup-worker`; did you mean `backup-workers`? (the catalog has: \
-         backup-workers, backup-robustness, sync-replication, inception-scaling, inception-zoo, lstm-language-model, systolic-arrays, quantized-comm, placement-heuristics, validate-placement, distributed-loopback, distributed-mlp784, distributed-stragglers)"
+         backup-workers, backup-robustness, async-convergence, sync-replication, inception-scaling, inception-zoo, lstm-language-model, systolic-arrays, quantized-comm, placement-heuristics, validate-placement, distributed-loopback, distributed-mlp784, distributed-stragglers)"
     );
 }
 

@@ -34,6 +34,11 @@ const ENTRIES: &[CatalogEntry] = &[
         text: include_str!("../catalog/backup-robustness.yaml"),
     },
     CatalogEntry {
+        name: "async-convergence",
+        summary: "Asynchronous statistical efficiency: updates to 90% accuracy with 1..8 workers, a staleness model fitted on one point against the real runtime",
+        text: include_str!("../catalog/async-convergence.yaml"),
+    },
+    CatalogEntry {
         name: "sync-replication",
         summary: "Figure 7: synchronous replication microbenchmark, null/dense/sparse fetches, 1..100 workers, 16 PS",
         text: include_str!("../catalog/sync-replication.yaml"),

@@ -82,11 +82,16 @@ pub struct ClusterTraining {
     pub timeline: Option<(usize, usize)>,
     /// Injected stragglers: each worker's computations wait as these say.
     pub stragglers: Option<Stragglers>,
+    /// Evaluate the held-out accuracy after every this many global
+    /// updates, with no update in flight (asynchronous training's gate
+    /// closes for it as for a checkpoint): the report's `accuracy_curve`,
+    /// how many updates a mode needs to reach an accuracy.
+    pub eval_every: Option<usize>,
 }
 
 impl Default for ClusterTraining {
     fn default() -> Self {
-        ClusterTraining { mode: Mode::Sync, backup: 0, master: MasterOptions::default(), checkpoint: None, timeline: None, stragglers: None }
+        ClusterTraining { mode: Mode::Sync, backup: 0, master: MasterOptions::default(), checkpoint: None, timeline: None, stragglers: None, eval_every: None }
     }
 }
 
@@ -191,6 +196,11 @@ pub struct ClusterTrainReport {
     /// With injected stragglers: the compute time their factors scale.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub straggler_compute_s: Option<f64>,
+    /// With `eval_every`: (global update, held-out accuracy) after every
+    /// `eval_every` updates (asynchronous: at the update the gate closed
+    /// on, up to `workers - 1` past the multiple).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub accuracy_curve: Vec<(usize, f64)>,
     /// Every step time, seconds (not in the JSON line).
     #[serde(skip)]
     pub step_times_s: Vec<f64>,
@@ -262,6 +272,9 @@ pub struct Hooks<'a> {
 struct Chief<'a> {
     manager: Option<CheckpointManager>,
     every: usize,
+    /// The held-out evaluation every `eval_every` updates and what it found.
+    eval: Option<Evaluation>,
+    curve: std::sync::Mutex<Vec<(usize, f64)>>,
     variables: Vec<Output>,
     meta: BTreeMap<String, String>,
     on_step: &'a (dyn Fn(usize) + Sync),
@@ -280,6 +293,23 @@ struct Chief<'a> {
     timeline_ended: std::sync::atomic::AtomicBool,
 }
 
+/// The held-out accuracy of the variables as they are: the eval graph's
+/// inputs, its accuracy and the held-out examples.
+struct Evaluation {
+    every: usize,
+    x: Output,
+    y: Output,
+    accuracy: Output,
+    examples: (Tensor, Tensor),
+}
+
+impl Evaluation {
+    fn run(&self, master: &Master) -> Result<f64> {
+        let out = master.run(&[(&self.x, &self.examples.0), (&self.y, &self.examples.1)], &[&self.accuracy], &[])?;
+        Ok(out.first().ok_or_else(|| config("the evaluation fetched no accuracy".into()))?.scalar_f64()?)
+    }
+}
+
 /// The checkpoint metadata key of a backup-worker run's shard position.
 const SHARDS_TAKEN: &str = "shards_taken";
 
@@ -294,8 +324,28 @@ struct Gate {
 }
 
 impl Chief<'_> {
+    /// A checkpoint or an evaluation is due after `steps` updates: the
+    /// asynchronous gate closes for either.
     fn due(&self, steps: usize) -> bool {
+        self.checkpoint_due(steps) || self.eval.as_ref().is_some_and(|e| steps.is_multiple_of(e.every.max(1)))
+    }
+
+    fn checkpoint_due(&self, steps: usize) -> bool {
         self.manager.is_some() && steps.is_multiple_of(self.every.max(1))
+    }
+
+    /// With nothing in flight after update `at` (reached as the multiple
+    /// `due` saw, or up to `workers - 1` past it): the checkpoint and the
+    /// evaluation that were due.
+    fn at_rest(&self, master: &Master, due: usize, at: usize) -> Result<()> {
+        if self.checkpoint_due(due) {
+            self.save(master, at)?;
+        }
+        if let Some(e) = self.eval.as_ref().filter(|e| due.is_multiple_of(e.every.max(1))) {
+            let a = e.run(master)?;
+            self.curve.lock().unwrap_or_else(|e| e.into_inner()).push((at, a));
+        }
+        Ok(())
     }
 
     fn save(&self, master: &Master, at: usize) -> Result<()> {
@@ -317,7 +367,7 @@ impl Chief<'_> {
     fn after(&self, master: &Master, steps: usize) -> Result<()> {
         self.progress.fetch_max(steps, std::sync::atomic::Ordering::Relaxed);
         if self.due(steps) {
-            self.save(master, steps)?;
+            self.at_rest(master, steps, steps)?;
         }
         (self.on_step)(steps);
         self.timeline_after(master, steps);
@@ -391,7 +441,7 @@ impl Chief<'_> {
             while g.in_flight > 0 {
                 g = self.turn.wait(g).unwrap_or_else(|e| e.into_inner());
             }
-            let r = self.save(master, g.updates);
+            let r = self.at_rest(master, k, g.updates);
             g.closed = false;
             self.turn.notify_all();
             r?;
@@ -489,10 +539,26 @@ pub fn train_on_cluster_with(
     // backup workers: shards taken from the queue when update k was applied
     // (index k), so a restart from update k's checkpoint goes on from there
     let positions = std::sync::Mutex::new(vec![0usize]);
+    let eval = match &built {
+        Built::Sync(sg) => [sg.eval_x.clone(), sg.eval_y.clone(), sg.eval_accuracy.clone(), sg.eval_loss.clone()],
+        Built::Backup(bg) => [bg.eval_x.clone(), bg.eval_y.clone(), bg.eval_accuracy.clone(), bg.eval_loss.clone()],
+        Built::Async(ag) => [ag.eval_x.clone(), ag.eval_y.clone(), ag.eval_accuracy.clone(), ag.eval_loss.clone()],
+    };
+    let [eval_x, eval_y, eval_accuracy, eval_loss] = eval;
+    let all: Vec<usize> = (0..test_set.len()).collect();
+    let held_out = batch_tensors(&test_set, &all)?;
     let chief = Chief {
         positions: (mode == Mode::Sync && backup > 0).then_some(&positions),
         manager,
         every: how.checkpoint.as_ref().map_or(1, |c| c.every),
+        eval: how.eval_every.map(|every| Evaluation {
+            every,
+            x: eval_x.clone(),
+            y: eval_y.clone(),
+            accuracy: eval_accuracy.clone(),
+            examples: held_out.clone(),
+        }),
+        curve: std::sync::Mutex::new(Vec::new()),
         variables,
         meta: [
             ("seed", cfg.seed.to_string()),
@@ -656,21 +722,14 @@ pub fn train_on_cluster_with(
     if chief.manager.is_some() && !chief.due(steps) && steps > from {
         chief.save(&master, steps)?;
     }
-    let eval = match &built {
-        Built::Sync(sg) => [sg.eval_x.clone(), sg.eval_y.clone(), sg.eval_accuracy.clone(), sg.eval_loss.clone()],
-        Built::Backup(bg) => [bg.eval_x.clone(), bg.eval_y.clone(), bg.eval_accuracy.clone(), bg.eval_loss.clone()],
-        Built::Async(ag) => [ag.eval_x.clone(), ag.eval_y.clone(), ag.eval_accuracy.clone(), ag.eval_loss.clone()],
-    };
-    let [eval_x, eval_y, eval_accuracy, eval_loss] = eval;
     let train_seconds = train_start.elapsed().as_secs_f64();
     chief.keep_timeline(&master);
     if let Some(done) = hooks.steps_done {
         done();
     }
     let traffic = master.traffic();
-    let all: Vec<usize> = (0..test_set.len()).collect();
-    let (tx, ty) = batch_tensors(&test_set, &all)?;
-    let out = master.run(&[(&eval_x, &tx), (&eval_y, &ty)], &[&eval_accuracy, &eval_loss], &[])?;
+    let (tx, ty) = &held_out;
+    let out = master.run(&[(&eval_x, tx), (&eval_y, ty)], &[&eval_accuracy, &eval_loss], &[])?;
     let mut r = finish(out, steps, train_loss, start, train_seconds, &cfg, &train_set, &test_set, mode, ps.len(), n)?;
     r.backup = backup;
     r.dropped_gradients = dropped;
@@ -687,6 +746,7 @@ pub fn train_on_cluster_with(
     r.master_bytes_per_step = per(traffic.master_bytes, traffic_before.master_bytes);
     (r.link_gbps, r.link_latency_us) = (how.master.link.map(|l| l.gbps), how.master.link.map(|l| l.latency_us));
     r.straggler_compute_s = how.stragglers.as_ref().map(|s| s.compute.as_secs_f64());
+    r.accuracy_curve = chief.curve.into_inner().unwrap_or_else(|e| e.into_inner());
     r.step_times_s = times;
     r.timeline = chief.recorded.into_inner().unwrap_or_else(|e| e.into_inner());
     Ok(r)
@@ -1055,6 +1115,7 @@ fn finish(
         link_gbps: None,
         link_latency_us: None,
         straggler_compute_s: None,
+        accuracy_curve: Vec::new(),
         step_times_s: Vec::new(),
         timeline: None,
     })
@@ -1575,5 +1636,30 @@ mod tests {
         assert!((9..=11).contains(&got.steps_lost), "{got:?}");
         assert_eq!(got.report.steps, one.steps);
         assert!((got.report.accuracy - one.accuracy).abs() <= 0.02, "{got:?} vs {one:?}");
+    }
+
+    /// `eval_every`: the held-out accuracy after every N updates, with
+    /// nothing in flight. Synchronous: at the multiples, the last one the
+    /// final evaluation's bit for bit (the same variables); asynchronous:
+    /// each at most `workers - 1` updates past its multiple.
+    #[test]
+    fn evaluations_every_n_updates_follow_training() {
+        let spec = local_spec(2);
+        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let data = digits();
+        let mut cfg = TrainConfig::new(ModelKind::Mlp);
+        cfg.epochs = 1;
+        let got = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { eval_every: Some(15), ..Default::default() }).unwrap();
+        assert_eq!(got.report.steps, 45);
+        let at: Vec<usize> = got.accuracy_curve.iter().map(|p| p.0).collect();
+        assert_eq!(at, [15, 30, 45]);
+        assert_eq!(got.accuracy_curve[2].1.to_bits(), got.report.accuracy.to_bits());
+        assert!(got.accuracy_curve[0].1 < got.accuracy_curve[2].1, "{:?}", got.accuracy_curve);
+        let got = train_on_cluster(&data, &cfg, &spec, &ClusterTraining { mode: Mode::Async, eval_every: Some(10), ..Default::default() }).unwrap();
+        assert!(!got.accuracy_curve.is_empty());
+        for (k, &(at, a)) in got.accuracy_curve.iter().enumerate() {
+            let due = 10 * (k + 1);
+            assert!((due..due + 2).contains(&at) && (0.0..=1.0).contains(&a), "{:?}", got.accuracy_curve);
+        }
     }
 }

@@ -139,6 +139,11 @@ pub struct TrainArgs {
     /// the PS, which still answers, is not taken for dead.
     #[arg(long, value_name = "TASK@STEP", requires = "local_cluster")]
     stall: Option<String>,
+    /// With --local-cluster or --cluster: evaluate the held-out accuracy
+    /// after every N global updates, with no update in flight; the JSON's
+    /// accuracy_curve lists (update, accuracy).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    eval_every: Option<u64>,
     /// With --local-cluster or --cluster: how long a Recv waits for its
     /// tensor before its step fails, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
@@ -442,6 +447,7 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
             let total = flowlab_runtime::planned_updates(data, &cfg);
             (total.saturating_sub(TRACED_UPDATES - 1).max(1), total.max(1))
         }),
+        eval_every: args.eval_every.map(|n| n as usize),
         stragglers: match args.straggler.as_deref() {
             None => None,
             Some(spec) => {

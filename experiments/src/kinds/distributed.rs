@@ -825,6 +825,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         checkpoint: p.checkpoint_every.map(|every| CheckpointConfig { dir: ck_dir.path().to_path_buf(), every, keep: 2, resume: false }),
         timeline: traced_updates(p, &cfg, &data),
         stragglers: factors.clone().map(|factors| Stragglers { factors, compute: Duration::from_secs_f64(compute_s) }),
+        eval_every: None,
     };
     let cluster = LocalCluster::start_with_link(&env.launcher, p.ps as u32, p.workers as u32, emulated).map_err(|e| e.to_string())?;
     let spec = cluster.spec.clone();

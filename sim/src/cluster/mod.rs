@@ -27,6 +27,9 @@ use crate::error::SimError;
 pub fn simulate(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimError> {
     cfg.validate()?;
     let mut report = training::run(cfg, seed)?;
+    if matches!(cfg.strategy, Strategy::Async {}) {
+        report.convergence = cfg.workload()?.convergence;
+    }
     if cfg.strategy.backup() > 0 {
         let mut base = cfg.clone();
         base.strategy = match &cfg.strategy {

@@ -20,6 +20,8 @@ pub(crate) const METRIC_NAMES: &[&str] = &[
     "goodput",
     "sim_time_s",
     "failures",
+    "updates_to_accuracy",
+    "time_to_accuracy_s",
 ];
 
 /// The outcome of one simulated training run.
@@ -67,6 +69,11 @@ pub struct ClusterReport {
     /// Median step time of the same run without backup workers (set by
     /// `simulate` when the config has backups).
     pub baseline_step_p50_s: Option<f64>,
+    /// Asynchronous runs of a workload with a convergence model (set by
+    /// `simulate`): the model.
+    pub convergence: Option<crate::cluster::workload::Convergence>,
+    /// Examples one update applies (asynchronous: one worker's step).
+    pub examples_per_update: u64,
 }
 
 /// Nearest-rank percentile of sorted values (0 for none).
@@ -148,6 +155,12 @@ impl ClusterReport {
                 break;
             }
         }
+        // asynchronous only, with a convergence model: the updates to the
+        // target at this run's staleness, and the time they take at its
+        // update rate; not a number otherwise
+        let updates_to_accuracy = self.convergence.map_or(f64::NAN, |c| c.updates_at(staleness_mean));
+        let update_rate = self.throughput() / self.examples_per_update.max(1) as f64;
+        let time_to_accuracy = if update_rate > 0.0 { updates_to_accuracy / update_rate } else { f64::NAN };
         let values = [
             self.throughput(),
             percentile(&sorted, 0.5),
@@ -163,6 +176,8 @@ impl ClusterReport {
             self.goodput(),
             self.sim_time_s,
             self.failures as f64,
+            updates_to_accuracy,
+            time_to_accuracy,
         ];
         METRIC_NAMES
             .iter()

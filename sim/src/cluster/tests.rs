@@ -1041,3 +1041,28 @@ fn recorded_traffic_is_every_fetch_and_push_of_the_run() {
     // Not recording: the same run, no log.
     assert_eq!(training::run_logged(&cfg, 1, false).unwrap(), (report, Vec::new()));
 }
+
+/// The convergence model: asynchronous runs give the updates to the target
+/// at their own mean staleness and the time those updates take at the
+/// run's pace (updates applied over simulated time); synchronous runs and
+/// workloads without a model give no number; a bad model is refused
+/// naming its key.
+#[test]
+fn asynchronous_runs_report_updates_and_time_to_accuracy_from_their_staleness() {
+    let base = "model: { compute_s: 0.01, compute_sigma: 0.3, examples_per_step: 32, dense_params: 10000, convergence: { updates: 50, staleness_cost: 0.04 } }\nworkers: 4\nps: 1\nsteps: 200\n";
+    let asy = simulate(&yaml(&format!("{base}strategy: {{ async: {{}} }}\n")), 3).unwrap();
+    let m = asy.metrics();
+    let tau = m["staleness_mean"];
+    assert!((tau - 3.0).abs() < 0.3, "four jittered workers: about 3 updates between fetch and push, got {tau}");
+    let want = 50.0 * (1.0 + 0.04 * tau * tau);
+    assert!((m["updates_to_accuracy"] - want).abs() < 1e-9, "{m:?}");
+    let seconds_per_update = asy.sim_time_s / asy.step_times_s.len() as f64;
+    let t = m["time_to_accuracy_s"];
+    assert!((t / (want * seconds_per_update) - 1.0).abs() < 0.01, "{t} vs {}", want * seconds_per_update);
+    assert!(simulate(&yaml(base), 3).unwrap().metrics()["updates_to_accuracy"].is_nan(), "synchronous: not modelled");
+    let plain = base.replace(", convergence: { updates: 50, staleness_cost: 0.04 }", "");
+    assert!(simulate(&yaml(&format!("{plain}strategy: {{ async: {{}} }}\n")), 3).unwrap().metrics()["time_to_accuracy_s"].is_nan());
+    let bad = base.replace("staleness_cost: 0.04", "staleness_cost: -1");
+    let e = simulate(&yaml(&format!("{bad}strategy: {{ async: {{}} }}\n")), 3).unwrap_err().to_string();
+    assert!(e.contains("model.convergence.staleness_cost") && e.contains("got -1"), "{e}");
+}

@@ -453,6 +453,8 @@ pub(crate) fn run_logged(cfg: &ClusterConfig, seed: u64, record: bool) -> Result
         workers: cfg.workers,
         backup_workers: cfg.total_workers() - cfg.workers,
         baseline_step_p50_s: None,
+        convergence: None,
+        examples_per_update: eps,
     };
     Ok((report, sim.net.fabric_mut().take_flow_log()))
 }
@@ -1299,5 +1301,7 @@ fn run_allreduce(
         workers: cfg.workers,
         backup_workers: 0,
         baseline_step_p50_s: None,
+        convergence: None,
+        examples_per_update: eps,
     })
 }

@@ -62,6 +62,45 @@ impl Optimizer {
     }
 }
 
+/// Statistical efficiency of asynchronous training: the updates it needs
+/// to reach a target accuracy grow with staleness,
+/// `updates x (1 + staleness_cost x tau^2)`, tau the run's mean staleness
+/// (updates applied between a worker's fetch and its push). The square is
+/// the delay term of the convergence bound for asynchronous SGD (Lian,
+/// Huang, Li and Liu, "Asynchronous parallel stochastic gradient for
+/// nonconvex optimization", NeurIPS 2015: its step-size condition and
+/// error grow with the square of the delay); Dai, Zhou, Dai, Jiang and
+/// Xing ("Toward understanding the impact of staleness in distributed
+/// machine learning", ICLR 2019) measured the growth of batches to a
+/// target with staleness. `updates` is measured with one worker (no
+/// staleness), `staleness_cost` fitted on other worker counts; the catalog's
+/// `async-convergence` names both and the points held out.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Convergence {
+    /// Updates one worker without staleness needs to reach the target.
+    pub updates: f64,
+    /// Growth of the updates with the square of the mean staleness.
+    pub staleness_cost: f64,
+}
+
+impl Convergence {
+    fn validate(&self) -> Result<(), SimError> {
+        if !(self.updates > 0.0 && self.updates.is_finite()) {
+            return Err(SimError::param("model.convergence.updates", format!("must be positive and finite, got {}", self.updates)));
+        }
+        if !(self.staleness_cost >= 0.0 && self.staleness_cost.is_finite()) {
+            return Err(SimError::param("model.convergence.staleness_cost", format!("must be zero or positive and finite, got {}", self.staleness_cost)));
+        }
+        Ok(())
+    }
+
+    /// Updates to the target at mean staleness `tau`.
+    pub fn updates_at(&self, tau: f64) -> f64 {
+        self.updates * (1.0 + self.staleness_cost * tau * tau)
+    }
+}
+
 /// Parameters, per-step compute and batch of one worker step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -133,6 +172,10 @@ pub struct Workload {
     /// (`tokens x dim`); the worker's push follows the last answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ps_softmax: Option<PsSoftmax>,
+    /// How many updates asynchronous training needs to reach a target
+    /// accuracy (see [`Convergence`]); absent: not modelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub convergence: Option<Convergence>,
     /// The PS tasks' compute rate for `ps_softmax`, GFLOP/s. Absent: the
     /// hardware catalog's `cpu-x86-core` f32 peak (96 GFLOP/s, one core).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -314,6 +357,7 @@ impl Default for Workload {
             ps_us_per_mparam: 0.0,
             ps_memory_gbps: None,
             ps_softmax: None,
+            convergence: None,
             ps_gflops: None,
             optimizer: Optimizer::Sgd,
             step_overhead_us: 0.0,
@@ -387,6 +431,9 @@ impl Workload {
     }
 
     pub fn validate(&self) -> Result<(), SimError> {
+        if let Some(c) = &self.convergence {
+            c.validate()?;
+        }
         let finite_nn = |p: &str, v: f64| {
             if v >= 0.0 && v.is_finite() {
                 Ok(())
