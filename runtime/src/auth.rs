@@ -13,7 +13,7 @@
 //! steps) nor read its tensors or status. What it does not: the traffic is
 //! not encrypted, so whoever can read it on the network sees tensors and
 //! the token, and can replay the token; run clusters on a network only the
-//! cluster's hosts share (docs/security.md). Graphs are code: a holder of
+//! cluster's hosts share (docs/src/security.md). Graphs are code: a holder of
 //! the secret runs what it likes on every task.
 
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! GPU, f32 with TF32 off, each step replayed from a CUDA graph; and the
 //! device's measured GEMM, HBM and PCIe rates, see bench/gpu/README.md) are
 //! an independent reference. The bounds are the accuracy measured when the
-//! files were taken (docs/validation.md, "Against a real GPU"): a change to the cost
+//! files were taken (docs/logs/validation.md, "Against a real GPU"): a change to the cost
 //! model or the catalog that moves a prediction further from the hardware
 //! fails here. One point set a catalog figure (the H100's convolution
 //! efficiency, from ResNet-50 b32's convolution time); every other point,

@@ -4,7 +4,7 @@
 //! NHWC), biased variance, `y = (x - mean) / sqrt(var + epsilon) * scale +
 //! offset`. Built from primitive ops the same layer takes about seven passes
 //! over each activation forward and as many backward; a real H100 runs the
-//! fused kernels in a third of that time (docs/validation.md, "Against a real GPU").
+//! fused kernels in a third of that time (docs/logs/validation.md, "Against a real GPU").
 //!
 //! Outputs: `y`, `batch_mean` [C], `batch_variance` [C]. The gradient takes
 //! what reaches the statistics into account too (TensorFlow drops it): when

@@ -4,7 +4,7 @@
 //! epsilon) * gamma + beta` with `gamma` and `beta` of the last axis's size.
 //! TensorFlow 1 built it from primitive ops (about nine passes over each
 //! activation forward, more backward); the real GPUs this project is checked
-//! against run one kernel each way (docs/validation.md, "Against a real GPU").
+//! against run one kernel each way (docs/logs/validation.md, "Against a real GPU").
 //!
 //! Outputs: `y`, `mean` and `variance`, each of `x`'s shape without its last
 //! axis. The gradient takes what reaches the statistics into account too:

@@ -75,7 +75,7 @@
 //!   row; `calibrated_consumers` is the workers that fetched). With one
 //!   worker fetching, a transfer's CPU was measured as it costs two
 //!   processes alone on the cores, and the 2- and 4-worker points of
-//!   `catalog:distributed-mlp784` were predicted 18-25% short (docs/distributed-prediction.md:
+//!   `catalog:distributed-mlp784` were predicted 18-25% short (docs/logs/distributed-prediction.md:
 //!   the errors since).
 //! - predicted: the cluster simulator's step times for the same workers,
 //!   PS tasks, strategy, variables (sizes and greedy placement as the
@@ -85,7 +85,7 @@
 //!     (`host_cores`: the machine's core count): a worker's step
 //!     overhead, its compute and every PS request hold a core while they
 //!     run. `core_share` says how disturbed the sitting was; it is not
-//!     applied (docs/distributed-prediction.md: one moment's share does not hold for the run).
+//!     applied (docs/logs/distributed-prediction.md: one moment's share does not hold for the run).
 //!   - a task has one message thread (its gRPC runtime runs on one worker
 //!     thread): every tensor moved is one `RecvTensor`. Each task is the
 //!     producer of half of its tensors (the PS of the fetched variables,
