@@ -173,8 +173,15 @@ impl Experiment {
         if !file.base.value.is_object() {
             return Err(at(origin, file.base.referenced, "`base` must be a map of parameters".into()));
         }
-        kind.prepare(&file.base.value)
-            .map_err(|e| at(origin, file.base.referenced, format!("base: {}", e.message())))?;
+        kind.prepare(&file.base.value).map_err(|e| {
+            // at the parameter's own line when the message names it
+            let at_key = crate::diagnostics::named_parameter(e.message())
+                .and_then(|path| crate::diagnostics::locate(text, (file.base.referenced.line(), file.base.referenced.column()), path));
+            match at_key {
+                Some((line, column)) => ExperimentError::AtLocation { origin: origin.to_string(), line, column, message: format!("base: {}", e.message()) },
+                None => at(origin, file.base.referenced, format!("base: {}", e.message())),
+            }
+        })?;
         let repeat = match &file.repeat {
             None => 1,
             Some(r) if r.value == 0 => {
@@ -405,10 +412,13 @@ fn check_sweep_values(origin: &str, kind: &dyn Kind, base: &Value, sweep: &Sweep
                     Err(PointError::UnknownKey { key, message })
                         if kv.key.key.split('.').any(|part| part == key) =>
                     {
+                        // a bare name of a nested parameter: say which
+                        let nested = kind.nested_keys().iter().find(|p| p.rsplit('.').next() == Some(kv.key.key.as_str()));
+                        let hint = nested.map_or(String::new(), |p| format!(" (did you mean `{p}`?)"));
                         return Err(at(
                             origin,
                             kv.key.location,
-                            format!("sweep key `{}` is not a parameter of kind {}: {message}", kv.key.key, kind.name()),
+                            format!("sweep key `{}` is not a parameter of kind {}{hint}: {message}", kv.key.key, kind.name()),
                         ));
                     }
                     // In a zip, blame the member the message names.

@@ -80,6 +80,8 @@ pub(crate) trait Kind: Sync {
     /// Dotted paths of externally tagged enums (`strategy: {sync: {...}}`),
     /// whose variant name becomes a parameter of its own.
     fn tag_paths(&self) -> &'static [&'static str];
+    /// Nested parameters a bare key may mean (see `TypedKind::nested_keys`).
+    fn nested_keys(&self) -> &'static [&'static str];
     /// Whether points time real runs, so that they must run one at a time.
     fn exclusive(&self) -> bool;
     /// Tables over all of a run's rows for the report's summary section,
@@ -127,6 +129,9 @@ pub(crate) struct TypedKind<C> {
     pub(crate) metric_names: fn() -> Vec<String>,
     pub(crate) series_names: &'static [&'static str],
     pub(crate) tag_paths: &'static [&'static str],
+    /// Parameters nested in maps that users name bare (`backup` for
+    /// `strategy.sync.backup`): the "did you mean" of an unknown sweep key.
+    pub(crate) nested_keys: &'static [&'static str],
     pub(crate) exclusive: bool,
     pub(crate) summarize: Option<Summarize>,
 }
@@ -202,6 +207,10 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Kind for TypedKind<C> {
 
     fn tag_paths(&self) -> &'static [&'static str] {
         self.tag_paths
+    }
+
+    fn nested_keys(&self) -> &'static [&'static str] {
+        self.nested_keys
     }
 
     fn exclusive(&self) -> bool {

@@ -57,6 +57,7 @@ pub(crate) static SYSTOLIC: TypedKind<SystolicPoint> = TypedKind {
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &[],
     tag_paths: &["workload"],
+    nested_keys: &[],
     exclusive: false,
     summarize: None,
 };
