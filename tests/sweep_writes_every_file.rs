@@ -19,6 +19,29 @@ fn check_counts_the_points_without_running() {
     assert!(!tmp.path().join("out").exists());
 }
 
+/// `check --resolved` prints every point's whole configuration: the
+/// straggler model even where the file wrote none, and a zoo model as the
+/// workload the simulator runs (its compute time taken from the zoo).
+#[test]
+fn check_resolved_shows_every_points_defaults_and_its_zoo_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = "name: r\nkind: cluster\nseed: 1\nbase:\n  model: { zoo: resnet50 }\n  workers: 10\n  ps: 2\nsweep:\n  strategy.sync.backup: [0, 2]\n";
+    let file = write_file(tmp.path(), "r.yaml", text);
+    let out = run_flowlab(&["check", file.to_str().unwrap(), "--resolved"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let points: Vec<&str> = stdout.split("# point ").skip(1).collect();
+    assert_eq!(points.len(), 2, "{stdout}");
+    for (i, p) in points.iter().enumerate() {
+        assert!(p.starts_with(&format!("{i}: strategy.sync.backup={}", [0, 2][i])), "{p}");
+        assert!(p.contains("straggler:\n  dist: none"), "the default straggler model is stated: {p}");
+        assert!(p.contains("  zoo: resnet50") && p.contains("  dense_params: 25557032"), "{p}");
+        // the zoo's compute, a positive number of seconds
+        let compute: f64 = p.lines().find_map(|l| l.trim().strip_prefix("compute_s: ")).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        assert!(compute > 0.0, "{p}");
+    }
+}
+
 #[test]
 fn a_small_sweep_writes_results_plots_and_page() {
     let tmp = tempfile::tempdir().unwrap();

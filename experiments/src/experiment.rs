@@ -149,6 +149,13 @@ impl std::fmt::Debug for Experiment {
 }
 
 impl Experiment {
+    /// Every point's configuration resolved (defaults filled in, references
+    /// such as a zoo model resolved), with its index and the values its
+    /// sweep set; repeats of a point are one point.
+    pub fn resolved_points(&self) -> Vec<(u64, String, Result<Value, String>)> {
+        self.runs.iter().step_by(self.repeat.max(1) as usize).map(|r| (r.index, r.label.clone(), r.runnable.resolved())).collect()
+    }
+
     /// Number of runs: points times repeats.
     pub fn run_count(&self) -> u64 {
         self.runs.len() as u64

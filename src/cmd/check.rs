@@ -9,6 +9,11 @@ use clap::Args;
 pub struct CheckArgs {
     /// An experiment file, or `catalog:NAME`.
     experiment: String,
+    /// Print every point's whole configuration as the run will use it:
+    /// defaults filled in (stragglers, links, steps), a zoo or catalog
+    /// model resolved to its workload (its compute time included).
+    #[arg(long)]
+    resolved: bool,
 }
 
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
@@ -22,6 +27,14 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     println!("{}: ok: kind {}, {} points{runs}", e.origin, e.kind, e.points);
     if let Some(line) = calibration {
         println!("{line}");
+    }
+    if args.resolved {
+        for (index, label, config) in e.resolved_points() {
+            let config = config.map_err(|m| anyhow::anyhow!("point {index} ({label}): {m}"))?;
+            let yaml = serde_saphyr::to_string(&config).map_err(|m| anyhow::anyhow!("point {index}: {m}"))?;
+            println!("# point {index}{}", if label.is_empty() { String::new() } else { format!(": {label}") });
+            println!("{}", yaml.trim_end());
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -10,6 +10,7 @@ pub(crate) static CLUSTER: TypedKind<ClusterConfig> = TypedKind {
     name: "cluster",
     validate: |config| config.validate().map_err(|e| e.to_string()),
     run: |config, env| run_point(config, env.seed),
+    resolve: resolve_cluster,
     metric_names: || {
         ClusterConfig::metric_names()
             .iter()
@@ -22,6 +23,18 @@ pub(crate) static CLUSTER: TypedKind<ClusterConfig> = TypedKind {
     exclusive: false,
     summarize: None,
 };
+
+/// The configuration with its defaults, and its model as the simulator
+/// sees it: a catalog or zoo workload with every field (the compute time
+/// taken from the zoo included).
+fn resolve_cluster(config: &ClusterConfig) -> Result<serde_json::Value, String> {
+    let mut v = super::serialized(config)?;
+    let workload = config.workload().map_err(|e| e.to_string())?;
+    if let Some(m) = v.get_mut("model") {
+        *m = super::serialized(&workload)?;
+    }
+    Ok(v)
+}
 
 fn run_point(config: &ClusterConfig, seed: u64) -> Result<Outcome, String> {
     let report = simulate(config, seed).map_err(|e| e.to_string())?;

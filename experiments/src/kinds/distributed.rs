@@ -167,7 +167,7 @@ use super::validate::LinkParams;
 use super::{Outcome, PointEnv, TypedKind};
 
 /// One sweep point of a distributed experiment.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct DistributedPoint {
     #[serde(default = "default_model")]
@@ -211,7 +211,7 @@ pub(crate) struct DistributedPoint {
 /// computation, so a run longer than this still meets the same factors.
 const STRAGGLER_ROWS: usize = 4096;
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 enum StrategyName {
     #[default]
@@ -330,6 +330,7 @@ pub(crate) static DISTRIBUTED: TypedKind<DistributedPoint> = TypedKind {
     name: "distributed",
     validate: |p| p.validate(),
     run: run_point,
+    resolve: super::serialized,
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &["measured_step_times_s", "task_cpu_per_update_us", "predicted_task_cpu_per_update_us"],
     tag_paths: &[],

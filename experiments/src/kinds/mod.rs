@@ -63,6 +63,10 @@ impl PointError {
 /// One point, parsed and validated, ready to run.
 pub(crate) trait Runnable: Send + Sync {
     fn run(&self, env: &PointEnv) -> Result<Outcome, String>;
+    /// The point's whole configuration with every default filled in (and,
+    /// where a kind resolves references such as a zoo model, what they
+    /// resolved to): what `flowlab check --resolved` prints.
+    fn resolved(&self) -> Result<Value, String>;
 }
 
 /// An experiment kind.
@@ -126,6 +130,8 @@ pub(crate) struct TypedKind<C> {
     pub(crate) name: &'static str,
     pub(crate) validate: fn(&C) -> Result<(), String>,
     pub(crate) run: fn(&C, &PointEnv) -> Result<Outcome, String>,
+    /// The configuration resolved (see [`Runnable::resolved`]).
+    pub(crate) resolve: fn(&C) -> Result<Value, String>,
     pub(crate) metric_names: fn() -> Vec<String>,
     pub(crate) series_names: &'static [&'static str],
     pub(crate) tag_paths: &'static [&'static str],
@@ -147,12 +153,22 @@ struct BaseOnly<C> {
 struct Bound<C> {
     config: C,
     run: fn(&C, &PointEnv) -> Result<Outcome, String>,
+    resolve: fn(&C) -> Result<Value, String>,
 }
 
 impl<C: Send + Sync> Runnable for Bound<C> {
     fn run(&self, env: &PointEnv) -> Result<Outcome, String> {
         (self.run)(&self.config, env)
     }
+
+    fn resolved(&self) -> Result<Value, String> {
+        (self.resolve)(&self.config)
+    }
+}
+
+/// A configuration as it deserialized, defaults filled in.
+pub(crate) fn serialized<C: serde::Serialize>(config: &C) -> Result<Value, String> {
+    serde_json::to_value(config).map_err(|e| e.to_string())
 }
 
 impl<C: DeserializeOwned + Send + Sync + 'static> Kind for TypedKind<C> {
@@ -177,6 +193,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Kind for TypedKind<C> {
             return Ok(Box::new(Bound {
                 config,
                 run: self.run,
+                resolve: self.resolve,
             }));
         }
         let yaml = serde_saphyr::to_string(tree).map_err(|e| PointError::Malformed(e.to_string()))?;
@@ -194,6 +211,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Kind for TypedKind<C> {
         Ok(Box::new(Bound {
             config,
             run: self.run,
+            resolve: self.resolve,
         }))
     }
 

@@ -28,7 +28,7 @@ use flowlab_sim::placement::{PLACERS, PlacerOptions, place_timed};
 use super::{Outcome, TypedKind};
 
 /// One sweep point of a placement experiment.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PlacementPoint {
     model: String,
@@ -71,6 +71,7 @@ pub(crate) static PLACEMENT: TypedKind<PlacementPoint> = TypedKind {
     name: "placement",
     validate: |p| p.validate(),
     run: |config, env| run_point(config, env.seed),
+    resolve: super::serialized,
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &[],
     tag_paths: &[],

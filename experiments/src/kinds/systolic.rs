@@ -16,7 +16,7 @@ use flowlab_hw::systolic::{ArrayConfig, Dataflow, Layer, MAX_ARRAY_DIM, resnet50
 use super::{Outcome, TypedKind};
 
 /// One sweep point of a systolic experiment.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SystolicPoint {
     rows: u32,
@@ -27,14 +27,14 @@ pub(crate) struct SystolicPoint {
     workload: Workload,
 }
 
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 enum Workload {
     Gemm { m: u64, n: u64, k: u64 },
     Network(NetworkName),
 }
 
-#[derive(Debug, Clone, Copy, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 enum NetworkName {
     Resnet50,
@@ -54,6 +54,7 @@ pub(crate) static SYSTOLIC: TypedKind<SystolicPoint> = TypedKind {
     name: "systolic",
     validate: |p| p.array().and(p.layers()).map(|_| ()),
     run: |config, env| run_point(config, env.seed),
+    resolve: super::serialized,
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &[],
     tag_paths: &["workload"],

@@ -45,7 +45,7 @@ use super::{Outcome, TypedKind};
 use crate::measure::{self, ProfileRequest, StepRunner, ZooSizes};
 
 /// One sweep point of a validation experiment.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ValidatePoint {
     model: String,
@@ -88,7 +88,7 @@ fn yes() -> bool {
 
 /// `link: { gbps, latency_us }`: an emulated link (kinds `validate` and
 /// `distributed`).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct LinkParams {
     pub(crate) gbps: f64,
@@ -106,7 +106,7 @@ impl LinkParams {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 enum Predictor {
     Roofline,
@@ -159,6 +159,7 @@ pub(crate) static VALIDATE: TypedKind<ValidatePoint> = TypedKind {
     name: "validate",
     validate: |p| p.validate(),
     run: |config, env| run_point(config, env.seed),
+    resolve: super::serialized,
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &["measured_step_times_s", "reference_step_times_s"],
     tag_paths: &[],
