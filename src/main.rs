@@ -41,6 +41,8 @@ enum Command {
     Server(cmd::server::ServerArgs),
     /// List the catalog of ready experiments (run one with `flowlab run catalog:NAME`).
     List,
+    /// Print a starting experiment file: an annotated one for a kind, or a catalog entry to edit.
+    New(cmd::new::NewArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
         Some(Command::Check(args)) => cmd::check::run(args),
         Some(Command::Report(args)) => cmd::report::run(args),
         Some(Command::List) => cmd::run::list(),
+        Some(Command::New(args)) => cmd::new::run(args),
         Some(Command::Train(args)) => cmd::train::run(args),
         Some(Command::Place(args)) => cmd::place::run(args),
         Some(Command::Profile(args)) => cmd::profile::run(args),

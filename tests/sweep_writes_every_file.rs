@@ -19,6 +19,27 @@ fn check_counts_the_points_without_running() {
     assert!(!tmp.path().join("out").exists());
 }
 
+/// `flowlab new KIND` writes a starting file that checks as it is, for
+/// every kind; `--from catalog:NAME` gives the entry's text, comments
+/// included; an unknown kind is refused naming the kinds.
+#[test]
+fn every_kind_has_a_starting_file_that_checks() {
+    let tmp = tempfile::tempdir().unwrap();
+    for kind in ["cluster", "placement", "systolic", "validate", "distributed"] {
+        let out = run_flowlab(&["new", kind]);
+        assert!(out.status.success(), "{kind}: {}", describe(&out));
+        let file = write_file(tmp.path(), &format!("{kind}.yaml"), &String::from_utf8_lossy(&out.stdout));
+        let out = run_flowlab(&["check", file.to_str().unwrap()]);
+        assert!(out.status.success(), "{kind}: {}", describe(&out));
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("ok: kind {kind},")), "{}", describe(&out));
+    }
+    let out = run_flowlab(&["new", "--from", "catalog:backup-workers"]);
+    let catalog = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/catalog/backup-workers.yaml")).unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), catalog);
+    let out = run_flowlab(&["new", "clustr"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("did you mean `cluster`?"), "{}", describe(&out));
+}
+
 /// `check --resolved` prints every point's whole configuration: the
 /// straggler model even where the file wrote none, and a zoo model as the
 /// workload the simulator runs (its compute time taken from the zoo).

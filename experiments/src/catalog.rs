@@ -19,6 +19,32 @@ pub struct CatalogEntry {
 /// The entry `flowlab` runs with no arguments.
 pub const DEFAULT_EXPERIMENT: &str = "backup-workers";
 
+/// An annotated starting file for each kind (`flowlab new KIND`), checked
+/// like any experiment by the tests so that none goes stale.
+const TEMPLATES: &[(&str, &str)] = &[
+    ("cluster", include_str!("../templates/cluster.yaml")),
+    ("placement", include_str!("../templates/placement.yaml")),
+    ("systolic", include_str!("../templates/systolic.yaml")),
+    ("validate", include_str!("../templates/validate.yaml")),
+    ("distributed", include_str!("../templates/distributed.yaml")),
+];
+
+/// The starting file of `kind`, or an error listing the kinds that have one.
+pub fn template(kind: &str) -> Result<&'static str, ExperimentError> {
+    TEMPLATES.iter().find(|(k, _)| *k == kind).map(|(_, t)| *t).ok_or_else(|| {
+        ExperimentError::Usage(format!(
+            "no template for kind `{kind}`{} (kinds: {})",
+            did_you_mean(kind, TEMPLATES.iter().map(|(k, _)| *k)),
+            TEMPLATES.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+        ))
+    })
+}
+
+/// Every kind that has a template, with it.
+pub fn templates() -> &'static [(&'static str, &'static str)] {
+    TEMPLATES
+}
+
 /// Prefix that names a catalog entry instead of a file.
 pub const CATALOG_PREFIX: &str = "catalog:";
 

@@ -26,7 +26,7 @@ mod sweep;
 
 use std::path::{Path, PathBuf};
 
-pub use catalog::{CATALOG_PREFIX, CatalogEntry, DEFAULT_EXPERIMENT, catalog, catalog_entry, load};
+pub use catalog::{CATALOG_PREFIX, CatalogEntry, DEFAULT_EXPERIMENT, catalog, catalog_entry, load, template, templates};
 pub use error::ExperimentError;
 pub use experiment::Experiment;
 pub use measure::{ProfileRequest, ZooSizes, measure_host, profile_model};

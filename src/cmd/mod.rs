@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod check;
 mod local_cluster;
+pub mod new;
 pub mod place;
 pub mod profile;
 pub mod report;
