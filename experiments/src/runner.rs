@@ -20,6 +20,26 @@ use crate::error::ExperimentError;
 use crate::experiment::{Experiment, Run};
 use crate::store::{Columns, ResultStore};
 
+/// The command line as a person would retype it: the program by its
+/// name, and arguments that are paths under the working directory
+/// relative to it.
+fn command_line() -> String {
+    let cwd = std::env::current_dir().ok();
+    std::env::args()
+        .enumerate()
+        .map(|(i, a)| {
+            if i == 0 {
+                return Path::new(&a).file_name().map_or(a.clone(), |n| n.to_string_lossy().into_owned());
+            }
+            match cwd.as_ref().and_then(|c| Path::new(&a).strip_prefix(c).ok()) {
+                Some(rel) if !rel.as_os_str().is_empty() => rel.display().to_string(),
+                _ => a,
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Which share of the runs this process takes: runs whose index is
 /// `index mod count == index_of_shard`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,7 +237,9 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
     let info = flowlab_reports::RunInfo {
         date: flowlab_reports::utc_date(unix_s),
         version: env!("CARGO_PKG_VERSION").to_string(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        commit: env!("FLOWLAB_COMMIT").to_string(),
+        profile: env!("FLOWLAB_PROFILE").to_string(),
+        command: command_line(),
         wall_s: start.elapsed().as_secs_f64(),
         ran: pending.len() as u64,
         resumed,

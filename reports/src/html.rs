@@ -100,9 +100,10 @@ pub(crate) fn page(p: &Page<'_>) -> String {
     if let Some(info) = p.run_info {
         let _ = writeln!(
             h,
-            "<p class=\"facts\">Run {} UTC with flowlab {}: <code>{}</code>; wall time {} s ({} runs ran, {} resumed).</p>",
+            "<p class=\"facts\">Run {} UTC with flowlab {}{}: <code>{}</code>; wall time {} s ({} runs ran, {} resumed).</p>",
             escape(&info.date),
             escape(&info.version),
+            if info.commit.is_empty() { String::new() } else { format!(" ({} build of {})", escape(&info.profile), escape(&info.commit)) },
             escape(&info.command),
             format_number(info.wall_s),
             info.ran,

@@ -291,6 +291,8 @@ plots:
         let info = RunInfo {
             date: crate::summary::utc_date(1_795_555_805),
             version: "0.1.0".into(),
+            commit: "0123abc".into(),
+            profile: "release".into(),
             command: "flowlab run x.yaml --jobs 2".into(),
             wall_s: 12.5,
             ran: 16,
@@ -307,7 +309,7 @@ plots:
         crate::summary::write_summary(dir.path(), &crate::summary::Summary { references: vec![], tables: vec![table] }).unwrap();
         let report = render(dir.path()).unwrap();
         let html = std::fs::read_to_string(&report.index_html).unwrap();
-        assert!(html.contains("Run 2026-11-24 21:30:05 UTC with flowlab 0.1.0: <code>flowlab run x.yaml --jobs 2</code>; wall time 12.5 s (16 runs ran, 0 resumed)."), "{html}");
+        assert!(html.contains("Run 2026-11-24 21:30:05 UTC with flowlab 0.1.0 (release build of 0123abc): <code>flowlab run x.yaml --jobs 2</code>; wall time 12.5 s (16 runs ran, 0 resumed)."), "{html}");
         assert!(html.contains("<h2>Prediction error</h2>"));
         assert!(html.contains("<th>predictor</th><th>MAPE (%)</th><th>Kendall tau</th>"));
         assert!(html.contains("<td class=\"text\">profile &lt;measured&gt;</td><td data-v=\"3.5\">3.5</td><td></td>"));

@@ -22,7 +22,14 @@ pub struct RunInfo {
     pub date: String,
     /// The flowlab version.
     pub version: String,
-    /// The command line.
+    /// The source commit the binary was built from (`-dirty` with local
+    /// changes) and its cargo profile (`release`, `debug`).
+    #[serde(default)]
+    pub commit: String,
+    #[serde(default)]
+    pub profile: String,
+    /// The command line, the program by its name and paths under the
+    /// working directory relative to it (no machine's layout in it).
     pub command: String,
     /// Wall-clock seconds of the run.
     pub wall_s: f64,

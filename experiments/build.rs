@@ -1,0 +1,31 @@
+//! Records what a run's `run.json` names about the binary that made it:
+//! the source commit (`git rev-parse HEAD`, with `-dirty` when the work
+//! tree differs; `unknown` outside a git checkout) and the cargo profile.
+
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn main() {
+    let commit = git(&["rev-parse", "HEAD"]).map_or_else(
+        || "unknown".to_string(),
+        |c| match git(&["status", "--porcelain", "--untracked-files=no"]) {
+            Some(s) if !s.is_empty() => format!("{c}-dirty"),
+            _ => c,
+        },
+    );
+    println!("cargo:rustc-env=FLOWLAB_COMMIT={commit}");
+    println!("cargo:rustc-env=FLOWLAB_PROFILE={}", std::env::var("PROFILE").unwrap_or_else(|_| "unknown".into()));
+    // a new commit or checkout changes HEAD (or the ref it names)
+    if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
+        println!("cargo:rerun-if-changed={dir}/HEAD");
+        if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            println!("cargo:rerun-if-changed={dir}/{r}");
+        }
+        println!("cargo:rerun-if-changed={dir}/index");
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+}
