@@ -1,6 +1,8 @@
 //! Records what a run's `run.json` names about the binary that made it:
-//! the source commit (`git rev-parse HEAD`, with `-dirty` when the work
-//! tree differs; `unknown` outside a git checkout) and the cargo profile.
+//! the commit checked out when it was built (`git rev-parse HEAD`;
+//! `unknown` outside a git checkout; edits not yet committed are not
+//! recorded: watching the index would rebuild at every `git status`) and
+//! the cargo profile.
 
 use std::process::Command;
 
@@ -10,13 +12,7 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 fn main() {
-    let commit = git(&["rev-parse", "HEAD"]).map_or_else(
-        || "unknown".to_string(),
-        |c| match git(&["status", "--porcelain", "--untracked-files=no"]) {
-            Some(s) if !s.is_empty() => format!("{c}-dirty"),
-            _ => c,
-        },
-    );
+    let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".to_string());
     println!("cargo:rustc-env=FLOWLAB_COMMIT={commit}");
     println!("cargo:rustc-env=FLOWLAB_PROFILE={}", std::env::var("PROFILE").unwrap_or_else(|_| "unknown".into()));
     // a new commit or checkout changes HEAD (or the ref it names)
@@ -25,7 +21,6 @@ fn main() {
         if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
             println!("cargo:rerun-if-changed={dir}/{r}");
         }
-        println!("cargo:rerun-if-changed={dir}/index");
     }
     println!("cargo:rerun-if-changed=build.rs");
 }

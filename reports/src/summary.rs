@@ -22,8 +22,8 @@ pub struct RunInfo {
     pub date: String,
     /// The flowlab version.
     pub version: String,
-    /// The source commit the binary was built from (`-dirty` with local
-    /// changes) and its cargo profile (`release`, `debug`).
+    /// The commit checked out when the binary was built and its cargo
+    /// profile (`release`, `debug`).
     #[serde(default)]
     pub commit: String,
     #[serde(default)]
