@@ -320,10 +320,15 @@ pub(crate) fn padded(lo: f64, hi: f64, log: bool, include_zero: bool) -> (f64, f
     } else {
         (lo, hi)
     };
+    // with zero included, the margin is a share of the axis drawn, so that
+    // a point at the top keeps its marker inside the plot
+    let (lo, hi, at_zero) = match (include_zero, lo >= 0.0, hi <= 0.0) {
+        (true, true, _) => (0.0, hi, (true, false)),
+        (true, _, true) => (lo, 0.0, (false, true)),
+        _ => (lo, hi, (false, false)),
+    };
     let pad = (hi - lo) * 0.05;
-    let lo = if include_zero && lo >= 0.0 { 0.0 } else { lo - pad };
-    let hi = if include_zero && hi <= 0.0 { 0.0 } else { hi + pad };
-    (lo, hi)
+    (if at_zero.0 { lo } else { lo - pad }, if at_zero.1 { hi } else { hi + pad })
 }
 
 /// An axis whose ticks sit exactly at given values (category positions, or
@@ -500,10 +505,13 @@ mod tests {
 
     #[test]
     fn padding_includes_zero_and_never_collapses() {
-        assert_eq!(padded(10.0, 20.0, false, true), (0.0, 20.5));
+        // from zero, the margin a twentieth of the axis drawn (0 to 20)
+        assert_eq!(padded(10.0, 20.0, false, true), (0.0, 21.0));
         assert_eq!(padded(10.0, 20.0, false, false), (9.5, 20.5));
         // All below zero: the bars hang from zero at the top.
-        assert_eq!(padded(-20.0, -10.0, false, true), (-20.5, 0.0));
+        assert_eq!(padded(-20.0, -10.0, false, true), (-21.0, 0.0));
+        // Both signs: zero is inside already, both ends get the margin.
+        assert_eq!(padded(-10.0, 10.0, false, true), (-11.0, 11.0));
         assert_eq!(padded(5.0, 5.0, false, false), (4.45, 5.55));
         let (lo, hi) = padded(1.0, 100.0, true, true);
         assert!((lo - 1.0 / 100f64.powf(0.05)).abs() < 1e-12 && hi > 100.0);

@@ -77,9 +77,11 @@ pub(super) fn draw<DB: DrawingBackend>(
     });
     let ref_points = refs.iter().flat_map(|r| r.points.iter());
     let (y_lo, y_hi) = ref_points.fold((y_lo, y_hi), |(lo, hi), p| (lo.min(p.y), hi.max(p.y)));
-    // Lines follow the data; bars start at zero (a bar's length is its
-    // value) unless the plot sets `y_min`.
-    let (y0, y1) = padded(y_lo, y_hi, spec.log_y, bar);
+    // A linear y axis includes zero unless the plot sets `y_min`: a bar's
+    // length is its value, and a line's slope should not turn a 5% change
+    // into the plot's full height (`y_min` zooms in, and says so by being
+    // written in the file).
+    let (y0, y1) = padded(y_lo, y_hi, spec.log_y, true);
     let (y0, y1) = (spec.y_min.unwrap_or(y0), spec.y_max.unwrap_or(y1));
     let (y0, y1) = if y0 < y1 { (y0, y1) } else { padded(y0.min(y1), y0.max(y1), spec.log_y, false) };
 
