@@ -31,6 +31,8 @@ enum Command {
     Check(cmd::check::CheckArgs),
     /// Merge result directories (shards of one sweep) and render the report.
     Report(cmd::report::ReportArgs),
+    /// Two runs' shared metrics side by side, point by point, with the settings that differ named.
+    Compare(cmd::compare::CompareArgs),
     /// Train a model on a data set with the real engine and report held-out accuracy.
     Train(cmd::train::TrainArgs),
     /// Place a model's training graph with a simulator placer and simulate one step.
@@ -63,6 +65,7 @@ fn main() -> ExitCode {
         Some(Command::Run(args)) => cmd::run::run(args),
         Some(Command::Check(args)) => cmd::check::run(args),
         Some(Command::Report(args)) => cmd::report::run(args),
+        Some(Command::Compare(args)) => cmd::compare::run(args),
         Some(Command::List) => cmd::run::list(),
         Some(Command::New(args)) => cmd::new::run(args),
         Some(Command::Train(args)) => cmd::train::run(args),

@@ -19,6 +19,42 @@ fn check_counts_the_points_without_running() {
     assert!(!tmp.path().join("out").exists());
 }
 
+/// `flowlab compare A B` matches two runs' points by what they sweep,
+/// names the setting that differs, and puts each metric side by side with
+/// B over A.
+#[test]
+fn compare_puts_two_runs_side_by_side_and_names_what_differs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut dirs = Vec::new();
+    for (name, ps) in [("a", 1), ("b", 2)] {
+        let text = format!("name: {name}\nkind: cluster\nseed: 1\nbase:\n  model: inception_v3\n  workers: 2\n  ps: {ps}\n  steps: 5\nsweep:\n  workers: [2, 4]\n");
+        let file = write_file(tmp.path(), &format!("{name}.yaml"), &text);
+        let dir = tmp.path().join(name);
+        let out = run_flowlab(&["run", file.to_str().unwrap(), "--out", dir.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", describe(&out));
+        dirs.push(dir);
+    }
+    let out = run_flowlab(&["compare", dirs[0].to_str().unwrap(), dirs[1].to_str().unwrap(), "--metric", "throughput"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].ends_with("2 points matched (0 only in A, 0 only in B)"), "{text}");
+    assert_eq!(lines[1], "setting that differs: ps = 1 in A, 2 in B");
+    assert_eq!(lines[2], "workers\tthroughput A\tthroughput B\tB/A");
+    let rows = read_rows(&dirs[0]);
+    for (line, workers) in lines[3..].iter().zip(["2", "4"]) {
+        let cells: Vec<&str> = line.split('\t').collect();
+        assert_eq!(cells[0], workers, "{text}");
+        let (x, y, r): (f64, f64, f64) = (cells[1].parse().unwrap(), cells[2].parse().unwrap(), cells[3].parse().unwrap());
+        assert!((r - y / x).abs() < 1e-3 * r.abs().max(1.0), "{line}");
+        let stored = rows.iter().find(|row| row["params"]["workers"].to_string() == workers).map(|row| row["metrics"]["throughput"].as_f64().unwrap()).unwrap();
+        assert!((x - stored).abs() <= 1e-4 * stored.max(1.0), "A's column is A's stored throughput: {x} vs {stored}");
+    }
+    // a metric one run lacks is refused naming those both have
+    let out = run_flowlab(&["compare", dirs[0].to_str().unwrap(), dirs[1].to_str().unwrap(), "--metric", "thruput"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--metric thruput: not a metric of both runs"), "{}", describe(&out));
+}
+
 /// `flowlab new KIND` writes a starting file that checks as it is, for
 /// every kind; `--from catalog:NAME` gives the entry's text, comments
 /// included; an unknown kind is refused naming the kinds.

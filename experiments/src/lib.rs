@@ -10,6 +10,7 @@
 
 mod calibrate;
 mod catalog;
+mod compare;
 mod diagnostics;
 mod error;
 mod experiment;
@@ -26,6 +27,7 @@ mod sweep;
 
 use std::path::{Path, PathBuf};
 
+pub use compare::{Comparison, compare};
 pub use catalog::{CATALOG_PREFIX, CatalogEntry, DEFAULT_EXPERIMENT, catalog, catalog_entry, load, template, templates};
 pub use error::ExperimentError;
 pub use experiment::Experiment;

@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod compare;
 mod local_cluster;
 pub mod new;
 pub mod place;
