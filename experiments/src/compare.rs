@@ -110,23 +110,7 @@ mod tests {
     use super::*;
 
     fn write(dir: &Path, rows: &[(&[(&str, Value)], &[(&str, f64)])]) {
-        let lines: Vec<String> = rows
-            .iter()
-            .enumerate()
-            .map(|(i, (p, m))| {
-                let row = ResultRow {
-                    index: i as u64,
-                    key: format!("k{i}"),
-                    seed: 1,
-                    params: p.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
-                    metrics: m.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-                    series: BTreeMap::new(),
-                    error: None,
-                    elapsed_s: 0.0,
-                };
-                serde_json::to_string(&row).unwrap()
-            })
-            .collect();
+        let lines: Vec<String> = rows.iter().enumerate().map(|(i, (p, m))| serde_json::to_string(&crate::kinds::test_row(i as u64, p, m)).unwrap()).collect();
         std::fs::write(dir.join(crate::store::RESULTS_JSONL), lines.join("\n") + "\n").unwrap();
     }
 

@@ -21,7 +21,7 @@ pub(crate) fn yaml_error(origin: &str, source: &str, error: &YamlError) -> Exper
 /// A `key: scalar` before the error's place whose key takes a map (see
 /// [`form_of`]), when the parser expected a map: its line, column, key,
 /// value and what it takes.
-fn scalar_for_map(source: &str, error: &YamlError) -> Option<(u64, u64, String, String, &'static str)> {
+fn scalar_for_map(source: &str, error: &YamlError) -> Option<(u64, u64, String, String, String)> {
     let error = error.without_snippet();
     if !strip_location(&error.to_string()).contains("expected mapping start") {
         return None;
@@ -100,13 +100,17 @@ pub(crate) fn yaml_message(source: &str, error: &YamlError) -> String {
 
 /// What a key takes, where the parser's words ("internally tagged enum",
 /// "expected mapping start") do not say.
-fn form_of(key: &str) -> Option<&'static str> {
+fn form_of(key: &str) -> Option<String> {
     match key {
-        "straggler" => Some(
-            "a map naming its `dist`: none, lognormal, exponential, slow_machines, transient or trace, \
-             e.g. `{ dist: lognormal, sigma: 0.3 }` (absent: none)",
-        ),
-        "strategy" => Some("a map naming one strategy: `{ sync: { backup: 0 } }`, `{ async: {} }` or `{ sync_groups: { groups: 2 } }`"),
+        "straggler" => {
+            let dists = flowlab_sim::cluster::Straggler::DISTS;
+            let (last, rest) = dists.split_last()?;
+            Some(format!(
+                "a map naming its `dist`: {} or {last}, e.g. `{{ dist: lognormal, sigma: 0.3 }}` (absent: none)",
+                rest.join(", ")
+            ))
+        }
+        "strategy" => Some("a map naming one strategy: `{ sync: { backup: 0 } }`, `{ async: {} }` or `{ sync_groups: { groups: 2 } }`".into()),
         _ => None,
     }
 }

@@ -92,7 +92,7 @@ fn loopback_spec(ps: u32, workers: u32) -> Result<ClusterSpec> {
     ClusterSpec::from_tasks(tasks).map_err(|message| crate::RuntimeError::Engine { message })
 }
 
-fn start_all(spec: &ClusterSpec) -> Result<Vec<TaskServer>> {
+pub(crate) fn start_all(spec: &ClusterSpec) -> Result<Vec<TaskServer>> {
     spec.tasks().map(|(t, _)| TaskServer::start(spec, t, bind_task(spec, t)?)).collect()
 }
 

@@ -147,7 +147,7 @@ impl Service<http::Request<Body>> for WorkerRoutes {
         }
         if req.uri().path() != PATH {
             let limit = self.service.max_message_bytes();
-            return self.tonic.call(req.map(|body| Body::new(LimitedMessage { body, limit, prefix: Vec::new() })));
+            return self.tonic.call(req.map(|body| Body::new(LimitedMessage { body, limit, prefix: [0; 5], seen: 0 })));
         }
         let service = self.service.clone();
         Box::pin(async move {
@@ -171,8 +171,9 @@ impl Service<http::Request<Body>> for WorkerRoutes {
 struct LimitedMessage {
     body: Body,
     limit: usize,
-    /// The first bytes of the body until the prefix is complete.
-    prefix: Vec<u8>,
+    /// The prefix's bytes so far, and how many (no allocation per request).
+    prefix: [u8; 5],
+    seen: usize,
 }
 
 impl http_body::Body for LimitedMessage {
@@ -185,12 +186,13 @@ impl http_body::Body for LimitedMessage {
             Poll::Ready(Some(Ok(f))) => f,
             other => return other,
         };
-        if this.prefix.len() < 5
+        if this.seen < 5
             && let Some(data) = frame.data_ref()
         {
-            let n = (5 - this.prefix.len()).min(data.len());
-            this.prefix.extend_from_slice(&data[..n]);
-            if this.prefix.len() == 5 {
+            let n = (5 - this.seen).min(data.len());
+            this.prefix[this.seen..this.seen + n].copy_from_slice(&data[..n]);
+            this.seen += n;
+            if this.seen == 5 {
                 let len = u32::from_be_bytes([this.prefix[1], this.prefix[2], this.prefix[3], this.prefix[4]]) as usize;
                 if len > this.limit {
                     return Poll::Ready(Some(Err(Status::resource_exhausted(format!(

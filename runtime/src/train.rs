@@ -653,10 +653,6 @@ pub fn train_on_cluster_with(
         from = step;
         resumed = (Some(step as u64), skipped);
     }
-    // An error naming a PS task is its death only when the PS no longer
-    // answers: a PS whose Recv timed out waiting for a stalled worker's
-    // gradient still answers, and the worker is the one that failed.
-    let is_ps = |m: &Master, e: &RuntimeError| dead_ps_of(m, &ps, e).is_some();
     let inject = Injector { stragglers: how.stragglers.as_ref(), workers: &workers, counts: std::sync::Mutex::new(vec![0; n]) };
     let (steps, train_loss) = loop {
         chief.timeline_after(&master, from);
@@ -674,7 +670,7 @@ pub fn train_on_cluster_with(
                 // are dropped for good
                 dropped = (skip - needed * from) as u64;
                 failed.clear();
-                run_backup(&master, bg, &train_set, &cfg, needed, from, skip, &positions, &is_ps, &times, &inject, &|k| chief.after(&master, k)).map(
+                run_backup(&master, bg, &train_set, &cfg, needed, from, skip, &positions, &ps, &times, &inject, &|k| chief.after(&master, k)).map(
                     |(steps, loss, d, f)| {
                         dropped += d;
                         failed = f.iter().map(|&w| workers[w].to_string()).collect();
@@ -684,7 +680,7 @@ pub fn train_on_cluster_with(
             }
             Built::Async(ag) => {
                 chief.start_at(from);
-                run_async(&master, ag, &train_set, &cfg, n, from, &is_ps, &times, &inject, &chief)
+                run_async(&master, ag, &train_set, &cfg, n, from, &ps, &times, &inject, &chief)
             }
         };
         let dead_ps = r.as_ref().err().and_then(|e| dead_ps_of(&master, &ps, e));
@@ -718,8 +714,12 @@ pub fn train_on_cluster_with(
             cfg.epochs
         )));
     }
-    // the end of training is checkpointed too, whatever `every` is
-    if chief.manager.is_some() && !chief.due(steps) && steps > from {
+    // the end of training is checkpointed too, unless a checkpoint of it
+    // was just written
+    if let Some(m) = &chief.manager
+        && steps > from
+        && m.steps()?.last() != Some(&(steps as u64))
+    {
         chief.save(&master, steps)?;
     }
     let train_seconds = train_start.elapsed().as_secs_f64();
@@ -822,7 +822,7 @@ fn run_async(
     cfg: &TrainConfig,
     n: usize,
     from: usize,
-    is_ps: &(dyn Fn(&Master, &RuntimeError) -> bool + Sync),
+    ps: &[TaskId],
     times: &Times,
     inject: &Injector<'_>,
     chief: &Chief<'_>,
@@ -885,7 +885,7 @@ fn run_async(
                 Err(e) => errors.push(e),
             }
         }
-        if let Some(i) = errors.iter().position(|e| is_ps(master, e)) {
+        if let Some(i) = errors.iter().position(|e| dead_ps_of(master, ps, e).is_some()) {
             return Err(errors.swap_remove(i));
         }
         if let Some(e) = errors.into_iter().next() {
@@ -918,6 +918,9 @@ type Done = (usize, u64, Result<f64>, usize, usize);
 #[allow(clippy::too_many_arguments)]
 /// The PS task `e` names, when that task no longer answers a status call
 /// in the incarnation the master knows (dead, restarted or stalled itself).
+/// An error naming a PS is its death only then: a PS whose Recv timed out
+/// waiting for a stalled worker's gradient still answers, and the worker
+/// is the one that failed.
 fn dead_ps_of(master: &Master, ps: &[TaskId], e: &RuntimeError) -> Option<TaskId> {
     let RuntimeError::Rpc { task, .. } = e else { return None };
     let p = ps.iter().copied().find(|p| p.to_string() == *task)?;
@@ -933,7 +936,7 @@ fn run_backup(
     from: usize,
     skip: usize,
     positions: &std::sync::Mutex<Vec<usize>>,
-    is_ps: &(dyn Fn(&Master, &RuntimeError) -> bool + Sync),
+    ps: &[TaskId],
     times: &Times,
     inject: &Injector<'_>,
     after: &(dyn Fn(usize) -> Result<()> + Sync),
@@ -1001,7 +1004,7 @@ fn run_backup(
                     // computed on variables an update has since changed
                     Ok(_) => dropped += 1,
                     // the PS died, not this worker: the caller restarts it
-                    Err(e) if is_ps(master, &e) => return Err(e),
+                    Err(e) if dead_ps_of(master, ps, &e).is_some() => return Err(e),
                     Err(e) => {
                         dropped += 1;
                         dead[w] = Some(e.to_string());
@@ -1151,7 +1154,7 @@ mod tests {
     #[test]
     fn injected_stragglers_delay_the_steps_of_the_workers_they_name() {
         let spec = local_spec(2);
-        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let _servers = crate::bench::start_all(&spec).unwrap();
         let data = digits();
         let mut cfg = TrainConfig::new(ModelKind::Mlp);
         cfg.epochs = 1;
@@ -1174,7 +1177,7 @@ mod tests {
     #[test]
     fn one_ps_and_two_workers_compute_what_two_local_replicas_do() {
         let spec = local_spec(2);
-        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let _servers = crate::bench::start_all(&spec).unwrap();
         let data = digits();
         let mut cfg = TrainConfig::new(ModelKind::Mlp);
         cfg.epochs = 2;
@@ -1202,7 +1205,7 @@ mod tests {
     #[test]
     fn traced_updates_lay_every_tasks_nodes_and_transfers_on_one_clock() {
         let spec = local_spec(2);
-        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let _servers = crate::bench::start_all(&spec).unwrap();
         let data = digits();
         let mut cfg = TrainConfig::new(ModelKind::Mlp);
         cfg.epochs = 1;
@@ -1252,7 +1255,7 @@ mod tests {
     #[test]
     fn an_asynchronous_workers_traced_updates_are_its_steps() {
         let spec = local_spec(1);
-        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let _servers = crate::bench::start_all(&spec).unwrap();
         let mut cfg = TrainConfig::new(ModelKind::Mlp);
         cfg.epochs = 1;
         let got = train_on_cluster(&digits(), &cfg, &spec, &ClusterTraining { mode: Mode::Async, timeline: Some((5, 7)), ..Default::default() }).unwrap();
@@ -1326,7 +1329,7 @@ mod tests {
         cfg.epochs = 2;
         let run = |ps: u32, how: &ClusterTraining, cfg: &TrainConfig| {
             let spec = local_spec_ps(ps, 2 + how.backup as u32);
-            let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+            let _servers = crate::bench::start_all(&spec).unwrap();
             train_on_cluster(&data, cfg, &spec, how).unwrap()
         };
         let one = run(1, &ClusterTraining::default(), &cfg);
@@ -1363,7 +1366,7 @@ mod tests {
     #[test]
     fn asynchronous_workers_reach_the_single_process_accuracy() {
         let spec = local_spec(2);
-        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let _servers = crate::bench::start_all(&spec).unwrap();
         let data = digits();
         let mut cfg = TrainConfig::new(ModelKind::Mlp);
         cfg.epochs = 3;
@@ -1380,7 +1383,7 @@ mod tests {
     #[test]
     fn a_backup_worker_leaves_the_accuracy_and_every_shard_is_applied_or_dropped() {
         let spec = local_spec(3);
-        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let _servers = crate::bench::start_all(&spec).unwrap();
         let data = digits();
         let mut cfg = TrainConfig::new(ModelKind::Mlp);
         cfg.epochs = 3;
@@ -1444,7 +1447,7 @@ mod tests {
     fn the_chiefs_checkpoints_hold_what_the_in_process_run_saves() {
         use flowlab_programs::train::CheckpointConfig;
         let spec = local_spec(2);
-        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let _servers = crate::bench::start_all(&spec).unwrap();
         let data = digits();
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = TrainConfig::new(ModelKind::Mlp);
@@ -1485,7 +1488,7 @@ mod tests {
     fn a_resumed_cluster_run_ends_as_if_never_stopped() {
         use flowlab_programs::train::CheckpointConfig;
         let spec = local_spec_ps(2, 2);
-        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let _servers = crate::bench::start_all(&spec).unwrap();
         let data = digits();
         let dir = tempfile::tempdir().unwrap();
         let ck = |resume: bool| CheckpointConfig { dir: dir.path().into(), every: 20, keep: 2, resume };
@@ -1530,7 +1533,7 @@ mod tests {
             (3, ClusterTraining { backup: 1, ..Default::default() }),
         ] {
             let spec = local_spec(workers);
-            let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+            let _servers = crate::bench::start_all(&spec).unwrap();
             let dir = tempfile::tempdir().unwrap();
             let ck = |resume: bool| Some(CheckpointConfig { dir: dir.path().into(), every: 20, keep: 2, resume });
             let mut first = cfg.clone();
@@ -1645,7 +1648,7 @@ mod tests {
     #[test]
     fn evaluations_every_n_updates_follow_training() {
         let spec = local_spec(2);
-        let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
+        let _servers = crate::bench::start_all(&spec).unwrap();
         let data = digits();
         let mut cfg = TrainConfig::new(ModelKind::Mlp);
         cfg.epochs = 1;

@@ -783,9 +783,12 @@ impl TaskClient {
                     Ok(Ok(s)) => Ok((ch, s.into_inner())),
                     Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => Err(format!("refused: {}", s.message())),
                     Ok(Err(s)) if s.code() == tonic::Code::Unauthenticated => Err(format!(
-                        "refused: {} (the cluster file's secret{} is not the task's)",
+                        "refused: {} ({})",
                         s.message(),
-                        spec.auth().map_or(" is missing: it names none, and the task's has one; it".to_string(), |a| format!(", {},", a.secret_file().display()))
+                        match spec.auth() {
+                            None => "the task requires a secret; the cluster file names none".to_string(),
+                            Some(a) => format!("the secret in {} is not the task's", a.secret_file().display()),
+                        }
                     )),
                     Ok(Err(s)) => Err(s.message().to_string()),
                     Err(_) => Err("no answer to GetStatus".to_string()),

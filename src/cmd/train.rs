@@ -453,13 +453,10 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
             Some(spec) => {
                 let dist = parse_straggler(spec)?;
                 dist.validate(workers as u32).map_err(|e| anyhow::anyhow!("--straggler {spec}: {e}"))?;
-                let table = flowlab_sim::cluster::factor_table(&dist, workers, 4096, cfg.seed).map_err(|e| anyhow::anyhow!("--straggler {spec}: {e}"))?;
+                let factors = flowlab_sim::cluster::injected_factors(&dist, workers, cfg.seed).map_err(|e| anyhow::anyhow!("--straggler {spec}: {e}"))?;
                 let shard = cfg.batch / cfg.devices.max(1);
                 let compute = flowlab_programs::train::time_replica_compute(data, &cfg, shard, 9).map_err(for_cli)?;
-                Some(flowlab_runtime::Stragglers {
-                    factors: table.into_iter().map(|c| c.into_iter().map(|f| f.max(1.0)).collect()).collect(),
-                    compute: Duration::from_secs_f64(compute),
-                })
+                Some(flowlab_runtime::Stragglers { factors, compute: Duration::from_secs_f64(compute) })
             }
         },
     };

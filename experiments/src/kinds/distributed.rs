@@ -161,7 +161,7 @@ use flowlab_hw::CommFormat;
 use flowlab_programs::datasets::{Dataset, builtin_digits};
 use flowlab_programs::train::{CheckpointConfig, ModelKind, TrainConfig, batch_tensors, build_async, build_backup, build_sharded, local_cpu, shard_variables, split_holdout};
 use flowlab_runtime::{ClusterTraining, Hooks, Job, LocalCluster, MasterOptions, Mode, Stragglers, TaskId, train_on_cluster_with};
-use flowlab_sim::cluster::{ClusterConfig, ModelRef, NetworkConfig, Straggler, Strategy, TopologyKind, Workload, factor_table, simulate};
+use flowlab_sim::cluster::{ClusterConfig, ModelRef, NetworkConfig, Straggler, Strategy, TopologyKind, Workload, factor_table, injected_factors, simulate};
 
 use super::validate::LinkParams;
 use super::{Outcome, PointEnv, TypedKind};
@@ -205,11 +205,6 @@ pub(crate) struct DistributedPoint {
     #[serde(default)]
     straggler: Option<Straggler>,
 }
-
-/// Rows of the factor table a point draws per worker: the simulator and
-/// the runtime both replay row `k mod ROWS` for a worker's k-th
-/// computation, so a run longer than this still meets the same factors.
-const STRAGGLER_ROWS: usize = 4096;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -812,9 +807,8 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     let factors = match &p.straggler {
         None => None,
         Some(st) => {
-            let table = factor_table(st, p.workers, STRAGGLER_ROWS, env.seed).map_err(|e| e.to_string())?;
-            // a wait cannot make a worker faster: factors below 1 count as 1, on both sides
-            Some(table.into_iter().map(|c| c.into_iter().map(|f| f.max(1.0)).collect::<Vec<f64>>()).collect::<Vec<_>>())
+            // at least 1 each, for the run and the prediction alike
+            Some(injected_factors(st, p.workers, env.seed).map_err(|e| e.to_string())?)
         }
     };
 

@@ -38,7 +38,7 @@ use flowlab_engine::{EmulatedLink, LinkMap, PartitionOptions};
 use flowlab_hw::{CommFormat, HostMeasurement, LinkSpec, Profile};
 use flowlab_reports::{ResultRow, SummaryTable};
 use flowlab_sim::graph::{GraphSimulator, SimOptions, VirtualCluster};
-use flowlab_sim::placement::{PLACERS, PlacerOptions, SimPlacer, place_timed};
+use flowlab_sim::placement::{PLACERS, PlacerOptions, place_timed};
 use flowlab_sim::zoo::{self, ModelGraph};
 
 use super::{Outcome, TypedKind};
@@ -453,8 +453,7 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     }
     let mut outcome = place_timed(&p.placer, &model.graph, &opts).map_err(|e| e.to_string())?;
     if !p.fallback {
-        let placer = SimPlacer::new(&p.placer, &opts).map_err(|e| e.to_string())?;
-        outcome.placement = placer.place_own(&model.graph, &opts.cluster.device_set()).map_err(|e| e.to_string())?;
+        outcome.placement = outcome.own_placement.clone();
     }
     let report = sim.simulate(&outcome.placement).map_err(|e| e.to_string())?;
 

@@ -291,6 +291,9 @@ pub enum Straggler {
 }
 
 impl Straggler {
+    /// The `dist:` names, as a file writes them (for messages that list them).
+    pub const DISTS: &[&str] = &["none", "lognormal", "exponential", "slow_machines", "transient", "trace"];
+
     /// Checks the parameters for a cluster of `workers` workers, naming
     /// the key at fault.
     pub fn validate(&self, cluster_workers: u32) -> Result<(), SimError> {

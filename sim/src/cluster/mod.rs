@@ -10,7 +10,7 @@
 pub mod config;
 pub mod report;
 mod straggler;
-pub use straggler::factor_table;
+pub use straggler::{INJECTED_ROWS, factor_table, injected_factors};
 mod training;
 pub mod workload;
 
@@ -27,9 +27,6 @@ use crate::error::SimError;
 pub fn simulate(cfg: &ClusterConfig, seed: u64) -> Result<ClusterReport, SimError> {
     cfg.validate()?;
     let mut report = training::run(cfg, seed)?;
-    if matches!(cfg.strategy, Strategy::Async {}) {
-        report.convergence = cfg.workload()?.convergence;
-    }
     if cfg.strategy.backup() > 0 {
         let mut base = cfg.clone();
         base.strategy = match &cfg.strategy {

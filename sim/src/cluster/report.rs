@@ -69,8 +69,7 @@ pub struct ClusterReport {
     /// Median step time of the same run without backup workers (set by
     /// `simulate` when the config has backups).
     pub baseline_step_p50_s: Option<f64>,
-    /// Asynchronous runs of a workload with a convergence model (set by
-    /// `simulate`): the model.
+    /// Asynchronous runs of a workload with a convergence model: the model.
     pub convergence: Option<crate::cluster::workload::Convergence>,
     /// Examples one update applies (asynchronous: one worker's step).
     pub examples_per_update: u64,

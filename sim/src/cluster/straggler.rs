@@ -107,6 +107,17 @@ pub fn factor_table(cfg: &Straggler, workers: usize, steps: usize, seed: u64) ->
         .collect())
 }
 
+/// Rows of factors drawn for a real run's injected stragglers: worker
+/// `w`'s k-th computation waits by row `k mod INJECTED_ROWS` of its column.
+pub const INJECTED_ROWS: usize = 4096;
+
+/// The factors a real run injects ([`factor_table`]'s, each at least 1: a
+/// wait cannot make a worker faster), which the simulator then replays as
+/// a `trace` straggler so that a prediction meets the same draws.
+pub fn injected_factors(cfg: &Straggler, workers: usize, seed: u64) -> Result<Vec<Vec<f64>>, SimError> {
+    Ok(factor_table(cfg, workers, INJECTED_ROWS, seed)?.into_iter().map(|c| c.into_iter().map(|f| f.max(1.0)).collect()).collect())
+}
+
 /// How a trace is read: drawn from as one pool, or replayed per worker.
 enum TraceUse {
     Pool(Vec<f64>),

@@ -1066,3 +1066,12 @@ fn asynchronous_runs_report_updates_and_time_to_accuracy_from_their_staleness() 
     let e = simulate(&yaml(&format!("{bad}strategy: {{ async: {{}} }}\n")), 3).unwrap_err().to_string();
     assert!(e.contains("model.convergence.staleness_cost") && e.contains("got -1"), "{e}");
 }
+
+/// `Straggler::DISTS`, which messages list, names exactly the `dist:`
+/// values the parser takes: the parser's own list of expected values.
+#[test]
+fn the_listed_straggler_dists_are_the_ones_the_parser_takes() {
+    let e = serde_saphyr::from_str::<crate::cluster::Straggler>("dist: nope\n").unwrap_err().to_string();
+    let expected: Vec<&str> = e.split_once("expected one of ").and_then(|(_, r)| r.lines().next()).map(|l| l.split(", ").collect()).unwrap_or_default();
+    assert_eq!(expected, crate::cluster::Straggler::DISTS, "{e}");
+}

@@ -453,7 +453,8 @@ pub(crate) fn run_logged(cfg: &ClusterConfig, seed: u64, record: bool) -> Result
         workers: cfg.workers,
         backup_workers: cfg.total_workers() - cfg.workers,
         baseline_step_p50_s: None,
-        convergence: None,
+        // the model covers asynchronous updates only
+        convergence: if matches!(cfg.strategy, Strategy::Async {}) { sim.w.convergence } else { None },
         examples_per_update: eps,
     };
     Ok((report, sim.net.fabric_mut().take_flow_log()))

@@ -387,9 +387,16 @@ fn ps_host(key: &str) -> Result<&'static flowlab_hw::DeviceSpec, SimError> {
     flowlab_hw::Catalog::builtin().device("cpu-x86-core").map_err(|e| SimError::param(key, e.to_string()))
 }
 
-/// The LSTM-512-512's forward and backward pass over 1,280 tokens on a
-/// K40: 32.2 GFLOP at 4.29 TFLOP/s x 0.8 (see the catalog entry).
-const LSTM_LM_BODY_S: f64 = 2.0 * (2.0 * 1025.0 * 2048.0) * 1280.0 * 3.0 / (4.29e12 * 0.8);
+/// The LSTM-512-512's forward and backward pass over 1,280 tokens: 32.2
+/// GFLOP of matrix products.
+const LSTM_LM_BODY_FLOPS: f64 = 2.0 * (2.0 * 1025.0 * 2048.0) * 1280.0 * 3.0;
+
+/// Seconds of `flops` of matrix products on the catalog's K40 at the
+/// roofline's efficiency for the class (4.29 TFLOP/s x 0.8).
+fn k40_matmul_s(flops: f64) -> Option<f64> {
+    let k40 = flowlab_hw::Catalog::builtin().device("k40").ok()?;
+    Some(flops / (k40.peak_flops(flowlab_hw::Dtype::F32) * k40.efficiency(flowlab_hw::OpClass::Matmul, None)))
+}
 
 impl Workload {
     /// A PS task's CPU per request, microseconds, for a task holding
@@ -631,7 +638,7 @@ impl Workload {
                 dense_params: 2 * 4 * 1025 * 512,
                 embeddings: vec![Embedding { rows: 40_000, dim: 512, rows_per_step: 1280 }],
                 ps_softmax: Some(PsSoftmax { classes: 40_000, dim: 512, tokens: 1280 }),
-                compute_s: LSTM_LM_BODY_S,
+                compute_s: k40_matmul_s(LSTM_LM_BODY_FLOPS)?,
                 examples_per_step: 64 * 20,
                 step_overhead_us: 2000.0,
                 ..base
@@ -647,7 +654,7 @@ impl Workload {
                     Embedding { rows: 40_000, dim: 512, rows_per_step: 1280 },
                     Embedding { rows: 40_000, dim: 512, rows_per_step: 512 },
                 ],
-                compute_s: LSTM_LM_BODY_S + 6.0 * 1280.0 * 512.0 * 513.0 / (4.29e12 * 0.8),
+                compute_s: k40_matmul_s(LSTM_LM_BODY_FLOPS + 6.0 * 1280.0 * 512.0 * 513.0)?,
                 examples_per_step: 64 * 20,
                 step_overhead_us: 2000.0,
                 ..base

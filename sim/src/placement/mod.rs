@@ -26,7 +26,8 @@
 //! when that simulates faster: never worse than not splitting. Placement
 //! time, and what that fallback did ([`Fallback`]: the own placement's
 //! step, whether the single device replaced it), are reported by
-//! [`place_timed`]; [`SimPlacer::place_own`] gives the own placement alone.
+//! [`place_timed`] (with the own placement); [`SimPlacer::place_own`]
+//! gives the own placement alone.
 
 mod list_schedule;
 mod local_search;
@@ -214,25 +215,34 @@ impl SimPlacer {
     /// As [`Self::place_sim`], with what the fallback to one device did
     /// (`None` for the placers that have none).
     pub fn place_reported(&self, graph: &Graph, devices: &DeviceSet) -> Result<(Placement, Option<Fallback>), SimError> {
-        let sim = GraphSimulator::new(graph, &self.opts.cluster, &self.opts.sim)?;
-        let mut p = Problem::new(sim, devices)?;
-        let dev = self.assign(&mut p, self.rule)?;
-        let (dev, fallback) = if self.rule.falls_back() {
-            let (dev, f) = no_worse_than_one_device(&p, dev)?;
-            (dev, Some(f))
-        } else {
-            (dev, None)
-        };
-        Ok((p.sim.placement_of(&dev), fallback))
+        self.place_both(graph, devices).map(|(placement, _, fallback)| (placement, fallback))
+    }
+
+    /// The placement returned, the placer's own (the same unless the
+    /// fallback replaced it) and what the fallback did, from one run.
+    fn place_both(&self, graph: &Graph, devices: &DeviceSet) -> Result<(Placement, Placement, Option<Fallback>), SimError> {
+        let (p, own) = self.own_indices(graph, devices)?;
+        let own_placement = p.sim.placement_of(&own);
+        if !self.rule.falls_back() {
+            return Ok((own_placement.clone(), own_placement, None));
+        }
+        let (dev, f) = no_worse_than_one_device(&p, own)?;
+        Ok((p.sim.placement_of(&dev), own_placement, Some(f)))
     }
 
     /// The placer's own placement, never replaced by the single device:
     /// what the heuristic itself decides.
     pub fn place_own(&self, graph: &Graph, devices: &DeviceSet) -> Result<Placement, SimError> {
+        let (p, dev) = self.own_indices(graph, devices)?;
+        Ok(p.sim.placement_of(&dev))
+    }
+
+    /// The problem of `graph` on `devices` and the rule's own device per node.
+    fn own_indices(&self, graph: &Graph, devices: &DeviceSet) -> Result<(Problem, Vec<u16>), SimError> {
         let sim = GraphSimulator::new(graph, &self.opts.cluster, &self.opts.sim)?;
         let mut p = Problem::new(sim, devices)?;
         let dev = self.assign(&mut p, self.rule)?;
-        Ok(p.sim.placement_of(&dev))
+        Ok((p, dev))
     }
 
     fn assign(&self, p: &mut Problem, rule: Rule) -> Result<Vec<u16>, SimError> {
@@ -284,6 +294,9 @@ impl Placer for SimPlacer {
 pub struct PlacementOutcome {
     pub placer: String,
     pub placement: Placement,
+    /// The placer's own placement: `placement`, unless the fallback
+    /// replaced it with the single device.
+    pub own_placement: Placement,
     /// Wall-clock seconds of the placer's run (simulator set-up included).
     pub seconds: f64,
     /// The cost-based placers' fallback to one device (`None` for others).
@@ -295,6 +308,6 @@ pub fn place_timed(name: &str, graph: &Graph, opts: &PlacerOptions) -> Result<Pl
     let placer = SimPlacer::new(name, opts)?;
     let devices = opts.cluster.device_set();
     let t = Instant::now();
-    let (placement, fallback) = placer.place_reported(graph, &devices)?;
-    Ok(PlacementOutcome { placer: name.into(), placement, seconds: t.elapsed().as_secs_f64(), fallback })
+    let (placement, own_placement, fallback) = placer.place_both(graph, &devices)?;
+    Ok(PlacementOutcome { placer: name.into(), placement, own_placement, seconds: t.elapsed().as_secs_f64(), fallback })
 }
