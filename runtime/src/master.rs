@@ -204,6 +204,12 @@ impl Master {
         self.timeline.stop()
     }
 
+    /// The longest a step's call to one task may take before it fails: a
+    /// Recv's wait and a margin for the answer.
+    pub fn rpc_limit(&self) -> Duration {
+        self.opts.recv_timeout + Duration::from_secs(10)
+    }
+
     /// How long a Recv of a step waits.
     pub fn recv_timeout(&self) -> Duration {
         self.opts.recv_timeout
@@ -404,7 +410,7 @@ impl Master {
             calls.push((pos, t.raw(), req));
         }
         drop(finished);
-        let limit = self.opts.recv_timeout + Duration::from_secs(10);
+        let limit = self.rpc_limit();
         // who to tell when the step fails: (position, client, addressee)
         let abort_to: Vec<_> = plan.tasks.iter().enumerate().map(|(pos, (i, _))| (pos, self.tasks[*i].raw(), self.tasks[*i].to())).collect();
         let task_names: Vec<String> = plan.tasks.iter().map(|(i, _)| self.tasks[*i].task.to_string()).collect();

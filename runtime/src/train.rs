@@ -954,7 +954,10 @@ fn run_backup(
     }
     let total = shards.len();
     shards.drain(..skip.min(total));
-    let wait = master.recv_timeout() + Duration::from_secs(10);
+    // longer than any one computation takes to fail (a stalled worker's
+    // ends at the master's call limit), so that such a failure reaches
+    // this loop before the loop gives up on every worker
+    let wait = master.rpc_limit() + Duration::from_secs(10);
     let (tx, rx) = std::sync::mpsc::channel::<Done>();
     let mut failed = Vec::new();
     let r = std::thread::scope(|s| -> Result<(usize, f64, u64)> {
