@@ -33,7 +33,7 @@ mod tensor;
 
 pub use error::{EngineError, Result};
 pub use framework::rendezvous::{LocalRendezvous, RecvCallback, Rendezvous, RendezvousKey};
-pub use framework::stats::{CommStats, NodeStats, PartitionTimeline, StepStats, TransferEnd, TransferStats};
+pub use framework::stats::{CommStats, NodeStats, PartitionTimeline, StepStats, TransferEnd, TransferStats, unix_us_at};
 pub use framework::{DeviceName, DeviceSet, EmulatedLink, LinkEmulator, LinkMap};
 pub use graph::{AttrValue, Attrs, Graph, IntoOutput, Node, NodeId, OpBuilder, Output, TensorValue};
 pub use ops::sendrecv::{recv_tensor, send_tensor, wire_format};

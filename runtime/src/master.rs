@@ -387,7 +387,10 @@ impl Master {
         let step_id = self.next_step.fetch_add(1, Ordering::Relaxed);
         let record_timeline = self.timeline.on();
         // the master's own part of a recorded step: from here to the last answer
-        let started = record_timeline.then(|| (Instant::now(), crate::timeline::unix_us()));
+        let started = record_timeline.then(|| {
+            let t = Instant::now();
+            (t, flowlab_engine::unix_us_at(t))
+        });
         let feeds: Vec<_> = feeds.iter().map(|(_, t)| wire::to_proto(t)).collect::<Result<_>>()?;
         let fed: usize = plan.tasks.iter().flat_map(|(_, ts)| ts.feeds.iter()).map(|(f, _)| feeds[*f].data.len()).sum();
         self.fed_fetched.fetch_add(fed as u64, Ordering::Relaxed);

@@ -94,11 +94,6 @@ pub(crate) fn from_proto(p: pb::StepTimeline) -> PartitionTimeline {
     }
 }
 
-/// Microseconds since the Unix epoch, now.
-pub(crate) fn unix_us() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e6)
-}
-
 /// The device name of the master's own part of a step's timeline.
 pub const MASTER_DEVICE: &str = "/job:master";
 

@@ -74,6 +74,24 @@ pub struct PartitionTimeline {
     pub received: Vec<TransferEnd>,
 }
 
+/// Microseconds since the Unix epoch at `t`, read through one pairing of
+/// the wall clock with the monotonic clock per process. Sampling the wall
+/// clock at each step start instead put a step's times late by however
+/// long the thread was preempted between its two clock reads (266 us once,
+/// on a 2-core host, which drew a receive before its send); with the one
+/// anchor, every task of one process shares the same offset exactly.
+pub fn unix_us_at(t: std::time::Instant) -> f64 {
+    static ANCHOR: std::sync::OnceLock<(std::time::Instant, f64)> = std::sync::OnceLock::new();
+    let (i0, u0) = *ANCHOR.get_or_init(|| {
+        let i = std::time::Instant::now();
+        (i, std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e6))
+    });
+    match t.checked_duration_since(i0) {
+        Some(d) => u0 + d.as_secs_f64() * 1e6,
+        None => u0 - i0.duration_since(t).as_secs_f64() * 1e6,
+    }
+}
+
 /// Transfer totals of a session since it was created.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct CommStats {

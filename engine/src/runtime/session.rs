@@ -412,7 +412,7 @@ impl Session {
             first_error: Mutex::new(None),
             links: None,
         };
-        let start_unix_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e6);
+        let start_unix_us = crate::framework::stats::unix_us_at(comm.start);
         let d = &self.devices[0];
         let r = p.run(&values, self.threads, d.pool.as_ref(), trace, Some(&comm), &d.label);
         if let Some(e) = comm.first_error.lock().unwrap_or_else(|e| e.into_inner()).take() {
