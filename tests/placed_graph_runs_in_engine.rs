@@ -5,7 +5,7 @@
 use flowlab_engine::{DType, DeviceSet, Session, SessionOptions, Tensor};
 use flowlab_sim::graph::VirtualCluster;
 use flowlab_sim::placement::{PlacerOptions, place_timed};
-use flowlab_sim::zoo::{self, ModelGraph};
+use flowlab_models::zoo::{self, ModelGraph};
 
 const BATCH: usize = 16;
 

@@ -10,7 +10,7 @@ use std::time::Instant;
 use flowlab_engine::{DType, DeviceSet, EmulatedLink, Graph, LinkMap, Placement, Session, SessionOptions, StepStats, Tensor};
 use flowlab_hw::{CommFormat, GemmRate, HostMeasurement, Profile, ShapeMeasurement, TransferCompute};
 use flowlab_sim::graph::profile_key;
-use flowlab_sim::zoo::{self, ModelGraph};
+use flowlab_models::zoo::{self, ModelGraph};
 
 /// Median and 10th / 90th percentiles (nearest rank) of `v`.
 pub(crate) fn spread(v: &[f64]) -> (f64, f64, f64) {

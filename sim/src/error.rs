@@ -32,12 +32,9 @@ pub enum SimError {
         param: String,
         reason: String,
     },
-    /// A model name the zoo does not know.
-    #[error("unknown model `{name}` (known: {known})")]
-    UnknownModel { name: String, known: String },
-    /// The engine rejected a node while a zoo model was being built.
-    #[error("building model `{model}`: {detail}")]
-    ModelBuild { model: String, detail: String },
+    /// A model that could not be built or imported.
+    #[error(transparent)]
+    Model(#[from] flowlab_models::ModelError),
     /// A token of a device-set string such as "4xK40,1xcpu" that names no
     /// catalog device or has a bad count.
     #[error("bad device set `{spec}`: token `{token}`: {reason}")]

@@ -24,7 +24,6 @@ pub mod network;
 pub mod placement;
 pub mod rng;
 pub mod time;
-pub mod zoo;
 
 pub use error::SimError;
 pub use time::SimTime;

@@ -9,7 +9,7 @@
 use flowlab_hw::Catalog;
 use flowlab_sim::graph::{GraphSimulator, VirtualCluster};
 use flowlab_sim::placement::{PlacerOptions, place_timed};
-use flowlab_sim::zoo;
+use flowlab_models::zoo;
 
 #[test]
 fn the_fallback_keeps_cost_based_placers_no_slower_than_one_device() {

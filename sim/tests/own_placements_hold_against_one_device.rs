@@ -12,7 +12,7 @@
 
 use flowlab_sim::graph::{GraphSimulator, VirtualCluster};
 use flowlab_sim::placement::{PlacerOptions, place_timed};
-use flowlab_sim::zoo;
+use flowlab_models::zoo;
 
 const AT_LEAST: f64 = 0.98;
 const CASES_HELD: usize = 12;

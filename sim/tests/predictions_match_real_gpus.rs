@@ -78,7 +78,7 @@ fn steps_match(device: &str, m: &Value) {
         // cuDNN's fused LSTM has no twin in the zoo.
         let Some(real) = s["graph_median_s"].as_f64().filter(|_| !model.ends_with("_cudnn")) else { continue };
         let batch = s["batch"].as_u64().unwrap() as usize;
-        let built = flowlab_sim::zoo::build(model, batch).unwrap();
+        let built = flowlab_models::zoo::build(model, batch).unwrap();
         let sim = GraphSimulator::new(&built.graph, &cl, &SimOptions { step: Some(built.step()), ..Default::default() }).unwrap();
         let report = sim.simulate_indices(&vec![0u16; sim.graph().len()]).unwrap();
         let predicted = report.step_seconds;

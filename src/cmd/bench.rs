@@ -49,7 +49,7 @@ const CNN_ROW: &str = "cnn_train_b64";
 
 /// A timed training step of `m`, fed fixed inputs (ids below `ids` for
 /// integer placeholders, values in [-1, 1) for float ones).
-fn zoo_case(row: &str, m: flowlab_sim::zoo::ModelGraph, ids: i64, threads: usize) -> anyhow::Result<flowlab_programs::bench::Case> {
+fn zoo_case(row: &str, m: flowlab_models::zoo::ModelGraph, ids: i64, threads: usize) -> anyhow::Result<flowlab_programs::bench::Case> {
     use flowlab_engine::{DType, Session, SessionOptions, Tensor};
     let sess = Session::with_options(&m.graph, SessionOptions { threads, ..Default::default() })?;
     sess.run(&[], &[], &[&m.graph.global_variables_initializer()?])?;
@@ -77,7 +77,7 @@ fn zoo_case(row: &str, m: flowlab_sim::zoo::ModelGraph, ids: i64, threads: usize
 /// convolutions and two dense layers) at batch 64: the step
 /// `bench/peers/peers.py` times in TensorFlow and PyTorch.
 fn cnn_case(threads: usize) -> anyhow::Result<flowlab_programs::bench::Case> {
-    zoo_case(CNN_ROW, flowlab_sim::zoo::build("cnn", 64)?, 10, threads)
+    zoo_case(CNN_ROW, flowlab_models::zoo::build("cnn", 64)?, 10, threads)
 }
 
 /// One Adam step of the zoo's LSTM language model at `flowlab train
@@ -85,10 +85,10 @@ fn cnn_case(threads: usize) -> anyhow::Result<flowlab_programs::bench::Case> {
 /// batch 32): the step `bench/peers/lstm_lm.py` times in PyTorch.
 fn lstm_lm_case(threads: usize) -> anyhow::Result<flowlab_programs::bench::Case> {
     use flowlab_engine::Optimizer;
-    let mut o = flowlab_sim::zoo::ZooOptions::new(32);
+    let mut o = flowlab_models::zoo::ZooOptions::new(32);
     (o.vocab, o.hidden, o.layers, o.seq_len) = (Some(1000), Some(128), Some(2), Some(20));
     o.optimizer = Some(Optimizer::Adam { lr: 0.003, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 });
-    zoo_case(LSTM_ROW, flowlab_sim::zoo::build_with("lstm_lm", &o)?, 1000, threads)
+    zoo_case(LSTM_ROW, flowlab_models::zoo::build_with("lstm_lm", &o)?, 1000, threads)
 }
 
 type ZooCase = fn(usize) -> anyhow::Result<flowlab_programs::bench::Case>;
@@ -165,7 +165,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             flowlab_runtime::bench_cluster(args.quick)?.iter().map(serde_json::to_value).collect::<Result<_, _>>()?
         }
         BenchTarget::Graph => {
-            let model = flowlab_sim::zoo::build("inception_v3", 32)?;
+            let model = flowlab_models::zoo::build("inception_v3", 32)?;
             flowlab_sim::graph::bench::bench_graph("inception_v3_b32", &model.graph, "8xK40", if args.quick { 1 } else { 5 })?
                 .iter()
                 .map(serde_json::to_value)

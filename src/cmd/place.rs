@@ -60,7 +60,7 @@ fn load_graph(model: &str, batch: usize) -> anyhow::Result<(Graph, Option<StepSp
     if model.ends_with(".json") || Path::new(model).is_file() {
         return Ok((Graph::load_json(Path::new(model)).with_context(|| format!("reading graph file {model}"))?, None, None));
     }
-    let m = flowlab_sim::zoo::build(model, batch).context("--model/--batch")?;
+    let m = flowlab_models::zoo::build(model, batch).context("--model/--batch")?;
     let step = m.step();
     Ok((m.graph, Some(step), Some(m.params)))
 }

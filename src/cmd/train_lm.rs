@@ -12,7 +12,7 @@
 
 use anyhow::{Context, bail};
 use flowlab_engine::{Optimizer, Session, SessionOptions, Tensor};
-use flowlab_sim::zoo::{self, ZooOptions};
+use flowlab_models::zoo::{self, ZooOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;

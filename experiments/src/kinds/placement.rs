@@ -50,7 +50,7 @@ fn default_batch() -> usize {
     32
 }
 
-use flowlab_sim::zoo::MAX_BATCH;
+use flowlab_models::zoo::MAX_BATCH;
 
 const METRICS: &[&str] = &[
     "step_time_s",
@@ -82,7 +82,7 @@ pub(crate) static PLACEMENT: TypedKind<PlacementPoint> = TypedKind {
 
 impl PlacementPoint {
     fn validate(&self) -> Result<(), String> {
-        let models = flowlab_sim::zoo::names();
+        let models = flowlab_models::zoo::names();
         if !models.contains(&self.model.as_str()) {
             return Err(format!(
                 "invalid parameter `model`: unknown model `{}`{} (zoo: {})",
@@ -155,7 +155,7 @@ fn check_placer(key: &str, name: &str) -> Result<(), String> {
 /// Places, simulates one step, and compares with everything on one device
 /// (the baseline a placement has to beat).
 fn run_point(point: &PlacementPoint, seed: u64) -> Result<Outcome, String> {
-    let model = flowlab_sim::zoo::build(&point.model, point.batch).map_err(|e| e.to_string())?;
+    let model = flowlab_models::zoo::build(&point.model, point.batch).map_err(|e| e.to_string())?;
     let mut opts = point.options(seed)?;
     opts.sim.step = Some(model.step());
     let outcome = place_timed(&point.placer, &model.graph, &opts).map_err(|e| e.to_string())?;

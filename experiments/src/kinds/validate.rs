@@ -39,7 +39,7 @@ use flowlab_hw::{CommFormat, HostMeasurement, LinkSpec, Profile};
 use flowlab_reports::{ResultRow, SummaryTable};
 use flowlab_sim::graph::{GraphSimulator, SimOptions, VirtualCluster};
 use flowlab_sim::placement::{PLACERS, PlacerOptions, place_timed};
-use flowlab_sim::zoo::{self, ModelGraph};
+use flowlab_models::zoo::{self, ModelGraph};
 
 use super::{Outcome, TypedKind};
 use crate::measure::{self, ProfileRequest, StepRunner, ZooSizes};
@@ -126,7 +126,7 @@ fn default_warmup() -> usize {
     3
 }
 
-use flowlab_sim::zoo::MAX_BATCH;
+use flowlab_models::zoo::MAX_BATCH;
 const MAX_DEVICES: usize = 16;
 const MAX_STEPS: usize = 100_000;
 const MAX_THREADS: usize = flowlab_engine::MAX_THREADS;

@@ -551,7 +551,7 @@ fn a_ring_on_a_torus_takes_the_closed_form_time() {
 fn a_zoo_worker_on_a_fast_network_steps_like_the_single_device_placement() {
     // Reference: the `flowlab place --placer single_device` path (placer,
     // then the graph-level simulator) for the same zoo graph and device.
-    let graph = crate::zoo::build("mlp", 32).unwrap();
+    let graph = flowlab_models::zoo::build("mlp", 32).unwrap();
     let cluster = crate::graph::VirtualCluster::parse("k40").unwrap();
     let mut opts = crate::placement::PlacerOptions::new(cluster.clone());
     opts.sim.step = Some(graph.step());

@@ -273,7 +273,7 @@ pub struct Workload {
     /// 1/3: a backward pass costs about twice the forward).
     #[serde(default = "default_forward_fraction")]
     pub forward_fraction: f64,
-    /// A model-zoo graph (`flowlab_sim::zoo`) whose one-device training step,
+    /// A model-zoo graph (`flowlab_models::zoo`) whose one-device training step,
     /// simulated on `device` by the graph-level simulator, gives `compute_s`,
     /// and whose trainable variables give `dense_params` (the gradient).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -303,14 +303,14 @@ fn zoo_step(model: &str, batch: u64, device: &str, profile: Option<&str>) -> Res
     if let Some(&v) = cache.lock().ok().as_ref().and_then(|c| c.get(&key)) {
         return Ok(v);
     }
-    if !crate::zoo::names().contains(&model) {
+    if !flowlab_models::zoo::names().contains(&model) {
         return Err(SimError::param(
             "model.zoo",
-            format!("unknown zoo model `{model}` (known: {})", crate::zoo::names().join(", ")),
+            format!("unknown zoo model `{model}` (known: {})", flowlab_models::zoo::names().join(", ")),
         ));
     }
     let batch_usize = usize::try_from(batch).map_err(|_| SimError::param("model.batch", format!("{batch} is too large")))?;
-    let built = crate::zoo::build(model, batch_usize)?;
+    let built = flowlab_models::zoo::build(model, batch_usize)?;
     let cluster = crate::graph::VirtualCluster::parse(device)?;
     if cluster.len() != 1 {
         return Err(SimError::param("model.device", format!("`{device}` names {} devices; a worker is one device", cluster.len())));
@@ -702,7 +702,7 @@ impl ModelRef {
                 name: n.clone(),
                 known: Workload::CATALOG_NAMES.join(", "),
                 // a zoo graph is a workload too, written as a map
-                hint: if crate::zoo::names().contains(&n.as_str()) {
+                hint: if flowlab_models::zoo::names().contains(&n.as_str()) {
                     format!("; `{n}` is a model-zoo graph: write `model: {{ zoo: {n} }}` (its step simulated on a K40 unless `device:` says otherwise)")
                 } else {
                     String::new()

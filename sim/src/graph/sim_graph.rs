@@ -118,14 +118,7 @@ fn types_key(op: &str, ins: &[(DType, Shape)], outs: &[(DType, Shape)]) -> Strin
     k
 }
 
-/// What one step runs, as `Session::run(feeds, fetches, targets)` takes it
-/// (node ids of the full graph).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StepSpec {
-    pub feeds: Vec<(NodeId, usize)>,
-    pub fetches: Vec<(NodeId, usize)>,
-    pub targets: Vec<NodeId>,
-}
+pub use flowlab_models::StepSpec;
 
 /// How a graph pruned to one step maps back to the full graph.
 #[derive(Debug, Clone)]

@@ -344,7 +344,7 @@ fn transfers_match_the_engines_partitioner() {
 #[test]
 fn a_pruned_step_replays_the_nodes_the_engine_runs() {
     // Reference: the engine's own prepared step for the same signature.
-    let m = crate::zoo::build("mlp", 8).unwrap();
+    let m = flowlab_models::zoo::build("mlp", 8).unwrap();
     let sess = flowlab_engine::Session::with_options(&m.graph, flowlab_engine::SessionOptions { threads: 1, ..Default::default() }).unwrap();
     let inputs: Vec<&Output> = m.inputs.iter().collect();
     let run = sess.num_nodes_run(&inputs, &[&m.loss], &[&m.train_op]).unwrap();
@@ -550,7 +550,7 @@ fn fusing_a_convolution_keeps_its_work_priced_as_a_convolution() {
     // unfused step is the reference; before the convolutions' work was
     // declared with their op families, the pooled fusion was priced as
     // elementwise work: 82 ms instead of 6 ms on this host's measured rates.
-    let m = crate::zoo::build("cnn", 32).unwrap();
+    let m = flowlab_models::zoo::build("cnn", 32).unwrap();
     let cl = VirtualCluster::parse("1xcpu").unwrap();
     let step = m.step();
     let run = |fuse: Option<flowlab_engine::DeviceType>| {
@@ -579,7 +579,7 @@ fn a_split_pool_replays_the_same_step_from_node_indices_as_from_the_placement() 
     // here from that placement's names, for every set of split pairs (the
     // CNN has two) and devices of the rest.
     use rand::{Rng, SeedableRng};
-    let m = crate::zoo::build("cnn", 8).unwrap();
+    let m = flowlab_models::zoo::build("cnn", 8).unwrap();
     let cl = VirtualCluster::parse("2xcpu").unwrap();
     let sim = GraphSimulator::new(&m.graph, &cl, &SimOptions { step: Some(m.step()), ..Default::default() }).unwrap();
     let pairs = sim.graph().workspace_pairs();

@@ -258,7 +258,7 @@ fn list_schedules_estimate_their_own_step_within_a_stated_tolerance_at_zoo_scale
     use crate::placement::problem::Problem;
     let mut ratios: Vec<(String, f64)> = Vec::new();
     for model in ["inception_v3", "resnet50", "lstm_lm", "transformer", "transformer_base", "gnmt"] {
-        let m = crate::zoo::build(model, 16).unwrap();
+        let m = flowlab_models::zoo::build(model, 16).unwrap();
         for devices in ["4xK40", "8xH100"] {
             let cl = VirtualCluster::parse(devices).unwrap();
             let sim = GraphSimulator::new(&m.graph, &cl, &SimOptions { step: Some(m.step()), ..Default::default() }).unwrap();
@@ -348,7 +348,7 @@ fn a_kept_replay_is_never_the_answer_for_another_placement() {
 #[test]
 fn ops_stay_off_devices_that_cannot_run_them() {
     use crate::graph::SimOptions;
-    let m = crate::zoo::build("mlp", 32).unwrap();
+    let m = flowlab_models::zoo::build("mlp", 32).unwrap();
     let sim_opts = SimOptions { step: Some(m.step()), ..Default::default() };
     let mixed = VirtualCluster::parse("1xtpu-v1,1xk40").unwrap();
     let tpu = mixed.devices()[0].name.clone();

@@ -30,8 +30,17 @@ mod transformer;
 #[cfg(test)]
 mod tests;
 
-use crate::error::SimError;
-use flowlab_engine::{Graph, Optimizer, Output};
+use crate::ModelError;
+use flowlab_engine::{Graph, NodeId, Optimizer, Output};
+
+/// What one step runs, as `Session::run(feeds, fetches, targets)` takes it
+/// (node ids of the full graph).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepSpec {
+    pub feeds: Vec<(NodeId, usize)>,
+    pub fetches: Vec<(NodeId, usize)>,
+    pub targets: Vec<NodeId>,
+}
 
 /// One model's training graph and what a caller needs to run or simulate it.
 #[derive(Clone, Debug)]
@@ -67,8 +76,8 @@ pub struct ModelGraph {
 impl ModelGraph {
     /// One training step as the engine runs it: feed the inputs, fetch the
     /// loss, run the train op.
-    pub fn step(&self) -> crate::graph::StepSpec {
-        crate::graph::StepSpec {
+    pub fn step(&self) -> StepSpec {
+        StepSpec {
             feeds: self.inputs.iter().map(|o| (o.node_id(), o.index())).collect(),
             fetches: vec![(self.loss.node_id(), self.loss.index())],
             targets: vec![self.train_op.node_id()],
@@ -167,20 +176,20 @@ impl ZooOptions {
 }
 
 /// The published model `name` at batch size `batch`.
-pub fn build(name: &str, batch: usize) -> Result<ModelGraph, SimError> {
+pub fn build(name: &str, batch: usize) -> Result<ModelGraph, ModelError> {
     build_with(name, &ZooOptions::new(batch))
 }
 
 /// Model `name` with the sizes in `opts`. An unknown name, a zero size or
 /// a size the architecture cannot take is an error naming it.
-pub fn build_with(name: &str, opts: &ZooOptions) -> Result<ModelGraph, SimError> {
-    let unknown = || SimError::UnknownModel { name: name.to_string(), known: names().join(", ") };
+pub fn build_with(name: &str, opts: &ZooOptions) -> Result<ModelGraph, ModelError> {
+    let unknown = || ModelError::UnknownModel { name: name.to_string(), known: names().join(", ") };
     if !names().contains(&name) {
         return Err(unknown());
     }
     check_positive("batch", Some(opts.batch))?;
     if opts.batch > MAX_BATCH {
-        return Err(SimError::param("batch", format!("must be between 1 and {MAX_BATCH}, got {}", opts.batch)));
+        return Err(ModelError::param("batch", format!("must be between 1 and {MAX_BATCH}, got {}", opts.batch)));
     }
     check_positive("width_divisor", Some(opts.width_divisor))?;
     for (key, v) in [
@@ -196,27 +205,27 @@ pub fn build_with(name: &str, opts: &ZooOptions) -> Result<ModelGraph, SimError>
     ] {
         check_positive(key, v)?;
     }
-    let engine_err = |e: flowlab_engine::EngineError| SimError::ModelBuild { model: name.to_string(), detail: e.to_string() };
+    let engine_err = |e: flowlab_engine::EngineError| ModelError::ModelBuild { model: name.to_string(), detail: e.to_string() };
     match name {
         "mlp" => mlp::build(opts).map_err(engine_err),
         "cnn" => {
             let size = opts.image_size.unwrap_or(cnn::IMAGE_SIZE);
             if !size.is_multiple_of(4) {
-                return Err(SimError::param("image_size", format!("cnn needs a multiple of 4 (two 2x2 pools), got {size}")));
+                return Err(ModelError::param("image_size", format!("cnn needs a multiple of 4 (two 2x2 pools), got {size}")));
             }
             cnn::build(opts, size).map_err(engine_err)
         }
         "resnet50" => {
             let size = opts.image_size.unwrap_or(resnet::IMAGE_SIZE);
             if size < resnet::MIN_IMAGE_SIZE {
-                return Err(SimError::param("image_size", format!("resnet50 needs at least {}, got {size}", resnet::MIN_IMAGE_SIZE)));
+                return Err(ModelError::param("image_size", format!("resnet50 needs at least {}, got {size}", resnet::MIN_IMAGE_SIZE)));
             }
             resnet::build(opts, size).map_err(engine_err)
         }
         "inception_v3" => {
             let size = opts.image_size.unwrap_or(inception::IMAGE_SIZE);
             if size < inception::MIN_IMAGE_SIZE {
-                return Err(SimError::param(
+                return Err(ModelError::param(
                     "image_size",
                     format!("inception_v3 needs at least {}, got {size}", inception::MIN_IMAGE_SIZE),
                 ));
@@ -226,10 +235,10 @@ pub fn build_with(name: &str, opts: &ZooOptions) -> Result<ModelGraph, SimError>
         "lstm_lm" => {
             let vocab = opts.vocab.unwrap_or(lstm_lm::VOCAB);
             if opts.dynamic && (opts.sampled.is_some() || opts.carry_state) {
-                return Err(SimError::param("dynamic", "the while_loop LSTM takes neither a sampled softmax nor a carried state yet".to_string()));
+                return Err(ModelError::param("dynamic", "the while_loop LSTM takes neither a sampled softmax nor a carried state yet".to_string()));
             }
             if let Some(k) = opts.sampled.filter(|&k| k >= vocab) {
-                return Err(SimError::param("sampled", format!("{k} samples must be fewer than the vocabulary of {vocab} words")));
+                return Err(ModelError::param("sampled", format!("{k} samples must be fewer than the vocabulary of {vocab} words")));
             }
             lstm_lm::build(opts).map_err(engine_err)
         }
@@ -237,13 +246,13 @@ pub fn build_with(name: &str, opts: &ZooOptions) -> Result<ModelGraph, SimError>
             let d = opts.hidden.unwrap_or(transformer::D_MODEL);
             let h = opts.heads.unwrap_or(transformer::HEADS);
             if !d.is_multiple_of(h) {
-                return Err(SimError::param("heads", format!("{h} heads do not divide d_model {d}")));
+                return Err(ModelError::param("heads", format!("{h} heads do not divide d_model {d}")));
             }
             if name == "transformer" { transformer::build(opts) } else { transformer::build_base(opts) }.map_err(engine_err)
         }
         "gnmt" => {
             if opts.layers.is_some_and(|l| l < 2) {
-                return Err(SimError::param("layers", "gnmt needs at least 2 (a bidirectional layer and one above it)"));
+                return Err(ModelError::param("layers", "gnmt needs at least 2 (a bidirectional layer and one above it)"));
             }
             gnmt::build(opts).map_err(engine_err)
         }
@@ -251,9 +260,9 @@ pub fn build_with(name: &str, opts: &ZooOptions) -> Result<ModelGraph, SimError>
     }
 }
 
-fn check_positive(key: &str, v: Option<usize>) -> Result<(), SimError> {
+fn check_positive(key: &str, v: Option<usize>) -> Result<(), ModelError> {
     match v {
-        Some(0) => Err(SimError::param(key, "must be positive, got 0")),
+        Some(0) => Err(ModelError::param(key, "must be positive, got 0")),
         _ => Ok(()),
     }
 }
