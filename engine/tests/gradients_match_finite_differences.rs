@@ -111,6 +111,7 @@ fn elementwise_unary_ops() {
     check("Square", &[&[2, 3]], |g, x| g.square(&x[0]));
     check("Tanh", &[&[2, 3]], |g, x| g.tanh(&x[0]));
     check("Sigmoid", &[&[2, 3]], |g, x| g.sigmoid(&x[0]));
+    check("Erf", &[&[2, 3]], |g, x| g.erf(&x[0]));
     check("Relu", &[&[3, 4]], |g, x| g.relu(&x[0]));
     check_with("Cast f64->f32->f64", &[&[2, 3]], |_, v| v, 1e-2, 1e-4, |g, x| g.cast(g.cast(&x[0], DType::F32)?, DType::F64));
 }
@@ -200,6 +201,10 @@ fn convolution_and_pooling() {
     check("MaxPool", &[&[1, 4, 4, 2]], |g, x| g.max_pool(&x[0], [2, 2], [2, 2], false));
     check("MaxPool SAME overlapping", &[&[2, 5, 5, 1]], |g, x| g.max_pool(&x[0], [3, 3], [2, 2], true));
     check("AvgPool SAME", &[&[1, 5, 4, 2]], |g, x| g.avg_pool(&x[0], [2, 2], [2, 2], true));
+    // ONNX's and PyTorch's pads, which SAME cannot express
+    check("Conv2D explicit 3/3 stride 2", &[&[1, 7, 6, 2], &[4, 4, 2, 2]], |g, x| g.conv2d_padded(&x[0], &x[1], [2, 2], [3, 3, 1, 2]));
+    check("MaxPool explicit 1/1 stride 2", &[&[2, 6, 5, 1]], |g, x| g.pool_padded(true, &x[0], [3, 3], [2, 2], [1, 1, 1, 1]));
+    check("AvgPool explicit", &[&[1, 5, 4, 2]], |g, x| g.pool_padded(false, &x[0], [3, 3], [1, 1], [1, 1, 0, 2]));
 }
 
 /// `_FusedConv2D` built directly (both `fused_ops` forms), and the Conv2D,
@@ -221,6 +226,11 @@ fn fused_convolution_with_bias_and_relu() {
         });
     }
     check("Conv2D -> BiasAdd -> Relu", shapes, |g, x| g.relu(g.bias_add(g.conv2d(&x[0], &x[1], [1, 1], true)?, &x[2])?));
+    // the fused convolution and pool keep the given pads
+    check("explicit Conv2D -> BiasAdd -> Relu -> MaxPool", shapes, |g, x| {
+        let y = g.relu(g.bias_add(g.conv2d_padded(&x[0], &x[1], [1, 1], [2, 0, 1, 1])?, &x[2])?)?;
+        g.pool_padded(true, &y, [3, 3], [2, 2], [1, 1, 1, 1])
+    });
 }
 
 #[test]
@@ -363,5 +373,17 @@ fn a_weight_shared_by_many_products_gets_one_gathered_gradient() {
         } else {
             assert_eq!(node.op, "Add", "{uses} uses");
         }
+    }
+}
+
+/// Erf's values against Abramowitz and Stegun's table 7.1 (to its 10 digits).
+#[test]
+fn erf_takes_its_tabulated_values() {
+    let g = Graph::new();
+    let x = g.constant(flowlab_engine::Tensor::from_vec(vec![0.0f32, 0.5, 1.0, -1.5, 2.0], [5]).unwrap()).unwrap();
+    let y = flowlab_engine::Session::new(&g).unwrap().run(&[], &[&g.erf(&x).unwrap()], &[]).unwrap().remove(0);
+    let want = [0.0, 0.5204998778, 0.8427007929, -0.9661051465, 0.9953222650];
+    for (a, b) in y.to_vec::<f32>().unwrap().iter().zip(want) {
+        assert!((f64::from(*a) - b).abs() < 1e-7, "{a} vs {b}");
     }
 }

@@ -1,7 +1,8 @@
 //! Convolution and pooling over NHWC images: Conv2D (HWIO filters) with
 //! Conv2DBackpropInput / Conv2DBackpropFilter, MaxPool / MaxPoolGrad and
 //! AvgPool / AvgPoolGrad. Attrs: `strides` [h, w], `ksize` [h, w] (pools),
-//! `padding` "SAME" or "VALID". Kernels in `kernels::cpu::{conv, pool}`.
+//! `padding` "SAME", "VALID" or "EXPLICIT" (with `explicit_paddings`).
+//! Kernels in `kernels::cpu::{conv, pool}`.
 //!
 //! `_FusedConv2D(x, filter, bias)` is Conv2D, BiasAdd and (with
 //! `fused_ops: [BiasAdd, Relu]`) Relu as one node, TensorFlow's name and
@@ -32,11 +33,23 @@ fn padding(n: &NodeInfo) -> Result<Padding> {
     padding_at(n, "padding")
 }
 
+/// `padding` "SAME", "VALID" or "EXPLICIT"; for EXPLICIT the sibling
+/// `explicit_paddings` holds TensorFlow's 8 NHWC values
+/// `[0, 0, top, bottom, left, right, 0, 0]`.
 fn padding_at(n: &NodeInfo, key: &str) -> Result<Padding> {
     match n.str(key)? {
         "SAME" => Ok(Padding::Same),
         "VALID" => Ok(Padding::Valid),
-        p => Err(n.attr_err(key, format!("'{p}' is neither SAME nor VALID"))),
+        "EXPLICIT" => {
+            let pads_key = key.replace("padding", "explicit_paddings");
+            match n.ints(&pads_key)? {
+                &[0, 0, t, b, l, r, 0, 0] if [t, b, l, r].iter().all(|&p| p >= 0) => {
+                    Ok(Padding::Explicit { h: [t as usize, b as usize], w: [l as usize, r as usize] })
+                }
+                v => Err(n.attr_err(&pads_key, format!("expected [0, 0, top, bottom, left, right, 0, 0] with no negative pad, got {v:?}"))),
+            }
+        }
+        p => Err(n.attr_err(key, format!("'{p}' is none of SAME, VALID, EXPLICIT"))),
     }
 }
 
@@ -535,6 +548,12 @@ fn padding_name(same: bool) -> AttrValue {
     AttrValue::Str(if same { "SAME" } else { "VALID" }.into())
 }
 
+/// The attrs of an EXPLICIT padding of `[top, bottom, left, right]`.
+fn explicit_attrs(attrs: &mut crate::graph::Attrs, [t, b, l, r]: [usize; 4]) {
+    attrs.insert("padding".into(), AttrValue::Str("EXPLICIT".into()));
+    attrs.insert("explicit_paddings".into(), AttrValue::Ints(vec![0, 0, t as i64, b as i64, l as i64, r as i64, 0, 0]));
+}
+
 impl Graph {
     /// 2-D convolution of NHWC `input` with HWIO `filter`; `same` selects
     /// SAME padding, otherwise VALID.
@@ -545,6 +564,26 @@ impl Graph {
             vec![x, f],
             attrs! {"strides" => AttrValue::Ints(strides.iter().map(|&s| s as i64).collect()), "padding" => padding_name(same)},
         )
+    }
+    /// [`conv2d`](Self::conv2d) with `pads` `[top, bottom, left, right]`
+    /// given (ONNX's and PyTorch's padding, which SAME cannot always
+    /// express: a 7x7 stride-2 window pads 3 and 3 there, 2 and 3 in SAME).
+    pub fn conv2d_padded(&self, input: impl IntoOutput, filter: impl IntoOutput, strides: [usize; 2], pads: [usize; 4]) -> Result<Output> {
+        let (x, f) = (input.into_output()?, filter.into_output()?);
+        let mut a = attrs! {"strides" => AttrValue::Ints(strides.iter().map(|&s| s as i64).collect())};
+        explicit_attrs(&mut a, pads);
+        self.build1("Conv2D", vec![x, f], a)
+    }
+    /// Max (`max: true`) or average pooling with `pads` `[top, bottom,
+    /// left, right]` given; padding is never a maximum and never counted in
+    /// an average.
+    pub fn pool_padded(&self, max: bool, input: impl IntoOutput, ksize: [usize; 2], strides: [usize; 2], pads: [usize; 4]) -> Result<Output> {
+        let mut a = attrs! {
+            "ksize" => AttrValue::Ints(ksize.iter().map(|&s| s as i64).collect()),
+            "strides" => AttrValue::Ints(strides.iter().map(|&s| s as i64).collect()),
+        };
+        explicit_attrs(&mut a, pads);
+        self.build1(if max { "MaxPool" } else { "AvgPool" }, vec![input.into_output()?], a)
     }
     /// Max pooling over `ksize` windows of NHWC `input`.
     pub fn max_pool(&self, input: impl IntoOutput, ksize: [usize; 2], strides: [usize; 2], same: bool) -> Result<Output> {

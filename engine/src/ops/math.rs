@@ -188,6 +188,9 @@ float_unary!(k_square, |x| x * x);
 float_in_place!(k_tanh, tanh_in_place);
 float_in_place!(k_sigmoid, sigmoid_in_place);
 float_unary!(k_relu, |x| if x > T::ZERO { x } else { T::ZERO });
+// through f64 for every float type: libm's erf is the C library's, exact to
+// an ulp, and f32 GELU layers (ONNX `Erf`) are few
+float_unary!(k_erf, |x| <T as Float>::from_f64(libm::erf(Float::to_f64(x))));
 
 fn k_neg(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let dt = c.inputs[0].dtype();
@@ -332,6 +335,13 @@ pub(crate) fn register(r: &mut Registry) {
         Ok(vec![Some(((&c.grads[0] * y)? * (&one - y)?)?)])
     });
     r.cpu("Sigmoid", FLOATS, k_sigmoid);
+    // the Gauss error function (ONNX's `Erf`, in exact GELU); d/dx = 2/sqrt(pi) exp(-x^2)
+    r.def("Erf", 1, Some(1), same).flops(|c| 20.0 * flops_per_output(c)).grad(|c| {
+        let x = &c.inputs[0];
+        let k = c.g.scalar_like(std::f64::consts::FRAC_2_SQRT_PI, x)?;
+        Ok(vec![Some(((&c.grads[0] * &k)? * c.g.exp(c.g.neg(c.g.square(x)?)?)?)?)])
+    });
+    r.cpu("Erf", FLOATS, k_erf);
     r.def("Relu", 1, Some(1), same).flops(flops_per_output).grad(|c| {
         Ok(vec![Some(c.g.build1("ReluGrad", vec![c.grads[0].clone(), c.outputs[0].clone()], attrs! {})?)])
     });
@@ -407,6 +417,7 @@ impl Graph {
     unary_method!(square, "Square");
     unary_method!(tanh, "Tanh");
     unary_method!(sigmoid, "Sigmoid");
+    unary_method!(erf, "Erf");
     unary_method!(relu, "Relu");
 }
 

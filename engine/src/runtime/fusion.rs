@@ -135,7 +135,7 @@ fn pool_fused_convs(out: &mut Option<Vec<Node>>, needed: &mut [bool], fetches: &
                 _ => continue,
             };
             let mut fused = fused_node(cur, FUSED_CONV_POOL, &conv_ops, &[c, p], conv.inputs.clone());
-            for key in ["ksize", "strides", "padding"] {
+            for key in ["ksize", "strides", "padding", "explicit_paddings"] {
                 if let Some(v) = n.attrs.get(key) {
                     fused.attrs.insert(format!("pool_{key}"), v.clone());
                 }

@@ -32,6 +32,11 @@ pub enum Padding {
     Same,
     /// No padding: `out = (in - k) / stride + 1`; the window must fit.
     Valid,
+    /// Given padding before and after each axis (`[top, bottom]`,
+    /// `[left, right]`), as TensorFlow's EXPLICIT and ONNX's `pads`:
+    /// `out = (in + before + after - k) / stride + 1`. A window reaching
+    /// only padding is refused (each pad smaller than the window).
+    Explicit { h: [usize; 2], w: [usize; 2] },
 }
 
 /// Output size and leading padding of one spatial axis, TF rules.
@@ -61,6 +66,17 @@ pub(crate) fn window_axis(
             let out = input.div_ceil(stride);
             let total = out.saturating_sub(1).saturating_mul(stride).saturating_add(k).saturating_sub(input);
             Ok((out, total / 2))
+        }
+        Padding::Explicit { h, w } => {
+            let [before, after] = if axis == "height" { h } else { w };
+            if before >= k || after >= k {
+                return Err(format!("padding {before} before and {after} after along {axis} must each be smaller than the window {k}"));
+            }
+            let padded = input + before + after;
+            if k > padded {
+                return Err(format!("window {axis} {k} is larger than the padded input {axis} {padded}"));
+            }
+            Ok(((padded - k) / stride + 1, before))
         }
     }
 }
