@@ -14,6 +14,19 @@ pub enum ModelError {
     /// The engine rejected a node while a zoo model was being built.
     #[error("building model `{model}`: {detail}")]
     ModelBuild { model: String, detail: String },
+    /// An ONNX file that cannot be read or imported as a whole.
+    #[error("{file}: {detail}")]
+    Onnx { file: String, detail: String },
+    /// An ONNX node the importer cannot turn into engine ops.
+    #[error("{file}: node '{node}' ({op}): {detail}")]
+    OnnxNode { file: String, node: String, op: String, detail: String },
+    /// Operators of the file the importer does not know, every one named
+    /// with the first node that uses it.
+    #[error("{file}: {count} operator(s) flowlab does not import: {list}")]
+    OnnxUnsupported { file: String, count: usize, list: String },
+    /// An `.npy` file that cannot be read or written.
+    #[error("{file}: {detail}")]
+    Npy { file: String, detail: String },
 }
 
 impl ModelError {

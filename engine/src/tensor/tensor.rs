@@ -162,6 +162,23 @@ impl PartialEq for Tensor {
 }
 
 impl Tensor {
+    /// A tensor of `dtype` from its elements' little-endian bytes in
+    /// row-major order (bool as 0/1), as ONNX's `raw_data` and
+    /// safetensors hold them.
+    pub fn from_le_bytes(dtype: DType, shape: impl Into<Shape>, bytes: &[u8]) -> Result<Tensor> {
+        let shape = shape.into();
+        let want = shape.num_elements().checked_mul(dtype.size_in_bytes());
+        let storage = (want == Some(bytes.len())).then(|| CpuStorage::from_le_bytes(dtype, bytes)).flatten();
+        let Some(storage) = storage else {
+            return Err(EngineError::Tensor(format!(
+                "{} bytes are not the {} bytes of {shape} {dtype} elements (bools 0 or 1)",
+                bytes.len(),
+                want.map_or("overflowing".into(), |w| w.to_string())
+            )));
+        };
+        Ok(Tensor { storage: Arc::new(Storage::Cpu(storage)), shape })
+    }
+
     /// A tensor from elements in row-major order.
     pub fn from_vec<T: Element>(data: Vec<T>, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
