@@ -22,7 +22,7 @@ fn run(name: &str, input: &str) -> (f64, onnx::OnnxModel) {
     let opts = onnx::ImportOptions { batch: Some(x.shape().dims()[0]), ..Default::default() };
     let m = onnx::import(&dir.join(format!("{name}.onnx")), &opts).unwrap();
     let sess = Session::new(&m.graph).unwrap();
-    sess.run(&[], &[], &[&m.init]).unwrap();
+    sess.run(&[], &[], &[&m.graph.global_variables_initializer().unwrap()]).unwrap();
     let got: Tensor = sess.run(&[(&m.inputs[0].placeholder, &x)], &[&m.outputs[0].1], &[]).unwrap().remove(0);
     assert_eq!(got.shape(), want.shape(), "{name}");
     let (g, w) = (got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());

@@ -145,8 +145,7 @@ impl<'a> Importer<'a> {
             let o = imp.out(vi.name()).map_err(|e| err(format!("output '{}': {e}", vi.name())))?;
             outputs.push((vi.name().to_string(), o));
         }
-        let init = imp.g.global_variables_initializer().map_err(|e| err(e.to_string()))?;
-        Ok(OnnxModel { graph: imp.g, inputs, outputs, init, variables: imp.variables, params: imp.params, opset, op_counts })
+        Ok(OnnxModel { graph: imp.g, inputs, outputs, variables: imp.variables, params: imp.params, opset, op_counts })
     }
 
     pub fn val(&self, name: &str) -> Result<&Val, String> {

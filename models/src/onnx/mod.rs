@@ -18,6 +18,9 @@ mod convert;
 mod lit;
 mod ops;
 mod tensor;
+mod train;
+
+pub use train::{Loss, training};
 
 #[allow(clippy::all, missing_docs)]
 mod proto {
@@ -49,15 +52,15 @@ pub struct ModelInput {
     pub placeholder: Output,
 }
 
-/// An imported model: its forward graph and how to run it.
+/// An imported model: its forward graph and how to run it (run
+/// `graph.global_variables_initializer()` once to load the file's weights,
+/// after any optimizer is added).
 #[derive(Clone, Debug)]
 pub struct OnnxModel {
     pub graph: Graph,
     pub inputs: Vec<ModelInput>,
     /// The graph's outputs by their ONNX names, in the file's order.
     pub outputs: Vec<(String, Output)>,
-    /// Runs every variable's initializer (the file's weights).
-    pub init: Output,
     /// The float initializers that became trainable variables.
     pub variables: Vec<Output>,
     /// Elements of those variables.
