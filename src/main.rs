@@ -35,6 +35,8 @@ enum Command {
     Compare(cmd::compare::CompareArgs),
     /// Train a model on a data set with the real engine and report held-out accuracy.
     Train(cmd::train::TrainArgs),
+    /// Import an ONNX model and run it forward (or train it) on .npy inputs.
+    Onnx(cmd::onnx::OnnxArgs),
     /// Place a model's training graph with a simulator placer and simulate one step.
     Place(cmd::place::PlaceArgs),
     /// Profile a zoo model's training step on the real engine (op times by shape, host figures).
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
         Some(Command::New(args)) => cmd::new::run(args),
         Some(Command::Train(args)) => cmd::train::run(args),
         Some(Command::Place(args)) => cmd::place::run(args),
+        Some(Command::Onnx(args)) => cmd::onnx::run(args),
         Some(Command::Profile(args)) => cmd::profile::run(args),
         Some(Command::Server(args)) => cmd::server::run(args),
     };

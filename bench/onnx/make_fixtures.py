@@ -101,6 +101,36 @@ def export(name, model, inputs, folder, input_names, dynamic_batch=True):
     print(f"{name}: {os.path.getsize(path)} bytes, opset {OPSET}, ops {' '.join(ops)}, output {out.shape}")
 
 
+def bad_files():
+    """Files the importer must refuse with a clear error (tests/data/onnx/bad/)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    bad = os.path.join(SMALL, "bad")
+    os.makedirs(bad, exist_ok=True)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    relu = helper.make_node("Relu", ["x"], ["y"], name="act")
+    g = helper.make_graph([relu], "g", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)]), os.path.join(bad, "opset11.onnx"))
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"], name="find"), helper.make_node("Relu", ["x"], ["r"], name="act"),
+             helper.make_node("FusedMatMul", ["r", "r"], ["y"], name="fused", domain="com.microsoft"),
+             helper.make_node("NonZero", ["r"], ["nz2"], name="find_again")]
+    g = helper.make_graph(nodes, "g", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)]), os.path.join(bad, "unsupported.onnx"))
+    # a weight in an external data file that is not shipped beside it
+    w = numpy_helper.from_array(np.ones((4, 4), dtype=np.float32), "w")
+    mm = helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
+    m = helper.make_model(helper.make_graph([mm], "g", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save_model(m, os.path.join(bad, "external.onnx"), save_as_external_data=True, all_tensors_to_one_file=True, location="external.weights", size_threshold=0)
+    os.remove(os.path.join(bad, "external.weights"))
+    # the same with its data file beside it, and a weight that is not all ones
+    good = os.path.join(SMALL, "external")
+    os.makedirs(good, exist_ok=True)
+    w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4), "w")
+    m = helper.make_model(helper.make_graph([mm], "g", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save_model(m, os.path.join(good, "matmul.onnx"), save_as_external_data=True, all_tensors_to_one_file=True, location="matmul.weights", size_threshold=0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--large", action="store_true", help="also ResNet-18 and a base-width encoder into bench/onnx/out/")
@@ -118,12 +148,14 @@ def main():
     export("cnn", cnn, [rng.standard_normal((2, 3, 32, 32), dtype=np.float32)], SMALL, ["x"])
     export("encoder", Encoder(50, 32, 4, 64, 2, 3), [rng.integers(0, 50, (2, 8), dtype=np.int64)], SMALL, ["tokens"])
     export("lstm", Lstm(), [rng.standard_normal((3, 5, 12), dtype=np.float32)], SMALL, ["x"])
+    bad_files()
     if args.large:
         import torchvision
 
         os.makedirs(LARGE, exist_ok=True)
         export("resnet18", torchvision.models.resnet18(weights=None), [rng.standard_normal((8, 3, 224, 224), dtype=np.float32)], LARGE, ["x"])
         export("encoder_base", Encoder(32000, 512, 8, 2048, 2, 2), [rng.integers(0, 32000, (8, 128), dtype=np.int64)], LARGE, ["tokens"])
+        export("resnet50", torchvision.models.resnet50(weights=None), [rng.standard_normal((8, 3, 224, 224), dtype=np.float32)], LARGE, ["x"])
     return 0
 
 

@@ -6,6 +6,7 @@ pub mod check;
 pub mod compare;
 mod local_cluster;
 pub mod new;
+pub mod onnx;
 pub mod place;
 pub mod profile;
 pub mod report;

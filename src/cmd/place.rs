@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 #[derive(Args)]
 pub struct PlaceArgs {
-    /// A zoo model (mlp, cnn, resnet50, inception_v3, lstm_lm, transformer, transformer_base, gnmt)
-    /// or a graph file written by the engine (*.json).
+    /// A zoo model (mlp, cnn, resnet50, inception_v3, lstm_lm, transformer, transformer_base, gnmt),
+    /// an ONNX file (*.onnx: its training step, the loss on its first output) or a graph file
+    /// written by the engine (*.json).
     #[arg(long)]
     model: String,
     #[arg(long, default_value_t = 32)]
@@ -57,6 +58,11 @@ pub struct PlaceArgs {
 /// The graph and, for zoo models, the training step to simulate (a graph
 /// file has no declared step: every node is replayed).
 fn load_graph(model: &str, batch: usize) -> anyhow::Result<(Graph, Option<StepSpec>, Option<u64>)> {
+    if model.ends_with(".onnx") {
+        let m = flowlab_models::build_with(model, &flowlab_models::ZooOptions::new(batch)).context("--model/--batch")?;
+        let step = m.step();
+        return Ok((m.graph, Some(step), Some(m.params)));
+    }
     if model.ends_with(".json") || Path::new(model).is_file() {
         return Ok((Graph::load_json(Path::new(model)).with_context(|| format!("reading graph file {model}"))?, None, None));
     }

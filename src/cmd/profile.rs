@@ -12,7 +12,8 @@ use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct ProfileArgs {
-    /// A zoo model the engine can run: mlp, cnn, lstm_lm, transformer, resnet50, inception_v3.
+    /// A zoo model the engine can run (mlp, cnn, lstm_lm, transformer, resnet50, inception_v3)
+    /// or an ONNX file (*.onnx: its training step, the loss on its first output).
     #[arg(long)]
     model: String,
     #[arg(long, default_value_t = 32)]

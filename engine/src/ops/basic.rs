@@ -15,10 +15,10 @@ pub(crate) fn register(r: &mut Registry) {
         let t = c.n.tensor("value")?;
         // The value's size is checked here, where the node is built or a
         // graph file is loaded, not first when a step runs.
-        let want = t.shape.checked_bytes(t.dtype).and_then(|b| b.checked_mul(2));
-        if want != Some(t.hex.len()) {
-            let need = want.map_or("more than this machine can address".to_string(), |w| format!("{} bytes", w / 2));
-            return Err(c.n.attr_err("value", format!("{} bytes of data for a {}{} tensor, which needs {need}", t.hex.len() / 2, t.dtype, t.shape)));
+        let want = t.shape.checked_bytes(t.dtype);
+        if want != Some(t.byte_len()) {
+            let need = want.map_or("more than this machine can address".to_string(), |w| format!("{w} bytes"));
+            return Err(c.n.attr_err("value", format!("{} bytes of data for a {}{} tensor, which needs {need}", t.byte_len(), t.dtype, t.shape)));
         }
         Ok(vec![TensorType::new(t.dtype, &t.shape)])
     })

@@ -94,6 +94,9 @@ impl Lit {
         let dim = self.shape[axis];
         let outer: usize = self.shape[..axis].iter().product();
         let inner: usize = self.shape[axis + 1..].iter().product();
+        if outer.checked_mul(indices.data.len()).and_then(|x| x.checked_mul(inner)).is_none_or(|n| n > MAX_FOLDED) {
+            return Err(format!("gathering {} indices of {:?} gives more than {MAX_FOLDED} elements to fold", indices.data.len(), self.shape));
+        }
         let mut data = Vec::with_capacity(outer * indices.data.len() * inner);
         for o in 0..outer {
             for &i in &indices.data {
@@ -174,10 +177,15 @@ pub(crate) fn norm_index(i: i64, dim: usize) -> Option<usize> {
     (0..dim as i64).contains(&j).then_some(j as usize)
 }
 
+/// The most elements a folded constant may have (64 Mi: a shape
+/// computation never comes near; a hostile file asking more is refused
+/// instead of exhausting memory).
+pub(crate) const MAX_FOLDED: usize = 1 << 26;
+
 /// Numpy broadcasting of two shapes.
 pub(crate) fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
     let r = a.len().max(b.len());
-    (0..r)
+    let out: Vec<usize> = (0..r)
         .map(|i| {
             let x = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
             let y = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
@@ -188,7 +196,11 @@ pub(crate) fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> 
                 _ => Err(format!("shapes {a:?} and {b:?} do not broadcast")),
             }
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    match out.iter().try_fold(1usize, |x, &d| x.checked_mul(d)) {
+        Some(n) if n <= MAX_FOLDED => Ok(out),
+        _ => Err(format!("broadcasting {a:?} and {b:?} gives more than {MAX_FOLDED} elements to fold")),
+    }
 }
 
 /// For each flat index of `out`, the flat index of `from` broadcast to it.

@@ -34,6 +34,11 @@ pub(super) fn lstm(imp: &mut Importer, n: &Node, g: &Graph) -> Result<(), String
     let xs = imp.shape(x)?;
     let &[a, b, input] = xs.as_slice() else { return Err(format!("X of shape {xs:?} is not rank 3")) };
     let (seq, batch) = if layout == 0 { (a, b) } else { (b, a) };
+    // each step is its own cell in the graph
+    const MAX_STEPS: usize = 10_000;
+    if seq > MAX_STEPS {
+        return Err(format!("a sequence of {seq} steps is more than the {MAX_STEPS} the importer unrolls"));
+    }
     let hidden = usize::try_from(n.int("hidden_size", 0)).ok().filter(|&h| h > 0).ok_or("hidden_size is required")?;
     let dirs = match n.string("direction").as_deref().unwrap_or("forward") {
         "forward" => vec![false],

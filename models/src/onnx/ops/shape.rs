@@ -40,7 +40,7 @@ pub(super) fn constant_of_shape(imp: &mut Importer, n: &Node, _g: &Graph) -> Res
         }
         None => (DType::F32, 0.0),
     };
-    let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).filter(|&c| c <= 1 << 26).ok_or("shape too large to fold")?;
+    let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).filter(|&c| c <= super::super::lit::MAX_FOLDED).ok_or("shape too large to fold")?;
     imp.set_lit(out0(n)?, Lit::new(dtype, shape, vec![v; count])?);
     Ok(())
 }
@@ -314,7 +314,7 @@ pub(super) fn range(imp: &mut Importer, n: &Node, _g: &Graph) -> Result<(), Stri
         return Err("delta 0".into());
     }
     let count = ((limit - start) / delta).ceil().max(0.0) as usize;
-    if count > 1 << 26 {
+    if count > super::super::lit::MAX_FOLDED {
         return Err(format!("{count} elements are too many to fold"));
     }
     let dtype = imp.lit(n.need(0)?).map_or(DType::I64, |l| l.dtype);

@@ -1,0 +1,69 @@
+"""flowlab's ONNX import against ONNX Runtime on the large exports of
+make_fixtures.py --large (ResNet-18, ResNet-50, a base-width Transformer
+encoder): largest relative error of the outputs, import time, and the
+forward pass's median time in the same sitting, both on the same threads.
+
+    /tmp/onnxenv/bin/python bench/onnx/compare.py --flowlab target/release/flowlab [--threads 2] [--repeat 5]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
+
+
+def ort_run(path, feeds, threads, repeat):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    t = time.perf_counter()
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    load = time.perf_counter() - t
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        (out,) = sess.run(None, feeds)
+        times.append(time.perf_counter() - t)
+    return out, load, float(np.median(times))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--flowlab", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    print(f"{'model':14} {'rel err':>9} {'import s':>9} {'ort load s':>10} {'flowlab ms':>11} {'ort ms':>8} {'ratio':>6}")
+    for name, inp in [("resnet18", "x"), ("resnet50", "x"), ("encoder_base", "tokens")]:
+        path = os.path.join(OUT, f"{name}.onnx")
+        x_file = os.path.join(OUT, f"{name}.{inp}.npy")
+        if not os.path.exists(x_file):
+            # resnet50 shares resnet18's input
+            x_file = os.path.join(OUT, f"resnet18.{inp}.npy")
+        x = np.load(x_file)
+        want, load, ort_s = ort_run(path, {inp: x}, args.threads, args.repeat)
+        with tempfile.TemporaryDirectory() as d:
+            r = subprocess.run([args.flowlab, "onnx", "run", path, "--input", f"{inp}={x_file}", "--output-dir", d, "--threads", str(args.threads), "--repeat", str(args.repeat), "--json"],
+                               check=True, capture_output=True, text=True)
+            rep = json.loads(r.stdout)
+            got = np.load(os.path.join(d, "output.npy"))
+        # ORT again after flowlab: the host's state drifts within a sitting
+        _, _, ort_s2 = ort_run(path, {inp: x}, args.threads, args.repeat)
+        ort_ms = 1e3 * min(ort_s, ort_s2)
+        scale = np.abs(want).max()
+        err = float((np.abs(got - want) / np.maximum(np.abs(want), 1e-2 * scale)).max())
+        fl_ms = 1e3 * rep["forward_seconds"]
+        print(f"{name:14} {err:9.2e} {rep['import_seconds']:9.3f} {load:10.3f} {fl_ms:11.1f} {ort_ms:8.1f} {fl_ms / ort_ms:6.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
