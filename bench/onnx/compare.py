@@ -3,7 +3,7 @@ make_fixtures.py --large (ResNet-18, ResNet-50, a base-width Transformer
 encoder): largest relative error of the outputs, import time, and the
 forward pass's median time in the same sitting, both on the same threads.
 
-    /tmp/onnxenv/bin/python bench/onnx/compare.py --flowlab target/release/flowlab [--threads 2] [--repeat 5]
+    /tmp/onnxenv/bin/python bench/onnx/compare.py --flowlab target/release/flowlab [--threads 2] [--repeat 5] [--markdown docs/src/onnx-figures.md]
 """
 
 import argparse
@@ -40,7 +40,9 @@ def main():
     ap.add_argument("--flowlab", required=True)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--markdown", help="also write the table here (docs/src/onnx-figures.md, included by the manual)")
     args = ap.parse_args()
+    rows = []
     print(f"{'model':14} {'rel err':>9} {'import s':>9} {'ort load s':>10} {'flowlab ms':>11} {'ort ms':>8} {'ratio':>6}")
     for name, inp in [("resnet18", "x"), ("resnet50", "x"), ("encoder_base", "tokens")]:
         path = os.path.join(OUT, f"{name}.onnx")
@@ -62,6 +64,12 @@ def main():
         err = float((np.abs(got - want) / np.maximum(np.abs(want), 1e-2 * scale)).max())
         fl_ms = 1e3 * rep["forward_seconds"]
         print(f"{name:14} {err:9.2e} {rep['import_seconds']:9.3f} {load:10.3f} {fl_ms:11.1f} {ort_ms:8.1f} {fl_ms / ort_ms:6.2f}")
+        rows.append(f"| {name} | {err:.1e} | {rep['import_seconds']:.2f} s | {fl_ms / ort_ms:.2f}x |")
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(f"<!-- written by bench/onnx/compare.py ({args.threads} threads, median of {args.repeat}); do not edit -->\n")
+            f.write("| model (batch 8) | largest relative error | import | forward, flowlab / ONNX Runtime |\n|---|---|---|---|\n")
+            f.write("\n".join(rows) + "\n")
     return 0
 
 

@@ -197,9 +197,9 @@ impl ZooSizes {
     }
 }
 
-/// A zoo model with its variables' initializer op added.
+/// A zoo model (or an ONNX file) with its variables' initializer op added.
 pub(crate) fn with_initializer(model: &str, sizes: &ZooSizes, batch: usize) -> Result<(ModelGraph, flowlab_engine::Output), String> {
-    let m = zoo::build_with(model, &sizes.options(batch)).map_err(|e| e.to_string())?;
+    let m = flowlab_models::build_with(model, &sizes.options(batch)).map_err(|e| e.to_string())?;
     let init = m.graph.global_variables_initializer().map_err(|e| e.to_string())?;
     Ok((m, init))
 }

@@ -50,7 +50,7 @@ fn many_ops_training(g: &Graph) -> Result<()> {
     let h = g.add(g.matmul(&p, &w)?, &bias)?;
     let a = g.sigmoid(&h)?;
     let b = g.tanh(&h)?;
-    let c = g.exp(g.neg(&a)?)?;
+    let c = g.exp(g.neg(g.erf(&a)?)?)?;
     let d = g.log(g.add(g.square(&b)?, g.scalar(1.0, DType::F32)?)?)?;
     let e = g.sqrt(g.add(&c, g.scalar(1.0, DType::F32)?)?)?;
     let f = g.rsqrt(g.add(&e, &d)?)?;

@@ -167,6 +167,28 @@ impl<C: Send + Sync> Runnable for Bound<C> {
 }
 
 /// A configuration as it deserialized, defaults filled in.
+/// A model key: a zoo name, or an ONNX file (a path ending in `.onnx`,
+/// relative to where flowlab runs) that exists; the file is imported when
+/// the point runs.
+pub(crate) fn check_model(model: &str) -> Result<(), String> {
+    if model.ends_with(".onnx") {
+        return match std::fs::metadata(model) {
+            Ok(m) if m.is_file() => Ok(()),
+            Ok(_) => Err(format!("invalid parameter `model`: ONNX file `{model}` is not a file")),
+            Err(e) => Err(format!("invalid parameter `model`: ONNX file `{model}`: {e}")),
+        };
+    }
+    let models = flowlab_models::zoo::names();
+    if models.contains(&model) {
+        return Ok(());
+    }
+    Err(format!(
+        "invalid parameter `model`: unknown model `{model}`{} (zoo: {}; or an ONNX file, *.onnx)",
+        crate::suggest::did_you_mean(model, models.iter().copied()),
+        models.join(", ")
+    ))
+}
+
 pub(crate) fn serialized<C: serde::Serialize>(config: &C) -> Result<Value, String> {
     serde_json::to_value(config).map_err(|e| e.to_string())
 }

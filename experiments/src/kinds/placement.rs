@@ -82,15 +82,7 @@ pub(crate) static PLACEMENT: TypedKind<PlacementPoint> = TypedKind {
 
 impl PlacementPoint {
     fn validate(&self) -> Result<(), String> {
-        let models = flowlab_models::zoo::names();
-        if !models.contains(&self.model.as_str()) {
-            return Err(format!(
-                "invalid parameter `model`: unknown model `{}`{} (zoo: {})",
-                self.model,
-                crate::suggest::did_you_mean(&self.model, models.iter().copied()),
-                models.join(", ")
-            ));
-        }
+        super::check_model(&self.model)?;
         if self.batch == 0 || self.batch > MAX_BATCH {
             return Err(format!("invalid parameter `batch`: must be between 1 and {MAX_BATCH}, got {}", self.batch));
         }
@@ -155,7 +147,7 @@ fn check_placer(key: &str, name: &str) -> Result<(), String> {
 /// Places, simulates one step, and compares with everything on one device
 /// (the baseline a placement has to beat).
 fn run_point(point: &PlacementPoint, seed: u64) -> Result<Outcome, String> {
-    let model = flowlab_models::zoo::build(&point.model, point.batch).map_err(|e| e.to_string())?;
+    let model = flowlab_models::build_with(&point.model, &flowlab_models::ZooOptions::new(point.batch)).map_err(|e| e.to_string())?;
     let mut opts = point.options(seed)?;
     opts.sim.step = Some(model.step());
     let outcome = place_timed(&point.placer, &model.graph, &opts).map_err(|e| e.to_string())?;

@@ -39,7 +39,7 @@ use flowlab_hw::{CommFormat, HostMeasurement, LinkSpec, Profile};
 use flowlab_reports::{ResultRow, SummaryTable};
 use flowlab_sim::graph::{GraphSimulator, SimOptions, VirtualCluster};
 use flowlab_sim::placement::{PLACERS, PlacerOptions, place_timed};
-use flowlab_models::zoo::{self, ModelGraph};
+use flowlab_models::zoo::ModelGraph;
 
 use super::{Outcome, TypedKind};
 use crate::measure::{self, ProfileRequest, StepRunner, ZooSizes};
@@ -170,15 +170,7 @@ pub(crate) static VALIDATE: TypedKind<ValidatePoint> = TypedKind {
 
 impl ValidatePoint {
     fn validate(&self) -> Result<(), String> {
-        let models = zoo::names();
-        if !models.contains(&self.model.as_str()) {
-            return Err(format!(
-                "invalid parameter `model`: unknown model `{}`{} (zoo: {})",
-                self.model,
-                crate::suggest::did_you_mean(&self.model, models.iter().copied()),
-                models.join(", ")
-            ));
-        }
+        super::check_model(&self.model)?;
         if self.batch == 0 || self.batch > MAX_BATCH {
             return Err(format!("invalid parameter `batch`: must be between 1 and {MAX_BATCH}, got {}", self.batch));
         }

@@ -278,6 +278,11 @@ pub struct Workload {
     /// and whose trainable variables give `dense_params` (the gradient).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zoo: Option<String>,
+    /// An ONNX file (`flowlab_models::onnx`) in place of a zoo graph: its
+    /// training step (the loss on its first output) gives `compute_s` and
+    /// its variables `dense_params`, as `zoo` does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub onnx: Option<String>,
     /// The zoo graph's batch per worker (default 32); also `examples_per_step`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<u64>,
@@ -303,14 +308,14 @@ fn zoo_step(model: &str, batch: u64, device: &str, profile: Option<&str>) -> Res
     if let Some(&v) = cache.lock().ok().as_ref().and_then(|c| c.get(&key)) {
         return Ok(v);
     }
-    if !flowlab_models::zoo::names().contains(&model) {
+    if !model.ends_with(".onnx") && !flowlab_models::zoo::names().contains(&model) {
         return Err(SimError::param(
             "model.zoo",
             format!("unknown zoo model `{model}` (known: {})", flowlab_models::zoo::names().join(", ")),
         ));
     }
     let batch_usize = usize::try_from(batch).map_err(|_| SimError::param("model.batch", format!("{batch} is too large")))?;
-    let built = flowlab_models::zoo::build(model, batch_usize)?;
+    let built = flowlab_models::build_with(model, &flowlab_models::ZooOptions::new(batch_usize))?;
     let cluster = crate::graph::VirtualCluster::parse(device)?;
     if cluster.len() != 1 {
         return Err(SimError::param("model.device", format!("`{device}` names {} devices; a worker is one device", cluster.len())));
@@ -373,6 +378,7 @@ impl Default for Workload {
             push_per_tensor: false,
             forward_fraction: default_forward_fraction(),
             zoo: None,
+            onnx: None,
             batch: None,
             device: None,
             profile: None,
@@ -510,7 +516,13 @@ impl Workload {
     /// examples per step. `compute_s`, `dense_params` and the other traffic
     /// keys come from the graph and may not be given beside `zoo`.
     fn resolve_zoo(&self) -> Result<Workload, SimError> {
-        let model = self.zoo.as_deref().unwrap_or_default();
+        let model = match (&self.zoo, &self.onnx) {
+            (Some(_), Some(_)) => return Err(SimError::param("model.onnx", "give `zoo` or `onnx`, not both")),
+            (Some(m), None) => m.as_str(),
+            (None, Some(f)) if f.ends_with(".onnx") => f.as_str(),
+            (None, Some(f)) => return Err(SimError::param("model.onnx", format!("`{f}` is not an ONNX file (*.onnx)"))),
+            (None, None) => "",
+        };
         if self.compute_s != 0.0 || self.dense_params != 0 || !self.variables.is_empty() || !self.embeddings.is_empty() || self.scalar_per_ps {
             return Err(SimError::param(
                 "model.zoo",
@@ -691,7 +703,7 @@ impl Default for ModelRef {
 impl ModelRef {
     pub fn resolve(&self) -> Result<Workload, SimError> {
         match self {
-            ModelRef::Inline(w) if w.zoo.is_some() => w.resolve_zoo(),
+            ModelRef::Inline(w) if w.zoo.is_some() || w.onnx.is_some() => w.resolve_zoo(),
             ModelRef::Inline(w) => {
                 if w.batch.is_some() || w.device.is_some() || w.profile.is_some() {
                     return Err(SimError::param("model", "`batch`, `device` and `profile` need `zoo: MODEL`"));
