@@ -98,7 +98,8 @@ def export(name, model, inputs, folder, input_names, dynamic_batch=True):
         np.save(os.path.join(folder, f"{name}.{n}.npy"), a)
     np.save(os.path.join(folder, f"{name}.output.npy"), out)
     ops = sorted({n.op_type for n in m.graph.node})
-    print(f"{name}: {os.path.getsize(path)} bytes, opset {OPSET}, ops {' '.join(ops)}, output {out.shape}")
+    params = sum(p.numel() for p in model.parameters())
+    print(f"{name}: {os.path.getsize(path)} bytes, opset {OPSET}, {params} parameters, ops {' '.join(ops)}, output {out.shape}")
 
 
 def bad_files():
@@ -119,6 +120,8 @@ def bad_files():
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)]), os.path.join(bad, "unsupported.onnx"))
     # a weight in an external data file that is not shipped beside it
     w = numpy_helper.from_array(np.ones((4, 4), dtype=np.float32), "w")
+    if os.path.exists(os.path.join(bad, "external.weights")):
+        os.remove(os.path.join(bad, "external.weights"))
     mm = helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
     m = helper.make_model(helper.make_graph([mm], "g", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 18)])
     onnx.save_model(m, os.path.join(bad, "external.onnx"), save_as_external_data=True, all_tensors_to_one_file=True, location="external.weights", size_threshold=0)
@@ -126,6 +129,10 @@ def bad_files():
     # the same with its data file beside it, and a weight that is not all ones
     good = os.path.join(SMALL, "external")
     os.makedirs(good, exist_ok=True)
+    # onnx appends to an existing data file: start from none
+    for f in [os.path.join(good, "matmul.weights"), os.path.join(bad, "external.weights")]:
+        if os.path.exists(f):
+            os.remove(f)
     w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4), "w")
     m = helper.make_model(helper.make_graph([mm], "g", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 18)])
     onnx.save_model(m, os.path.join(good, "matmul.onnx"), save_as_external_data=True, all_tensors_to_one_file=True, location="matmul.weights", size_threshold=0)

@@ -240,13 +240,11 @@ impl<'a> Importer<'a> {
         let (shape, dtype) = (l.shape.clone(), Some(l.dtype));
         self.vals.insert(name.to_string(), Val { lit: Some(l), shape, dtype, ..Default::default() });
     }
-    /// `to` names the same value as `from`; a weight is made its variable
-    /// first, so that both names read one variable (exporters write shared
-    /// weights as Identity of one initializer).
+    /// `to` names the same value as `from`. An unread weight stays a
+    /// weight of its own: PyTorch's exporter writes parameters of equal
+    /// value (every freshly initialized layer's) as Identity of one
+    /// initializer, and they train apart as in the source model.
     pub fn alias(&mut self, to: &str, from: &str) -> Result<(), String> {
-        if self.weight(from).is_some() {
-            self.out(from)?;
-        }
         let v = self.val(from)?.clone();
         self.vals.insert(to.to_string(), v);
         Ok(())
