@@ -41,11 +41,13 @@ pub(crate) fn model_feeds(m: &ModelGraph) -> Result<Vec<Tensor>, String> {
             .map(|d| d.ok_or_else(|| format!("input '{}' of {} has an unknown dimension", o.name(), m.name)))
             .collect::<Result<_, _>>()?;
         let n: usize = dims.iter().product();
+        let limit = m.input_limits.get(k).copied().flatten().unwrap_or(10).clamp(1, 10);
         let t = match o.dtype() {
             DType::F32 => Tensor::from_vec((0..n).map(|i| ((i * 37 + k) % 101) as f32 / 101.0 - 0.5).collect::<Vec<_>>(), dims),
-            // Class ids and token ids: small values, valid for every zoo head.
-            DType::I64 => Tensor::from_vec((0..n).map(|i| (i % 10) as i64).collect::<Vec<_>>(), dims),
-            DType::I32 => Tensor::from_vec((0..n).map(|i| (i % 10) as i32).collect::<Vec<_>>(), dims),
+            // Class ids and token ids: small values, valid for every zoo head
+            // and under an imported classifier's class count.
+            DType::I64 => Tensor::from_vec((0..n).map(|i| (i as u64 % limit) as i64).collect::<Vec<_>>(), dims),
+            DType::I32 => Tensor::from_vec((0..n).map(|i| (i as u64 % limit) as i32).collect::<Vec<_>>(), dims),
             other => return Err(format!("input '{}' of {} has dtype {other}, which the validation runner cannot fill", o.name(), m.name)),
         };
         out.push(t.map_err(|e| e.to_string())?);

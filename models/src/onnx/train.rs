@@ -51,13 +51,15 @@ pub fn training(m: OnnxModel, name: &str, batch: usize, loss: Loss, optimizer: &
     let mean = |x: Output| -> Result<Output, ModelError> {
         g.op("Mean").name("loss").input(x).attr("axes", AttrValue::Ints(Vec::new())).attr("keep_dims", AttrValue::Bool(false)).build().map_err(e)
     };
+    let mut label_limit = None;
     let (labels, loss) = match loss {
         Loss::SoftmaxXent => {
             let dims = y.shape().to_shape().map(|s| s.dims().to_vec()).unwrap_or_default();
-            let [rows, _classes] = dims[..] else {
+            let [rows, classes] = dims[..] else {
                 return Err(err(format!("softmax_xent needs [batch, classes] logits; output '{out_name}' is {}", y.shape())));
             };
             let labels = g.placeholder("labels", DType::I64, [rows as i64]).map_err(e)?;
+            label_limit = Some(classes as u64);
             let xent = g.scope("loss").sparse_softmax_cross_entropy_with_logits(&y, &labels).map_err(e)?;
             (labels.clone(), mean(xent)?)
         }
@@ -73,9 +75,12 @@ pub fn training(m: OnnxModel, name: &str, batch: usize, loss: Loss, optimizer: &
     let train_op = g.group("train_op", &[&step]).map_err(|x| err(x.to_string()))?;
     let mut inputs: Vec<Output> = m.inputs.iter().map(|i| i.placeholder.clone()).collect();
     inputs.push(labels);
+    let mut input_limits = vec![None; inputs.len() - 1];
+    input_limits.push(label_limit);
     Ok(ModelGraph {
         name: name.to_string(),
         graph: g,
+        input_limits,
         inputs,
         eval_loss: loss.clone(),
         loss,

@@ -210,6 +210,7 @@ impl Net {
         Ok(ModelGraph {
             name: name.to_string(),
             graph: self.g.clone(),
+            input_limits: vec![None; inputs.len()],
             inputs,
             eval_loss: loss.clone(),
             state_update: None,

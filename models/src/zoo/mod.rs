@@ -50,6 +50,10 @@ pub struct ModelGraph {
     /// Placeholders to feed each step: the input (images, features or token
     /// ids) then the labels (class ids or next-token ids), both fully shaped.
     pub inputs: Vec<Output>,
+    /// For each input, the exclusive bound of its integer values where the
+    /// model sets one below the zoo's smallest (an imported classifier's
+    /// class count); `None` where any value under 10 is valid.
+    pub input_limits: Vec<Option<u64>>,
     /// Mean cross entropy over the batch (and, for language models, over
     /// time): the training objective.
     pub loss: Output,
