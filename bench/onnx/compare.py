@@ -65,11 +65,25 @@ def main():
         fl_ms = 1e3 * rep["forward_seconds"]
         print(f"{name:14} {err:9.2e} {rep['import_seconds']:9.3f} {load:10.3f} {fl_ms:11.1f} {ort_ms:8.1f} {fl_ms / ort_ms:6.2f}")
         rows.append(f"| {name} | {err:.1e} | {rep['import_seconds']:.2f} s | {fl_ms / ort_ms:.2f}x |")
+    # torchvision's ResNet-50 with its batch norms kept, trained as imported,
+    # against the zoo's resnet50: the simulated training step, batch 32
+    sim_rows = []
+    print(f"\n{'devices':8} {'zoo step s':>11} {'imported s':>11} {'ratio':>6}  (m_etf; one device: whole graph)")
+    for devices in ["1xK40", "4xK40", "8xH100"]:
+        steps = []
+        for model in ["resnet50", os.path.join(OUT, "resnet50_bn.onnx")]:
+            r = subprocess.run([args.flowlab, "place", "--model", model, "--batch", "32", "--devices", devices, "--placer", "m_etf", "--json"], check=True, capture_output=True, text=True)
+            steps.append(json.loads(r.stdout))
+        a, b = steps[0]["step_seconds"], steps[1]["step_seconds"]
+        print(f"{devices:8} {a:11.4f} {b:11.4f} {b / a:6.3f}  params {steps[0]['params']} / {steps[1]['params']}")
+        sim_rows.append(f"| {devices} | {a:.4f} s | {b:.4f} s | {b / a:.3f} |")
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(f"<!-- written by bench/onnx/compare.py ({args.threads} threads, median of {args.repeat}); do not edit -->\n")
             f.write("| model (batch 8) | largest relative error | import | forward, flowlab / ONNX Runtime |\n|---|---|---|---|\n")
-            f.write("\n".join(rows) + "\n")
+            f.write("\n".join(rows) + "\n\n")
+            f.write("| devices (m_etf, batch 32) | zoo resnet50 step | imported torchvision ResNet-50 step | imported / zoo |\n|---|---|---|---|\n")
+            f.write("\n".join(sim_rows) + "\n")
     return 0
 
 

@@ -84,12 +84,20 @@ class Lstm(nn.Module):
         return self.head(out[:, -1, :])
 
 
-def export(name, model, inputs, folder, input_names, dynamic_batch=True):
+def export(name, model, inputs, folder, input_names, dynamic_batch=True, keep_batch_norm=False):
+    """keep_batch_norm: BatchNormalization nodes stay (not folded into the
+    convolutions), and PyTorch's train-mode output is saved beside them."""
     model.eval()
     path = os.path.join(folder, f"{name}.onnx")
     dyn = {n: {0: "batch"} for n in input_names} if dynamic_batch else None
+    keep = dict(training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False) if keep_batch_norm else {}
     torch.onnx.export(model, tuple(torch.from_numpy(a) for a in inputs), path, input_names=input_names, output_names=["output"],
-                      opset_version=OPSET, dynamic_axes=dyn, dynamo=False)
+                      opset_version=OPSET, dynamic_axes=dyn, dynamo=False, **keep)
+    if keep_batch_norm:
+        model.train()
+        with torch.no_grad():
+            np.save(os.path.join(folder, f"{name}.train_output.npy"), model(*(torch.from_numpy(a) for a in inputs)).numpy())
+        model.eval()
     m = onnx.load(path)
     onnx.checker.check_model(m)
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -155,6 +163,8 @@ def main():
     export("cnn", cnn, [rng.standard_normal((2, 3, 32, 32), dtype=np.float32)], SMALL, ["x"])
     export("encoder", Encoder(50, 32, 4, 64, 2, 3), [rng.integers(0, 50, (2, 8), dtype=np.int64)], SMALL, ["tokens"])
     export("lstm", Lstm(), [rng.standard_normal((3, 5, 12), dtype=np.float32)], SMALL, ["x"])
+    torch.manual_seed(1)
+    export("cnn_bn", Cnn(), [rng.standard_normal((4, 3, 32, 32), dtype=np.float32)], SMALL, ["x"], keep_batch_norm=True)
     bad_files()
     if args.large:
         import torchvision
@@ -163,6 +173,8 @@ def main():
         export("resnet18", torchvision.models.resnet18(weights=None), [rng.standard_normal((8, 3, 224, 224), dtype=np.float32)], LARGE, ["x"])
         export("encoder_base", Encoder(32000, 512, 8, 2048, 2, 2), [rng.integers(0, 32000, (8, 128), dtype=np.int64)], LARGE, ["tokens"])
         export("resnet50", torchvision.models.resnet50(weights=None), [rng.standard_normal((8, 3, 224, 224), dtype=np.float32)], LARGE, ["x"])
+        # batch norm kept (not folded into the convolutions): the same layers as the zoo's resnet50
+        export("resnet50_bn", torchvision.models.resnet50(weights=None), [rng.standard_normal((2, 3, 224, 224), dtype=np.float32)], LARGE, ["x"], keep_batch_norm=True)
     return 0
 
 

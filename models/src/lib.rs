@@ -13,7 +13,8 @@ pub use error::ModelError;
 pub use zoo::{ModelGraph, StepSpec, ZooOptions};
 
 /// A model by what a user writes: a zoo name, or an ONNX file (a path
-/// ending in `.onnx`) imported at `opts.batch` and made trainable with the
+/// ending in `.onnx`) imported at `opts.batch` for training (batch norm by
+/// each batch's statistics, as PyTorch's `train()`) and made trainable with the
 /// loss its output calls for (softmax cross entropy on `[batch, classes]`,
 /// else mean squared error) and `opts.optimizer` (momentum 0.9 at 0.01,
 /// the zoo's image models' rule, when none is given).
@@ -22,7 +23,7 @@ pub fn build_with(model: &str, opts: &ZooOptions) -> Result<ModelGraph, ModelErr
         return zoo::build_with(model, opts);
     }
     let path = std::path::Path::new(model);
-    let m = onnx::import(path, &onnx::ImportOptions { batch: Some(opts.batch), ..Default::default() })?;
+    let m = onnx::import(path, &onnx::ImportOptions { batch: Some(opts.batch), training: true, ..Default::default() })?;
     let loss = onnx::Loss::default_for(&m);
     let name = path.file_stem().map_or_else(|| model.to_string(), |s| s.to_string_lossy().into_owned());
     let optimizer = opts.optimizer.clone().unwrap_or(flowlab_engine::Optimizer::Momentum { lr: 0.01, momentum: 0.9 });

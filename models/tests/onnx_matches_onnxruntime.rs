@@ -14,12 +14,12 @@ fn fixtures() -> PathBuf {
 }
 
 /// Imports `name.onnx` at its input's batch, runs it, and returns the
-/// largest relative error and the model.
-fn run(name: &str, input: &str) -> (f64, onnx::OnnxModel) {
+/// largest relative error against `name.{reference}.npy` and the model.
+fn run_against(name: &str, input: &str, reference: &str, training: bool) -> (f64, onnx::OnnxModel) {
     let dir = fixtures();
     let x = npy::read(&dir.join(format!("{name}.{input}.npy"))).unwrap();
-    let want = npy::read(&dir.join(format!("{name}.output.npy"))).unwrap();
-    let opts = onnx::ImportOptions { batch: Some(x.shape().dims()[0]), ..Default::default() };
+    let want = npy::read(&dir.join(format!("{name}.{reference}.npy"))).unwrap();
+    let opts = onnx::ImportOptions { batch: Some(x.shape().dims()[0]), training, ..Default::default() };
     let m = onnx::import(&dir.join(format!("{name}.onnx")), &opts).unwrap();
     let sess = Session::new(&m.graph).unwrap();
     sess.run(&[], &[], &[&m.graph.global_variables_initializer().unwrap()]).unwrap();
@@ -31,15 +31,32 @@ fn run(name: &str, input: &str) -> (f64, onnx::OnnxModel) {
     (worst, m)
 }
 
+fn run(name: &str, input: &str) -> (f64, onnx::OnnxModel) {
+    run_against(name, input, "output", false)
+}
+
 #[test]
 fn every_fixture_gives_onnx_runtimes_outputs() {
     // parameters: PyTorch's count of the exported module (make_fixtures.py
     // prints it); the CNN's batch norm was folded into its convolution by
     // the export (8 fewer), the LSTM's two biases train as one (64 fewer)
-    for (name, input, params) in [("mlp", "x", 3_466), ("cnn", "x", 3_685 - 8), ("encoder", "tokens", 18_787), ("lstm", "x", 1_988 - 64)] {
+    for (name, input, params) in [("mlp", "x", 3_466), ("cnn", "x", 3_685 - 8), ("cnn_bn", "x", 3_685), ("encoder", "tokens", 18_787), ("lstm", "x", 1_988 - 64)] {
         let (worst, m) = run(name, input);
         println!("{name}: largest relative error {worst:.2e} over {} ops ({} parameters)", m.op_counts.values().sum::<usize>(), m.params);
         assert!(worst <= 1e-4, "{name}: {worst:e}");
         assert_eq!(m.params, params, "{name}");
     }
+}
+
+/// Imported for training, batch norm normalizes each batch by its own
+/// statistics: the output is PyTorch's for the same module in `train()`
+/// mode (saved by make_fixtures.py beside ONNX Runtime's evaluation-mode
+/// output, which the same file gives when imported for evaluation).
+#[test]
+fn batch_norm_imported_for_training_gives_pytorchs_train_mode_output() {
+    let (worst, m) = run_against("cnn_bn", "x", "train_output", true);
+    println!("cnn_bn, train mode: largest relative error {worst:.2e}");
+    assert!(worst <= 1e-4, "{worst:e}");
+    // the running mean and variance of the stem's 8 channels, updated by the train op
+    assert_eq!((m.non_trainable_params, m.updates.len()), (16, 2));
 }

@@ -92,7 +92,7 @@ fn run_model(a: RunArgs) -> anyhow::Result<ExitCode> {
         order.push(name.clone());
         arrays.insert(name, t);
     }
-    let mut opts = onnx::ImportOptions { batch: a.batch, ..Default::default() };
+    let mut opts = onnx::ImportOptions { batch: a.batch, training: a.train, ..Default::default() };
     for s in &a.dims {
         let (k, v) = pair(s, "--dim")?;
         opts.dims.insert(k, v.parse().with_context(|| format!("--dim {s}: {v} is not a whole number"))?);

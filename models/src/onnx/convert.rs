@@ -33,6 +33,9 @@ pub(crate) struct Importer<'a> {
     readers: HashMap<String, usize>,
     variables: Vec<Output>,
     params: u64,
+    pub training: bool,
+    pub updates: Vec<Output>,
+    non_trainable: u64,
     _file: std::marker::PhantomData<&'a str>,
 }
 
@@ -99,7 +102,17 @@ pub(crate) fn clean(name: &str) -> String {
 impl<'a> Importer<'a> {
     pub fn run(graph: &GraphProto, opset: i64, dir: &Path, file: &'a str, opts: &ImportOptions) -> Result<OnnxModel, ModelError> {
         let err = |detail: String| ModelError::Onnx { file: file.to_string(), detail };
-        let mut imp = Importer { g: Graph::new(), vals: HashMap::new(), readers: HashMap::new(), variables: Vec::new(), params: 0, _file: std::marker::PhantomData };
+        let mut imp = Importer {
+            g: Graph::new(),
+            vals: HashMap::new(),
+            readers: HashMap::new(),
+            variables: Vec::new(),
+            params: 0,
+            training: opts.training,
+            updates: Vec::new(),
+            non_trainable: 0,
+            _file: std::marker::PhantomData,
+        };
         for n in &graph.node {
             for i in n.input.iter().filter(|i| !i.is_empty()) {
                 *imp.readers.entry(i.clone()).or_default() += 1;
@@ -145,7 +158,17 @@ impl<'a> Importer<'a> {
             let o = imp.out(vi.name()).map_err(|e| err(format!("output '{}': {e}", vi.name())))?;
             outputs.push((vi.name().to_string(), o));
         }
-        Ok(OnnxModel { graph: imp.g, inputs, outputs, variables: imp.variables, params: imp.params, opset, op_counts })
+        Ok(OnnxModel {
+            graph: imp.g,
+            inputs,
+            outputs,
+            variables: imp.variables,
+            params: imp.params,
+            non_trainable_params: imp.non_trainable,
+            updates: imp.updates,
+            opset,
+            op_counts,
+        })
     }
 
     pub fn val(&self, name: &str) -> Result<&Val, String> {
@@ -177,6 +200,14 @@ impl<'a> Importer<'a> {
         let v = self.g.variable(&clean(name), &init).map_err(|e| e.to_string())?;
         self.params += v.shape().to_shape().map_or(0, |s| s.num_elements() as u64);
         self.variables.push(v.clone());
+        Ok(v)
+    }
+
+    /// A variable holding `t` that no optimizer trains (running statistics).
+    pub fn state(&mut self, name: &str, t: Tensor) -> Result<Output, String> {
+        let init = self.g.constant(t).map_err(|e| e.to_string())?;
+        let v = self.g.variable(&clean(name), &init).map_err(|e| e.to_string())?;
+        self.non_trainable += v.shape().to_shape().map_or(0, |s| s.num_elements() as u64);
         Ok(v)
     }
 

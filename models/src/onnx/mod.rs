@@ -43,6 +43,11 @@ pub struct ImportOptions {
     pub batch: Option<usize>,
     /// Symbolic dimensions by name (`--dim seq=128`), before `batch`.
     pub dims: BTreeMap<String, usize>,
+    /// Batch norm as a PyTorch module in `train()` mode runs it: each
+    /// batch normalized with its own statistics, the running ones updated
+    /// by the train op. Else (evaluation, the exported graph's own
+    /// meaning) with the running statistics.
+    pub training: bool,
 }
 
 /// One input of an imported model, fed as a placeholder.
@@ -65,6 +70,10 @@ pub struct OnnxModel {
     pub variables: Vec<Output>,
     /// Elements of those variables.
     pub params: u64,
+    /// Running batch-norm statistics (with `training`), updated by `updates`.
+    pub non_trainable_params: u64,
+    /// Ops a training step runs beside the optimizer (running statistics).
+    pub updates: Vec<Output>,
     pub opset: i64,
     /// How many nodes of each ONNX operator the file holds.
     pub op_counts: BTreeMap<String, usize>,

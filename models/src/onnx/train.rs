@@ -72,7 +72,9 @@ pub fn training(m: OnnxModel, name: &str, batch: usize, loss: Loss, optimizer: &
     };
     let vars: Vec<&Output> = m.variables.iter().collect();
     let step = optimizer.minimize(&loss, &vars).map_err(|x| err(x.to_string()))?;
-    let train_op = g.group("train_op", &[&step]).map_err(|x| err(x.to_string()))?;
+    let mut deps: Vec<&Output> = vec![&step];
+    deps.extend(m.updates.iter());
+    let train_op = g.group("train_op", &deps).map_err(|x| err(x.to_string()))?;
     let mut inputs: Vec<Output> = m.inputs.iter().map(|i| i.placeholder.clone()).collect();
     inputs.push(labels);
     let mut input_limits = vec![None; inputs.len() - 1];
@@ -89,6 +91,6 @@ pub fn training(m: OnnxModel, name: &str, batch: usize, loss: Loss, optimizer: &
         train_op,
         batch,
         params: m.params,
-        non_trainable_params: 0,
+        non_trainable_params: m.non_trainable_params,
     })
 }

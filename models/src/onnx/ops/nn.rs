@@ -211,11 +211,33 @@ pub(super) fn batch_norm(imp: &mut Importer, n: &Node, g: &Graph) -> Result<(), 
     }
     let xi = if nhwc { imp.nhwc(x)? } else { imp.out(x)? };
     let (gamma, beta) = (imp.out(n.need(1)?)?, imp.out(n.need(2)?)?);
+    if imp.training {
+        return train_batch_norm(imp, n, g, xi, (gamma, beta), nhwc);
+    }
     let (mean, var) = (frozen(imp, n.need(3)?)?, frozen(imp, n.need(4)?)?);
     let eps = g.scalar(f64::from(n.float("epsilon", 1e-5)), xi.dtype()).s()?;
     let k = g.mul(&gamma, g.rsqrt(g.add(&var, &eps).s()?).s()?).s()?;
     let shift = g.sub(&beta, g.mul(&mean, &k).s()?).s()?;
     let y = g.add(g.mul(&xi, &k).s()?, &shift).s()?;
+    if nhwc { imp.set_nhwc(out, y) } else { imp.set_out(out, y) }
+    Ok(())
+}
+
+/// Training-time batch norm, one fused op as the zoo's: each batch by its
+/// own statistics, the running ones (state variables) moved toward them
+/// by `1 - momentum` in the train op.
+fn train_batch_norm(imp: &mut Importer, n: &Node, g: &Graph, x: Output, (gamma, beta): (Output, Output), nhwc: bool) -> Result<(), String> {
+    let (y, mean, var) = g.fused_batch_norm(&x, &gamma, &beta, f64::from(n.float("epsilon", 1e-5))).s()?;
+    let decay = 1.0 - f64::from(n.float("momentum", 0.9));
+    for (k, stat) in [(3, &mean), (4, &var)] {
+        let name = n.need(k)?;
+        let t = imp.weight(name).cloned().ok_or_else(|| format!("running statistic '{name}' must be an initializer"))?;
+        let channels = t.shape().num_elements() as i64;
+        let running = imp.state(name, t)?;
+        let delta = g.mul(g.sub(&running, g.reshape(stat, &[channels]).s()?).s()?, g.scalar(decay, running.dtype()).s()?).s()?;
+        imp.updates.push(g.assign_sub(&running, &delta).s()?);
+    }
+    let out = n.output(0).ok_or("no output")?;
     if nhwc { imp.set_nhwc(out, y) } else { imp.set_out(out, y) }
     Ok(())
 }
