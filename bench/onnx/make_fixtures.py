@@ -84,6 +84,22 @@ class Lstm(nn.Module):
         return self.head(out[:, -1, :])
 
 
+class Masked(nn.Module):
+    """Causal self-attention by masked_fill (a Where over a constant mask
+    and computed scores) and a Where over a computed condition."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(8, 8)
+
+    def forward(self, x):
+        s = x.shape[1]
+        scores = self.q(x) @ x.transpose(1, 2)
+        mask = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)
+        att = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ x
+        return torch.where(att > 0, att, 0.1 * att).mean(dim=1)
+
+
 def export(name, model, inputs, folder, input_names, dynamic_batch=True, keep_batch_norm=False):
     """keep_batch_norm: BatchNormalization nodes stay (not folded into the
     convolutions), and PyTorch's train-mode output is saved beside them."""
@@ -165,6 +181,7 @@ def main():
     export("lstm", Lstm(), [rng.standard_normal((3, 5, 12), dtype=np.float32)], SMALL, ["x"])
     torch.manual_seed(1)
     export("cnn_bn", Cnn(), [rng.standard_normal((4, 3, 32, 32), dtype=np.float32)], SMALL, ["x"], keep_batch_norm=True)
+    export("masked", Masked(), [rng.standard_normal((2, 5, 8), dtype=np.float32)], SMALL, ["x"])
     bad_files()
     if args.large:
         import torchvision

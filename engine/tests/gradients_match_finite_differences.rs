@@ -112,6 +112,11 @@ fn elementwise_unary_ops() {
     check("Tanh", &[&[2, 3]], |g, x| g.tanh(&x[0]));
     check("Sigmoid", &[&[2, 3]], |g, x| g.sigmoid(&x[0]));
     check("Erf", &[&[2, 3]], |g, x| g.erf(&x[0]));
+    // a mask broadcast over rows, the other branch over columns
+    check("Select", &[&[2, 3], &[3]], |g, x| {
+        let mask = g.constant(flowlab_engine::Tensor::from_vec(vec![true, false, true], [3]).unwrap())?;
+        g.select(&mask, &x[0], &x[1])
+    });
     check("Relu", &[&[3, 4]], |g, x| g.relu(&x[0]));
     check_with("Cast f64->f32->f64", &[&[2, 3]], |_, v| v, 1e-2, 1e-4, |g, x| g.cast(g.cast(&x[0], DType::F32)?, DType::F64));
 }
@@ -386,4 +391,18 @@ fn erf_takes_its_tabulated_values() {
     for (a, b) in y.to_vec::<f32>().unwrap().iter().zip(want) {
         assert!((f64::from(*a) - b).abs() < 1e-7, "{a} vs {b}");
     }
+}
+
+/// Select against numpy: where([[T, F], [F, T]], [[1, 2], [3, 4]], [9]) == [[1, 9], [9, 4]].
+#[test]
+fn select_picks_as_numpys_where() {
+    use flowlab_engine::Tensor;
+    let g = Graph::new();
+    let c = g.constant(Tensor::from_vec(vec![true, false, false, true], [2, 2]).unwrap()).unwrap();
+    let x = g.constant(Tensor::from_vec(vec![1i64, 2, 3, 4], [2, 2]).unwrap()).unwrap();
+    let y = g.constant(Tensor::from_vec(vec![9i64], [1]).unwrap()).unwrap();
+    let out = flowlab_engine::Session::new(&g).unwrap().run(&[], &[&g.select(&c, &x, &y).unwrap()], &[]).unwrap().remove(0);
+    assert_eq!(out.to_vec::<i64>().unwrap(), vec![1, 9, 9, 4]);
+    let e = g.select(&x, &x, &y).unwrap_err().to_string();
+    assert!(e.contains("the condition must be bool, got i64"), "{e}");
 }

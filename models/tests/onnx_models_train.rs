@@ -26,7 +26,7 @@ fn fixture_with(name: &str, input: &str, lr: f64, training: bool) -> (flowlab_mo
 
 #[test]
 fn gradients_of_every_variable_match_finite_differences() {
-    for (name, input, training) in [("mlp", "x", false), ("cnn", "x", false), ("cnn_bn", "x", true), ("encoder", "tokens", false), ("lstm", "x", false)] {
+    for (name, input, training) in [("mlp", "x", false), ("cnn", "x", false), ("cnn_bn", "x", true), ("encoder", "tokens", false), ("lstm", "x", false), ("masked", "x", false)] {
         let (m, data) = fixture_with(name, input, 0.1, training);
         let sess = Session::with_options(&m.graph, SessionOptions { threads: 1, ..Default::default() }).unwrap();
         sess.run(&[], &[], &[&m.graph.global_variables_initializer().unwrap()]).unwrap();

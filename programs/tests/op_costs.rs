@@ -57,6 +57,7 @@ fn many_ops_training(g: &Graph) -> Result<()> {
     let q = g.pow(g.add(&c, g.scalar(2.0, DType::F32)?)?, g.scalar(1.5, DType::F32)?)?;
     let m = g.maximum(g.minimum(&f, &q)?, g.div(&a, &e)?)?;
     let m = g.sub(g.mul(&m, &b)?, &a)?;
+    let m = g.select(g.greater(&m, &a)?, &m, &a)?;
     let cat = g.concat(&[&m, &a], 1)?;
     let parts = g.split(&cat, 2, 1)?;
     let t = g.transpose(&parts[0], &[1, 0])?;

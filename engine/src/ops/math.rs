@@ -10,7 +10,7 @@ use crate::error::{EngineError, Result};
 use crate::graph::{Graph, IntoOutput, Output};
 use crate::tensor::TensorType;
 use crate::kernels::cpu::Float;
-use crate::kernels::cpu::elementwise::{PAR_CHUNK, PAR_MIN_ELEMENTS, binary, broadcast_dims, map};
+use crate::kernels::cpu::elementwise::{PAR_CHUNK, PAR_MIN_ELEMENTS, binary, broadcast_dims, broadcast_to, map};
 use rayon::prelude::*;
 use crate::kernels::cpu::reduce::reduce_axes;
 use crate::tensor::{PartialShape, Shape};
@@ -41,6 +41,38 @@ fn infer_broadcast(c: &InferCtx, allowed: &[DType], out_dtype: Option<DType>) ->
     let (a, b) = (&c.inputs[0].shape, &c.inputs[1].shape);
     let s = broadcast_partial(a, b).ok_or_else(|| c.n.shape_err(format!("cannot broadcast {a} with {b}")))?;
     Ok(vec![TensorType { dtype: out_dtype.unwrap_or(d), shape: s }])
+}
+
+/// Select(cond, x, y): `x` where `cond` is true, else `y`, all three
+/// broadcast (numpy's `where`, ONNX's `Where`: attention masks).
+fn infer_select(c: &InferCtx) -> Result<Vec<TensorType>> {
+    let (cond, x, y) = (&c.inputs[0], &c.inputs[1], &c.inputs[2]);
+    if cond.dtype != DType::Bool {
+        return Err(c.n.dtype_err(format!("the condition must be bool, got {}", cond.dtype)));
+    }
+    if x.dtype != y.dtype || !NUMERIC.contains(&x.dtype) {
+        return Err(c.n.dtype_err(format!("the branches must share one numeric dtype, got {} and {}", x.dtype, y.dtype)));
+    }
+    let xy = broadcast_partial(&x.shape, &y.shape).ok_or_else(|| c.n.shape_err(format!("cannot broadcast {} with {}", x.shape, y.shape)))?;
+    let s = broadcast_partial(&cond.shape, &xy).ok_or_else(|| c.n.shape_err(format!("cannot broadcast the condition {} with {xy}", cond.shape)))?;
+    Ok(vec![TensorType { dtype: x.dtype, shape: s }])
+}
+
+fn k_select(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let (cond, x, y) = (&c.inputs[0], &c.inputs[1], &c.inputs[2]);
+    let out = broadcast_dims(x.dims(), y.dims())
+        .and_then(|xy| broadcast_dims(cond.dims(), &xy))
+        .ok_or_else(|| c.n.shape_err(format!("cannot broadcast {}, {} and {}", cond.shape(), x.shape(), y.shape())))?;
+    if Shape::new(out.clone()).checked_bytes(x.dtype()).is_none() {
+        return Err(c.n.shape_err(format!("broadcasting {}, {} and {} is larger than this machine can address", cond.shape(), x.shape(), y.shape())));
+    }
+    let pick = broadcast_to(cond.as_slice::<bool>()?, cond.dims(), &out, c.threads);
+    let dt = x.dtype();
+    with_numeric!(c, dt, T => {
+        let (a, b) = (broadcast_to(x.as_slice::<T>()?, x.dims(), &out, c.threads), broadcast_to(y.as_slice::<T>()?, y.dims(), &out, c.threads));
+        let v: Vec<T> = pick.iter().zip(a.into_iter().zip(b)).map(|(&p, (a, b))| if p { a } else { b }).collect();
+        Ok(vec![Tensor::from_vec(v, out)?])
+    })
 }
 
 /// Applies `f` with broadcasting to inputs 0 and 1.
@@ -280,6 +312,15 @@ pub(crate) fn register(r: &mut Registry) {
     });
     r.cpu("Pow", FLOATS, k_pow);
 
+    r.def("Select", 3, Some(3), infer_select).flops(flops_per_output).grad(|c| {
+        let (cond, g) = (&c.inputs[0], &c.grads[0]);
+        let zero = c.g.zeros_like(g)?;
+        let gx = c.g.select(cond, g, &zero)?;
+        let gy = c.g.select(cond, &zero, g)?;
+        Ok(vec![None, Some(sum_to(c, &gx, 1)?), Some(sum_to(c, &gy, 2)?)])
+    });
+    r.cpu("Select", NUMERIC, k_select);
+
     let all_cmp: &'static [DType] = &[DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool];
     for (name, k) in [
         ("Equal", k_equal as super::KernelFn),
@@ -418,6 +459,11 @@ impl Graph {
     unary_method!(tanh, "Tanh");
     unary_method!(sigmoid, "Sigmoid");
     unary_method!(erf, "Erf");
+
+    /// `x` where `cond` (bool) is true, else `y`; the three broadcast.
+    pub fn select(&self, cond: impl IntoOutput, x: impl IntoOutput, y: impl IntoOutput) -> Result<Output> {
+        self.build1("Select", vec![cond.into_output()?, x.into_output()?, y.into_output()?], attrs! {})
+    }
     unary_method!(relu, "Relu");
 }
 

@@ -174,16 +174,47 @@ pub(super) fn cast(imp: &mut Importer, n: &Node, g: &Graph) -> Result<(), String
     set(imp, out, y, nhwc)
 }
 
-pub(super) fn where_(imp: &mut Importer, n: &Node, _g: &Graph) -> Result<(), String> {
-    let (c, a, b) = (n.need(0)?, n.need(1)?, n.need(2)?);
-    match (imp.lit(c), imp.lit(a), imp.lit(b)) {
-        (Some(c), Some(a), Some(b)) => {
-            let l = Lit::select(c, a, b)?;
-            imp.set_lit(n.output(0).ok_or("no output")?, l);
-            Ok(())
-        }
-        _ => Err("Where over values of the running graph is not imported yet (only over constants)".into()),
+pub(super) fn where_(imp: &mut Importer, n: &Node, g: &Graph) -> Result<(), String> {
+    let (c, a, b, out) = (n.need(0)?, n.need(1)?, n.need(2)?, n.output(0).ok_or("no output")?);
+    if let (Some(cl), Some(al), Some(bl)) = (imp.lit(c), imp.lit(a), imp.lit(b)) {
+        let l = Lit::select(cl, al, bl)?;
+        imp.set_lit(out, l);
+        return Ok(());
     }
+    // an engine value gives the branches' element type; a constant follows it
+    let dtype = if imp.lit(a).is_none() { imp.dtype(a)? } else { imp.dtype(b)? };
+    let cond = match imp.lit(c) {
+        Some(l) => imp.g.constant(Lit { dtype: DType::Bool, ..l.clone() }.to_tensor()?).s()?,
+        None => imp.out(c)?,
+    };
+    let (x, y) = (operand(imp, a, dtype, false)?, operand(imp, b, dtype, false)?);
+    let r = g.select(&cond, &x, &y).s()?;
+    imp.set_out(out, r);
+    Ok(())
+}
+
+/// The upper (`upper` 1) or lower triangle of the last two axes from
+/// diagonal `k`, the rest zero: folded over a constant, else a Select
+/// over a mask computed here from the static shape.
+pub(super) fn trilu(imp: &mut Importer, n: &Node, g: &Graph) -> Result<(), String> {
+    let (x, out) = (n.need(0)?, n.output(0).ok_or("no output")?);
+    let k = super::const_ints(imp, n, 1, "k")?.and_then(|v| v.first().copied()).unwrap_or(0);
+    let upper = n.int("upper", 1) != 0;
+    let shape = imp.shape(x)?;
+    let [.., rows, cols] = shape[..] else { return Err(format!("input of shape {shape:?} has no matrix axes")) };
+    let keep = |i: usize, j: usize| if upper { j as i64 - i as i64 >= k } else { j as i64 - i as i64 <= k };
+    let mask: Vec<f64> = (0..rows * cols).map(|p| if keep(p / cols, p % cols) { 1.0 } else { 0.0 }).collect();
+    let mask = Lit::new(DType::Bool, vec![rows, cols], mask)?;
+    if let Some(l) = imp.lit(x) {
+        let zero = Lit::new(l.dtype, vec![], vec![0.0])?;
+        let r = Lit::select(&mask, l, &zero)?;
+        imp.set_lit(out, r);
+        return Ok(());
+    }
+    let xo = imp.out(x)?;
+    let r = g.select(g.constant(mask.to_tensor()?).s()?, &xo, g.zeros_like(&xo).s()?).s()?;
+    imp.set_out(out, r);
+    Ok(())
 }
 
 pub(super) fn softmax(imp: &mut Importer, n: &Node, g: &Graph) -> Result<(), String> {

@@ -42,6 +42,7 @@ const CONVERTERS: &[(&str, Convert)] = &[
     ("Dropout", elementwise::identity),
     ("Cast", elementwise::cast),
     ("Where", elementwise::where_),
+    ("Trilu", elementwise::trilu),
     ("Softmax", elementwise::softmax),
     ("Gemm", matmul::gemm),
     ("MatMul", matmul::matmul),
