@@ -75,11 +75,11 @@ pub struct PartitionTimeline {
 }
 
 /// Microseconds since the Unix epoch at `t`, read through one pairing of
-/// the wall clock with the monotonic clock per process. Sampling the wall
-/// clock at each step start instead put a step's times late by however
-/// long the thread was preempted between its two clock reads (266 us once,
-/// on a 2-core host, which drew a receive before its send); with the one
-/// anchor, every task of one process shares the same offset exactly.
+/// the wall clock with the monotonic clock per process: a pair read at
+/// each step would be off by however long the thread is preempted between
+/// its two reads (hundreds of microseconds on a loaded 2-core host, enough
+/// to draw a receive before its send), while one anchor gives every task
+/// of one process the same offset exactly.
 pub fn unix_us_at(t: std::time::Instant) -> f64 {
     static ANCHOR: std::sync::OnceLock<(std::time::Instant, f64)> = std::sync::OnceLock::new();
     let (i0, u0) = *ANCHOR.get_or_init(|| {

@@ -27,10 +27,11 @@ pub enum AttrValue {
 
 /// A tensor inside an attribute: its little-endian bytes, shared between
 /// clones of the graph, and written to a graph file as hex so that every
-/// bit survives a JSON round trip. (Holding the hex text instead cost an
-/// imported ResNet-50's 100 MB of weights 200 MB of text and seconds of
-/// formatting.) The byte count is checked against the shape where the
-/// Const node is built or loaded, so a file's wrong count is named there.
+/// bit survives a JSON round trip. Hex is only the file's form: held in
+/// memory it would double a model's weights (an imported ResNet-50's
+/// constants) and cost a formatting pass per tensor. The byte count is
+/// checked against the shape where the Const node is built or loaded, so
+/// a file's wrong count is named there.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TensorValue {
     pub dtype: DType,

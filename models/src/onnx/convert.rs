@@ -25,7 +25,7 @@ pub(crate) struct Val {
     pub dtype: Option<DType>,
 }
 
-pub(crate) struct Importer<'a> {
+pub(crate) struct Importer {
     pub g: Graph,
     vals: HashMap<String, Val>,
     /// How many node inputs read each value (a weight read by one
@@ -36,7 +36,6 @@ pub(crate) struct Importer<'a> {
     pub training: bool,
     pub updates: Vec<Output>,
     non_trainable: u64,
-    _file: std::marker::PhantomData<&'a str>,
 }
 
 /// The node being converted, with its attributes.
@@ -99,8 +98,8 @@ pub(crate) fn clean(name: &str) -> String {
     if s.is_empty() { "node".into() } else { s }
 }
 
-impl<'a> Importer<'a> {
-    pub fn run(graph: &GraphProto, opset: i64, dir: &Path, file: &'a str, opts: &ImportOptions) -> Result<OnnxModel, ModelError> {
+impl Importer {
+    pub fn run(graph: &GraphProto, opset: i64, dir: &Path, file: &str, opts: &ImportOptions) -> Result<OnnxModel, ModelError> {
         let err = |detail: String| ModelError::Onnx { file: file.to_string(), detail };
         let mut imp = Importer {
             g: Graph::new(),
@@ -111,7 +110,6 @@ impl<'a> Importer<'a> {
             training: opts.training,
             updates: Vec::new(),
             non_trainable: 0,
-            _file: std::marker::PhantomData,
         };
         for n in &graph.node {
             for i in n.input.iter().filter(|i| !i.is_empty()) {
