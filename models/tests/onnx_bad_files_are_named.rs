@@ -82,3 +82,15 @@ fn no_byte_string_panics_the_importer() {
         let _ = import_bytes(&b, Path::new("."), "flipped.onnx", &batch(2));
     }
 }
+
+/// Found by the fuzzer (`fuzz/fuzz_targets/onnx.rs`): the
+/// encoder fixture with one constant changed asks a reshape to
+/// 2^63 - 1 rows; its element count overflowed instead of being refused.
+#[test]
+fn a_reshape_whose_size_overflows_is_refused_naming_the_node() {
+    let f = data().join("bad/fuzz-reshape-overflow.onnx");
+    assert_eq!(
+        err(&f, &batch(2)),
+        format!("{}: node '/encoder/layers.1/self_attn/Reshape_2' (Reshape): shape [8, 2, 9223372036854775807, 32] overflows", f.display())
+    );
+}

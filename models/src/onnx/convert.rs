@@ -310,5 +310,9 @@ fn input_type(vi: &super::proto::ValueInfoProto, opts: &ImportOptions) -> Result
         };
         shape.push(v);
     }
+    // every later product of its dimensions then fits too
+    if flowlab_engine::Shape::new(shape.clone()).checked_bytes(dtype).is_none_or(|b| b > isize::MAX as usize) {
+        return Err(format!("shape {shape:?} is larger than this machine can address"));
+    }
     Ok((dtype, shape))
 }

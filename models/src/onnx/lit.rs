@@ -19,7 +19,7 @@ pub(crate) struct Lit {
 
 impl Lit {
     pub fn new(dtype: DType, shape: Vec<usize>, data: Vec<f64>) -> Result<Lit, String> {
-        if shape.iter().product::<usize>() != data.len() {
+        if numel(&shape) != Some(data.len()) {
             return Err(format!("{} elements for shape {shape:?}", data.len()));
         }
         Ok(Lit { dtype, shape, data })
@@ -169,6 +169,11 @@ fn strides(shape: &[usize]) -> Vec<usize> {
         s[d] = s[d + 1] * shape[d + 1];
     }
     s
+}
+
+/// Elements of a shape; `None` when the product overflows.
+pub(crate) fn numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
 }
 
 /// `i` counted from the end when negative; `None` outside `0..dim`.

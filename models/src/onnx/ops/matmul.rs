@@ -35,7 +35,7 @@ pub(super) fn matmul(imp: &mut Importer, n: &Node, g: &Graph) -> Result<(), Stri
     let y = match (sa.len(), sb.len()) {
         (2, 2) => g.matmul(&x, &w).s()?,
         (ra, 2) if ra > 2 => {
-            let rows: usize = sa[..ra - 1].iter().product();
+            let rows = super::super::lit::numel(&sa[..ra - 1]).ok_or("shape overflows")?;
             let flat = g.reshape(&x, &[rows as i64, sa[ra - 1] as i64]).s()?;
             let mut shape = sa[..ra - 1].to_vec();
             shape.push(sb[1]);

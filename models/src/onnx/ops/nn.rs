@@ -257,7 +257,7 @@ pub(super) fn layer_norm(imp: &mut Importer, n: &Node, g: &Graph) -> Result<(), 
     let (x, out) = (n.need(0)?, n.output(0).ok_or("no output")?);
     let shape = imp.shape(x)?;
     let ax = axis(n.int("axis", -1), shape.len())?;
-    let features: usize = shape[ax..].iter().product();
+    let features = super::super::lit::numel(&shape[ax..]).ok_or("shape overflows")?;
     let xi = imp.out(x)?;
     let flat = |o: &Output| if ax + 1 == shape.len() { Ok(o.clone()) } else { g.reshape(o, &[-1, features as i64]).s() };
     let gamma = g.reshape(imp.out(n.need(1)?)?, &[features as i64]).s()?;

@@ -3,7 +3,7 @@
 //! become the engine's Reshape, Transpose, Concat, Slice and Gather.
 
 use super::super::convert::{Importer, Node};
-use super::super::lit::{Lit, norm_index};
+use super::super::lit::{Lit, norm_index, numel};
 use super::super::tensor;
 use super::{Str, axis, const_ints, dims_i64};
 use flowlab_engine::{DType, Graph, Output};
@@ -57,7 +57,7 @@ pub(super) fn shape(imp: &mut Importer, n: &Node, _g: &Graph) -> Result<(), Stri
 /// The target shape of a Reshape: 0 copies the input's dimension (unless
 /// `allowzero`), -1 takes what is left.
 fn reshape_dims(input: &[usize], spec: &[i64], allowzero: bool) -> Result<Vec<usize>, String> {
-    let total: usize = input.iter().product();
+    let total = numel(input).ok_or_else(|| format!("input shape {input:?} overflows"))?;
     let mut out: Vec<Option<usize>> = Vec::with_capacity(spec.len());
     for (i, &d) in spec.iter().enumerate() {
         out.push(match d {
@@ -67,7 +67,7 @@ fn reshape_dims(input: &[usize], spec: &[i64], allowzero: bool) -> Result<Vec<us
             d => return Err(format!("dimension {d} in shape {spec:?}")),
         });
     }
-    let known: usize = out.iter().flatten().product();
+    let known = out.iter().flatten().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| format!("shape {spec:?} overflows"))?;
     match out.iter().filter(|d| d.is_none()).count() {
         0 if known == total => Ok(out.into_iter().flatten().collect()),
         1 if known > 0 && total % known == 0 => Ok(out.into_iter().map(|d| d.unwrap_or(total / known)).collect()),
@@ -98,7 +98,7 @@ pub(super) fn flatten(imp: &mut Importer, n: &Node, g: &Graph) -> Result<(), Str
     let x = n.need(0)?;
     let s = imp.shape(x)?;
     let a = norm_index(n.int("axis", 1), s.len() + 1).ok_or("axis outside the rank")?;
-    let dims = vec![s[..a].iter().product(), s[a..].iter().product()];
+    let dims = vec![numel(&s[..a]).ok_or("shape overflows")?, numel(&s[a..]).ok_or("shape overflows")?];
     reshape_to(imp, g, x, out0(n)?, dims)
 }
 
@@ -296,7 +296,7 @@ pub(super) fn expand(imp: &mut Importer, n: &Node, g: &Graph) -> Result<(), Stri
     let want: Vec<usize> = spec.iter().map(|&d| d.max(1) as usize).collect();
     let shape = super::super::lit::broadcast(&imp.shape(x)?, &want)?;
     if let Some(l) = imp.lit(x) {
-        let ones = Lit::new(l.dtype, shape.clone(), vec![0.0; shape.iter().product()])?;
+        let ones = Lit::new(l.dtype, shape.clone(), vec![0.0; numel(&shape).ok_or("shape overflows")?])?;
         let e = l.zip(&ones, l.dtype, |a, _| a)?;
         imp.set_lit(out0(n)?, e);
         return Ok(());
