@@ -3,31 +3,9 @@
 
 /// Edit distance between two strings, counted in chars: insertions,
 /// deletions, substitutions and swaps of two neighbours (the commonest typo)
-/// each cost 1 (optimal string alignment distance).
+/// each cost 1 (optimal string alignment distance, strsim's).
 pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let width = b.len() + 1;
-    let mut d = vec![0usize; (a.len() + 1) * width];
-    for i in 0..=a.len() {
-        d[i * width] = i;
-    }
-    for (j, cell) in d.iter_mut().enumerate().take(width) {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[(i - 1) * width + j] + 1)
-                .min(d[i * width + j - 1] + 1)
-                .min(d[(i - 1) * width + j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(d[(i - 2) * width + j - 2] + 1);
-            }
-            d[i * width + j] = best;
-        }
-    }
-    d[a.len() * width + b.len()]
+    strsim::osa_distance(a, b)
 }
 
 /// The candidate closest to `word`, if within a third of its length (at
