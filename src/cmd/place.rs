@@ -55,18 +55,14 @@ pub struct PlaceArgs {
     json: bool,
 }
 
-/// The graph and, for zoo models, the training step to simulate (a graph
+/// The graph and, for zoo models and ONNX files, the training step to simulate (a graph
 /// file has no declared step: every node is replayed).
 fn load_graph(model: &str, batch: usize) -> anyhow::Result<(Graph, Option<StepSpec>, Option<u64>)> {
-    if model.ends_with(".onnx") {
-        let m = flowlab_models::build_with(model, &flowlab_models::ZooOptions::new(batch)).context("--model/--batch")?;
-        let step = m.step();
-        return Ok((m.graph, Some(step), Some(m.params)));
-    }
-    if model.ends_with(".json") || Path::new(model).is_file() {
+    let onnx = model.ends_with(".onnx");
+    if !onnx && (model.ends_with(".json") || Path::new(model).is_file()) {
         return Ok((Graph::load_json(Path::new(model)).with_context(|| format!("reading graph file {model}"))?, None, None));
     }
-    let m = flowlab_models::zoo::build(model, batch).context("--model/--batch")?;
+    let m = flowlab_models::build_with(model, &flowlab_models::ZooOptions::new(batch)).context("--model/--batch")?;
     let step = m.step();
     Ok((m.graph, Some(step), Some(m.params)))
 }

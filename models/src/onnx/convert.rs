@@ -31,11 +31,12 @@ pub(crate) struct Importer {
     /// How many node inputs read each value (a weight read by one
     /// convolution is laid out for it once, at import).
     readers: HashMap<String, usize>,
+    /// Trainable variables (the file's weights) and, apart, the running
+    /// statistics no optimizer updates.
     variables: Vec<Output>,
-    params: u64,
+    states: Vec<Output>,
     pub training: bool,
     pub updates: Vec<Output>,
-    non_trainable: u64,
 }
 
 /// The node being converted, with its attributes.
@@ -106,10 +107,9 @@ impl Importer {
             vals: HashMap::new(),
             readers: HashMap::new(),
             variables: Vec::new(),
-            params: 0,
+            states: Vec::new(),
             training: opts.training,
             updates: Vec::new(),
-            non_trainable: 0,
         };
         for n in &graph.node {
             for i in n.input.iter().filter(|i| !i.is_empty()) {
@@ -156,13 +156,14 @@ impl Importer {
             let o = imp.out(vi.name()).map_err(|e| err(format!("output '{}': {e}", vi.name())))?;
             outputs.push((vi.name().to_string(), o));
         }
+        let elements = |vs: &[Output]| vs.iter().map(|v| v.shape().num_elements().unwrap_or(0) as u64).sum::<u64>();
         Ok(OnnxModel {
             graph: imp.g,
             inputs,
             outputs,
+            params: elements(&imp.variables),
+            non_trainable_params: elements(&imp.states),
             variables: imp.variables,
-            params: imp.params,
-            non_trainable_params: imp.non_trainable,
             updates: imp.updates,
             opset,
             op_counts,
@@ -194,19 +195,21 @@ impl Importer {
 
     /// A trainable variable holding `t` (the file's weights).
     pub fn variable(&mut self, name: &str, t: Tensor) -> Result<Output, String> {
-        let init = self.g.constant(t).map_err(|e| e.to_string())?;
-        let v = self.g.variable(&clean(name), &init).map_err(|e| e.to_string())?;
-        self.params += v.shape().to_shape().map_or(0, |s| s.num_elements() as u64);
+        let v = self.new_variable(name, t)?;
         self.variables.push(v.clone());
         Ok(v)
     }
 
     /// A variable holding `t` that no optimizer trains (running statistics).
     pub fn state(&mut self, name: &str, t: Tensor) -> Result<Output, String> {
-        let init = self.g.constant(t).map_err(|e| e.to_string())?;
-        let v = self.g.variable(&clean(name), &init).map_err(|e| e.to_string())?;
-        self.non_trainable += v.shape().to_shape().map_or(0, |s| s.num_elements() as u64);
+        let v = self.new_variable(name, t)?;
+        self.states.push(v.clone());
         Ok(v)
+    }
+
+    fn new_variable(&self, name: &str, t: Tensor) -> Result<Output, String> {
+        let init = self.g.constant(t).map_err(|e| e.to_string())?;
+        self.g.variable(&clean(name), &init).map_err(|e| e.to_string())
     }
 
     /// The value in ONNX layout, made an engine output if it is not one.

@@ -29,30 +29,17 @@ impl Lit {
         Lit { dtype, shape: vec![v.len()], data: v.iter().map(|&x| x as f64).collect() }
     }
 
+    /// A tensor's elements as f64 (the engine's own conversion); f16 and
+    /// bf16 weights are not folded.
     pub fn from_tensor(t: &Tensor) -> Result<Lit, String> {
-        let e = |e: flowlab_engine::EngineError| e.to_string();
-        let data: Vec<f64> = match t.dtype() {
-            DType::F32 => t.as_slice::<f32>().map_err(e)?.iter().map(|&x| f64::from(x)).collect(),
-            DType::F64 => t.as_slice::<f64>().map_err(e)?.to_vec(),
-            DType::I64 => t.as_slice::<i64>().map_err(e)?.iter().map(|&x| x as f64).collect(),
-            DType::I32 => t.as_slice::<i32>().map_err(e)?.iter().map(|&x| f64::from(x)).collect(),
-            DType::Bool => t.as_slice::<bool>().map_err(e)?.iter().map(|&x| if x { 1.0 } else { 0.0 }).collect(),
-            d => return Err(format!("a {d} constant cannot be folded")),
-        };
-        Ok(Lit { dtype: t.dtype(), shape: t.shape().dims().to_vec(), data })
+        if matches!(t.dtype(), DType::F16 | DType::BF16 | DType::I8) {
+            return Err(format!("a {} constant cannot be folded", t.dtype()));
+        }
+        Ok(Lit { dtype: t.dtype(), shape: t.shape().dims().to_vec(), data: t.to_f64_vec() })
     }
 
     pub fn to_tensor(&self) -> Result<Tensor, String> {
-        let shape = self.shape.clone();
-        let r = match self.dtype {
-            DType::F32 => Tensor::from_vec(self.data.iter().map(|&x| x as f32).collect::<Vec<f32>>(), shape),
-            DType::F64 => Tensor::from_vec(self.data.clone(), shape),
-            DType::I64 => Tensor::from_vec(self.data.iter().map(|&x| x as i64).collect::<Vec<i64>>(), shape),
-            DType::I32 => Tensor::from_vec(self.data.iter().map(|&x| x as i32).collect::<Vec<i32>>(), shape),
-            DType::Bool => Tensor::from_vec(self.data.iter().map(|&x| x != 0.0).collect::<Vec<bool>>(), shape),
-            d => return Err(format!("no {d} constant")),
-        };
-        r.map_err(|e| e.to_string())
+        Tensor::from_f64s(self.dtype, &self.data, self.shape.clone()).map_err(|e| e.to_string())
     }
 
     pub fn as_ints(&self) -> Vec<i64> {
@@ -70,7 +57,7 @@ impl Lit {
     /// Elementwise `f` of two lits under numpy broadcasting.
     pub fn zip(&self, o: &Lit, dtype: DType, f: impl Fn(f64, f64) -> f64) -> Result<Lit, String> {
         let shape = broadcast(&self.shape, &o.shape)?;
-        let n: usize = shape.iter().product();
+        let n = folded_len(&shape)?;
         let (ia, ib) = (index_map(&self.shape, &shape), index_map(&o.shape, &shape));
         let data = (0..n).map(|i| f(self.data[ia(i)], o.data[ib(i)])).collect();
         Ok(Lit { dtype, shape, data })
@@ -79,7 +66,7 @@ impl Lit {
     /// `a` where `c` is true, else `b`, all three broadcast (ONNX Where).
     pub fn select(c: &Lit, a: &Lit, b: &Lit) -> Result<Lit, String> {
         let shape = broadcast(&broadcast(&c.shape, &a.shape)?, &b.shape)?;
-        let n: usize = shape.iter().product();
+        let n = folded_len(&shape)?;
         let (ic, ia, ib) = (index_map(&c.shape, &shape), index_map(&a.shape, &shape), index_map(&b.shape, &shape));
         let data = (0..n).map(|i| if c.data[ic(i)] != 0.0 { a.data[ia(i)] } else { b.data[ib(i)] }).collect();
         Ok(Lit { dtype: a.dtype, shape, data })
@@ -146,21 +133,29 @@ impl Lit {
     }
 
     pub fn transpose(&self, perm: &[usize]) -> Lit {
-        let shape: Vec<usize> = perm.iter().map(|&p| self.shape[p]).collect();
-        let src = strides(&self.shape);
-        let n = self.data.len();
-        let data = (0..n)
-            .map(|mut i| {
-                let mut at = 0;
-                for d in (0..shape.len()).rev() {
-                    at += (i % shape[d]) * src[perm[d]];
-                    i /= shape[d];
-                }
-                self.data[at]
-            })
-            .collect();
+        let (shape, data) = permute(&self.data, &self.shape, perm);
         Lit { dtype: self.dtype, shape, data }
     }
+}
+
+/// Elements of a row-major array of `shape` with its axes reordered by
+/// `perm` (a permutation of the axes, which callers check): the new
+/// shape and elements. Folded constants and filters laid out at import
+/// share it.
+pub(crate) fn permute<T: Copy>(src: &[T], shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<T>) {
+    let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let from = strides(shape);
+    let data = (0..src.len())
+        .map(|mut i| {
+            let mut at = 0;
+            for d in (0..out.len()).rev() {
+                at += (i % out[d]) * from[perm[d]];
+                i /= out[d];
+            }
+            src[at]
+        })
+        .collect();
+    (out, data)
 }
 
 fn strides(shape: &[usize]) -> Vec<usize> {
@@ -202,10 +197,15 @@ pub(crate) fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> 
             }
         })
         .collect::<Result<_, _>>()?;
-    match out.iter().try_fold(1usize, |x, &d| x.checked_mul(d)) {
-        Some(n) if n <= MAX_FOLDED => Ok(out),
-        _ => Err(format!("broadcasting {a:?} and {b:?} gives more than {MAX_FOLDED} elements to fold")),
+    match numel(&out) {
+        Some(_) => Ok(out),
+        None => Err(format!("broadcasting {a:?} and {b:?} overflows")),
     }
+}
+
+/// Elements of a constant about to be folded, at most [`MAX_FOLDED`].
+pub(crate) fn folded_len(shape: &[usize]) -> Result<usize, String> {
+    numel(shape).filter(|&n| n <= MAX_FOLDED).ok_or_else(|| format!("a constant of shape {shape:?} is more than the {MAX_FOLDED} elements the importer folds"))
 }
 
 /// For each flat index of `out`, the flat index of `from` broadcast to it.

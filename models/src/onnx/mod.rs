@@ -114,3 +114,30 @@ pub fn import_bytes(bytes: &[u8], dir: &Path, source: &str, opts: &ImportOptions
     }
     convert::Importer::run(graph, opset, dir, source, opts)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::proto::{GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, AttributeProto};
+    use super::proto::{attribute_proto::AttributeType, tensor_shape_proto::{Dimension, dimension}, type_proto};
+    use super::{ImportOptions, import_bytes};
+    use prost::Message;
+
+    /// A one-node model over a float input `x` of `shape`.
+    fn model(node: NodeProto, shape: &[i64]) -> Vec<u8> {
+        let dims = shape.iter().map(|&d| Dimension { value: Some(dimension::Value::DimValue(d)), ..Default::default() }).collect();
+        let tensor = type_proto::Tensor { elem_type: Some(1), shape: Some(TensorShapeProto { dim: dims }) };
+        let x = ValueInfoProto { name: Some("x".into()), r#type: Some(TypeProto { value: Some(type_proto::Value::TensorType(tensor)), ..Default::default() }), ..Default::default() };
+        let y = ValueInfoProto { name: Some("y".into()), ..Default::default() };
+        let graph = GraphProto { node: vec![node], input: vec![x], output: vec![y], initializer: Vec::<TensorProto>::new(), ..Default::default() };
+        let opset = OperatorSetIdProto { domain: Some(String::new()), version: Some(18) };
+        ModelProto { ir_version: Some(8), opset_import: vec![opset], graph: Some(graph), ..Default::default() }.encode_to_vec()
+    }
+
+    #[test]
+    fn a_transpose_whose_perm_repeats_an_axis_is_refused_naming_the_node() {
+        let perm = AttributeProto { name: Some("perm".into()), r#type: Some(AttributeType::Ints as i32), ints: vec![0, 0, 1], ..Default::default() };
+        let node = NodeProto { op_type: Some("Transpose".into()), name: Some("t".into()), input: vec!["x".into()], output: vec!["y".into()], attribute: vec![perm], ..Default::default() };
+        let e = import_bytes(&model(node, &[2, 3, 4]), std::path::Path::new("."), "m.onnx", &ImportOptions::default()).map(|_| ()).unwrap_err().to_string();
+        assert_eq!(e, "m.onnx: node 't' (Transpose): perm [0, 0, 1] is not a permutation of 3 axes");
+    }
+}

@@ -116,22 +116,21 @@ fn hwio(imp: &mut Importer, w: &str) -> Result<Output, String> {
 
 /// A filter `[O, I, H, W]` as `[H, W, I, O]`, in its own element type.
 fn oihw_to_hwio(t: &flowlab_engine::Tensor) -> Result<flowlab_engine::Tensor, String> {
-    let &[o, i, h, w] = t.shape().dims() else { return Err(format!("filter of shape {} is not rank 4", t.shape())) };
-    fn go<T: flowlab_engine::Element + Copy>(src: &[T], [o, i, h, w]: [usize; 4]) -> Vec<T> {
-        let mut out = Vec::with_capacity(src.len());
-        for y in 0..h {
-            for x in 0..w {
-                for c in 0..i {
-                    out.extend((0..o).map(|k| src[((k * i + c) * h + y) * w + x]));
-                }
-            }
-        }
-        out
+    use super::super::lit::permute;
+    const HWIO: [usize; 4] = [2, 3, 1, 0];
+    let dims = t.shape().dims();
+    if dims.len() != 4 {
+        return Err(format!("filter of shape {} is not rank 4", t.shape()));
     }
-    let d = [o, i, h, w];
     match t.dtype() {
-        flowlab_engine::DType::F32 => flowlab_engine::Tensor::from_vec(go(t.as_slice::<f32>().s()?, d), [h, w, i, o]).s(),
-        flowlab_engine::DType::F64 => flowlab_engine::Tensor::from_vec(go(t.as_slice::<f64>().s()?, d), [h, w, i, o]).s(),
+        flowlab_engine::DType::F32 => {
+            let (shape, data) = permute(t.as_slice::<f32>().s()?, dims, &HWIO);
+            flowlab_engine::Tensor::from_vec(data, shape).s()
+        }
+        flowlab_engine::DType::F64 => {
+            let (shape, data) = permute(t.as_slice::<f64>().s()?, dims, &HWIO);
+            flowlab_engine::Tensor::from_vec(data, shape).s()
+        }
         other => Err(format!("{other} filters are not imported (f32, f64)")),
     }
 }

@@ -40,7 +40,7 @@ pub(super) fn constant_of_shape(imp: &mut Importer, n: &Node, _g: &Graph) -> Res
         }
         None => (DType::F32, 0.0),
     };
-    let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).filter(|&c| c <= super::super::lit::MAX_FOLDED).ok_or("shape too large to fold")?;
+    let count = super::super::lit::folded_len(&shape)?;
     imp.set_lit(out0(n)?, Lit::new(dtype, shape, vec![v; count])?);
     Ok(())
 }
@@ -144,6 +144,10 @@ pub(super) fn transpose(imp: &mut Importer, n: &Node, g: &Graph) -> Result<(), S
         Some(p) => p.iter().map(|&v| axis(v, rank)).collect::<Result<_, _>>()?,
         None => (0..rank).rev().collect(),
     };
+    let mut seen = vec![false; rank];
+    if perm.len() != rank || perm.iter().any(|&p| std::mem::replace(&mut seen[p], true)) {
+        return Err(format!("perm {:?} is not a permutation of {rank} axes", n.ints("perm").unwrap_or_default()));
+    }
     if let Some(l) = imp.lit(x) {
         let l = l.transpose(&perm);
         imp.set_lit(out0(n)?, l);
@@ -296,7 +300,7 @@ pub(super) fn expand(imp: &mut Importer, n: &Node, g: &Graph) -> Result<(), Stri
     let want: Vec<usize> = spec.iter().map(|&d| d.max(1) as usize).collect();
     let shape = super::super::lit::broadcast(&imp.shape(x)?, &want)?;
     if let Some(l) = imp.lit(x) {
-        let ones = Lit::new(l.dtype, shape.clone(), vec![0.0; numel(&shape).ok_or("shape overflows")?])?;
+        let ones = Lit::new(l.dtype, shape.clone(), vec![0.0; super::super::lit::folded_len(&shape)?])?;
         let e = l.zip(&ones, l.dtype, |a, _| a)?;
         imp.set_lit(out0(n)?, e);
         return Ok(());
