@@ -45,6 +45,8 @@ enum Command {
     Server(cmd::server::ServerArgs),
     /// List the catalog of ready experiments (run one with `flowlab run catalog:NAME`).
     List,
+    /// The JSON Schema of experiment files (for editors), or one kind's keys (`schema cluster --markdown`).
+    Schema(cmd::schema::SchemaArgs),
     /// Print a starting experiment file: an annotated one for a kind, or a catalog entry to edit.
     New(cmd::new::NewArgs),
 }
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
         Some(Command::Compare(args)) => cmd::compare::run(args),
         Some(Command::List) => cmd::run::list(),
         Some(Command::New(args)) => cmd::new::run(args),
+        Some(Command::Schema(args)) => cmd::schema::run(args),
         Some(Command::Train(args)) => cmd::train::run(args),
         Some(Command::Place(args)) => cmd::place::run(args),
         Some(Command::Onnx(args)) => cmd::onnx::run(args),

@@ -38,7 +38,7 @@ use crate::kinds::{PointEnv, PointError};
 use crate::references::Target;
 
 /// The `calibrate:` block.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CalibrateSpec {
     /// Dotted parameter keys and the `[lo, hi]` range each is searched in.
@@ -55,7 +55,7 @@ fn default_max_iters() -> u64 {
 }
 
 /// The optimizer.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Method {
     #[default]

@@ -21,6 +21,7 @@ mod merge;
 mod params;
 mod references;
 mod runner;
+mod schema;
 mod store;
 mod suggest;
 mod sweep;
@@ -33,6 +34,7 @@ pub use error::ExperimentError;
 pub use experiment::Experiment;
 pub use measure::{ProfileRequest, ZooSizes, measure_host, profile_model};
 pub use merge::{MergeSummary, merge};
+pub use schema::{file_schema, point_schema, reference_page};
 pub use runner::{Progress, RunOptions, RunSummary, Shard, default_out_dir, run};
 
 /// Renders the plots and the HTML page of a result directory; returns the

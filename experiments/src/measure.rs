@@ -128,25 +128,34 @@ impl StepRunner {
 
 /// Sizes of a smaller zoo variant (`None`: the published value), for models
 /// that must fit a CPU: `{ hidden: 128, seq_len: 20, vocab: 2000 }`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ZooSizes {
+    /// Hidden width (units of an LSTM or MLP layer, a transformer's model width).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hidden: Option<usize>,
+    /// Number of layers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layers: Option<usize>,
+    /// Sequence length in tokens (steps an LSTM is unrolled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq_len: Option<usize>,
+    /// Vocabulary size (tokens).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vocab: Option<usize>,
+    /// Attention heads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heads: Option<usize>,
+    /// Width of a transformer's feed-forward layer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ff: Option<usize>,
+    /// Classes of a sampled softmax.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampled: Option<usize>,
+    /// Height and width of input images (pixels).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_size: Option<usize>,
+    /// Output classes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<usize>,
 }

@@ -436,6 +436,21 @@ impl serde::Serialize for CommFormat {
     }
 }
 
+/// A string such as `f32` or `int8:256` (any case, as `FromStr` reads it).
+impl schemars::JsonSchema for CommFormat {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "CommFormat".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "number format of tensors on the wire: f32 | f16 | bf16 | int8 | int8:<block> (one scale per block of values)",
+            "type": "string",
+            "pattern": "^\\s*([fF]32|[fF]16|[bB][fF]16|[iI][nN][tT]8(:0*[1-9][0-9]*)?)\\s*$"
+        })
+    }
+}
+
 impl<'de> serde::Deserialize<'de> for CommFormat {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;

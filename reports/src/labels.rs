@@ -62,6 +62,7 @@ const KNOWN: &[(&str, &str)] = &[
 
 /// Unit suffixes of keys not listed above.
 const SUFFIXES: &[(&str, &str)] = &[
+    ("_per_s", "per s"),
     ("_gbps", "Gb/s"),
     ("_ms", "ms"),
     ("_us", "µs"),
@@ -72,7 +73,7 @@ const SUFFIXES: &[(&str, &str)] = &[
 
 /// The axis title of `key`: `median step time (s)` for `step_p50_s`,
 /// `latency (ms)` for `latency_ms`, the key itself otherwise.
-pub(crate) fn axis_label(key: &str) -> String {
+pub fn axis_label(key: &str) -> String {
     if let Some((_, label)) = KNOWN.iter().find(|(k, _)| *k == key) {
         return (*label).to_string();
     }

@@ -19,6 +19,7 @@ mod spec;
 mod summary;
 
 pub use error::ReportError;
+pub use labels::axis_label as metric_label;
 pub use prepare::check_plot_points;
 pub use render::{RenderedReport, render};
 pub use results::{ResultRow, ResultsFile, read_results, read_results_file};

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::ReportError;
 
 /// The chart type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PlotKind {
     /// `y` against `x`, one line per value of `series`, error bars from repeats.
@@ -45,7 +45,7 @@ impl PlotKind {
 }
 
 /// One plot of an experiment.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlotSpec {
     #[serde(default)]
@@ -105,7 +105,7 @@ pub struct PlotSpec {
 ///
 /// `- { source: "TF paper, Fig. 7", label: "paper: null", x: workers, y: step_p50_s,`
 /// `    where: { model: "null" }, role: held_out, points: [[1, 0.0018, calibration], [100, 0.0088]] }`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Reference {
     /// Where the numbers come from (paper, figure or table).
@@ -128,7 +128,7 @@ pub struct Reference {
 }
 
 /// What a published point is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// A free parameter was fitted to it: agreement here is by construction.
@@ -172,6 +172,23 @@ impl Serialize for ReferencePoint {
             seq.serialize_element(&r)?;
         }
         seq.end()
+    }
+}
+
+impl schemars::JsonSchema for ReferencePoint {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ReferencePoint".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let role = generator.subschema_for::<Role>();
+        schemars::json_schema!({
+            "description": "`[x, y]` or `[x, y, role]`",
+            "type": "array",
+            "prefixItems": [{ "type": "number" }, { "type": "number" }, role],
+            "items": false,
+            "minItems": 2
+        })
     }
 }
 

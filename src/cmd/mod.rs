@@ -11,6 +11,7 @@ pub mod place;
 pub mod profile;
 pub mod report;
 pub mod run;
+pub mod schema;
 pub mod server;
 pub mod systolic;
 pub mod train;

@@ -167,32 +167,44 @@ use super::validate::LinkParams;
 use super::{Outcome, PointEnv, TypedKind};
 
 /// One sweep point of a distributed experiment.
-#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct DistributedPoint {
+    /// A digits model: mlp (64-128-10), mlp784 (784-512-512-10, the digits
+    /// at 28 x 28) or cnn.
     #[serde(default = "default_model")]
     model: String,
+    /// PS tasks (variables sharded greedily by size).
     #[serde(default = "one")]
     ps: usize,
+    /// Worker tasks, backups included.
     #[serde(default = "one")]
     workers: usize,
+    /// How the workers' updates combine.
     #[serde(default)]
     strategy: StrategyName,
+    /// sync: backup workers among `workers`.
     #[serde(default)]
     backup: usize,
+    /// Number format of the tensors between tasks: f32, f16, bf16, int8.
     #[serde(default = "default_comm")]
     comm: String,
     /// Emulated between the tasks and given to the simulator; `None`:
     /// plain loopback.
     #[serde(default)]
     link: Option<LinkParams>,
-    /// `None`: the default (see `batch()`).
+    /// Examples per update (split over the needed workers in sync);
+    /// absent: 32 rounded up to a multiple of them.
     #[serde(default)]
     batch: Option<usize>,
+    /// Passes over the training set.
     #[serde(default = "default_epochs")]
     epochs: usize,
+    /// Stop a task after an update: `worker:2@20` (async: only a ps task,
+    /// after global update 20, which is restarted).
     #[serde(default)]
     kill: Option<String>,
+    /// Updates between checkpoints (a killed PS restarts from the newest).
     #[serde(default)]
     checkpoint_every: Option<usize>,
     /// Batches of timed repetitions per calibration figure.
@@ -206,11 +218,13 @@ pub(crate) struct DistributedPoint {
     straggler: Option<Straggler>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 enum StrategyName {
+    /// An update averages the gradients of `workers - backup` workers.
     #[default]
     Sync,
+    /// Each worker's gradient is applied as it comes.
     Async,
 }
 

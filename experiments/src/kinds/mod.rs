@@ -75,6 +75,9 @@ pub(crate) trait Kind: Sync {
     /// Type-checks the file's `base:` against the kind's schema, so that
     /// errors point at their line and column in the file.
     fn check_base(&self, origin: &str, text: &str) -> Result<(), ExperimentError>;
+    /// The JSON Schema of one point's parameter tree, from the typed
+    /// configuration (see `crate::schema`).
+    fn point_schema(&self) -> Value;
     /// Parses and validates one point's parameter tree.
     fn prepare(&self, tree: &Value) -> Result<Box<dyn Runnable>, PointError>;
     /// Scalar metrics every successful point reports, in column order.
@@ -166,7 +169,6 @@ impl<C: Send + Sync> Runnable for Bound<C> {
     }
 }
 
-/// A configuration as it deserialized, defaults filled in.
 /// A model key: a zoo name, or an ONNX file (a path ending in `.onnx`,
 /// relative to where flowlab runs) that exists; the file is imported when
 /// the point runs.
@@ -189,13 +191,18 @@ pub(crate) fn check_model(model: &str) -> Result<(), String> {
     ))
 }
 
+/// A configuration as it deserialized, defaults filled in.
 pub(crate) fn serialized<C: serde::Serialize>(config: &C) -> Result<Value, String> {
     serde_json::to_value(config).map_err(|e| e.to_string())
 }
 
-impl<C: DeserializeOwned + Send + Sync + 'static> Kind for TypedKind<C> {
+impl<C: DeserializeOwned + schemars::JsonSchema + Send + Sync + 'static> Kind for TypedKind<C> {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn point_schema(&self) -> Value {
+        schemars::schema_for!(C).to_value()
     }
 
     fn check_base(&self, origin: &str, text: &str) -> Result<(), ExperimentError> {

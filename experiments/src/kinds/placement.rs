@@ -28,20 +28,34 @@ use flowlab_sim::placement::{PLACERS, PlacerOptions, place_timed};
 use super::{Outcome, TypedKind};
 
 /// One sweep point of a placement experiment.
-#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PlacementPoint {
+    /// A model-zoo graph (mlp, cnn, resnet50, inception_v3, lstm_lm,
+    /// transformer, transformer_base, gnmt) or an ONNX file (`*.onnx`,
+    /// relative to where flowlab runs), trained with its default loss.
     model: String,
+    /// Examples per training step.
     #[serde(default = "default_batch")]
     batch: usize,
+    /// Hardware catalog devices, e.g. `4xK40`, `8xH100`, `2xV100,1xcpu`.
     devices: String,
+    /// A catalog link for every device's port (`pcie3-x16`, `nvlink2`), or
+    /// a fabric (`dgx1`); absent: each device's own default link.
     #[serde(default)]
     link: Option<String>,
+    /// single_device, round_robin, default, tf_greedy, m_topo, m_etf, m_sct
+    /// or local_search.
     placer: String,
+    /// Number format of tensors between devices: f32, f16, bf16, int8,
+    /// int8:<block>; absent: f32.
     #[serde(default)]
     comm: Option<String>,
+    /// local_search only: moves tried (a count, not a time, so results
+    /// repeat).
     #[serde(default)]
     iterations: Option<usize>,
+    /// local_search only: the placer whose answer it starts from.
     #[serde(default)]
     start: Option<String>,
 }

@@ -16,25 +16,41 @@ use flowlab_hw::systolic::{ArrayConfig, Dataflow, Layer, MAX_ARRAY_DIM, resnet50
 use super::{Outcome, TypedKind};
 
 /// One sweep point of a systolic experiment.
-#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SystolicPoint {
+    /// Processing elements per column of the array.
     rows: u32,
+    /// Processing elements per row of the array.
     cols: u32,
+    /// Which operand stays in the processing elements.
     dataflow: Dataflow,
+    /// Words DRAM delivers per cycle (absent: unlimited, no stalls).
     #[serde(default)]
     dram_words_per_cycle: Option<u64>,
+    /// What the array computes.
     workload: Workload,
 }
 
-#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+/// A GEMM or a network's layers.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 enum Workload {
-    Gemm { m: u64, n: u64, k: u64 },
+    /// One GEMM: an `m x k` matrix times a `k x n` one.
+    Gemm {
+        /// Rows of the output.
+        m: u64,
+        /// Columns of the output.
+        n: u64,
+        /// The shared dimension.
+        k: u64,
+    },
+    /// Every layer of a network, lowered to GEMMs as SCALE-Sim does.
     Network(NetworkName),
 }
 
-#[derive(Debug, Clone, Copy, serde::Deserialize, serde::Serialize)]
+/// A network whose layers are built in.
+#[derive(Debug, Clone, Copy, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 enum NetworkName {
     Resnet50,

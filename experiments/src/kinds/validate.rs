@@ -45,33 +45,49 @@ use super::{Outcome, TypedKind};
 use crate::measure::{self, ProfileRequest, StepRunner, ZooSizes};
 
 /// One sweep point of a validation experiment.
-#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ValidatePoint {
+    /// A model-zoo graph the engine can run at this size, or an ONNX file
+    /// (`*.onnx`, relative to where flowlab runs).
     model: String,
     /// A smaller variant of the zoo model: `{ hidden: 128, seq_len: 20 }`.
     #[serde(default)]
     sizes: ZooSizes,
+    /// Examples per training step.
     #[serde(default = "default_batch")]
     batch: usize,
+    /// Real engine devices, CPUs of this process: `2xcpu`.
     devices: String,
+    /// Worker threads per device.
     #[serde(default = "one")]
     threads: usize,
+    /// Any placer of `flowlab place`.
     placer: String,
+    /// Number format of tensors between devices: f32, f16, bf16, int8,
+    /// int8:<block>; absent: f32.
     #[serde(default)]
     comm: Option<String>,
-    /// `None`: the devices exchange tensors in process, no emulation.
+    /// A link emulated between the devices in the engine and given to the
+    /// simulator; absent: the devices exchange tensors in process.
     #[serde(default)]
     link: Option<LinkParams>,
+    /// How the simulator costs each op.
     predictor: Predictor,
+    /// Timed steps of the real run.
     #[serde(default = "default_steps")]
     steps: usize,
+    /// Untimed steps first.
     #[serde(default = "default_warmup")]
     warmup: usize,
+    /// A `flowlab profile` file for the profile predictor; absent: the
+    /// model is profiled in this run.
     #[serde(default)]
     profile: Option<String>,
+    /// local_search only: moves tried.
     #[serde(default)]
     iterations: Option<usize>,
+    /// local_search only: the placer whose answer it starts from.
     #[serde(default)]
     start: Option<String>,
     /// `true` (default): the placement `flowlab place` returns, the best
@@ -88,10 +104,12 @@ fn yes() -> bool {
 
 /// `link: { gbps, latency_us }`: an emulated link (kinds `validate` and
 /// `distributed`).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct LinkParams {
+    /// Rate, Gbit/s.
     pub(crate) gbps: f64,
+    /// One-way latency, microseconds.
     pub(crate) latency_us: f64,
 }
 
@@ -106,10 +124,12 @@ impl LinkParams {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 enum Predictor {
+    /// The hardware catalog's roofline of this host's measured rates.
     Roofline,
+    /// Each op's time measured by profiling the model on this host.
     Profile,
 }
 

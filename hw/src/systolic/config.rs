@@ -24,6 +24,21 @@ pub enum Dataflow {
     Is,
 }
 
+/// `os`, `ws` or `is`, in any case (as `FromStr` reads them).
+impl schemars::JsonSchema for Dataflow {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Dataflow".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "Which operand stays in the processing elements: os (output stationary), ws (weight stationary) or is (input stationary).",
+            "type": "string",
+            "enum": ["os", "ws", "is", "OS", "WS", "IS"]
+        })
+    }
+}
+
 impl FromStr for Dataflow {
     type Err = HwError;
     fn from_str(s: &str) -> Result<Self, HwError> {

@@ -9,8 +9,9 @@ use crate::network::ModelKind;
 use flowlab_hw::CommFormat;
 use serde::{Deserialize, Serialize};
 
-/// A cluster training run. See the crate README for the YAML shape.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One sweep point of a cluster experiment: a training run on a simulated
+/// cluster of workers, parameter servers and links.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
     /// Workload: a catalog name or an inline workload.
@@ -59,7 +60,7 @@ pub struct ClusterConfig {
 }
 
 /// Training strategy (`strategy:` key), e.g. `{ sync: { backup: 2 } }`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Strategy {
     /// Every worker runs on its own; staleness is recorded.
@@ -67,13 +68,16 @@ pub enum Strategy {
     /// One barrier per step; with `backup` extra workers the step ends at
     /// the first `workers` gradients and the late ones are dropped.
     Sync {
+        /// Extra workers beyond `workers`, whose late gradients are dropped.
         #[serde(default)]
         backup: u32,
     },
     /// `groups` synchronous groups (workers split evenly) that run
     /// asynchronously with each other; `backup` extra workers per group.
     SyncGroups {
+        /// Synchronous groups (at least 1, at most `workers`).
         groups: u32,
+        /// Extra workers per group.
         #[serde(default)]
         backup: u32,
     },
@@ -102,7 +106,7 @@ pub const MAX_HOST_CORES: u32 = 4096;
 pub const MAX_MESH: usize = 256;
 
 /// Topology kind (`network.topology`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TopologyKind {
     #[default]
@@ -119,19 +123,25 @@ pub enum TopologyKind {
 
 /// The network (`network:` key). The main link is `link` (a hardware
 /// catalog name) or `link_gbps` + `latency_us`, not both.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkConfig {
+    /// How the endpoints are wired.
     #[serde(default)]
     pub topology: TopologyKind,
+    /// How flows share the links.
     #[serde(default)]
     pub model: ModelKind,
+    /// The main link, a hardware catalog name (e.g. `eth-10g`), instead of
+    /// `link_gbps` + `latency_us`.
     #[serde(default)]
     pub link: Option<String>,
-    /// Default 10 when neither this nor `link` is given.
+    /// The main link's rate, Gbit/s; default 10 when neither this nor
+    /// `link` is given.
     #[serde(default)]
     pub link_gbps: Option<f64>,
-    /// Default 5 when `link` is not given.
+    /// The main link's latency, microseconds; default 5 when `link` is not
+    /// given.
     #[serde(default)]
     pub latency_us: Option<f64>,
     /// Fat-tree arity (even); smallest that fits when absent.
@@ -143,22 +153,29 @@ pub struct NetworkConfig {
     /// Clos leaves; enough for the devices when absent.
     #[serde(default)]
     pub leaves: Option<u32>,
+    /// Clos: endpoints under each leaf switch.
     #[serde(default = "default_hosts_per_leaf")]
     pub hosts_per_leaf: u32,
+    /// Clos: spine switches, each wired to every leaf.
     #[serde(default = "default_spines")]
     pub spines: u32,
+    /// Clos: a leaf's downlink capacity over its uplink capacity (1: full
+    /// bisection bandwidth).
     #[serde(default = "default_oversubscription")]
     pub oversubscription: f64,
     /// Hierarchical: machines; enough for the devices when absent.
     #[serde(default)]
     pub hosts: Option<u32>,
+    /// Hierarchical: endpoints (devices) per machine.
     #[serde(default = "default_devices_per_host")]
     pub devices_per_host: u32,
     /// Hierarchical: the in-machine link (catalog name), or gbps + latency.
     #[serde(default)]
     pub intra_link: Option<String>,
+    /// Hierarchical: the in-machine link's rate, Gbit/s.
     #[serde(default)]
     pub intra_link_gbps: Option<f64>,
+    /// Hierarchical: the in-machine link's latency, microseconds.
     #[serde(default)]
     pub intra_latency_us: Option<f64>,
     /// Which endpoints the PS tasks and the workers take.
@@ -169,7 +186,7 @@ pub struct NetworkConfig {
 /// How the tasks map onto the topology's endpoints (`network.tasks`).
 /// Endpoints are numbered rack by rack (pod by pod, host by host), so the
 /// layout decides whether the PS tasks share a rack's uplinks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskLayout {
     /// PS task k on endpoint floor(k * n / ps) of the n in use, workers on
@@ -249,27 +266,45 @@ impl Default for NetworkConfig {
 }
 
 /// Per-step compute slowdowns (`straggler:` key, tagged by `dist`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(tag = "dist", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Straggler {
+    /// Every step takes its compute time (the default).
     #[default]
     None,
     /// Compute time times exp(sigma * Z), Z standard normal (median 1).
-    Lognormal { sigma: f64 },
+    Lognormal {
+        /// The log's standard deviation (0.3: a 99th percentile step 2x the median).
+        sigma: f64,
+    },
     /// With probability `p`, compute time grows by an exponential amount
     /// of mean `mean` (a fraction of the compute time).
-    Exponential { p: f64, mean: f64 },
+    Exponential {
+        /// Probability that a step is slowed, in [0, 1].
+        p: f64,
+        /// Mean added time of a slowed step, as a fraction of its compute.
+        mean: f64,
+    },
     /// The listed workers always compute `factor` times slower.
-    SlowMachines { workers: Vec<u32>, factor: f64 },
+    SlowMachines {
+        /// Worker indices, from 0.
+        workers: Vec<u32>,
+        /// Their compute time's multiplier (> 0).
+        factor: f64,
+    },
     /// Each worker has slow periods of `duration_s` starting at exponential
     /// gaps of mean `mean_interval_s`; steps started in one are `factor`
     /// slower. Slowness persists on a machine for the period (a busy host,
     /// a throttled GPU), unlike the per-step draws above. `jitter_sigma`
     /// adds an independent lognormal per-step jitter on top (default 0).
     Transient {
+        /// Mean gap between a worker's slow periods, seconds.
         mean_interval_s: f64,
+        /// Length of a slow period, seconds.
         duration_s: f64,
+        /// Compute time's multiplier inside a slow period.
         factor: f64,
+        /// Sigma of an extra lognormal per-step jitter (0: none).
         #[serde(default)]
         jitter_sigma: f64,
     },
@@ -281,10 +316,14 @@ pub enum Straggler {
     /// replays column `w mod columns`, its k-th step taking row
     /// `k mod rows`.
     Trace {
+        /// A CSV file of factors.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         file: Option<String>,
+        /// The factors inline, one list per worker (instead of `file`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         factors: Option<Vec<Vec<f64>>>,
+        /// Every worker draws from all the factors instead of replaying its
+        /// own column.
         #[serde(default)]
         pooled: bool,
     },
@@ -335,7 +374,7 @@ impl Straggler {
 }
 
 /// Crashes (`failures:` key): drawn from a per-task MTBF and/or at given times.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Failures {
     /// Mean time between failures of one task (worker or PS), hours.
@@ -350,10 +389,12 @@ pub struct Failures {
 }
 
 /// Checkpoints (`checkpoint:` key): every `every_steps` steps, pausing `cost_s`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Checkpoint {
+    /// Steps between checkpoints.
     pub every_steps: u64,
+    /// Time a checkpoint pauses training, seconds.
     #[serde(default)]
     pub cost_s: f64,
 }

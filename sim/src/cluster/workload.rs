@@ -9,10 +9,12 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 /// An embedding table (sparse parameters).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Embedding {
+    /// Rows of the table (sharded over the PS tasks).
     pub rows: u64,
+    /// Elements per row.
     pub dim: u64,
     /// Rows a worker gathers (and updates) per step.
     pub rows_per_step: u64,
@@ -20,11 +22,14 @@ pub struct Embedding {
 
 /// An output layer of `classes` rows of `dim`, applied to `tokens`
 /// activations a step, computed on the PS tasks (`Workload::ps_softmax`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PsSoftmax {
+    /// Output classes (the vocabulary), split evenly over the PS tasks.
     pub classes: u64,
+    /// Width of each class's row and of an activation.
     pub dim: u64,
+    /// Activations one worker step sends (batch x unrolled steps).
     pub tokens: u64,
 }
 
@@ -37,7 +42,7 @@ impl PsSoftmax {
 }
 
 /// The update rule a PS task applies, by its memory passes over a shard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Optimizer {
     /// Read the variable and the gradient, write the variable: 3 passes.
@@ -75,7 +80,7 @@ impl Optimizer {
 /// target with staleness. `updates` is measured with one worker (no
 /// staleness), `staleness_cost` fitted on other worker counts; the catalog's
 /// `async-convergence` names both and the points held out.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Convergence {
     /// Updates one worker without staleness needs to reach the target.
@@ -102,7 +107,7 @@ impl Convergence {
 }
 
 /// Parameters, per-step compute and batch of one worker step.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Workload {
     /// A label for plots, tables and `where:` pins of reference points
@@ -118,6 +123,7 @@ pub struct Workload {
     /// One scalar on every PS task (the paper's "null" model).
     #[serde(default)]
     pub scalar_per_ps: bool,
+    /// Embedding tables (sparse parameters), gathered and updated by rows.
     #[serde(default)]
     pub embeddings: Vec<Embedding>,
     /// Median compute time of one worker step, seconds.
@@ -730,6 +736,25 @@ impl Serialize for ModelRef {
             ModelRef::Name(n) => s.serialize_str(n),
             ModelRef::Inline(w) => w.serialize(s),
         }
+    }
+}
+
+/// A catalog name, `null` (the null model), or an inline workload map.
+impl schemars::JsonSchema for ModelRef {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ModelRef".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let inline = generator.subschema_for::<Workload>();
+        schemars::json_schema!({
+            "description": "a workload catalog name, or an inline workload map (`{ zoo: MODEL }` or `{ onnx: FILE }` for a graph's step)",
+            "anyOf": [
+                { "type": "string", "enum": Workload::CATALOG_NAMES },
+                { "type": "null" },
+                inline
+            ]
+        })
     }
 }
 

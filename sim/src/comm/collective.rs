@@ -18,7 +18,7 @@ use crate::time::SimTime;
 use serde::{Deserialize, Serialize};
 
 /// Which all-reduce to use (the `allreduce` key).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AllReduceAlgo {
     Ring,

@@ -15,7 +15,7 @@ use crate::error::SimError;
 use crate::time::SimTime;
 
 /// Which model to use (the `network.model` key).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ModelKind {
     Analytical,

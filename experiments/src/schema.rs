@@ -1,0 +1,377 @@
+//! JSON Schema of experiment files, generated from the configuration types
+//! themselves (schemars reads their serde attributes and doc comments), so
+//! the schema an editor checks against, the reference pages of the manual
+//! and the parser never disagree about a key.
+//!
+//! ```text
+//! file_schema()      -> the whole file: name, kind, base (the kind's point,
+//!                       every key optional: a sweep may set it), sweep, plots,
+//!                       reference, calibrate
+//! point_schema(kind) -> one sweep point of a kind, required keys required
+//! reference_page(kind) -> the manual's page of that kind's keys (markdown)
+//! ```
+
+use serde_json::{Map, Value, json};
+
+use crate::kinds;
+
+/// The schema of one sweep point of `kind`: what its `base:` merged with a
+/// sweep point must satisfy.
+pub fn point_schema(kind: &str) -> Result<Value, String> {
+    Ok(kinds::lookup(kind)?.point_schema())
+}
+
+/// The schema of an experiment file (JSON Schema 2020-12): the top-level
+/// keys, and `base:` checked against its kind's point schema with every key
+/// optional (a sweep may give the rest). Each kind's definitions are
+/// prefixed with the kind's name, since two kinds may name different types
+/// alike.
+pub fn file_schema() -> Value {
+    let mut defs = Map::new();
+    let mut cases = Vec::new();
+    for name in kinds::available() {
+        let Ok(kind) = kinds::lookup(name) else { continue };
+        let mut point = kind.point_schema();
+        prefix_refs(&mut point, name);
+        if let Some(Value::Object(kind_defs)) = point.as_object_mut().and_then(|o| o.remove("$defs")) {
+            for (k, v) in kind_defs {
+                defs.insert(format!("{name}.{k}"), v);
+            }
+        }
+        if let Some(o) = point.as_object_mut() {
+            o.remove("$schema");
+            o.remove("required");
+        }
+        defs.insert(format!("{name}.base"), point);
+        cases.push(json!({
+            "if": { "properties": { "kind": { "const": name } }, "required": ["kind"] },
+            "then": { "properties": { "base": { "$ref": format!("#/$defs/{name}.base") } } }
+        }));
+    }
+    let mut generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+    let plot = generator.subschema_for::<flowlab_reports::PlotSpec>();
+    let reference = generator.subschema_for::<flowlab_reports::Reference>();
+    let calibrate = generator.subschema_for::<crate::calibrate::CalibrateSpec>();
+    for (k, v) in generator.take_definitions(true) {
+        defs.insert(k, v);
+    }
+    let list = json!({ "type": "array", "minItems": 1 });
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "flowlab experiment file",
+        "description": "A sweep of one experiment kind: `flowlab check FILE` checks it, `flowlab run FILE` runs it. Reference: docs/src/reference/.",
+        "type": "object",
+        "required": ["name", "kind", "base"],
+        "additionalProperties": false,
+        "properties": {
+            "name": { "type": "string", "description": "the output directory's name (results go to out/NAME/)" },
+            "kind": { "enum": kinds::available(), "description": "what one sweep point is" },
+            "seed": { "type": "integer", "minimum": 0, "default": 0, "description": "every point's seed derives from this and the point's index" },
+            "repeat": { "type": "integer", "minimum": 1, "default": 1, "description": "runs per point, each with its own seed" },
+            "base": { "type": "object", "description": "one point's parameters: the kind's keys (docs/src/reference/KIND.md)" },
+            "sweep": {
+                "type": "object",
+                "description": "dotted keys to lists of values, combined as a cartesian product in file order; `zip` groups advance together",
+                "properties": {
+                    "zip": { "type": "array", "items": { "type": "object", "additionalProperties": list } }
+                },
+                "additionalProperties": list
+            },
+            "plots": { "type": "array", "items": plot },
+            "reference": { "type": "array", "items": reference, "description": "published numbers compared point by point" },
+            "calibrate": calibrate
+        },
+        "allOf": cases,
+        "$defs": defs
+    })
+}
+
+/// The manual's page of `kind`'s keys: every key (dotted, as a sweep names
+/// it) with its type, default and meaning, then the metrics a point reports
+/// with their units.
+pub fn reference_page(kind: &str) -> Result<String, String> {
+    let k = kinds::lookup(kind)?;
+    let schema = k.point_schema();
+    let page = Page { defs: schema.get("$defs").and_then(Value::as_object).cloned().unwrap_or_default() };
+    let mut rows = Vec::new();
+    page.object_rows("", &schema, "", &mut rows);
+    let mut out = format!(
+        "# `kind: {kind}`\n\n<!-- Generated by `flowlab schema {kind} --markdown` from the doc comments of the\n     configuration types; edit those and run docs/gen/reference.sh, not this page. -->\n\n"
+    );
+    if let Some(d) = schema.get("description").and_then(Value::as_str) {
+        out += &format!("{}\n\n", d.replace('\n', " "));
+    }
+    out += "Keys of `base:` (and of each sweep point), dotted as `sweep:` names them. \\\n";
+    out += "The schema an editor checks them with: `flowlab schema` (docs/schema/experiment.schema.json).\n\n";
+    out += "| key | type | default | meaning |\n|---|---|---|---|\n";
+    for r in &rows {
+        out += &format!("| `{}` | {} | {} | {} |\n", r.key, cell(&r.ty), cell(&r.default), cell(&r.meaning));
+    }
+    out += "\n## Metrics\n\nColumns of `results.csv` (and keys of `results.jsonl`'s `metrics`), with the unit a plot's axis shows:\n\n| metric | label (unit) |\n|---|---|\n";
+    for m in k.metric_names() {
+        out += &format!("| `{m}` | {} |\n", cell(&flowlab_reports::metric_label(&m)));
+    }
+    if !k.series_names().is_empty() {
+        out += "\nPer-step series (for `kind: cdf` plots): ";
+        out += &k.series_names().iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ");
+        out += ".\n";
+    }
+    Ok(out)
+}
+
+/// One row of a reference page.
+struct Row {
+    key: String,
+    ty: String,
+    default: String,
+    meaning: String,
+}
+
+/// A kind's schema definitions, for resolving `$ref`s while rows are made.
+struct Page {
+    defs: Map<String, Value>,
+}
+
+impl Page {
+    /// The definition `s` refers to, or `s`.
+    fn resolve<'a>(&'a self, s: &'a Value) -> &'a Value {
+        match s.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/$defs/")) {
+            Some(name) => self.defs.get(name).unwrap_or(s),
+            None => s,
+        }
+    }
+
+    /// `s` without an `Option`'s null branch (and resolved).
+    fn unwrap_option<'a>(&'a self, s: &'a Value) -> &'a Value {
+        if let Some(Value::Array(any)) = s.get("anyOf") {
+            let some: Vec<&Value> = any.iter().filter(|v| v.get("type").and_then(Value::as_str) != Some("null")).collect();
+            if some.len() == 1 {
+                return self.resolve(some[0]);
+            }
+        }
+        self.resolve(s)
+    }
+
+    /// Rows for each property of the object `s`, keys under `prefix`.
+    fn object_rows(&self, prefix: &str, s: &Value, note: &str, rows: &mut Vec<Row>) {
+        let required: Vec<&str> = s.get("required").and_then(Value::as_array).map_or_else(Vec::new, |r| r.iter().filter_map(Value::as_str).collect());
+        let Some(props) = s.get("properties").and_then(Value::as_object) else { return };
+        for (name, prop) in props {
+            let key = format!("{prefix}{name}");
+            self.property_rows(&key, prop, required.contains(&name.as_str()), note, rows);
+        }
+    }
+
+    /// The row of one property and, for maps and tagged variants, the rows
+    /// of what they hold.
+    fn property_rows(&self, key: &str, prop: &Value, required: bool, note: &str, rows: &mut Vec<Row>) {
+        let inner = self.unwrap_option(prop);
+        let meaning = text(prop).or_else(|| text(inner)).unwrap_or_default();
+        let meaning = if note.is_empty() { meaning } else { format!("({note}) {meaning}").trim_end().to_string() };
+        let default = match prop.get("default") {
+            Some(Value::Null) => "none".to_string(),
+            Some(d) => format!("`{}`", flow_yaml(d)),
+            None if required => "required".to_string(),
+            None => "none".to_string(),
+        };
+        let variants = inner.get("oneOf").or_else(|| inner.get("anyOf")).and_then(Value::as_array);
+        if let Some(tag) = variants.and_then(|v| internal_tag(v)) {
+            let names: Vec<String> = variants.into_iter().flatten().filter_map(|v| v["properties"][tag]["const"].as_str()).map(|n| format!("`{n}`")).collect();
+            rows.push(Row { key: format!("{key}.{tag}"), ty: format!("one of {}", names.join(", ")), default, meaning });
+            for v in variants.into_iter().flatten() {
+                let name = v["properties"][tag]["const"].as_str().unwrap_or_default();
+                let mut fields = v.clone();
+                if let Some(p) = fields.get_mut("properties").and_then(Value::as_object_mut) {
+                    p.remove(tag);
+                }
+                if let Some(d) = text(v) {
+                    rows.push(Row { key: format!("{key}.{tag}: {name}"), ty: "variant".into(), default: String::new(), meaning: d });
+                }
+                self.object_rows(&format!("{key}."), &fields, &format!("{tag}: {name}"), rows);
+            }
+            return;
+        }
+        rows.push(Row { key: key.to_string(), ty: self.type_name(inner), default, meaning });
+        if inner.get("properties").is_some() {
+            self.object_rows(&format!("{key}."), inner, note, rows);
+        }
+        for v in variants.into_iter().flatten().map(|v| self.resolve(v)) {
+            if let Some((name, body)) = external_variant(v) {
+                let body = self.resolve(body);
+                let ty = if body.get("properties").is_some() { "variant (a map)".to_string() } else { format!("variant: {}", self.type_name(body)) };
+                rows.push(Row { key: format!("{key}.{name}"), ty, default: String::new(), meaning: text(v).unwrap_or_default() });
+                self.object_rows(&format!("{key}.{name}."), body, note, rows);
+            } else if v.get("properties").is_some() {
+                self.object_rows(&format!("{key}."), v, note, rows);
+            }
+        }
+    }
+
+    /// A type as the page says it: `integer ≥ 0`, `one of `a`, `b``,
+    /// `list of number`, `map`.
+    fn type_name(&self, s: &Value) -> String {
+        let s = self.unwrap_option(s);
+        let mut names: Vec<String> = enum_names(s);
+        if let Some(Value::Array(vs)) = s.get("oneOf").or_else(|| s.get("anyOf")) {
+            let mut other = Vec::new();
+            for v in vs.iter().map(|v| self.resolve(v)) {
+                let e = enum_names(v);
+                if !e.is_empty() {
+                    names.extend(e);
+                } else if v.get("type").and_then(Value::as_str) == Some("null") {
+                    names.push("`null`".into());
+                } else if let Some((name, _)) = external_variant(v) {
+                    names.push(format!("`{{{name}: {{...}}}}`"));
+                } else {
+                    other.push(self.type_name(v));
+                }
+            }
+            other.dedup();
+            let mut seen = std::collections::BTreeSet::new();
+            names.retain(|n| seen.insert(n.clone()));
+            if !names.is_empty() {
+                let mut t = format!("one of {}", names.join(", "));
+                for o in other {
+                    t += &format!(", or a {o}");
+                }
+                return t;
+            }
+            return other.join(" or ");
+        }
+        if !names.is_empty() {
+            return format!("one of {}", names.join(", "));
+        }
+        let ty = match s.get("type") {
+            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).find(|t| *t != "null").unwrap_or("any").to_string(),
+            Some(Value::String(t)) => t.clone(),
+            _ if s.get("properties").is_some() => "object".to_string(),
+            _ => "any".to_string(),
+        };
+        match ty.as_str() {
+            "integer" if s.get("minimum").and_then(Value::as_f64) == Some(0.0) => "integer ≥ 0".into(),
+            "array" => match s.get("items") {
+                Some(items) => format!("list of {}", self.type_name(items)),
+                None => "list".into(),
+            },
+            "object" if s.get("properties").is_some() => "map (keys below)".into(),
+            "object" => match s.get("additionalProperties") {
+                Some(v @ Value::Object(_)) => format!("map of {}", self.type_name(v)),
+                _ => "map".into(),
+            },
+            "string" => match s.get("pattern").and_then(Value::as_str) {
+                Some(_) => "string (see meaning)".into(),
+                None => "string".into(),
+            },
+            t => t.to_string(),
+        }
+    }
+}
+
+/// The tag of an internally tagged enum's variants (`dist` of
+/// `{dist: lognormal, sigma: 0.3}`): a property that is a constant in every
+/// variant.
+fn internal_tag(variants: &[Value]) -> Option<&str> {
+    let first = variants.first()?.get("properties")?.as_object()?;
+    first
+        .iter()
+        .find(|(name, p)| p.get("const").is_some() && variants.iter().all(|v| v["properties"][name.as_str()].get("const").is_some()))
+        .map(|(name, _)| name.as_str())
+}
+
+/// An externally tagged variant `{name: {...}}`: its name and body.
+fn external_variant(v: &Value) -> Option<(&str, &Value)> {
+    let props = v.get("properties")?.as_object()?;
+    let required = v.get("required")?.as_array()?;
+    match (props.len(), required.as_slice()) {
+        (1, [Value::String(r)]) => props.get(r).map(|b| (r.as_str(), b)),
+        _ => None,
+    }
+}
+
+/// The names of a string enum or constant, quoted.
+fn enum_names(s: &Value) -> Vec<String> {
+    if let Some(Value::Array(e)) = s.get("enum") {
+        return e.iter().map(|v| format!("`{}`", flow_yaml(v))).collect();
+    }
+    match s.get("const") {
+        Some(c) => vec![format!("`{}`", flow_yaml(c))],
+        None => Vec::new(),
+    }
+}
+
+/// A description on one line.
+fn text(s: &Value) -> Option<String> {
+    let d = s.get("description")?.as_str()?;
+    Some(d.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// A value as flow YAML (`{sync: {backup: 0}}`), leaving out unset (null)
+/// keys of maps.
+fn flow_yaml(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::String(s) => s.clone(),
+        Value::Array(a) => format!("[{}]", a.iter().map(flow_yaml).collect::<Vec<_>>().join(", ")),
+        Value::Object(o) => {
+            let kv: Vec<String> = o.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| format!("{k}: {}", flow_yaml(v))).collect();
+            format!("{{{}}}", kv.join(", "))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Text safe inside a markdown table cell.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+/// Rewrites `#/$defs/X` to `#/$defs/KIND.X` throughout `schema`.
+fn prefix_refs(schema: &mut Value, kind: &str) {
+    match schema {
+        Value::Object(o) => {
+            for (k, v) in o.iter_mut() {
+                match (k.as_str(), v) {
+                    ("$ref", Value::String(r)) => {
+                        if let Some(name) = r.strip_prefix("#/$defs/") {
+                            *r = format!("#/$defs/{kind}.{name}");
+                        }
+                    }
+                    (_, v) => prefix_refs(v, kind),
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|v| prefix_refs(v, kind)),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reference_in_the_file_schema_resolves() {
+        let schema = file_schema();
+        let defs = schema["$defs"].as_object().expect("defs");
+        let mut refs = Vec::new();
+        collect_refs(&schema, &mut refs);
+        assert!(refs.len() > 20, "{} refs", refs.len());
+        for r in refs {
+            let name = r.strip_prefix("#/$defs/").unwrap_or_else(|| panic!("{r}"));
+            assert!(defs.contains_key(name), "dangling {r}");
+        }
+    }
+
+    fn collect_refs(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(o) => {
+                if let Some(Value::String(r)) = o.get("$ref") {
+                    out.push(r.clone());
+                }
+                o.values().for_each(|v| collect_refs(v, out));
+            }
+            Value::Array(a) => a.iter().for_each(|v| collect_refs(v, out)),
+            _ => {}
+        }
+    }
+}
