@@ -34,6 +34,11 @@ use crate::sweep::Sweep;
 /// hundreds of points, and a sweep of more is split over files.
 const MAX_RUNS: u64 = 500_000;
 
+/// The most points whose resolved configurations a run compares for the
+/// report's constants table (each point resolves in microseconds; a zoo
+/// model's step is simulated once and cached).
+const RESOLVE_LIMIT: u64 = 20_000;
+
 /// The top level of an experiment file.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -154,6 +159,35 @@ impl Experiment {
     /// sweep set; repeats of a point are one point.
     pub fn resolved_points(&self) -> Vec<(u64, String, Result<Value, String>)> {
         self.runs.iter().step_by(self.repeat.max(1) as usize).map(|r| (r.index, r.label.clone(), r.runnable.resolved())).collect()
+    }
+
+    /// The resolved parameters (see [`Self::resolved_points`]) every point
+    /// shares, and which of them the file does not write; `None` for a
+    /// sweep of more than [`RESOLVE_LIMIT`] points, or when a point does
+    /// not resolve (it fails when it runs, and says why).
+    pub(crate) fn resolved_constants(&self) -> Option<flowlab_reports::ResolvedConstants> {
+        if self.points > RESOLVE_LIMIT {
+            return None;
+        }
+        let tags = self.source.kind.tag_paths();
+        let mut shared: Option<BTreeMap<String, Value>> = None;
+        let mut written = BTreeSet::new();
+        for run in self.runs.iter().step_by(self.repeat.max(1) as usize) {
+            let tree = run.runnable.resolved().ok()?;
+            let mut point = leaves(&tree, tags);
+            point.retain(|_, v| !v.is_null());
+            written.extend(run.params.keys().cloned());
+            shared = Some(match shared {
+                None => point,
+                Some(mut s) => {
+                    s.retain(|k, v| point.get(k).is_some_and(|p| flowlab_reports::same_value(p, v)));
+                    s
+                }
+            });
+        }
+        let values = shared?;
+        let unwritten = values.keys().filter(|k| !written.contains(*k)).cloned().collect();
+        Some(flowlab_reports::ResolvedConstants { values, unwritten })
     }
 
     /// Number of runs: points times repeats.

@@ -244,6 +244,7 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
         ran: pending.len() as u64,
         resumed,
         calibration,
+        resolved: experiment.resolved_constants(),
     };
     flowlab_reports::write_run_info(&out_dir, &info)?;
     let references = crate::references::checks(&experiment.targets, &rows, experiment.repeat);

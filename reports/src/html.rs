@@ -34,6 +34,9 @@ pub(crate) struct Page<'a> {
     pub run_info: Option<&'a crate::summary::RunInfo>,
     /// Tables a kind wrote beside its results (`summary.json`).
     pub summaries: &'a [crate::summary::SummaryTable],
+    /// Keys the plots draw, in plot order: the results table's metric
+    /// columns start with these.
+    pub plotted: &'a [String],
 }
 
 /// Escapes text for HTML element content and attribute values.
@@ -64,7 +67,7 @@ th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right}
 th{background:#f4f4f4;cursor:pointer;position:sticky;top:0}th[data-dir=up]::after{content:' \\25B2'}th[data-dir=down]::after{content:' \\25BC'}
 .facts{color:#444;font-size:.9rem}.facts code{background:#f4f4f4;padding:0 .25rem}
 figure svg{max-width:100%;height:auto;border:1px solid #eee}details{margin:.8rem 0}
-td.text{text-align:left}tr.failed td{background:#fff0f0}td.error{color:#b00020;text-align:left;white-space:normal;min-width:16rem;max-width:28rem}
+td.text{text-align:left}tr.default td{color:#555;font-style:italic}tr.failed td{background:#fff0f0}td.error{color:#b00020;text-align:left;white-space:normal;min-width:16rem;max-width:28rem}
 pre{background:#f7f7f7;border:1px solid #e4e4e4;padding:1rem;overflow-x:auto}";
 
 const SORT_SCRIPT: &str = "\
@@ -178,7 +181,7 @@ pub(crate) fn page(p: &Page<'_>) -> String {
     }
 
     h.push_str("<h2>Results</h2>\n");
-    table(&mut h, p.rows);
+    table(&mut h, p.rows, p.run_info.and_then(|i| i.resolved.as_ref()), p.plotted);
 
     let _ = write!(
         h,
@@ -188,7 +191,39 @@ pub(crate) fn page(p: &Page<'_>) -> String {
     h
 }
 
-fn table(h: &mut String, rows: &[ResultRow]) {
+/// The parameters the same in every run: those the file writes, then (from
+/// `run.json`) those it leaves to defaults or that a written key resolved
+/// to, each marked so.
+fn constants_table(h: &mut String, written: &[&String], first: &ResultRow, resolved: Option<&crate::summary::ResolvedConstants>) {
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        v => v.to_string(),
+    };
+    let unwritten: Vec<(&String, &serde_json::Value)> =
+        resolved.map_or_else(Vec::new, |r| r.values.iter().filter(|(k, _)| r.unwritten.contains(*k)).collect());
+    if written.is_empty() && unwritten.is_empty() {
+        return;
+    }
+    let _ = write!(h, "<details><summary>{} parameters the same in every run", written.len() + unwritten.len());
+    if !unwritten.is_empty() {
+        let _ = write!(h, " ({} of them not written in the file: defaults, or resolved from a key it writes)", unwritten.len());
+    }
+    h.push_str("</summary><table>");
+    for k in written {
+        let v = first.params.get(*k).map(text).unwrap_or_default();
+        let _ = write!(h, "<tr><td class=\"text\">{}</td><td class=\"text\">{}</td><td></td></tr>", escape(k), escape(&v));
+    }
+    for (k, v) in unwritten {
+        let origin = match written.iter().find(|w| k.starts_with(&format!("{w}."))) {
+            Some(w) => format!("from <code>{}</code>", escape(w)),
+            None => "default".to_string(),
+        };
+        let _ = write!(h, "<tr class=\"default\"><td class=\"text\">{}</td><td class=\"text\">{}</td><td class=\"text\">{origin}</td></tr>", escape(k), escape(&text(v)));
+    }
+    h.push_str("</table></details>\n");
+}
+
+fn table(h: &mut String, rows: &[ResultRow], resolved: Option<&crate::summary::ResolvedConstants>, plotted: &[String]) {
     // Swept parameters (values that differ between rows) first; the others
     // are the same everywhere and go in a collapsed block above the table.
     let all: BTreeSet<&String> = rows.iter().flat_map(|r| r.params.keys()).collect();
@@ -196,19 +231,17 @@ fn table(h: &mut String, rows: &[ResultRow]) {
     let varies = |k: &String| rows.iter().any(|r| r.params.get(k) != first.and_then(|f| f.params.get(k)));
     let params: Vec<&String> = all.iter().copied().filter(|k| varies(k)).collect();
     let constants: Vec<&String> = all.iter().copied().filter(|k| !varies(k)).collect();
-    if let (false, Some(first)) = (constants.is_empty(), first) {
-        let _ = write!(h, "<details><summary>{} parameters the same in every run</summary><table>", constants.len());
-        for k in &constants {
-            let v = match first.params.get(*k) {
-                Some(serde_json::Value::String(s)) => s.clone(),
-                Some(v) => v.to_string(),
-                None => String::new(),
-            };
-            let _ = write!(h, "<tr><td class=\"text\">{}</td><td class=\"text\">{}</td></tr>", escape(k), escape(&v));
-        }
-        h.push_str("</table></details>\n");
+    if let Some(first) = first {
+        constants_table(h, &constants, first, resolved);
     }
-    let metrics: BTreeSet<&String> = rows.iter().flat_map(|r| r.metrics.keys()).collect();
+    // Metrics the plots draw first, in plot order; then the rest by name.
+    let names: BTreeSet<&String> = rows.iter().flat_map(|r| r.metrics.keys()).collect();
+    let mut metrics: Vec<&String> = Vec::new();
+    for k in plotted.iter().chain(names.iter().copied()) {
+        if names.contains(k) && !metrics.contains(&k) {
+            metrics.push(k);
+        }
+    }
     let has_series = rows.iter().any(|r| !r.series.is_empty());
     let any_error = rows.iter().any(|r| r.error.is_some());
     h.push_str("<div class=\"scroll\"><table class=\"sortable\">\n<thead><tr><th>index</th>");
@@ -296,7 +329,7 @@ mod tests {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
         let mut h = String::new();
-        table(&mut h, &rows);
+        table(&mut h, &rows, None, &[]);
         // `workers` is set in one row only: it varies. `model` too.
         assert!(h.contains("<th>index</th><th>error</th><th>seed</th><th>model</th><th>workers</th><th>throughput</th><th>elapsed_s</th>"), "{h}");
         let first = h.find("<tr><td>0</td><td></td>").unwrap();
@@ -305,5 +338,29 @@ mod tests {
         assert!(h.contains("<td data-v=\"12.5\">12.5</td>"));
         assert!(h.contains("<td class=\"text\">&lt;m&gt;</td>"));
         assert!(h.contains("<td class=\"error\">died &lt;here&gt;</td>"));
+    }
+
+    #[test]
+    fn plotted_metrics_lead_and_unwritten_constants_are_marked() {
+        let rows: Vec<ResultRow> = [
+            r#"{"index":0,"key":"a","seed":1,"params":{"model":"m","workers":1},"metrics":{"a_first":1,"step_p50_s":2,"throughput":3},"elapsed_s":1}"#,
+            r#"{"index":1,"key":"b","seed":2,"params":{"model":"m","workers":2},"metrics":{"a_first":1,"step_p50_s":2,"throughput":3},"elapsed_s":1}"#,
+        ]
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+        let resolved = crate::summary::ResolvedConstants {
+            values: [("model.compute_s", serde_json::json!(1.5)), ("steps", serde_json::json!(200)), ("model", serde_json::json!("m"))]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            unwritten: ["model.compute_s".to_string(), "steps".to_string()].into_iter().collect(),
+        };
+        let mut h = String::new();
+        table(&mut h, &rows, Some(&resolved), &["throughput".to_string(), "workers".to_string()]);
+        assert!(h.contains("<th>workers</th><th>throughput</th><th>a_first</th><th>step_p50_s</th>"), "{h}");
+        assert!(h.contains("3 parameters the same in every run (2 of them not written in the file"), "{h}");
+        assert!(h.contains("<td class=\"text\">model.compute_s</td><td class=\"text\">1.5</td><td class=\"text\">from <code>model</code></td>"), "{h}");
+        assert!(h.contains("<td class=\"text\">steps</td><td class=\"text\">200</td><td class=\"text\">default</td>"), "{h}");
     }
 }

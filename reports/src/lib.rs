@@ -25,6 +25,6 @@ pub use render::{RenderedReport, render};
 pub use results::{ResultRow, ResultsFile, read_results, read_results_file};
 pub use spec::{PlotKind, PlotSpec, Reference, ReferencePoint, Role, same_value};
 pub use summary::{
-    CalibrationRecord, RUN_INFO_FILE, ReferenceCheck, RunInfo, SUMMARY_FILE, Summary, SummaryTable, utc_date, write_run_info,
+    CalibrationRecord, RUN_INFO_FILE, ResolvedConstants, ReferenceCheck, RunInfo, SUMMARY_FILE, Summary, SummaryTable, utc_date, write_run_info,
     write_summary,
 };

@@ -10,7 +10,7 @@ use crate::experiment::ExperimentHeader;
 use crate::html::{Page, PagePlot, page};
 use crate::prepare::{ChartData, prepare};
 use crate::results::read_results_file;
-use crate::spec::Reference;
+use crate::spec::{PlotSpec, Reference};
 use crate::summary::{RUN_INFO_FILE, ReferenceCheck, RunInfo, SummaryTable, read_optional, read_summary};
 
 /// The files one `render` wrote.
@@ -74,6 +74,7 @@ pub fn render(dir: &Path) -> Result<RenderedReport, ReportError> {
         rows: &results.rows,
         plots: &page_plots,
         torn_tail: results.torn_tail,
+        plotted: &plotted_keys(&header.plots),
     });
     std::fs::write(&index_html, html).map_err(|e| ReportError::io(&index_html, e))?;
     Ok(RenderedReport {
@@ -116,6 +117,17 @@ fn reference_note(refs: &[&Reference]) -> Option<String> {
     }
     let parts: Vec<String> = refs.iter().map(|r| format!("{}: {}", r.label(), r.source)).collect();
     Some(format!("reference points from {}", parts.join("; ")))
+}
+
+/// The metrics the plots draw (y, then z), each once, in plot order.
+fn plotted_keys(plots: &[PlotSpec]) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
+    for k in plots.iter().flat_map(|p| std::iter::once(&p.y).chain(p.z.as_ref())) {
+        if !keys.contains(k) {
+            keys.push(k.clone());
+        }
+    }
+    keys
 }
 
 fn join_notes(a: Option<String>, b: Option<String>) -> Option<String> {
@@ -298,6 +310,7 @@ plots:
             ran: 16,
             resumed: 0,
             calibration: None,
+            resolved: None,
         };
         crate::summary::write_run_info(dir.path(), &info).unwrap();
         let table = SummaryTable {

@@ -5,6 +5,7 @@
 //! [`SummaryTable`]s with [`write_summaries`]; the page draws each as a
 //! sortable table under the plots.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -38,6 +39,20 @@ pub struct RunInfo {
     /// Free parameters fitted on the calibration points before the sweep ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<CalibrationRecord>,
+    /// The parameters every point shares once resolved (defaults filled
+    /// in, a zoo model's compute taken), for the page's constants table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<ResolvedConstants>,
+}
+
+/// Resolved parameters with the same value in every point of a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResolvedConstants {
+    /// Dotted key to value, unset options left out.
+    pub values: BTreeMap<String, serde_json::Value>,
+    /// Which of them no point's file wrote: a default, or resolved from a
+    /// key that was written (`model: inception_v3`).
+    pub unwritten: BTreeSet<String>,
 }
 
 /// What fitting an experiment's `calibrate:` parameters found.
