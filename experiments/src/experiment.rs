@@ -187,7 +187,8 @@ impl Experiment {
         }
         let values = shared?;
         let unwritten = values.keys().filter(|k| !written.contains(*k)).cloned().collect();
-        Some(flowlab_reports::ResolvedConstants { values, unwritten })
+        let headline = self.source.kind.headline().iter().map(|k| k.to_string()).collect();
+        Some(flowlab_reports::ResolvedConstants { values, unwritten, headline })
     }
 
     /// Number of runs: points times repeats.

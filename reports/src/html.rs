@@ -355,6 +355,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v))
                 .collect(),
             unwritten: ["model.compute_s".to_string(), "steps".to_string()].into_iter().collect(),
+            headline: Vec::new(),
         };
         let mut h = String::new();
         table(&mut h, &rows, Some(&resolved), &["throughput".to_string(), "workers".to_string()]);

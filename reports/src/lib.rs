@@ -16,6 +16,7 @@ mod prepare;
 mod render;
 mod results;
 mod spec;
+mod subtitle;
 mod summary;
 
 pub use error::ReportError;

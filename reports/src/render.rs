@@ -39,13 +39,16 @@ pub fn render(dir: &Path) -> Result<RenderedReport, ReportError> {
         prepared.push(prepare(spec, &results.rows, &results_path)?);
     }
 
+    let run_info: Option<RunInfo> = read_optional(dir, RUN_INFO_FILE)?;
+    let resolved = run_info.as_ref().and_then(|i| i.resolved.as_ref());
     let mut taken = HashSet::new();
     let mut files = Vec::new();
     let mut page_plots = Vec::new();
     for (spec, data) in header.plots.iter().zip(&prepared) {
         let stem = unique_stem(&spec.stem(), &mut taken);
         let refs: Vec<&Reference> = header.reference.iter().filter(|r| r.fits(spec)).collect();
-        let [png, svg] = draw_files(spec, data, &refs, dir, &stem)?;
+        let subtitle = crate::subtitle::subtitle(spec, &results.rows, resolved);
+        let [png, svg] = draw_files(spec, data, &refs, &subtitle, dir, &stem)?;
         let svg_text = std::fs::read_to_string(&svg).map_err(|e| ReportError::io(&svg, e))?;
         page_plots.push(PagePlot {
             svg: svg_text,
@@ -58,7 +61,6 @@ pub fn render(dir: &Path) -> Result<RenderedReport, ReportError> {
         files.push(svg);
     }
 
-    let run_info: Option<RunInfo> = read_optional(dir, RUN_INFO_FILE)?;
     let summary = read_summary(dir)?;
     let mut summaries: Vec<SummaryTable> = Vec::new();
     if !summary.references.is_empty() {

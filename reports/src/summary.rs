@@ -53,6 +53,10 @@ pub struct ResolvedConstants {
     /// Which of them no point's file wrote: a default, or resolved from a
     /// key that was written (`model: inception_v3`).
     pub unwritten: BTreeSet<String>,
+    /// The kind's settings that say what a plot shows (the model, the
+    /// cluster's size, stragglers), for the plots' subtitles.
+    #[serde(default)]
+    pub headline: Vec<String>,
 }
 
 /// What fitting an experiment's `calibrate:` parameters found.

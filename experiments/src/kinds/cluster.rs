@@ -19,6 +19,7 @@ pub(crate) static CLUSTER: TypedKind<ClusterConfig> = TypedKind {
     },
     series_names: &["step_time_s"],
     tag_paths: &["strategy"],
+    headline: &["model", "workers", "ps", "strategy", "network.topology", "network.link_gbps", "straggler.dist", "comm"],
     nested_keys: &["strategy.sync.backup", "strategy.sync_groups.groups", "strategy.sync_groups.backup", "straggler.dist", "straggler.sigma", "network.topology", "network.link_gbps", "model.compute_s", "model.dense_params", "model.examples_per_step"],
     exclusive: false,
     summarize: None,

@@ -343,6 +343,7 @@ pub(crate) static DISTRIBUTED: TypedKind<DistributedPoint> = TypedKind {
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &["measured_step_times_s", "task_cpu_per_update_us", "predicted_task_cpu_per_update_us"],
     tag_paths: &[],
+    headline: &["model", "ps", "workers", "strategy", "backup", "comm", "batch"],
     nested_keys: &[],
     exclusive: true,
     summarize: Some(super::distributed_summary::summarize),

@@ -87,6 +87,9 @@ pub(crate) trait Kind: Sync {
     /// Dotted paths of externally tagged enums (`strategy: {sync: {...}}`),
     /// whose variant name becomes a parameter of its own.
     fn tag_paths(&self) -> &'static [&'static str];
+    /// The settings a plot's subtitle names when they are the same in
+    /// every point it draws (see `TypedKind::headline`).
+    fn headline(&self) -> &'static [&'static str];
     /// Nested parameters a bare key may mean (see `TypedKind::nested_keys`).
     fn nested_keys(&self) -> &'static [&'static str];
     /// Whether points time real runs, so that they must run one at a time.
@@ -138,6 +141,10 @@ pub(crate) struct TypedKind<C> {
     pub(crate) metric_names: fn() -> Vec<String>,
     pub(crate) series_names: &'static [&'static str],
     pub(crate) tag_paths: &'static [&'static str],
+    /// The settings that say what a plot shows when they are fixed (the
+    /// model, the cluster's size, the strategy, stragglers): named in each
+    /// plot's subtitle with their resolved values, written or default.
+    pub(crate) headline: &'static [&'static str],
     /// Parameters nested in maps that users name bare (`backup` for
     /// `strategy.sync.backup`): the "did you mean" of an unknown sweep key.
     pub(crate) nested_keys: &'static [&'static str],
@@ -254,6 +261,10 @@ impl<C: DeserializeOwned + schemars::JsonSchema + Send + Sync + 'static> Kind fo
 
     fn tag_paths(&self) -> &'static [&'static str] {
         self.tag_paths
+    }
+
+    fn headline(&self) -> &'static [&'static str] {
+        self.headline
     }
 
     fn nested_keys(&self) -> &'static [&'static str] {

@@ -89,6 +89,7 @@ pub(crate) static PLACEMENT: TypedKind<PlacementPoint> = TypedKind {
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &[],
     tag_paths: &[],
+    headline: &["model", "batch", "devices", "link", "comm"],
     nested_keys: &[],
     exclusive: false,
     summarize: None,

@@ -74,6 +74,7 @@ pub(crate) static SYSTOLIC: TypedKind<SystolicPoint> = TypedKind {
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &[],
     tag_paths: &["workload"],
+    headline: &["dataflow", "rows", "cols"],
     nested_keys: &[],
     exclusive: false,
     summarize: None,

@@ -183,6 +183,7 @@ pub(crate) static VALIDATE: TypedKind<ValidatePoint> = TypedKind {
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &["measured_step_times_s", "reference_step_times_s"],
     tag_paths: &[],
+    headline: &["model", "batch", "devices", "threads", "comm", "fallback"],
     nested_keys: &[],
     exclusive: true,
     summarize: Some(summarize),

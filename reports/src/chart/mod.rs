@@ -47,6 +47,7 @@ pub(crate) fn draw_files(
     spec: &PlotSpec,
     data: &ChartData,
     refs: &[&Reference],
+    subtitle: &[String],
     dir: &Path,
     stem: &str,
 ) -> Result<[PathBuf; 2], ReportError> {
@@ -59,14 +60,14 @@ pub(crate) fn draw_files(
     ensure_font().map_err(|m| fail(&png, m))?;
 
     let root = BitMapBackend::new(&png, (WIDTH, HEIGHT)).into_drawing_area();
-    draw(spec, data, refs, &root).map_err(|m| fail(&png, m))?;
+    draw(spec, data, refs, subtitle, &root).map_err(|m| fail(&png, m))?;
     root.present().map_err(|e| fail(&png, e.to_string()))?;
     drop(root);
 
     let mut text = String::new();
     {
         let root = SVGBackend::with_string(&mut text, (WIDTH, HEIGHT)).into_drawing_area();
-        draw(spec, data, refs, &root).map_err(|m| fail(&svg, m))?;
+        draw(spec, data, refs, subtitle, &root).map_err(|m| fail(&svg, m))?;
         root.present().map_err(|e| fail(&svg, e.to_string()))?;
     }
     std::fs::write(&svg, text).map_err(|e| ReportError::io(&svg, e))?;
@@ -78,13 +79,26 @@ fn draw<DB: DrawingBackend>(
     spec: &PlotSpec,
     data: &ChartData,
     refs: &[&Reference],
+    subtitle: &[String],
     root: &DrawingArea<DB, Shift>,
 ) -> Result<(), String> {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let title = spec.title.clone().unwrap_or_else(|| default_title(spec));
-    let body = root
+    let below_title = root
         .titled(&title, (FONT, 28).into_font().style(FontStyle::Bold))
         .map_err(|e| e.to_string())?;
+    // The settings held fixed, in grey under the title, a line each.
+    const SUB_LINE: u32 = 19;
+    let lines = subtitle.len() as u32;
+    let (sub, body) = below_title.split_vertically(if lines == 0 { 0 } else { lines * SUB_LINE + 8 });
+    let style = (FONT, 15).into_font().color(&BLACK.mix(0.62)).pos(plotters::style::text_anchor::Pos::new(
+        plotters::style::text_anchor::HPos::Center,
+        plotters::style::text_anchor::VPos::Top,
+    ));
+    for (i, line) in subtitle.iter().enumerate() {
+        sub.draw(&Text::new(line.as_str(), ((WIDTH / 2) as i32, (i as u32 * SUB_LINE) as i32), style.clone()))
+            .map_err(|e| e.to_string())?;
+    }
     match data {
         ChartData::Line(d) => xy::draw(spec, d, false, refs, &body),
         ChartData::Bar(d) => xy::draw(spec, d, true, &[], &body),
