@@ -79,6 +79,44 @@ fn a_killed_run_resumes_without_lost_or_duplicate_rows() {
     assert_eq!(resumed, comparable(read_rows(&fresh_dir)));
 }
 
+/// Ctrl-C (SIGINT) stops starting runs, stores the one in flight, exits
+/// 130 and prints the command that resumes: the same one without
+/// `--fresh`, which would discard what is stored.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_stores_the_run_in_flight_and_says_how_to_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_file(tmp.path(), "slow.yaml", &small_sweep("slow", 300));
+    let dir = tmp.path().join("results");
+    let (file, dir_s) = (file.to_str().unwrap(), dir.to_str().unwrap());
+    let child = flowlab()
+        .args(["run", file, "--out", dir_s, "--jobs", "1", "--fresh"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let jsonl = dir.join("results.jsonl");
+    let start = Instant::now();
+    while std::fs::read_to_string(&jsonl).map_or(true, |t| !t.contains('\n')) {
+        assert!(start.elapsed() < Duration::from_secs(60), "no row written within a minute");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: sends a signal to the child this test started and still owns.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    let stored = read_rows(&dir).len();
+    assert!((1..6).contains(&stored), "Ctrl-C should land mid-run, found {stored} rows");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let hint = format!("interrupted: {stored} of 6 runs are stored in {dir_s}: resume with `flowlab run {file} --out {dir_s} --jobs 1` (finished runs are not run again)");
+    assert!(stderr.contains(&hint), "{stderr}");
+
+    let out = run_flowlab(&["run", file, "--out", dir_s, "--jobs", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("({} ran now, {stored} resumed", 6 - stored)), "{}", describe(&out));
+}
+
 #[test]
 fn an_edited_file_resumes_what_matches_and_another_experiment_is_refused() {
     let tmp = tempfile::tempdir().unwrap();

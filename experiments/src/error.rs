@@ -7,6 +7,11 @@ use std::path::PathBuf;
 /// Why an experiment could not be loaded, run or merged.
 #[derive(Debug, thiserror::Error)]
 pub enum ExperimentError {
+    /// `flowlab run` was stopped (Ctrl-C) before every run was done; what
+    /// finished is stored and a rerun resumes from it.
+    #[error("interrupted: {stored} of {runs} runs are stored in {}", out_dir.display())]
+    Interrupted { out_dir: PathBuf, stored: u64, runs: u64 },
+
     /// A file or directory could not be read or written.
     #[error("{path}: {source}")]
     Io {

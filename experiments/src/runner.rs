@@ -48,6 +48,13 @@ pub struct Shard {
     pub count: u64,
 }
 
+/// `K/N`, as `--shard` takes it.
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
 impl std::str::FromStr for Shard {
     type Err = ExperimentError;
 
@@ -90,6 +97,10 @@ pub struct RunOptions {
     /// binary that serves `server --cluster ...` (`flowlab run` passes its
     /// own path), or task servers on threads here (the default).
     pub launcher: flowlab_runtime::Launcher,
+    /// Set (by a Ctrl-C handler) to stop starting runs: those in flight
+    /// finish and are stored, then `run` returns
+    /// [`ExperimentError::Interrupted`].
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Default for RunOptions {
@@ -101,6 +112,7 @@ impl Default for RunOptions {
             fresh: false,
             progress: Progress::Auto,
             launcher: flowlab_runtime::Launcher::Threads,
+            stop: None,
         }
     }
 }
@@ -212,7 +224,7 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
     let first_error: Mutex<Option<ExperimentError>> = Mutex::new(None);
     pool.install(|| {
         pending.par_iter().for_each(|run| {
-            if lock(&first_error).is_some() {
+            if lock(&first_error).is_some() || stopped(options) {
                 return;
             }
             let row = execute(run, &options.launcher);
@@ -231,6 +243,10 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
     }
     let store = store.into_inner().unwrap_or_else(|p| p.into_inner());
     let rows = store.finish()?;
+    if stopped(options) {
+        let stored = rows.iter().filter(|r| my_keys.contains(r.key.as_str())).count() as u64;
+        return Err(ExperimentError::Interrupted { out_dir, stored, runs: mine.len() as u64 });
+    }
     let unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -270,6 +286,10 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
         superseded: opened.superseded,
         elapsed: start.elapsed(),
     })
+}
+
+fn stopped(options: &RunOptions) -> bool {
+    options.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
 }
 
 /// The pool the points run on: `jobs` threads, one for kinds that time
