@@ -9,14 +9,26 @@ use common::{describe, read_rows, run_flowlab, small_sweep, write_file};
 const METRICS_ALWAYS_PRESENT: &[&str] = &["throughput"];
 
 #[test]
-fn check_counts_the_points_without_running() {
+fn check_counts_the_points_and_estimates_the_run_without_writing() {
     let tmp = tempfile::tempdir().unwrap();
     let file = write_file(tmp.path(), "small.yaml", &small_sweep("small", 5));
-    let out = run_flowlab(&["check", file.to_str().unwrap()]);
+    let out = run_flowlab(&["check", file.to_str().unwrap(), "--jobs", "2"]);
     assert!(out.status.success(), "{}", describe(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(stdout.trim(), format!("{}: ok: kind cluster, 6 points", file.display()));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], format!("{}: ok: kind cluster, 6 points", file.display()));
+    assert!(lines[1].starts_with("estimated run time: ") && lines[1].contains("(5 of its points timed now,") && lines[1].ends_with("6 runs on 2 thread(s))"), "{stdout}");
     assert!(!tmp.path().join("out").exists());
+    let out = run_flowlab(&["check", file.to_str().unwrap(), "--no-estimate"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("{}: ok: kind cluster, 6 points", file.display()));
+
+    // After a run the stored runs' own times give the estimate: none left.
+    let dir = tmp.path().join("res");
+    let out = run_flowlab(&["run", file.to_str().unwrap(), "--out", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = run_flowlab(&["check", file.to_str().unwrap(), "--out", dir.to_str().unwrap(), "--jobs", "2"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&format!("estimated run time: 0.0 s (6 of 6 runs stored in {}, 0 to run at their median", dir.display())), "{stdout}");
 }
 
 /// `flowlab compare A B` matches two runs' points by what they sweep,

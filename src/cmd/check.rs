@@ -14,6 +14,16 @@ pub struct CheckArgs {
     /// model resolved to its workload (its compute time included).
     #[arg(long)]
     resolved: bool,
+    /// Where the run would write (as `flowlab run --out`): runs stored there
+    /// are not run again, and their times give the estimate.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+    /// Threads the run would use (as `flowlab run --jobs`; all cores if absent).
+    #[arg(long, short)]
+    jobs: Option<usize>,
+    /// Skip the run-time estimate (which times a few points of a simulation sweep).
+    #[arg(long)]
+    no_estimate: bool,
 }
 
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
@@ -27,6 +37,9 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     println!("{}: ok: kind {}, {} points{runs}", e.origin, e.kind, e.points);
     if let Some(line) = calibration {
         println!("{line}");
+    }
+    if !args.no_estimate {
+        println!("{}", e.estimate(args.out.as_deref(), args.jobs));
     }
     if args.resolved {
         for (index, label, config) in e.resolved_points() {

@@ -22,6 +22,7 @@ pub(crate) static CLUSTER: TypedKind<ClusterConfig> = TypedKind {
     headline: &["model", "workers", "ps", "strategy", "network.topology", "network.link_gbps", "straggler.dist", "comm"],
     nested_keys: &["strategy.sync.backup", "strategy.sync_groups.groups", "strategy.sync_groups.backup", "straggler.dist", "straggler.sigma", "network.topology", "network.link_gbps", "model.compute_s", "model.dense_params", "model.examples_per_step"],
     exclusive: false,
+    measured_point_s: None,
     summarize: None,
 };
 

@@ -94,6 +94,10 @@ pub(crate) trait Kind: Sync {
     fn nested_keys(&self) -> &'static [&'static str];
     /// Whether points time real runs, so that they must run one at a time.
     fn exclusive(&self) -> bool;
+    /// For kinds that time real runs (never sampled by `check`): the wall
+    /// seconds per point the catalog's points of this kind took, lowest and
+    /// highest, and where that was measured.
+    fn measured_point_s(&self) -> Option<(f64, f64, &'static str)>;
     /// Tables over all of a run's rows for the report's summary section,
     /// and the same as text for the terminal (`None`: the kind has none).
     fn summarize(&self, rows: &[flowlab_reports::ResultRow]) -> Option<(Vec<flowlab_reports::SummaryTable>, String)>;
@@ -149,6 +153,8 @@ pub(crate) struct TypedKind<C> {
     /// `strategy.sync.backup`): the "did you mean" of an unknown sweep key.
     pub(crate) nested_keys: &'static [&'static str],
     pub(crate) exclusive: bool,
+    /// See [`Kind::measured_point_s`].
+    pub(crate) measured_point_s: Option<(f64, f64, &'static str)>,
     pub(crate) summarize: Option<Summarize>,
 }
 
@@ -273,6 +279,10 @@ impl<C: DeserializeOwned + schemars::JsonSchema + Send + Sync + 'static> Kind fo
 
     fn exclusive(&self) -> bool {
         self.exclusive
+    }
+
+    fn measured_point_s(&self) -> Option<(f64, f64, &'static str)> {
+        self.measured_point_s
     }
 
     fn summarize(&self, rows: &[flowlab_reports::ResultRow]) -> Option<(Vec<flowlab_reports::SummaryTable>, String)> {

@@ -92,6 +92,7 @@ pub(crate) static PLACEMENT: TypedKind<PlacementPoint> = TypedKind {
     headline: &["model", "batch", "devices", "link", "comm"],
     nested_keys: &[],
     exclusive: false,
+    measured_point_s: None,
     summarize: None,
 };
 

@@ -77,6 +77,7 @@ pub(crate) static SYSTOLIC: TypedKind<SystolicPoint> = TypedKind {
     headline: &["dataflow", "rows", "cols"],
     nested_keys: &[],
     exclusive: false,
+    measured_point_s: None,
     summarize: None,
 };
 
