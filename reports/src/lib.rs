@@ -10,6 +10,7 @@ mod cell;
 mod chart;
 mod error;
 mod experiment;
+mod figures;
 mod html;
 mod labels;
 mod prepare;
@@ -20,6 +21,7 @@ mod subtitle;
 mod summary;
 
 pub use error::ReportError;
+pub use figures::figures_text;
 pub use labels::axis_label as metric_label;
 pub use prepare::check_plot_points;
 pub use render::{RenderedReport, render};

@@ -14,9 +14,19 @@ pub struct ReportArgs {
     /// Where the merged results and report go [default: the first DIR].
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Print the numbers each plot draws as text tables (what a catalog
+    /// file's header quotes) instead of merging and rendering.
+    #[arg(long, conflicts_with = "out")]
+    figures: bool,
 }
 
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
+    if args.figures {
+        for dir in &args.dirs {
+            print!("{}", flowlab_reports::figures_text(dir)?);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let merged = flowlab_experiments::merge(&args.dirs, args.out.as_deref())?;
     let of = merged.expected.map(|n| format!(" of {n}")).unwrap_or_default();
     println!(
