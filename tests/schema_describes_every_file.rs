@@ -61,6 +61,35 @@ fn the_committed_schema_and_reference_pages_are_what_the_types_generate() {
     }
 }
 
+/// Each section of docs/src/reference/cli.md is what `flowlab COMMAND
+/// --help` prints now, and every command `flowlab --help` lists has one.
+#[test]
+fn the_cli_reference_is_each_commands_help() {
+    let page = std::fs::read_to_string(root().join("docs/src/reference/cli.md")).expect("cli.md");
+    let mut sections = 0;
+    for section in page.split("\n## `flowlab").skip(1) {
+        let (cmd, rest) = section.split_once('`').expect("heading");
+        let block = rest.split_once("```text\n").and_then(|(_, b)| b.split_once("```")).map(|(b, _)| b).expect("code block");
+        let args: Vec<&str> = cmd.split_whitespace().chain(["--help"]).collect();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_flowlab")).args(&args).output().expect("flowlab");
+        assert!(String::from_utf8_lossy(&out.stdout) == block, "`flowlab {cmd} --help` differs from cli.md: run docs/gen/reference.sh");
+        sections += 1;
+    }
+    let top = std::process::Command::new(env!("CARGO_BIN_EXE_flowlab")).arg("--help").output().expect("flowlab");
+    let listed: Vec<String> = String::from_utf8_lossy(&top.stdout)
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|c| c != "help")
+        .collect();
+    for c in &listed {
+        assert!(page.contains(&format!("## `flowlab {c}`")), "cli.md has no section for `flowlab {c}`: add it to docs/gen/reference.sh");
+    }
+    assert!(sections > listed.len(), "{sections} sections for {} commands", listed.len());
+}
+
 #[test]
 fn every_catalog_file_validates_and_names_the_schema_on_its_first_line() {
     let validator = jsonschema::validator_for(&flowlab_experiments::file_schema()).expect("a valid schema");
