@@ -50,6 +50,15 @@ pub(crate) fn subtitle(spec: &PlotSpec, rows: &[ResultRow], resolved: Option<&Re
                     show(h, v, false, &mut parts);
                 } else if let (Some(v), true) = (r.values.get(h), r.unwritten.contains(h)) {
                     show(h, v, true, &mut parts);
+                } else {
+                    // A short map written for the key (`model: { zoo: resnet50 }`).
+                    let prefix = format!("{h}.");
+                    let under: Vec<(&&String, &&Value)> = fixed.iter().filter(|(k, _)| k.starts_with(&prefix)).collect();
+                    if (1..=3).contains(&under.len()) {
+                        for (k, v) in under {
+                            show(k, v, false, &mut parts);
+                        }
+                    }
                 }
                 if let Some((head, _)) = h.split_once('.') {
                     let under = format!("{head}.");
@@ -123,6 +132,10 @@ mod tests {
             headline: ["model", "workers", "strategy", "network.topology", "straggler.dist", "comm"].map(String::from).to_vec(),
         };
         let lines = subtitle(&spec, &rows, Some(&resolved));
+        let mut zoo = rows[0].clone();
+        zoo.params.remove("model");
+        zoo.params.insert("model.zoo".into(), Value::from("resnet50"));
+        assert!(subtitle(&spec, &[zoo], Some(&resolved))[0].starts_with("model.zoo: resnet50, workers: 100,"));
         assert_eq!(
             lines,
             ["model: resnet50, workers: 100, strategy: sync, network.topology: star (default), straggler.dist: lognormal, straggler.sigma: 0.3,", "comm: f32 (default)"]
