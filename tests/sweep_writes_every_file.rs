@@ -62,6 +62,16 @@ fn compare_puts_two_runs_side_by_side_and_names_what_differs() {
         let stored = rows.iter().find(|row| row["params"]["workers"].to_string() == workers).map(|row| row["metrics"]["throughput"].as_f64().unwrap()).unwrap();
         assert!((x - stored).abs() <= 1e-4 * stored.max(1.0), "A's column is A's stored throughput: {x} vs {stored}");
     }
+    // the same as a report folder: the table with its note, a bar chart of A and B
+    let html = tmp.path().join("cmp");
+    let out = run_flowlab(&["compare", dirs[0].to_str().unwrap(), dirs[1].to_str().unwrap(), "--metric", "throughput", "--html", html.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let page = std::fs::read_to_string(html.join("index.html")).unwrap();
+    assert!(page.contains("A and B point by point") && page.contains("settings that differ: ps = 1 in A, 2 in B"), "{page}");
+    assert!(html.join("bar-throughput-vs-point.png").exists());
+    let bars = read_rows(&html);
+    assert_eq!(bars.len(), 4);
+    assert!(bars.iter().any(|r| r["params"]["point"] == "workers=4" && r["params"]["run"] == "B"), "{bars:?}");
     // a metric one run lacks is refused naming those both have
     let out = run_flowlab(&["compare", dirs[0].to_str().unwrap(), dirs[1].to_str().unwrap(), "--metric", "thruput"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--metric thruput: not a metric of both runs"), "{}", describe(&out));

@@ -105,6 +105,80 @@ pub fn compare(a: &Path, b: &Path, metrics: &[String]) -> Result<Comparison, Exp
     Ok(Comparison { differing, metrics, keys, points, unmatched })
 }
 
+/// Writes the comparison of `a` and `b` as a report folder `out` (the
+/// standard page, rendered): the matched points' table with B/A as its
+/// summary, the differing settings under it, and for each compared metric
+/// a bar chart of every point (a `point` label of its swept values) with A
+/// and B side by side. Returns the page's path.
+pub fn compare_report(a: &Path, b: &Path, metrics: &[String], out: &Path) -> Result<std::path::PathBuf, ExperimentError> {
+    let c = compare(a, b, metrics)?;
+    std::fs::create_dir_all(out).map_err(|e| ExperimentError::io(out, e))?;
+    let label = |values: &[Value]| -> String {
+        // the last part of each key (`backup=4` for `strategy.sync.backup`): tick labels are short
+        let words: Vec<String> = c.keys.iter().zip(values).map(|(k, v)| format!("{}={}", k.rsplit('.').next().unwrap_or(k), crate::params::display_value(v))).collect();
+        if words.is_empty() { "all".into() } else { words.join(" ") }
+    };
+    let mut rows = Vec::new();
+    for (run, dir) in [("A", a), ("B", b)] {
+        for r in read(dir)?.rows {
+            let values: Vec<Value> = c.keys.iter().map(|k| r.params.get(k).cloned().unwrap_or(Value::Null)).collect();
+            let mut params = BTreeMap::new();
+            params.insert("point".to_string(), Value::from(label(&values)));
+            params.insert("run".to_string(), Value::from(run));
+            let index = rows.len() as u64;
+            rows.push(ResultRow { index, key: format!("{run}{}", r.key), params, ..r });
+        }
+    }
+    let what: Vec<String> = c.differing.iter().map(|(k, va, vb)| format!("{k} {} vs {}", shown(va), shown(vb))).collect();
+    let what = if what.is_empty() || what.join(", ").len() > 50 { String::new() } else { format!(" ({})", what.join(", ")) };
+    let plots: Vec<String> = c
+        .metrics
+        .iter()
+        .map(|m| format!("  - {{ kind: bar, x: point, y: {m}, series: run, title: {} }}\n", Value::from(format!("{m}: A vs B{what}"))))
+        .collect();
+    let yaml = format!(
+        "# flowlab compare\n#   A = {}\n#   B = {}\nname: compare\nplots:\n{}",
+        a.display(),
+        b.display(),
+        plots.concat()
+    );
+    let yaml_path = out.join("experiment.yaml");
+    std::fs::write(&yaml_path, yaml).map_err(|e| ExperimentError::io(&yaml_path, e))?;
+    let jsonl = out.join(crate::store::RESULTS_JSONL);
+    let text: String = rows.iter().map(|r| serde_json::to_string(r).map(|l| l + "\n")).collect::<Result<_, _>>().map_err(|e| ExperimentError::io(&jsonl, std::io::Error::other(e)))?;
+    std::fs::write(&jsonl, text).map_err(|e| ExperimentError::io(&jsonl, e))?;
+    let mut columns: Vec<String> = c.keys.clone();
+    for m in &c.metrics {
+        columns.extend([format!("{m} A"), format!("{m} B"), format!("{m} B/A")]);
+    }
+    let table_rows = c
+        .points
+        .iter()
+        .map(|(values, pairs)| values.iter().cloned().chain(pairs.iter().flat_map(|&(x, y)| [x, y, y / x].map(number))).collect())
+        .collect();
+    let differing: Vec<String> = c.differing.iter().map(|(k, va, vb)| format!("{k} = {} in A, {} in B", shown(va), shown(vb))).collect();
+    let note = format!(
+        "A = {}, B = {}; {} points matched ({} only in A, {} only in B); {}",
+        a.display(),
+        b.display(),
+        c.points.len(),
+        c.unmatched.0,
+        c.unmatched.1,
+        if differing.is_empty() { "the same settings in both runs".to_string() } else { format!("settings that differ: {}", differing.join("; ")) }
+    );
+    let table = flowlab_reports::SummaryTable { title: "A and B point by point".into(), columns, rows: table_rows, note: Some(note) };
+    flowlab_reports::write_summary(out, &flowlab_reports::Summary { references: Vec::new(), tables: vec![table] })?;
+    crate::render(out)
+}
+
+fn number(x: f64) -> Value {
+    serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
+}
+
+fn shown(v: &Option<Value>) -> String {
+    v.as_ref().map_or_else(|| "(varies or absent)".to_string(), crate::params::display_value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,7 +29,7 @@ mod sweep;
 
 use std::path::{Path, PathBuf};
 
-pub use compare::{Comparison, compare};
+pub use compare::{Comparison, compare, compare_report};
 pub use catalog::{CATALOG_PREFIX, CatalogEntry, DEFAULT_EXPERIMENT, catalog, catalog_entry, load, template, templates};
 pub use error::ExperimentError;
 pub use estimate::RunEstimate;

@@ -16,6 +16,9 @@ pub struct CompareArgs {
     /// Compare only these metrics (repeatable; default: every metric both runs have).
     #[arg(long = "metric", value_name = "NAME")]
     metrics: Vec<String>,
+    /// Also write the comparison as a report folder (index.html: the table, and a bar chart per metric with A and B side by side).
+    #[arg(long, value_name = "DIR")]
+    html: Option<PathBuf>,
 }
 
 fn show(v: &Option<Value>) -> String {
@@ -57,6 +60,10 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
             row.extend([number(x), number(y), number(y / x)]);
         }
         println!("{}", row.join("\t"));
+    }
+    if let Some(dir) = &args.html {
+        let page = flowlab_experiments::compare_report(&args.a, &args.b, &args.metrics, dir)?;
+        println!("report: {}", page.display());
     }
     Ok(ExitCode::SUCCESS)
 }
