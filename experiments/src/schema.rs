@@ -322,7 +322,7 @@ fn flow_yaml(v: &Value) -> String {
 
 /// Text safe inside a markdown table cell.
 fn cell(s: &str) -> String {
-    s.replace('|', "\\|")
+    s.replace('|', "\\|").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// Rewrites `#/$defs/X` to `#/$defs/KIND.X` throughout `schema`.
