@@ -45,6 +45,21 @@ fn a_placement_sweep_and_a_cluster_workload_take_an_onnx_file() {
         assert_eq!(r["metrics"]["params"].as_f64(), Some(3677.0), "{r}");
         assert!(r["metrics"]["step_time_s"].as_f64().unwrap() > 0.0, "{r}");
     }
+    // the cluster kind's map form, `{ onnx: FILE, batch: B }`, gives the
+    // same points; a second, different batch is refused naming both
+    let map = text.replace(&format!("model: {}\n  batch: 8", fixture("cnn.onnx")), &format!("model: {{ onnx: {}, batch: 8 }}", fixture("cnn.onnx")));
+    assert_ne!(map, text);
+    let file = write_file(tmp.path(), "place-map.yaml", &map);
+    let map_dir = tmp.path().join("place-map");
+    let out = run_flowlab(&["run", file.to_str().unwrap(), "--out", map_dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let metrics = |rows: &[serde_json::Value]| rows.iter().map(|r| r["metrics"]["step_time_s"].clone()).collect::<Vec<_>>();
+    assert_eq!(metrics(&read_rows(&map_dir)), metrics(&rows));
+    let twice = write_file(tmp.path(), "twice.yaml", &map.replace("placer: default\nsweep", "placer: default\n  batch: 16\nsweep"));
+    let out = run_flowlab(&["check", twice.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid parameter `batch`: 16, but `model.batch` says 8: give it once"), "{}", describe(&out));
+
     let text = format!("name: onnx-cluster\nkind: cluster\nseed: 1\nbase:\n  model: {{ onnx: {}, batch: 16, device: k40 }}\n  workers: 2\n  ps: 1\n  steps: 5\n", fixture("mlp.onnx"));
     let file = write_file(tmp.path(), "cluster.yaml", &text);
     let out = run_flowlab(&["check", file.to_str().unwrap(), "--resolved"]);

@@ -182,6 +182,109 @@ impl<C: Send + Sync> Runnable for Bound<C> {
     }
 }
 
+/// `model:` of the placement and validate kinds: a zoo name or an ONNX
+/// file's path (`model: resnet50`, `model: net.onnx`), or an ONNX file with
+/// its batch (`model: { onnx: net.onnx, batch: 8 }`, the cluster kind's
+/// form), whose batch binds the file's symbolic batch dimension.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ModelKey {
+    Name(String),
+    Onnx(OnnxModel),
+}
+
+/// `{ onnx: FILE, batch: B }`.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OnnxModel {
+    /// The ONNX file, relative to where flowlab runs.
+    pub(crate) onnx: String,
+    /// Examples per step (the file's first symbolic dimension); absent: the
+    /// point's `batch`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) batch: Option<usize>,
+}
+
+impl ModelKey {
+    /// The zoo name or the file's path.
+    pub(crate) fn path(&self) -> &str {
+        match self {
+            ModelKey::Name(n) => n,
+            ModelKey::Onnx(m) => &m.onnx,
+        }
+    }
+
+    /// The batch the map form gives, if it gives one.
+    pub(crate) fn batch(&self) -> Option<usize> {
+        match self {
+            ModelKey::Name(_) => None,
+            ModelKey::Onnx(m) => m.batch,
+        }
+    }
+
+    /// The point's batch: the map form's, else the point's own `batch`,
+    /// else 32; both given and different is an error naming both.
+    pub(crate) fn batch_with(&self, point: Option<usize>) -> Result<usize, String> {
+        match (self.batch(), point) {
+            (Some(a), Some(b)) if a != b => Err(format!("invalid parameter `batch`: {b}, but `model.batch` says {a}: give it once")),
+            (a, b) => Ok(a.or(b).unwrap_or(DEFAULT_BATCH)),
+        }
+    }
+
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if let ModelKey::Onnx(m) = self
+            && !m.onnx.ends_with(".onnx")
+        {
+            return Err(format!("invalid parameter `model.onnx`: `{}` is not an ONNX file (*.onnx)", m.onnx));
+        }
+        check_model(self.path())
+    }
+}
+
+/// The batch a point without one trains at.
+pub(crate) const DEFAULT_BATCH: usize = 32;
+
+impl serde::Serialize for ModelKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ModelKey::Name(n) => s.serialize_str(n),
+            ModelKey::Onnx(m) => m.serialize(s),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ModelKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ModelKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a zoo model, an ONNX file (*.onnx), or `{ onnx: FILE, batch: B }`")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ModelKey, E> {
+                Ok(ModelKey::Name(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<ModelKey, A::Error> {
+                <OnnxModel as serde::Deserialize>::deserialize(serde::de::value::MapAccessDeserializer::new(m)).map(ModelKey::Onnx)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl schemars::JsonSchema for ModelKey {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ModelKey".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let onnx = generator.subschema_for::<OnnxModel>();
+        schemars::json_schema!({
+            "description": "a model-zoo graph (mlp, cnn, resnet50, inception_v3, lstm_lm, transformer, transformer_base, gnmt), an ONNX file (*.onnx, relative to where flowlab runs), or `{ onnx: FILE, batch: B }`",
+            "anyOf": [{ "type": "string" }, onnx]
+        })
+    }
+}
+
 /// A model key: a zoo name, or an ONNX file (a path ending in `.onnx`,
 /// relative to where flowlab runs) that exists; the file is imported when
 /// the point runs.

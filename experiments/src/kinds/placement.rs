@@ -31,13 +31,11 @@ use super::{Outcome, TypedKind};
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PlacementPoint {
-    /// A model-zoo graph (mlp, cnn, resnet50, inception_v3, lstm_lm,
-    /// transformer, transformer_base, gnmt) or an ONNX file (`*.onnx`,
-    /// relative to where flowlab runs), trained with its default loss.
-    model: String,
-    /// Examples per training step.
-    #[serde(default = "default_batch")]
-    batch: usize,
+    /// What is placed, trained with its default loss.
+    model: super::ModelKey,
+    /// Examples per training step (default 32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    batch: Option<usize>,
     /// Hardware catalog devices, e.g. `4xK40`, `8xH100`, `2xV100,1xcpu`.
     devices: String,
     /// A catalog link for every device's port (`pcie3-x16`, `nvlink2`), or
@@ -58,10 +56,6 @@ pub(crate) struct PlacementPoint {
     /// local_search only: the placer whose answer it starts from.
     #[serde(default)]
     start: Option<String>,
-}
-
-fn default_batch() -> usize {
-    32
 }
 
 use flowlab_models::zoo::MAX_BATCH;
@@ -97,10 +91,15 @@ pub(crate) static PLACEMENT: TypedKind<PlacementPoint> = TypedKind {
 };
 
 impl PlacementPoint {
+    fn batch(&self) -> Result<usize, String> {
+        self.model.batch_with(self.batch)
+    }
+
     fn validate(&self) -> Result<(), String> {
-        super::check_model(&self.model)?;
-        if self.batch == 0 || self.batch > MAX_BATCH {
-            return Err(format!("invalid parameter `batch`: must be between 1 and {MAX_BATCH}, got {}", self.batch));
+        self.model.check()?;
+        let batch = self.batch()?;
+        if batch == 0 || batch > MAX_BATCH {
+            return Err(format!("invalid parameter `batch`: must be between 1 and {MAX_BATCH}, got {batch}"));
         }
         check_placer("placer", &self.placer)?;
         if let Some(start) = &self.start {
@@ -163,7 +162,7 @@ fn check_placer(key: &str, name: &str) -> Result<(), String> {
 /// Places, simulates one step, and compares with everything on one device
 /// (the baseline a placement has to beat).
 fn run_point(point: &PlacementPoint, seed: u64) -> Result<Outcome, String> {
-    let model = flowlab_models::build_with(&point.model, &flowlab_models::ZooOptions::new(point.batch)).map_err(|e| e.to_string())?;
+    let model = flowlab_models::build_with(point.model.path(), &flowlab_models::ZooOptions::new(point.batch()?)).map_err(|e| e.to_string())?;
     let mut opts = point.options(seed)?;
     opts.sim.step = Some(model.step());
     let outcome = place_timed(&point.placer, &model.graph, &opts).map_err(|e| e.to_string())?;

@@ -48,15 +48,15 @@ use crate::measure::{self, ProfileRequest, StepRunner, ZooSizes};
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ValidatePoint {
-    /// A model-zoo graph the engine can run at this size, or an ONNX file
-    /// (`*.onnx`, relative to where flowlab runs).
-    model: String,
+    /// What is placed and run: a zoo graph the engine can run at this size,
+    /// or an ONNX file.
+    model: super::ModelKey,
     /// A smaller variant of the zoo model: `{ hidden: 128, seq_len: 20 }`.
     #[serde(default)]
     sizes: ZooSizes,
-    /// Examples per training step.
-    #[serde(default = "default_batch")]
-    batch: usize,
+    /// Examples per training step (default 32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    batch: Option<usize>,
     /// Real engine devices, CPUs of this process: `2xcpu`.
     devices: String,
     /// Worker threads per device.
@@ -133,9 +133,6 @@ enum Predictor {
     Profile,
 }
 
-fn default_batch() -> usize {
-    32
-}
 fn one() -> usize {
     1
 }
@@ -191,10 +188,15 @@ pub(crate) static VALIDATE: TypedKind<ValidatePoint> = TypedKind {
 };
 
 impl ValidatePoint {
+    fn batch(&self) -> Result<usize, String> {
+        self.model.batch_with(self.batch)
+    }
+
     fn validate(&self) -> Result<(), String> {
-        super::check_model(&self.model)?;
-        if self.batch == 0 || self.batch > MAX_BATCH {
-            return Err(format!("invalid parameter `batch`: must be between 1 and {MAX_BATCH}, got {}", self.batch));
+        self.model.check()?;
+        let batch = self.batch()?;
+        if batch == 0 || batch > MAX_BATCH {
+            return Err(format!("invalid parameter `batch`: must be between 1 and {MAX_BATCH}, got {batch}"));
         }
         let z = &self.sizes;
         for (key, v) in [("hidden", z.hidden), ("layers", z.layers), ("seq_len", z.seq_len), ("vocab", z.vocab), ("heads", z.heads), ("ff", z.ff), ("image_size", z.image_size), ("classes", z.classes)] {
@@ -231,7 +233,7 @@ impl ValidatePoint {
         }
         if let Some(path) = &self.profile {
             let p = profile_file(path)?;
-            check_profile_matches(path, &p, &self.sizes.model_id(&self.model), self.batch, self.threads, self.device_count()?)?;
+            check_profile_matches(path, &p, &self.sizes.model_id(self.model.path()), batch, self.threads, self.device_count()?)?;
         }
         Ok(())
     }
@@ -330,21 +332,21 @@ fn host(threads: usize, model: &str) -> Result<HostMeasurement, String> {
 fn point_profile(p: &ValidatePoint) -> Result<Arc<Profile>, String> {
     if let Some(path) = &p.profile {
         let prof = profile_file(path)?;
-        check_profile_matches(path, &prof, &p.sizes.model_id(&p.model), p.batch, p.threads, p.device_count()?)?;
+        check_profile_matches(path, &prof, &p.sizes.model_id(p.model.path()), p.batch()?, p.threads, p.device_count()?)?;
         return Ok(prof);
     }
     type Measured = Mutex<HashMap<(String, usize, usize, usize), Arc<Profile>>>;
     static MEASURED: OnceLock<Measured> = OnceLock::new();
     let measured = MEASURED.get_or_init(Default::default);
     let devices = p.device_count()?;
-    let key = (p.sizes.model_id(&p.model), p.batch, p.threads, devices);
+    let key = (p.sizes.model_id(p.model.path()), p.batch()?, p.threads, devices);
     if let Some(prof) = lock(measured).get(&key) {
         return Ok(prof.clone());
     }
-    let req = ProfileRequest { model: p.model.clone(), sizes: p.sizes.clone(), batch: p.batch, threads: p.threads, devices, warmup: p.warmup.max(2), steps: p.steps.max(10) };
+    let req = ProfileRequest { model: p.model.path().to_string(), sizes: p.sizes.clone(), batch: p.batch()?, threads: p.threads, devices, warmup: p.warmup.max(2), steps: p.steps.max(10) };
     // the host figures the model's roofline points use, measured once
-    let host = host(p.threads, &p.sizes.model_id(&p.model))?;
-    let prof = Arc::new(measure::profile_model_on(&req, host, |_| {}).map_err(|e| format!("profiling {} at batch {}: {e}", p.model, p.batch))?);
+    let host = host(p.threads, &p.sizes.model_id(p.model.path()))?;
+    let prof = Arc::new(measure::profile_model_on(&req, host, |_| {}).map_err(|e| format!("profiling {} at batch {}: {e}", p.model.path(), p.batch().unwrap_or_default()))?);
     lock(measured).insert(key, prof.clone());
     Ok(prof)
 }
@@ -414,7 +416,7 @@ fn measure_placement(
 
 fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     let n = p.device_count()?;
-    let (model, init) = measure::with_initializer(&p.model, &p.sizes, p.batch)?;
+    let (model, init) = measure::with_initializer(p.model.path(), &p.sizes, p.batch()?)?;
     let profile = match p.predictor {
         Predictor::Profile => Some(point_profile(p)?),
         Predictor::Roofline => None,
@@ -423,7 +425,7 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     // sitting as its op times), else this run's measurement.
     let host = match profile.as_ref().and_then(|p| p.host.clone()) {
         Some(h) => h,
-        None => host(p.threads, &p.sizes.model_id(&p.model))?,
+        None => host(p.threads, &p.sizes.model_id(p.model.path()))?,
     };
     let mut cluster = VirtualCluster::parse_for_host(&format!("{n}xcpu"), &host).map_err(|e| format!("invalid parameter `devices`: {e}"))?;
     if let Some(l) = &p.link {
@@ -459,8 +461,8 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     if need > 0.5 * host.memory_gb * 1e9 {
         return Err(format!(
             "invalid parameter `batch`: {} at batch {} needs about {:.1} GB at its peak, more than half of this host's {:.1} GB",
-            p.model,
-            p.batch,
+            p.model.path(),
+            p.batch()?,
             need / 1e9,
             host.memory_gb
         ));
@@ -478,7 +480,7 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     static RUNS: OnceLock<Mutex<HashMap<Key, Measured>>> = OnceLock::new();
     let runs = RUNS.get_or_init(Default::default);
     let (comm, link) = if report.transfers == 0 { (String::new(), String::new()) } else { (p.comm_format()?.to_string(), p.link_label()) };
-    let key: Key = (p.sizes.model_id(&p.model), p.batch, n, p.threads, comm, link, placement_hash(&outcome.placement));
+    let key: Key = (p.sizes.model_id(p.model.path()), p.batch()?, n, p.threads, comm, link, placement_hash(&outcome.placement));
     let cached = lock(runs).get(&key).cloned();
     let measured = match cached {
         Some(m) => m,
