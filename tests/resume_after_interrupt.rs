@@ -40,6 +40,19 @@ fn a_torn_last_line_is_dropped_and_its_point_rerun() {
     assert_eq!(csv.lines().count(), 7, "{csv}");
 }
 
+/// Starts `flowlab ARGS` (stdout dropped, stderr kept) and returns once
+/// `dir/results.jsonl` holds one whole row (its newline written).
+fn run_until_a_row_is_stored(args: &[&str], dir: &std::path::Path) -> std::process::Child {
+    let child = flowlab().args(args).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let jsonl = dir.join("results.jsonl");
+    let start = Instant::now();
+    while std::fs::read_to_string(&jsonl).map_or(true, |t| !t.contains('\n')) {
+        assert!(start.elapsed() < Duration::from_secs(60), "no row written within a minute");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child
+}
+
 #[test]
 fn a_killed_run_resumes_without_lost_or_duplicate_rows() {
     let tmp = tempfile::tempdir().unwrap();
@@ -48,24 +61,13 @@ fn a_killed_run_resumes_without_lost_or_duplicate_rows() {
     let dir = tmp.path().join("results");
     let (file, dir_s) = (file.to_str().unwrap(), dir.to_str().unwrap());
 
-    let mut child = flowlab()
-        .args(["run", file, "--out", dir_s, "--jobs", "1"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let jsonl = dir.join("results.jsonl");
-    let start = Instant::now();
-    // wait for one whole row (its newline written)
-    while std::fs::read_to_string(&jsonl).map_or(true, |t| !t.contains('\n')) {
-        assert!(start.elapsed() < Duration::from_secs(60), "no row written within a minute");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let mut child = run_until_a_row_is_stored(&["run", file, "--out", dir_s, "--jobs", "1"], &dir);
     child.kill().unwrap();
     child.wait().unwrap();
     // The kill may land inside a row's write (a row of several kilobytes
     // can be cut at a page): that torn last line is what the resume drops
     // and reruns, so only whole lines count here.
-    let text = std::fs::read_to_string(&jsonl).unwrap();
+    let text = std::fs::read_to_string(dir.join("results.jsonl")).unwrap();
     let partial = text.split_inclusive('\n').filter(|l| l.ends_with('\n')).count();
     assert!((1..6).contains(&partial), "the kill should land mid-run, found {partial} rows");
 
@@ -89,18 +91,7 @@ fn ctrl_c_stores_the_run_in_flight_and_says_how_to_resume() {
     let file = write_file(tmp.path(), "slow.yaml", &small_sweep("slow", 300));
     let dir = tmp.path().join("results");
     let (file, dir_s) = (file.to_str().unwrap(), dir.to_str().unwrap());
-    let child = flowlab()
-        .args(["run", file, "--out", dir_s, "--jobs", "1", "--fresh"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let jsonl = dir.join("results.jsonl");
-    let start = Instant::now();
-    while std::fs::read_to_string(&jsonl).map_or(true, |t| !t.contains('\n')) {
-        assert!(start.elapsed() < Duration::from_secs(60), "no row written within a minute");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let child = run_until_a_row_is_stored(&["run", file, "--out", dir_s, "--jobs", "1", "--fresh"], &dir);
     let pid = libc::pid_t::try_from(child.id()).unwrap();
     // SAFETY: sends a signal to the child this test started and still owns.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);

@@ -62,7 +62,7 @@ impl Experiment {
         let left = (self.runs.len() - mine.len()) as f64;
         let threads = |n: f64| (n / jobs as f64).ceil().max(if n > 0.0 { 1.0 } else { 0.0 });
         if !mine.is_empty() {
-            let median = median(&mine);
+            let median = crate::measure::spread(&mine).0;
             let s = threads(left) * median;
             return RunEstimate {
                 seconds: (s, s),
@@ -128,13 +128,6 @@ impl Experiment {
     }
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let m = s.len() / 2;
-    if s.len() % 2 == 1 { s[m] } else { (s[m - 1] + s[m]) / 2.0 }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,7 +138,5 @@ mod tests {
         assert_eq!(duration(42.0), "42 s");
         assert_eq!(duration(600.0), "10.0 min");
         assert_eq!(duration(9000.0), "2.5 h");
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
     }
 }

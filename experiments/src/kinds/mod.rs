@@ -240,6 +240,15 @@ impl ModelKey {
     }
 }
 
+/// A serialized point with its batch as it runs (given, from `model`, or
+/// the default), for `--resolved` and the report's constants.
+pub(crate) fn with_batch(mut v: Value, batch: usize) -> Result<Value, String> {
+    if let Some(o) = v.as_object_mut() {
+        o.insert("batch".into(), Value::from(batch));
+    }
+    Ok(v)
+}
+
 /// The batch a point without one trains at.
 pub(crate) const DEFAULT_BATCH: usize = 32;
 

@@ -79,7 +79,7 @@ pub(crate) static PLACEMENT: TypedKind<PlacementPoint> = TypedKind {
     name: "placement",
     validate: |p| p.validate(),
     run: |config, env| run_point(config, env.seed),
-    resolve: super::serialized,
+    resolve: |p| super::with_batch(super::serialized(p)?, p.batch()?),
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &[],
     tag_paths: &[],

@@ -176,7 +176,7 @@ pub(crate) static VALIDATE: TypedKind<ValidatePoint> = TypedKind {
     name: "validate",
     validate: |p| p.validate(),
     run: |config, env| run_point(config, env.seed),
-    resolve: super::serialized,
+    resolve: |p| super::with_batch(super::serialized(p)?, p.batch()?),
     metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
     series_names: &["measured_step_times_s", "reference_step_times_s"],
     tag_paths: &[],
