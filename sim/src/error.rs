@@ -45,6 +45,9 @@ pub enum SimError {
     /// A placement that cannot be simulated or a placer that cannot place.
     #[error("cannot place node '{node}': {detail}")]
     Placement { node: String, detail: String },
+    /// A device map file that cannot be read or makes no sense.
+    #[error("device map `{file}`: {detail}")]
+    DeviceMap { file: String, detail: String },
     /// A placer name that `placement::by_name` does not know.
     #[error("unknown placer `{name}` (valid: {valid})")]
     UnknownPlacer { name: String, valid: String },

@@ -8,7 +8,7 @@ use clap::Args;
 use flowlab_engine::Graph;
 use flowlab_hw::{CommFormat, Profile};
 use flowlab_sim::graph::{GraphSimReport, GraphSimulator, StepSpec, VirtualCluster};
-use flowlab_sim::placement::{PLACERS, PlacerOptions, place_timed};
+use flowlab_sim::placement::{MAP_PREFIX, PLACERS, PlacerOptions, place_timed};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -25,7 +25,9 @@ pub struct PlaceArgs {
     /// Devices, e.g. "4xK40", "2xV100,1xcpu", "8xH100" (catalog names).
     #[arg(long, default_value = "4xK40")]
     devices: String,
-    /// One of: single_device, round_robin, default, tf_greedy, m_topo, m_etf, m_sct, local_search.
+    /// One of: single_device, round_robin, default, tf_greedy, m_topo, m_etf, m_sct, local_search;
+    /// or map:FILE, a hand-written device map (a YAML list of `{ nodes: GLOB, device: N }`, first
+    /// match wins; `--write-map` writes one to start from).
     #[arg(long, default_value = "m_etf")]
     placer: String,
     /// Format of cross-device transfers: f32, f16, bf16, int8, int8:<block>.
@@ -53,6 +55,10 @@ pub struct PlaceArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Write the placement as a device map (one rule per node) to FILE, to
+    /// edit and give back as `--placer map:FILE`.
+    #[arg(long, value_name = "FILE")]
+    write_map: Option<PathBuf>,
 }
 
 /// The graph and, for zoo models and ONNX files, the training step to simulate (a graph
@@ -68,8 +74,8 @@ fn load_graph(model: &str, batch: usize) -> anyhow::Result<(Graph, Option<StepSp
 }
 
 pub fn run(a: PlaceArgs) -> anyhow::Result<ExitCode> {
-    if !PLACERS.contains(&a.placer.as_str()) {
-        bail!("unknown placer `{}` (valid: {})", a.placer, PLACERS.join(", "));
+    if !PLACERS.contains(&a.placer.as_str()) && !a.placer.starts_with(MAP_PREFIX) {
+        bail!("unknown placer `{}` (valid: {}, {MAP_PREFIX}FILE)", a.placer, PLACERS.join(", "));
     }
     let comm: CommFormat = a.comm.parse().with_context(|| format!("--comm {}", a.comm))?;
     let profile = a.profile.as_ref().map(Profile::from_file).transpose()?;
@@ -104,6 +110,9 @@ pub fn run(a: PlaceArgs) -> anyhow::Result<ExitCode> {
     let t = Instant::now();
     let report = sim.simulate(&outcome.placement)?;
     let simulate_seconds = t.elapsed().as_secs_f64();
+    if let Some(path) = &a.write_map {
+        write_map(path, &graph, &cluster, &outcome.placement)?;
+    }
     if a.json {
         let v = serde_json::json!({
             "model": a.model,
@@ -133,6 +142,19 @@ pub fn run(a: PlaceArgs) -> anyhow::Result<ExitCode> {
         print_summary(&a, graph.num_nodes(), outcome.seconds, simulate_seconds, &report, outcome.fallback);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `placement` as a device map: a rule per node, its exact name (glob
+/// characters escaped), in graph order.
+fn write_map(path: &Path, graph: &Graph, cluster: &VirtualCluster, placement: &flowlab_engine::Placement) -> anyhow::Result<()> {
+    use std::fmt::Write;
+    let mut text = String::from("# A device map written by `flowlab place --write-map`: first matching rule wins.\n");
+    for (id, node) in graph.nodes().iter().enumerate() {
+        let Some(name) = placement.device(id) else { continue };
+        let device = cluster.devices().iter().position(|d| &d.name == name).with_context(|| format!("node '{}' is placed on {name}, not a device of the cluster", node.name))?;
+        let _ = writeln!(text, "- {{ nodes: {}, device: {device} }}", serde_json::Value::from(glob::Pattern::escape(&node.name)));
+    }
+    std::fs::write(path, text).with_context(|| format!("--write-map {}", path.display()))
 }
 
 fn print_summary(a: &PlaceArgs, nodes: usize, place_s: f64, sim_s: f64, r: &GraphSimReport, fallback: Option<flowlab_sim::placement::Fallback>) {

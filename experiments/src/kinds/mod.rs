@@ -294,6 +294,63 @@ impl schemars::JsonSchema for ModelKey {
     }
 }
 
+/// A placer key (kinds `placement` and `validate`): a placer's name,
+/// `map:FILE`, or `{ map: FILE }`, a hand-written device map
+/// (`flowlab_sim::placement::DeviceMap`), kept as `map:FILE`.
+pub(crate) fn placer_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a placer's name, or `{ map: FILE }` (a device map)")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<String, A::Error> {
+            #[derive(serde::Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct Map {
+                map: String,
+            }
+            let m = <Map as serde::Deserialize>::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
+            Ok(format!("{}{}", flowlab_sim::placement::MAP_PREFIX, m.map))
+        }
+    }
+    d.deserialize_any(V)
+}
+
+/// [`placer_key`] for an optional key.
+pub(crate) fn optional_placer_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    placer_key(d).map(Some)
+}
+
+pub(crate) fn placer_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": format!("a placer ({}), or a hand-written device map: `map:FILE` or `{{ map: FILE }}` (a YAML list of `{{ nodes: GLOB, device: N }}`, first match wins; relative to where flowlab runs)", flowlab_sim::placement::PLACERS.join(", ")),
+        "anyOf": [
+            { "type": "string" },
+            { "type": "object", "properties": { "map": { "type": "string" } }, "required": ["map"], "additionalProperties": false }
+        ]
+    })
+}
+
+/// A placer key names a placer, or a device map that reads and parses.
+pub(crate) fn check_placer(key: &str, name: &str) -> Result<(), String> {
+    use flowlab_sim::placement::{DeviceMap, MAP_PREFIX, PLACERS};
+    if PLACERS.contains(&name) {
+        return Ok(());
+    }
+    if let Some(file) = name.strip_prefix(MAP_PREFIX) {
+        return DeviceMap::load(std::path::Path::new(file)).map(|_| ()).map_err(|e| format!("invalid parameter `{key}`: {e}"));
+    }
+    Err(format!(
+        "invalid parameter `{key}`: unknown placer `{name}`{} (valid: {}, or {{ map: FILE }})",
+        crate::suggest::did_you_mean(name, PLACERS.iter().copied()),
+        PLACERS.join(", ")
+    ))
+}
+
 /// A model key: a zoo name, or an ONNX file (a path ending in `.onnx`,
 /// relative to where flowlab runs) that exists; the file is imported when
 /// the point runs.

@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use flowlab_hw::CommFormat;
 use flowlab_sim::graph::{GraphSimulator, VirtualCluster};
-use flowlab_sim::placement::{PLACERS, PlacerOptions, place_timed};
+use super::check_placer;
+use flowlab_sim::placement::{PlacerOptions, place_timed};
 
 use super::{Outcome, TypedKind};
 
@@ -42,8 +43,10 @@ pub(crate) struct PlacementPoint {
     /// a fabric (`dgx1`); absent: each device's own default link.
     #[serde(default)]
     link: Option<String>,
-    /// single_device, round_robin, default, tf_greedy, m_topo, m_etf, m_sct
-    /// or local_search.
+    /// single_device, round_robin, default, tf_greedy, m_topo, m_etf,
+    /// m_sct, local_search, or `{ map: FILE }`: a hand-written device map.
+    #[serde(deserialize_with = "super::placer_key")]
+    #[schemars(schema_with = "super::placer_schema")]
     placer: String,
     /// Number format of tensors between devices: f32, f16, bf16, int8,
     /// int8:<block>; absent: f32.
@@ -53,8 +56,10 @@ pub(crate) struct PlacementPoint {
     /// repeat).
     #[serde(default)]
     iterations: Option<usize>,
-    /// local_search only: the placer whose answer it starts from.
-    #[serde(default)]
+    /// local_search only: the placer whose answer it starts from (a device
+    /// map too).
+    #[serde(default, deserialize_with = "super::optional_placer_key")]
+    #[schemars(schema_with = "super::placer_schema")]
     start: Option<String>,
 }
 
@@ -146,17 +151,6 @@ impl PlacementPoint {
         }
         Ok(opts)
     }
-}
-
-fn check_placer(key: &str, name: &str) -> Result<(), String> {
-    if PLACERS.contains(&name) {
-        return Ok(());
-    }
-    Err(format!(
-        "invalid parameter `{key}`: unknown placer `{name}`{} (valid: {})",
-        crate::suggest::did_you_mean(name, PLACERS.iter().copied()),
-        PLACERS.join(", ")
-    ))
 }
 
 /// Places, simulates one step, and compares with everything on one device

@@ -38,7 +38,7 @@ use flowlab_engine::{EmulatedLink, LinkMap, PartitionOptions};
 use flowlab_hw::{CommFormat, HostMeasurement, LinkSpec, Profile};
 use flowlab_reports::{ResultRow, SummaryTable};
 use flowlab_sim::graph::{GraphSimulator, SimOptions, VirtualCluster};
-use flowlab_sim::placement::{PLACERS, PlacerOptions, place_timed};
+use flowlab_sim::placement::{PlacerOptions, place_timed};
 use flowlab_models::zoo::ModelGraph;
 
 use super::{Outcome, TypedKind};
@@ -62,7 +62,10 @@ pub(crate) struct ValidatePoint {
     /// Worker threads per device.
     #[serde(default = "one")]
     threads: usize,
-    /// Any placer of `flowlab place`.
+    /// Any placer of `flowlab place`, or `{ map: FILE }`: a hand-written
+    /// device map (forced splits).
+    #[serde(deserialize_with = "super::placer_key")]
+    #[schemars(schema_with = "super::placer_schema")]
     placer: String,
     /// Number format of tensors between devices: f32, f16, bf16, int8,
     /// int8:<block>; absent: f32.
@@ -87,8 +90,10 @@ pub(crate) struct ValidatePoint {
     /// local_search only: moves tried.
     #[serde(default)]
     iterations: Option<usize>,
-    /// local_search only: the placer whose answer it starts from.
-    #[serde(default)]
+    /// local_search only: the placer whose answer it starts from (a device
+    /// map too).
+    #[serde(default, deserialize_with = "super::optional_placer_key")]
+    #[schemars(schema_with = "super::placer_schema")]
     start: Option<String>,
     /// `true` (default): the placement `flowlab place` returns, the best
     /// single device where a cost-based placer's own answer simulates
@@ -210,13 +215,9 @@ impl ValidatePoint {
         if self.threads == 0 || self.threads > MAX_THREADS {
             return Err(format!("invalid parameter `threads`: must be between 1 and {MAX_THREADS}, got {}", self.threads));
         }
-        if !PLACERS.contains(&self.placer.as_str()) {
-            return Err(format!(
-                "invalid parameter `placer`: unknown placer `{}`{} (valid: {})",
-                self.placer,
-                crate::suggest::did_you_mean(&self.placer, PLACERS.iter().copied()),
-                PLACERS.join(", ")
-            ));
+        super::check_placer("placer", &self.placer)?;
+        if let Some(start) = &self.start {
+            super::check_placer("start", start)?;
         }
         if self.placer == "local_search" && self.iterations.is_none_or(|i| i == 0) {
             return Err("invalid parameter `iterations`: local_search needs a positive number of moves".into());

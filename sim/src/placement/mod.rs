@@ -11,6 +11,7 @@
 //! | `m_etf` | Baechi: earliest task first under memory limits |
 //! | `m_sct` | Baechi: ETF keeping favourite children with their parents |
 //! | `local_search` | simulated annealing over group moves from another placer's answer |
+//! | `map:FILE` | a hand-written [`DeviceMap`]: node-name globs to devices |
 //!
 //! All of them honour requested devices and colocation groups (union-find
 //! over `var`, `slots`, `_class`, as the engine's placer), and all but
@@ -29,6 +30,7 @@
 //! [`place_timed`] (with the own placement); [`SimPlacer::place_own`]
 //! gives the own placement alone.
 
+mod device_map;
 mod list_schedule;
 mod local_search;
 mod m_topo;
@@ -42,11 +44,12 @@ mod tests;
 use crate::error::SimError;
 use crate::graph::{GraphSimulator, SimOptions, VirtualCluster};
 use flowlab_engine::{DeviceSet, EngineError, Graph, Placement, Placer};
+pub use device_map::DeviceMap;
 use local_search::SearchLimits;
 use problem::Problem;
 use std::time::{Duration, Instant};
 
-/// Placer names [`by_name`] accepts.
+/// Placer names [`by_name`] accepts (and `map:FILE`, a [`DeviceMap`]).
 pub const PLACERS: &[&str] = &["single_device", "round_robin", "default", "tf_greedy", "m_topo", "m_etf", "m_sct", "local_search"];
 
 /// What the cost-based placers need.
@@ -88,6 +91,8 @@ enum Rule {
     MEtf,
     MSct,
     LocalSearch,
+    /// A hand-written [`DeviceMap`]: no cost model, no fallback.
+    Map,
 }
 
 impl Rule {
@@ -183,14 +188,20 @@ fn rule(name: &str) -> Result<Rule, SimError> {
         "m_etf" => Rule::MEtf,
         "m_sct" => Rule::MSct,
         "local_search" => Rule::LocalSearch,
-        _ => return Err(SimError::UnknownPlacer { name: name.into(), valid: PLACERS.join(", ") }),
+        _ if name.starts_with(MAP_PREFIX) => Rule::Map,
+        _ => return Err(SimError::UnknownPlacer { name: name.into(), valid: format!("{}, {MAP_PREFIX}FILE", PLACERS.join(", ")) }),
     })
 }
+
+/// The prefix of a device-map placer's name: `map:FILE`.
+pub const MAP_PREFIX: &str = "map:";
 
 /// A placer of this module, as an engine [`Placer`].
 pub struct SimPlacer {
     rule: Rule,
     opts: PlacerOptions,
+    /// `Rule::Map`'s rules.
+    map: Option<DeviceMap>,
 }
 
 /// The placer called `name` (see [`PLACERS`]).
@@ -204,7 +215,14 @@ impl SimPlacer {
         if rule == Rule::LocalSearch && rule_of_start(opts)? == Rule::LocalSearch {
             return Err(SimError::param("start", "local_search cannot start from itself"));
         }
-        Ok(SimPlacer { rule, opts: opts.clone() })
+        // local_search may start from a map
+        let file = match rule {
+            Rule::Map => name.strip_prefix(MAP_PREFIX),
+            Rule::LocalSearch => opts.start.strip_prefix(MAP_PREFIX),
+            _ => None,
+        };
+        let map = file.map(|f| DeviceMap::load(std::path::Path::new(f))).transpose()?;
+        Ok(SimPlacer { rule, opts: opts.clone(), map })
     }
 
     /// Places `graph` on the cluster's devices that are in `devices`.
@@ -239,6 +257,9 @@ impl SimPlacer {
 
     /// The problem of `graph` on `devices` and the rule's own device per node.
     fn own_indices(&self, graph: &Graph, devices: &DeviceSet) -> Result<(Problem, Vec<u16>), SimError> {
+        if let Some(map) = &self.map {
+            map.check_rules_used(graph.nodes().iter().map(|n| n.name.as_str()))?;
+        }
         let sim = GraphSimulator::new(graph, &self.opts.cluster, &self.opts.sim)?;
         let mut p = Problem::new(sim, devices)?;
         let dev = self.assign(&mut p, self.rule)?;
@@ -257,6 +278,10 @@ impl SimPlacer {
                 let fav = sct_lp::favourite_children(p)?;
                 within_simulated_memory(p, |p| list_schedule::m_sct(p, &fav))
             }),
+            Rule::Map => match &self.map {
+                Some(map) => map.assign(p),
+                None => Err(SimError::param("placer", "a device map placer needs its file: `map:FILE`")),
+            },
             Rule::LocalSearch => {
                 let start = self.assign(p, rule_of_start(&self.opts)?)?;
                 let lim = SearchLimits { seed: self.opts.seed, budget: self.opts.budget, iterations: self.opts.iterations };

@@ -204,7 +204,7 @@ fn bad_names_and_requests_are_errors() {
     let e = by_name("fastest", &o).err().unwrap().to_string();
     assert_eq!(
         e,
-        "unknown placer `fastest` (valid: single_device, round_robin, default, tf_greedy, m_topo, m_etf, m_sct, local_search)"
+        "unknown placer `fastest` (valid: single_device, round_robin, default, tf_greedy, m_topo, m_etf, m_sct, local_search, map:FILE)"
     );
     let (g, ends) = wide(1, 1);
     g.device("/gpu:5").op("Neg").name("far").input(&ends[0]).build().unwrap();
@@ -404,4 +404,64 @@ fn gradient_ops_join_their_forward_ops_group_and_the_graph_groups_come_back() {
     assert_eq!(p.groups[group(&orphan) as usize].members, vec![orphan.node_id() as u32]);
     p.restore_groups(own);
     assert_eq!((p.group_of.clone(), p.groups.len()), before);
+}
+
+/// A map file in a fresh folder, and the placer that reads it.
+fn map_placer(text: &str, o: &PlacerOptions) -> (tempfile::TempDir, Result<SimPlacer, SimError>) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("map.yaml");
+    std::fs::write(&file, text).unwrap();
+    let placer = SimPlacer::new(&format!("{MAP_PREFIX}{}", file.display()), o);
+    (dir, placer)
+}
+
+#[test]
+fn a_device_map_sends_nodes_where_its_first_matching_rule_says() {
+    let (g, ends) = wide(3, 2);
+    // A node colocated with `x1`: it follows x1's rule, not its own.
+    let follower = g.op("Neg").name("x0_follower").input(&ends[0]).attr("_class", AttrValue::Strs(vec!["loc:@x1".into()])).build().unwrap();
+    let o = options(4);
+    let (_dir, placer) = map_placer("- { nodes: \"x1*\", device: 3 }\n- { nodes: \"x2\", device: 2 }\n- { nodes: \"*\", device: 1 }\n", &o);
+    let p = placer.unwrap().place_sim(&g, &o.cluster.device_set()).unwrap();
+    let on = |x: &Output| p.device(x.node_id()).unwrap().to_string().rsplit(':').next().unwrap().to_string();
+    let out = |name: &str| g.output_by_name(name, 0).unwrap();
+    assert_eq!(on(&out("x1")), "3");
+    assert_eq!(on(&out("x2")), "2");
+    assert_eq!(on(&out("x0")), "1");
+    assert_eq!(on(&ends[2]), "1", "`x2` is the placeholder's name, not a prefix");
+    assert_eq!(on(&follower), "3", "a colocation group goes with its first member");
+    // Everything on one device by map is that device's single placement.
+    let (_dir, all) = map_placer("[{ nodes: \"*\", device: 0 }]", &o);
+    let by_map = all.unwrap().place_sim(&g, &o.cluster.device_set()).unwrap();
+    assert!(ends.iter().chain([&follower]).all(|x| by_map.device(x.node_id()).unwrap().to_string().ends_with("GPU:0")));
+}
+
+#[test]
+fn a_device_map_that_misses_names_the_file_rule_and_node() {
+    let (g, _) = wide(2, 1);
+    let o = options(2);
+    let place = |text: &str| {
+        let (dir, placer) = map_placer(text, &o);
+        let file = dir.path().join("map.yaml").display().to_string();
+        let e = placer.and_then(|p| p.place_sim(&g, &o.cluster.device_set())).unwrap_err().to_string();
+        e.replace(&file, "FILE")
+    };
+    assert_eq!(
+        place("- { nodes: \"x*\", device: 1 }\n"),
+        "cannot place node 'Neg': device map `FILE`: no rule matches it: end the list with `- { nodes: \"*\", device: 0 }` for the nodes no other rule names"
+    );
+    assert_eq!(
+        place("- { nodes: \"*\", device: 1 }\n- { nodes: \"x0\", device: 0 }\n"),
+        "cannot place node 'x0': device map `FILE`: rule 2 (`x0`) matches no node of the graph (an earlier rule may take them all)"
+    );
+    assert_eq!(
+        place("- { nodes: \"*\", device: 2 }\n"),
+        "cannot place node 'x0': device map `FILE`: rule 1 (`*`) names device 2, but the cluster has 2 \
+         (/job:localhost/replica:0/task:0/device:GPU:0, /job:localhost/replica:0/task:0/device:GPU:1: 0 to 1)"
+    );
+    assert_eq!(place("[]"), "device map `FILE`: no rules: write `- { nodes: \"*\", device: 0 }` at least");
+    assert!(place("- { nodes: \"[x\", device: 0 }\n").starts_with("device map `FILE`: rule 1 (`[x`): "));
+    assert!(place("- { node: \"*\", device: 0 }\n").starts_with("device map `FILE`: "));
+    let e = by_name("map:/no/such/map.yaml", &o).err().unwrap().to_string();
+    assert!(e.starts_with("device map `/no/such/map.yaml`: "), "{e}");
 }
