@@ -1,4 +1,6 @@
-//! Models exported by PyTorch (`bench/onnx/make_fixtures.py`) imported and
+//! Models exported by PyTorch (`bench/onnx/make_fixtures.py`; grouped,
+//! depthwise and dilated convolutions built with onnx.helper,
+//! `bench/onnx/make_conv_fixtures.py`) imported and
 //! run forward, against ONNX Runtime's outputs for the same inputs, saved
 //! beside them when the fixtures were made. Bound (the issue's, set before
 //! any run): each element within 1e-4 of the reference relative to
@@ -40,7 +42,7 @@ fn every_fixture_gives_onnx_runtimes_outputs() {
     // parameters: PyTorch's count of the exported module (make_fixtures.py
     // prints it); the CNN's batch norm was folded into its convolution by
     // the export (8 fewer), the LSTM's two biases train as one (64 fewer)
-    for (name, input, params) in [("mlp", "x", 3_466), ("cnn", "x", 3_685 - 8), ("cnn_bn", "x", 3_685), ("encoder", "tokens", 18_787), ("lstm", "x", 1_988 - 64), ("masked", "x", 72)] {
+    for (name, input, params) in [("mlp", "x", 3_466), ("cnn", "x", 3_685 - 8), ("cnn_bn", "x", 3_685), ("encoder", "tokens", 18_787), ("lstm", "x", 1_988 - 64), ("masked", "x", 72), ("conv_groups", "x", 1_352)] {
         let (worst, m) = run(name, input);
         println!("{name}: largest relative error {worst:.2e} over {} ops ({} parameters)", m.op_counts.values().sum::<usize>(), m.params);
         assert!(worst <= 1e-4, "{name}: {worst:e}");

@@ -15,18 +15,22 @@ struct Window {
     pads: [usize; 4],
 }
 
-fn window(n: &Node, in_hw: [usize; 2], kernel: [usize; 2]) -> Result<Window, String> {
-    let pair = |key: &str, default: usize| -> Result<[usize; 2], String> {
-        match n.ints(key) {
-            None => Ok([default; 2]),
-            Some(&[a, b]) if a > 0 && b > 0 => Ok([a as usize, b as usize]),
-            Some(v) => Err(format!("attribute {key} {v:?} is not two positive values (only 2-D windows are imported)")),
-        }
-    };
-    if pair("dilations", 1)? != [1, 1] {
-        return Err("dilated windows are not imported".into());
+/// A 2-D window attribute: two positive values, `default` where absent.
+fn pair(n: &Node, key: &str, default: usize) -> Result<[usize; 2], String> {
+    match n.ints(key) {
+        None => Ok([default; 2]),
+        Some(&[a, b]) if a > 0 && b > 0 => Ok([a as usize, b as usize]),
+        Some(v) => Err(format!("attribute {key} {v:?} is not two positive values (only 2-D windows are imported)")),
     }
-    let strides = pair("strides", 1)?;
+}
+
+/// The window of a node whose `kernel` is its extent on the input (a
+/// dilated filter's, for Conv); a pool's dilations are refused.
+fn window(n: &Node, in_hw: [usize; 2], kernel: [usize; 2]) -> Result<Window, String> {
+    if n.op != "Conv" && pair(n, "dilations", 1)? != [1, 1] {
+        return Err("dilated pooling windows are not imported".into());
+    }
+    let strides = pair(n, "strides", 1)?;
     let pads = match n.string("auto_pad").as_deref().unwrap_or("NOTSET") {
         "NOTSET" => match n.ints("pads") {
             None => [0; 4],
@@ -81,17 +85,34 @@ pub(super) fn conv(imp: &mut Importer, n: &Node, g: &Graph) -> Result<(), String
         return Err(format!("filter '{w}' of shape {ws:?} is not [out, in, kh, kw]"));
     };
     let group = n.int("group", 1);
-    if group != 1 || i != c {
-        return Err(format!("group {group} (a grouped or depthwise convolution, {c} input channels, filter {ws:?}) is not imported"));
+    let groups = usize::try_from(group).ok().filter(|&k| k >= 1 && c % k == 0 && o % k == 0 && i * k == c).ok_or_else(|| {
+        format!("group {group} does not split {c} input channels and {o} outputs into groups of the filter's {i} inputs (filter {ws:?})")
+    })?;
+    let dilation = pair(n, "dilations", 1)?;
+    if dilation != [1, 1] && n.string("auto_pad").is_some_and(|p| p.starts_with("SAME")) {
+        return Err("dilations with auto_pad SAME_UPPER/SAME_LOWER are not imported (ONNX Runtime refuses them too): give pads".into());
     }
-    let win = window(n, [h, wd], [kh, kw])?;
-    let filter = hwio(imp, w)?;
+    // a dilated filter covers (k - 1) d + 1 input pixels per axis
+    let extent = [(kh - 1) * dilation[0] + 1, (kw - 1) * dilation[1] + 1];
+    let win = window(n, [h, wd], extent)?;
+    let mut filter = hwio(imp, w)?;
+    if dilation != [1, 1] {
+        filter = dilate(g, &filter, [kh, kw, i, o], dilation)?;
+    }
     let xi = imp.nhwc(x)?;
-    let mut y = match win.tf_padding([h, wd]) {
-        Some(same) => g.conv2d(&xi, &filter, win.strides, same),
-        None => g.conv2d_padded(&xi, &filter, win.strides, win.pads),
-    }
-    .s()?;
+    let conv = |x: &Output, f: &Output| match win.tf_padding([h, wd]) {
+        Some(same) => g.conv2d(x, f, win.strides, same),
+        None => g.conv2d_padded(x, f, win.strides, win.pads),
+    };
+    // Grouped and depthwise: each group's channels convolved with its
+    // filters, the outputs concatenated (channels are NHWC's last axis).
+    let mut y = if groups == 1 {
+        conv(&xi, &filter).s()?
+    } else {
+        let (xs, fs) = (g.split(&xi, groups, 3).s()?, g.split(&filter, groups, 3).s()?);
+        let ys = xs.iter().zip(&fs).map(|(a, b)| conv(a, b)).collect::<Result<Vec<_>, _>>().s()?;
+        g.concat(&ys.iter().collect::<Vec<_>>(), 3).s()?
+    };
     if let Some(b) = n.input(2) {
         if imp.shape(b)? != [o] {
             return Err(format!("bias '{b}' of shape {:?} is not [{o}]", imp.shape(b)?));
@@ -100,6 +121,24 @@ pub(super) fn conv(imp: &mut Importer, n: &Node, g: &Graph) -> Result<(), String
     }
     imp.set_nhwc(out, y);
     Ok(())
+}
+
+/// A `[kh, kw, i, o]` filter dilated by `d`: its taps spread `d` apart
+/// with zeros between, `[(kh - 1) d + 1, (kw - 1) d + 1, i, o]`. Made by a
+/// 0/1 matrix product from the filter itself (not a dilated copy of its
+/// weights), so training updates the taps only and the gaps stay zero.
+fn dilate(g: &Graph, filter: &Output, [kh, kw, i, o]: [usize; 4], d: [usize; 2]) -> Result<Output, String> {
+    let (eh, ew) = ((kh - 1) * d[0] + 1, (kw - 1) * d[1] + 1);
+    let mut spread = vec![0f32; eh * ew * kh * kw];
+    for r in 0..kh {
+        for c in 0..kw {
+            spread[(r * d[0] * ew + c * d[1]) * kh * kw + r * kw + c] = 1.0;
+        }
+    }
+    let spread = g.constant(flowlab_engine::Tensor::from_vec(spread, vec![eh * ew, kh * kw]).s()?).s()?;
+    let taps = g.reshape(filter, &[(kh * kw) as i64, (i * o) as i64]).s()?;
+    let spread = g.matmul(&spread, &taps).s()?;
+    g.reshape(&spread, &[eh as i64, ew as i64, i as i64, o as i64]).s()
 }
 
 /// The filter `w` ([out, in, kh, kw]) as HWIO: a weight read only here
