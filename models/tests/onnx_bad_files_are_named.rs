@@ -94,3 +94,10 @@ fn a_reshape_whose_size_overflows_is_refused_naming_the_node() {
         format!("{}: node '/encoder/layers.1/self_attn/Reshape_2' (Reshape): shape [8, 2, 9223372036854775807, 32] overflows", f.display())
     );
 }
+
+#[test]
+fn a_sequence_length_beyond_the_sequence_is_named_with_its_node() {
+    let f = data().join("bad/seq_lens_too_long.onnx");
+    let e = err(&f, &batch(3));
+    assert!(e.contains("'lstm'") && e.contains("sequence_lens [6.0, 3.0, 1.0] are not 3 lengths between 1 and 5"), "{e}");
+}

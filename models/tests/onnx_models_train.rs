@@ -18,15 +18,18 @@ fn fixture_with(name: &str, input: &str, lr: f64, training: bool) -> (flowlab_mo
     let m = onnx::import(&dir.join(format!("{name}.onnx")), &onnx::ImportOptions { batch: Some(batch), training, ..Default::default() }).unwrap();
     let loss = onnx::Loss::default_for(&m);
     assert_eq!(loss, onnx::Loss::SoftmaxXent, "{name}");
-    let classes = m.outputs[0].1.shape().dims()[1].unwrap() as i64;
-    let labels = Tensor::from_vec((0..batch as i64).map(|i| (i * 7 + 3) % classes).collect::<Vec<i64>>(), [batch]).unwrap();
+    let shape = m.outputs[0].1.shape();
+    let dims = shape.dims();
+    // one label per output row (a recurrent fixture's first input axis is its sequence)
+    let (rows, classes) = (dims[0].unwrap(), dims[1].unwrap() as i64);
+    let labels = Tensor::from_vec((0..rows as i64).map(|i| (i * 7 + 3) % classes).collect::<Vec<i64>>(), [rows]).unwrap();
     let mg = onnx::training(m, name, batch, loss, &Optimizer::Sgd { lr }).unwrap();
     (mg, vec![x, labels])
 }
 
 #[test]
 fn gradients_of_every_variable_match_finite_differences() {
-    for (name, input, training) in [("mlp", "x", false), ("cnn", "x", false), ("cnn_bn", "x", true), ("encoder", "tokens", false), ("lstm", "x", false), ("masked", "x", false)] {
+    for (name, input, training) in [("mlp", "x", false), ("cnn", "x", false), ("cnn_bn", "x", true), ("encoder", "tokens", false), ("lstm", "x", false), ("masked", "x", false), ("gru_rnn", "x", false), ("seq_lens", "x", false)] {
         let (m, data) = fixture_with(name, input, 0.1, training);
         check_gradients(name, &m, &data, 1e-2);
     }

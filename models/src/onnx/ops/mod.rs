@@ -71,6 +71,8 @@ const CONVERTERS: &[(&str, Convert)] = &[
     ("Expand", shape::expand),
     ("Range", shape::range),
     ("LSTM", rnn::lstm),
+    ("GRU", rnn::gru),
+    ("RNN", rnn::rnn),
 ];
 
 /// Operators of `graph` the importer lacks, each with the first node using
