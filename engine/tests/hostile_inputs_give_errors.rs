@@ -123,7 +123,13 @@ fn a_hand_built_fused_op_with_bad_attributes_or_bias_is_refused_naming_the_node(
     let fused = |name: &str, bias_len: usize, ops: &[&str]| fused_conv(&g, &x, name, bias_len, ops, None);
     assert!(fused("ok", 16, &["BiasAdd", "Relu"]).is_ok());
     let e = fused("f1", 16, &["Relu"]).unwrap_err().to_string();
-    assert_eq!(e, "node 'f1' (_FusedConv2D): attribute 'fused_ops': expected [BiasAdd] or [BiasAdd, Relu], got [\"Relu\"]");
+    assert_eq!(
+        e,
+        "node 'f1' (_FusedConv2D): attribute 'fused_ops': expected [BiasAdd], [BiasAdd, Relu], [BiasAdd, Add] or [BiasAdd, Add, Relu], got [\"Relu\"]"
+    );
+    // an Add names a fourth input, the residual
+    let e = fused("f3", 16, &["BiasAdd", "Add", "Relu"]).unwrap_err().to_string();
+    assert!(e.starts_with("node 'f3' (_FusedConv2D): ") && e.ends_with("fused_ops with Add take 4 inputs, got 3"), "{e}");
     let e = fused("f2", 8, &["BiasAdd"]).unwrap_err().to_string();
     assert!(e.starts_with("node 'f2' (_FusedConv2D): ") && e.contains("bias f32[8] must be a vector of the [1, 4, 4, 16] output channels"), "{e}");
     let e = g

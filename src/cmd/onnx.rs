@@ -47,6 +47,10 @@ struct RunArgs {
     /// Forward passes to time (the median is reported).
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// After the timed passes, one traced pass: kernel time and count per
+    /// operator (the engine's ops, after import), largest first.
+    #[arg(long)]
+    by_op: bool,
     /// Train instead of running forward: a loss on the first output against
     /// --labels, gradients by the engine's autodiff, SGD.
     #[arg(long)]
@@ -152,6 +156,19 @@ fn forward(a: &RunArgs, m: &onnx::OnnxModel, arrays: &BTreeMap<String, Tensor>, 
     times.sort_by(f64::total_cmp);
     report["forward_seconds"] = times[times.len() / 2].into();
     report["repeat"] = times.len().into();
+    if a.by_op {
+        let (_, stats) = sess.run_traced(&feeds, &fetches, &[])?;
+        let mut by_op: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+        for n in &stats.nodes {
+            let e = by_op.entry(n.op.clone()).or_default();
+            e.0 += (n.end_us - n.start_us).max(0.0) * 1e-6;
+            e.1 += 1;
+        }
+        let mut rows: Vec<_> = by_op.into_iter().collect();
+        rows.sort_by(|x, y| y.1.0.total_cmp(&x.1.0));
+        report["traced_seconds"] = (stats.total_us * 1e-6).into();
+        report["by_op"] = rows.into_iter().map(|(op, (s, n))| serde_json::json!({ "op": op, "seconds": s, "nodes": n })).collect::<Vec<_>>().into();
+    }
     let mut outs = Vec::new();
     if let Some(dir) = &a.output_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("--output-dir {}", dir.display()))?;
@@ -206,6 +223,12 @@ fn print_lines(r: &serde_json::Value) {
     println!("{}: opset {}, {} nodes, {} parameters, imported in {:.3} s", r["model"].as_str().unwrap_or(""), get("opset"), get("nodes"), get("params"), r["import_seconds"].as_f64().unwrap_or(0.0));
     if let Some(s) = r.get("forward_seconds").and_then(|v| v.as_f64()) {
         println!("forward pass: {:.3} ms (median of {})", s * 1e3, get("repeat"));
+    }
+    if let Some(rows) = r.get("by_op").and_then(|v| v.as_array()) {
+        println!("traced pass: {:.3} ms; kernel time by op:", r["traced_seconds"].as_f64().unwrap_or(0.0) * 1e3);
+        for row in rows {
+            println!("  {:>28} {:9.3} ms  x{}", row["op"].as_str().unwrap_or(""), row["seconds"].as_f64().unwrap_or(0.0) * 1e3, row["nodes"]);
+        }
     }
     for o in r.get("outputs").and_then(|v| v.as_array()).into_iter().flatten() {
         println!("output {} {} {}{}", o["name"].as_str().unwrap_or(""), o["dtype"].as_str().unwrap_or(""), o["shape"], o.get("file").and_then(|f| f.as_str()).map(|f| format!(" -> {f}")).unwrap_or_default());

@@ -4,10 +4,12 @@
 //! `padding` "SAME", "VALID" or "EXPLICIT" (with `explicit_paddings`).
 //! Kernels in `kernels::cpu::{conv, pool}`.
 //!
-//! `_FusedConv2D(x, filter, bias)` is Conv2D, BiasAdd and (with
-//! `fused_ops: [BiasAdd, Relu]`) Relu as one node, TensorFlow's name and
-//! attribute for it. Graphs are built without it: the executor fuses a
-//! step's Conv2D -> BiasAdd [-> Relu] chains (`runtime::fusion`), and the
+//! `_FusedConv2D(x, filter, bias [, residual])` is Conv2D, BiasAdd, (with
+//! `fused_ops: [BiasAdd, Add, ...]`) the Add of a residual of the output's
+//! shape and (`[..., Relu]`) Relu as one node, TensorFlow's name and
+//! attributes for it (the residual is oneDNN's "side input"). Graphs are
+//! built without it: the executor fuses a step's Conv2D -> BiasAdd [-> Add]
+//! [-> Relu] chains (`runtime::fusion`), and the
 //! simulator replays the same fused step. So does `_FusedMaxPoolGrad(y, g)`
 //! (`fused_ops: [ReluGrad]`): `ReluGrad(MaxPoolGrad(y, g), y)` for a pool
 //! over a Relu's output, in one pass. Likewise `_MaxPoolWithWorkspace(x) ->
@@ -127,44 +129,75 @@ fn k_conv(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     })
 }
 
-/// Whether a `_FusedConv2D` applies Relu after its bias: its `fused_ops`
-/// are `[BiasAdd]` or `[BiasAdd, Relu]`.
-fn fused_relu(n: &NodeInfo) -> Result<bool> {
-    match n.strs_or_empty("fused_ops")? {
-        [b] if b == "BiasAdd" => Ok(false),
-        [b, r] if b == "BiasAdd" && r == "Relu" => Ok(true),
-        other => Err(n.attr_err("fused_ops", format!("expected [BiasAdd] or [BiasAdd, Relu], got {other:?}"))),
+/// What a `_FusedConv2D` applies after its bias, from its `fused_ops`:
+/// `[BiasAdd]`, then optionally `Add` (of input 3, the residual), then
+/// optionally `Relu`.
+#[derive(Clone, Copy)]
+struct FusedOps {
+    add: bool,
+    relu: bool,
+}
+
+fn fused_ops(n: &NodeInfo) -> Result<FusedOps> {
+    let ops = n.strs_or_empty("fused_ops")?;
+    let names: Vec<&str> = ops.iter().map(String::as_str).collect();
+    match names.as_slice() {
+        ["BiasAdd"] => Ok(FusedOps { add: false, relu: false }),
+        ["BiasAdd", "Relu"] => Ok(FusedOps { add: false, relu: true }),
+        ["BiasAdd", "Add"] => Ok(FusedOps { add: true, relu: false }),
+        ["BiasAdd", "Add", "Relu"] => Ok(FusedOps { add: true, relu: true }),
+        other => Err(n.attr_err("fused_ops", format!("expected [BiasAdd], [BiasAdd, Relu], [BiasAdd, Add] or [BiasAdd, Add, Relu], got {other:?}"))),
     }
 }
 
+/// Whether a fused convolution applies Relu last.
+fn fused_relu(n: &NodeInfo) -> Result<bool> {
+    fused_ops(n).map(|f| f.relu)
+}
+
 fn infer_fused_conv(c: &InferCtx) -> Result<Vec<TensorType>> {
-    fused_relu(&c.n)?;
+    let ops = fused_ops(&c.n)?;
+    let want = if ops.add { 4 } else { 3 };
+    if c.inputs.len() != want {
+        return Err(c.n.shape_err(format!("fused_ops {} take {want} inputs, got {}", if ops.add { "with Add" } else { "without Add" }, c.inputs.len())));
+    }
     let out = infer_conv(&InferCtx { n: c.n, inputs: &c.inputs[..2], graph: c.graph })?;
     let b = &c.inputs[2];
     let oc = out[0].shape.dims()[3];
     if b.dtype != out[0].dtype || b.shape.rank() != 1 || b.shape.dims()[0].is_some_and(|n| Some(n) != oc) {
         return Err(c.n.shape_err(format!("bias {}{} must be a vector of the {} output channels", b.dtype, b.shape, out[0].shape)));
     }
+    if let Some(r) = c.inputs.get(3)
+        && (r.dtype != out[0].dtype || !r.shape.compatible(&out[0].shape))
+    {
+        return Err(c.n.shape_err(format!("residual {}{} must have the output's type {}{}", r.dtype, r.shape, out[0].dtype, out[0].shape)));
+    }
     Ok(out)
 }
 
-/// A fused convolution's Relu flag and geometry, its bias checked.
-fn fused_conv_geom(c: &KernelCtx) -> Result<(bool, Conv2dGeom)> {
-    let relu = fused_relu(&c.n)?;
+/// A fused convolution's ops and geometry, its bias (and residual) checked.
+fn fused_conv_geom(c: &KernelCtx) -> Result<(FusedOps, Conv2dGeom)> {
+    let ops = fused_ops(&c.n)?;
     let (x, f, b) = (&c.inputs[0], &c.inputs[1], &c.inputs[2]);
     let g = conv_geom(&c.n, x.shape(), f.shape())?;
     if b.dims() != [g.out_c] {
         return Err(c.n.shape_err(format!("bias {} must match the {} output channels", b.shape(), g.out_c)));
     }
-    Ok((relu, g))
+    match (ops.add, c.inputs.get(3)) {
+        (false, None) => {}
+        (true, Some(r)) if r.dims() == [g.batch, g.out_h, g.out_w, g.out_c] => {}
+        (_, r) => return Err(c.n.shape_err(format!("residual {:?} must be the output's [{}, {}, {}, {}] exactly where fused_ops has Add", r.map(|r| r.shape().clone()), g.batch, g.out_h, g.out_w, g.out_c))),
+    }
+    Ok((ops, g))
 }
 
 fn k_fused_conv(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
-    let (relu, g) = fused_conv_geom(c)?;
+    let (ops, g) = fused_conv_geom(c)?;
     let (x, f, b) = (&c.inputs[0], &c.inputs[1], &c.inputs[2]);
     with_float!(c, x.dtype(), T => {
         let mut out = c.overwritten_output::<T>(g.output_len());
-        conv2d_bias(x.as_slice::<T>()?, f.as_slice::<T>()?, b.as_slice::<T>()?, relu, &mut out, &g, c.threads);
+        let residual = c.inputs.get(3).map(|r| r.as_slice::<T>()).transpose()?;
+        conv2d_bias(x.as_slice::<T>()?, f.as_slice::<T>()?, b.as_slice::<T>()?, residual, ops.relu, &mut out, &g, c.threads);
         Ok(vec![Tensor::from_vec(out, [g.batch, g.out_h, g.out_w, g.out_c])?])
     })
 }
@@ -367,7 +400,7 @@ fn infer_fused_conv_pool(c: &InferCtx) -> Result<Vec<TensorType>> {
 }
 
 fn k_fused_conv_pool(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
-    let (relu, g) = fused_conv_geom(c)?;
+    let (FusedOps { relu, .. }, g) = fused_conv_geom(c)?;
     let (x, f, b) = (&c.inputs[0], &c.inputs[1], &c.inputs[2]);
     let pg = conv_pool_geom(&c.n, [g.batch, g.out_h, g.out_w, g.out_c])?;
     let dims = [pg.batch, pg.out_h, pg.out_w, pg.channels];
@@ -458,21 +491,23 @@ pub(crate) fn register(r: &mut Registry) {
         let patch = if f.len() == 4 { f[0] * f[1] * f[2] } else { 0 };
         2.0 * g * patch as f64
     };
-    r.def("_FusedConv2D", 3, Some(3), infer_fused_conv)
+    r.def("_FusedConv2D", 3, Some(4), infer_fused_conv)
         .work(super::Work::Conv)
         .gemm(conv_gemm)
         .flops(|c| {
-            // The convolution's 2 · outputs · patch, then one add (and one
-            // compare) per output.
+            // The convolution's 2 · outputs · patch, then one add per output
+            // (two with a residual) and one compare with Relu.
             let out = c.outputs.first().map(|(_, s)| s.num_elements()).unwrap_or(0) as f64;
             let f = c.inputs.get(1).map(|(_, s)| s.dims().to_vec()).unwrap_or_default();
             let patch = if f.len() == 4 { f[0] * f[1] * f[2] } else { 0 };
-            let post = if fused_relu(&c.n).unwrap_or(false) { 2.0 } else { 1.0 };
+            let ops = fused_ops(&c.n).unwrap_or(FusedOps { add: false, relu: false });
+            let post = 1.0 + f64::from(u8::from(ops.add)) + f64::from(u8::from(ops.relu));
             (2.0 * patch as f64 + post) * out
         })
         .grad(|c| {
             // As the unfused chain's gradients: ReluGrad on the output, then
-            // BiasAddGrad and the two convolution backprops of that.
+            // BiasAddGrad and the two convolution backprops of that; the
+            // residual's gradient is that same gradient (an Add's).
             let gy = if fused_relu(&c.n)? {
                 c.g.build1("ReluGrad", vec![c.grads[0].clone(), c.outputs[0].clone()], attrs! {})?
             } else {
@@ -483,8 +518,12 @@ pub(crate) fn register(r: &mut Registry) {
             let ins = vec![c.inputs[0].clone(), c.inputs[1].clone(), gy.clone()];
             let gx = c.g.build1("Conv2DBackpropInput", ins.clone(), conv_attrs.clone())?;
             let gf = c.g.build1("Conv2DBackpropFilter", ins, conv_attrs)?;
-            let gb = c.g.build1("BiasAddGrad", vec![gy], attrs! {})?;
-            Ok(vec![Some(gx), Some(gf), Some(gb)])
+            let gb = c.g.build1("BiasAddGrad", vec![gy.clone()], attrs! {})?;
+            let mut grads = vec![Some(gx), Some(gf), Some(gb)];
+            if c.inputs.len() == 4 {
+                grads.push(Some(gy));
+            }
+            Ok(grads)
         });
     r.cpu("_FusedConv2D", FLOATS, k_fused_conv);
     r.def("Conv2DBackpropInput", 3, Some(3), |c| Ok(vec![c.inputs[0].clone()]))

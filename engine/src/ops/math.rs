@@ -220,9 +220,8 @@ float_unary!(k_square, |x| x * x);
 float_in_place!(k_tanh, tanh_in_place);
 float_in_place!(k_sigmoid, sigmoid_in_place);
 float_unary!(k_relu, |x| if x > T::ZERO { x } else { T::ZERO });
-// through f64 for every float type: libm's erf is the C library's, exact to
-// an ulp, and f32 GELU layers (ONNX `Erf`) are few
-float_unary!(k_erf, |x| <T as Float>::from_f64(libm::erf(Float::to_f64(x))));
+// f32: Eigen's rational fit (TensorFlow's CPU erf), vectorized; f64: libm
+float_in_place!(k_erf, erf_in_place);
 
 fn k_neg(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let dt = c.inputs[0].dtype();

@@ -1,5 +1,7 @@
-//! Fusing a step's `Conv2D -> BiasAdd [-> Relu]` chains into one
-//! `_FusedConv2D` node, as TensorFlow's grappler remapper does on CPU, and
+//! Fusing a step's `Conv2D -> BiasAdd [-> Add] [-> Relu]` chains into one
+//! `_FusedConv2D` node, as TensorFlow's grappler remapper does on CPU (the
+//! Add of a residual of the output's shape, a ResNet block's shortcut, as
+//! its oneDNN fusion does), and
 //! a max pool's gradient with the ReluGrad that follows it
 //! (`ReluGrad(MaxPoolGrad(y, g), y)`, y a Relu's output) into one
 //! `_FusedMaxPoolGrad`; then giving a max pool whose gradient runs in the
@@ -77,19 +79,51 @@ pub(crate) fn fuse_step(
             _ => None,
         }
     };
+    // The Add that is the one reader of `b`'s output (as either operand)
+    // and adds a residual of exactly that output's type (no broadcasting):
+    // the Add and the residual's edge.
+    let residual_add = |b: NodeId| -> Option<(NodeId, (NodeId, usize))> {
+        if fetched(b) || fed(b, 0) {
+            return None;
+        }
+        let &[(a, k)] = readers.get(&b).map(Vec::as_slice)? else { return None };
+        let add = &nodes[a];
+        if add.op != "Add" || k > 1 || add.inputs.len() != 2 || add.inputs[k] != (b, 0) || add.device != nodes[b].device {
+            return None;
+        }
+        let r = add.inputs[1 - k];
+        let (rt, bt) = (nodes.get(r.0)?.outputs.get(r.1)?, &nodes[b].outputs[0]);
+        let full = |t: &TensorType| t.shape.dims().iter().all(Option::is_some);
+        (r != (b, 0) && rt.dtype == bt.dtype && rt.shape == bt.shape && full(bt)).then_some((a, r))
+    };
     let mut out: Option<Vec<Node>> = None;
     let convs: Vec<NodeId> = (0..nodes.len()).filter(|&i| convs_on && needed[i] && nodes[i].op == "Conv2D").collect();
+    // Adds already fused: a downsampling block's Add reads two biased
+    // convolutions, and only one of them may take it (the other's output
+    // is its residual, which must stay a node of the step).
+    let mut claimed = std::collections::HashSet::new();
     for c in convs {
         let Some(b) = sole_reader(c, "BiasAdd") else { continue };
-        let relu = sole_reader(b, "Relu");
-        let tail = relu.unwrap_or(b);
-        let ops: &[&str] = if relu.is_some() { &["BiasAdd", "Relu"] } else { &["BiasAdd"] };
-        let inputs = vec![nodes[c].inputs[0], nodes[c].inputs[1], nodes[b].inputs[1]];
-        let fused = fused_node(nodes, FUSED_CONV, ops, &[c, b, tail], inputs);
+        let add = residual_add(b).filter(|&(a, r)| needed[r.0] && claimed.insert(a));
+        let summed = add.map_or(b, |(a, _)| a);
+        let relu = sole_reader(summed, "Relu");
+        let tail = relu.unwrap_or(summed);
+        let mut ops = vec!["BiasAdd"];
+        let mut parts = vec![c, b];
+        let mut inputs = vec![nodes[c].inputs[0], nodes[c].inputs[1], nodes[b].inputs[1]];
+        if let Some((a, r)) = add {
+            ops.push("Add");
+            parts.push(a);
+            inputs.push(r);
+        }
+        if let Some(r) = relu {
+            ops.push("Relu");
+            parts.push(r);
+        }
+        let fused = fused_node(nodes, FUSED_CONV, &ops, &parts, inputs);
         out.get_or_insert_with(|| nodes.to_vec())[tail] = fused;
-        needed[c] = false;
-        if tail != b {
-            needed[b] = false;
+        for &p in &parts[..parts.len() - 1] {
+            needed[p] = false;
         }
     }
     // ReluGrad(MaxPoolGrad(y, g), y): the pool's gradient masked where its
@@ -129,7 +163,8 @@ fn pool_fused_convs(out: &mut Option<Vec<Node>>, needed: &mut [bool], fetches: &
         let Some(&(c, 0)) = n.inputs.first() else { continue };
         let conv = &cur[c];
         let alone = readers.get(&c).map(Vec::as_slice) == Some(&[(p, 0)]) && !fetches.iter().any(|&(f, _)| f == c) && !fed(c, 0);
-        if c < p && needed[c] && conv.op == FUSED_CONV && conv.device == n.device && alone {
+        // (a convolution with a residual keeps its own node)
+        if c < p && needed[c] && conv.op == FUSED_CONV && conv.inputs.len() == 3 && conv.device == n.device && alone {
             let conv_ops: Vec<&str> = match conv.attrs.get("fused_ops") {
                 Some(AttrValue::Strs(v)) => v.iter().map(String::as_str).collect(),
                 _ => continue,
@@ -308,6 +343,65 @@ mod tests {
         assert_eq!(ops_of(&ops), ["BiasAdd", "Conv2D", "Relu"]);
         assert_eq!(bits(&fused[0]), bits(&plain[0]));
         assert!(fused[0].as_slice::<f32>().unwrap().iter().any(|&v| v == 0.0) && fused[0].as_slice::<f32>().unwrap().iter().any(|&v| v > 0.0));
+    }
+
+    /// A residual block's end, `Relu(Add(BiasAdd(Conv2D(x)), shortcut))`
+    /// with the shortcut of the output's shape on either side of the Add:
+    /// one `_FusedConv2D` with fused_ops [BiasAdd, Add, Relu] and the
+    /// shortcut as its fourth input, the unfused values bit for bit, and
+    /// the gradients of the filter and of what feeds the shortcut equal
+    /// to the unfused chain's. A shortcut that broadcasts stays apart.
+    #[test]
+    fn a_residual_add_and_relu_fuse_into_the_convolution() {
+        for shortcut_first in [false, true] {
+            let c = chain();
+            let s = c.g.placeholder("s", DType::F32, [2, 6, 5, 32]).unwrap();
+            let sw = c.g.variable("sw", c.g.constant(Tensor::from_vec(values(32, 5), [32]).unwrap())).unwrap();
+            let shortcut = c.g.mul(&s, &sw).unwrap();
+            let sum = if shortcut_first { c.g.add(&shortcut, &c.biased).unwrap() } else { c.g.add(&c.biased, &shortcut).unwrap() };
+            let out = c.g.relu(&sum).unwrap();
+            let loss = c.g.reduce_sum(&c.g.square(&out).unwrap(), &[0, 1, 2, 3], false).unwrap();
+            let grads: Vec<Output> = c.g.gradients(&[&loss], &[&c.w, &sw]).unwrap().into_iter().map(Option::unwrap).collect();
+            let sess = Session::new(&c.g).unwrap();
+            sess.run(&[], &[], &c.g.initializers().iter().collect::<Vec<_>>()).unwrap();
+            let xt = Tensor::from_vec(values(2 * 6 * 5 * 16, 3), [2, 6, 5, 16]).unwrap();
+            let st = Tensor::from_vec(values(2 * 6 * 5 * 32, 4), [2, 6, 5, 32]).unwrap();
+            let feeds = [(&c.x, &xt), (&s, &st)];
+            let (fused, stats) = sess.run_traced(&feeds, &[&out, &grads[0], &grads[1]], &[]).unwrap();
+            let fused_node = stats.nodes.iter().find(|n| n.node == out.name()).unwrap();
+            assert_eq!(fused_node.op, "_FusedConv2D");
+            assert!(!stats.nodes.iter().any(|n| n.op == "Add" || n.op == "Relu" || n.op == "Conv2D"), "{:?}", stats.nodes.iter().map(|n| &n.op).collect::<Vec<_>>());
+            // fetching the convolution keeps the chain apart: the reference
+            let plain = sess.run(&feeds, &[&out, &grads[0], &grads[1], &c.conv], &[]).unwrap();
+            for k in 0..3 {
+                assert_eq!(bits(&fused[k]), bits(&plain[k]), "shortcut first {shortcut_first}, value {k}");
+            }
+        }
+        // a per-channel shortcut broadcasts: not fused with the Add
+        let c = chain();
+        let v = c.g.constant(Tensor::from_vec(values(32, 6), [32]).unwrap()).unwrap();
+        let out = c.g.relu(&c.g.add(&c.biased, &v).unwrap()).unwrap();
+        let (_, ops) = run(&c, &[&out]);
+        assert_eq!(ops_of(&ops), ["Add", "Relu", "_FusedConv2D"]);
+    }
+
+    /// A downsampling block's end, `Relu(Add(BiasAdd(Conv2D(x)),
+    /// BiasAdd(Conv2D(y))))`: one chain takes the Add and the other's
+    /// biased output is its residual; the values are the unfused ones.
+    #[test]
+    fn two_biased_convolutions_into_one_add_fuse_one_of_them_with_it() {
+        let c = chain();
+        let w2 = c.g.variable("w2", c.g.constant(Tensor::from_vec(values(16 * 32, 7), [1, 1, 16, 32]).unwrap())).unwrap();
+        let b2 = c.g.constant(Tensor::from_vec(values(32, 8), [32]).unwrap()).unwrap();
+        let conv2 = c.g.conv2d(&c.x, &w2, [1, 1], true).unwrap();
+        let other = c.g.bias_add(&conv2, &b2).unwrap();
+        let out = c.g.relu(&c.g.add(&c.biased, &other).unwrap()).unwrap();
+        let (fused, ops) = run(&c, &[&out]);
+        assert_eq!(ops_of(&ops), ["_FusedConv2D", "_FusedConv2D"]);
+        // both convolutions fetched: nothing fuses
+        let (plain, ops) = run(&c, &[&out, &c.conv, &conv2]);
+        assert_eq!(ops_of(&ops), ["Add", "BiasAdd", "BiasAdd", "Conv2D", "Conv2D", "Relu"]);
+        assert_eq!(bits(&fused[0]), bits(&plain[0]));
     }
 
     /// A fetched BiasAdd output stops the fusion before the Relu: the

@@ -344,29 +344,33 @@ pub fn conv2d<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Conv2dGeom
     assert_eq!(input.len(), g.input_len(), "conv2d: input length");
     assert_eq!(filter.len(), g.filter_len(), "conv2d: filter length");
     assert_eq!(out.len(), g.output_len(), "conv2d: output length");
-    if !g.is_pointwise() && conv_direct::forward(input, filter, out, g, threads, |_| ()) {
+    if !g.is_pointwise() && conv_direct::forward(input, filter, out, g, threads, |_, _| ()) {
         return;
     }
     conv2d_by_im2col(input, filter, out, g, threads);
 }
 
-/// `out = relu?(conv2d(input, filter) + bias)`: the convolution with its
-/// bias (one per output channel) and, when `relu`, the activation applied
-/// to each block of output while it is in cache, instead of two more passes
-/// over the whole output (TensorFlow's `_FusedConv2D`). Every value is the
-/// one Conv2D, BiasAdd and Relu give one after the other, bit for bit: the
-/// same products, then the same single-precision add and select.
+/// `out = relu?(conv2d(input, filter) + bias [+ residual])`: the
+/// convolution with its bias (one per output channel), a residual of the
+/// output's shape when given (a ResNet block's shortcut) and, when `relu`,
+/// the activation, applied to each block of output while it is in cache
+/// instead of more passes over the whole output (TensorFlow's
+/// `_FusedConv2D`, fused_ops BiasAdd [, Add] [, Relu]). Every value is the
+/// one Conv2D, BiasAdd, Add and Relu give one after the other, bit for
+/// bit: the same products, then the same single-precision adds and select.
 #[allow(clippy::too_many_arguments)]
-pub fn conv2d_bias<T: Float>(input: &[T], filter: &[T], bias: &[T], relu: bool, out: &mut [T], g: &Conv2dGeom, threads: usize) {
+pub fn conv2d_bias<T: Float>(input: &[T], filter: &[T], bias: &[T], residual: Option<&[T]>, relu: bool, out: &mut [T], g: &Conv2dGeom, threads: usize) {
     assert_eq!(bias.len(), g.out_c, "conv2d_bias: bias length");
     assert_eq!(out.len(), g.output_len(), "conv2d_bias: output length");
+    assert!(residual.is_none_or(|r| r.len() == out.len()), "conv2d_bias: residual length");
+    let direct = (conv_direct::as_f32(bias), residual.map(conv_direct::as_f32));
     if !g.is_pointwise()
-        && let Some(b32) = conv_direct::as_f32(bias)
-        && conv_direct::forward(input, filter, out, g, threads, |img| bias_act(img, b32, relu))
+        && let (Some(b32), None | Some(Some(_))) = direct
+        && conv_direct::forward(input, filter, out, g, threads, |at, img| bias_act(img, b32, direct.1.flatten().map(|r| &r[at..at + img.len()]), relu))
     {
         return;
     }
-    forward_by_im2col(input, filter, out, g, threads, |rows| bias_act(rows, bias, relu));
+    forward_by_im2col(input, filter, out, g, threads, |at, rows| bias_act(rows, bias, residual.map(|r| &r[at..at + rows.len()]), relu));
 }
 
 /// [`conv2d_bias`], then [`max_pool_with_workspace`] with `pool` (whose
@@ -404,35 +408,39 @@ pub fn conv2d_bias_max_pool<T: Float>(
             one.output_len(),
             g,
             threads,
-            |img| bias_act(img, b32, relu),
+            |_, img| bias_act(img, b32, None, relu),
             |img, p, w| max_pool_with_workspace(img, p, w, &one, 1),
         )
     {
         return;
     }
     let mut y = vec![T::ZERO; g.output_len()];
-    conv2d_bias(input, filter, bias, relu, &mut y, g, threads);
+    conv2d_bias(input, filter, bias, None, relu, &mut y, g, threads);
     max_pool_with_workspace(&y, pooled, ws, pool, threads);
 }
 
 /// Adds `bias` to every row of `out` (rows of `bias.len()` channels), then
-/// zeroes what is not positive when `relu` (as the Relu kernel: NaN too).
-fn bias_act<T: Float>(out: &mut [T], bias: &[T], relu: bool) {
+/// `residual` (as long as `out`) when given, then zeroes what is not
+/// positive when `relu` (as the Relu kernel: NaN too).
+fn bias_act<T: Float>(out: &mut [T], bias: &[T], residual: Option<&[T]>, relu: bool) {
+    #[inline(always)]
+    fn relu_of<T: Float>(v: T) -> T {
+        if v > T::ZERO { v } else { T::ZERO }
+    }
+    let c = bias.len();
     vectorized(
         #[inline(always)]
-        || {
-            for row in out.chunks_exact_mut(bias.len()) {
-                if relu {
-                    for (o, &b) in row.iter_mut().zip(bias) {
-                        let v = *o + b;
-                        *o = if v > T::ZERO { v } else { T::ZERO };
-                    }
-                } else {
-                    for (o, &b) in row.iter_mut().zip(bias) {
-                        *o += b;
-                    }
-                }
-            }
+        || match (residual, relu) {
+            (None, true) => out.chunks_exact_mut(c).for_each(|row| row.iter_mut().zip(bias).for_each(|(o, &b)| *o = relu_of(*o + b))),
+            (None, false) => out.chunks_exact_mut(c).for_each(|row| row.iter_mut().zip(bias).for_each(|(o, &b)| *o += b)),
+            (Some(res), true) => out
+                .chunks_exact_mut(c)
+                .zip(res.chunks_exact(c))
+                .for_each(|(row, res)| row.iter_mut().zip(bias).zip(res).for_each(|((o, &b), &r)| *o = relu_of((*o + b) + r))),
+            (Some(res), false) => out
+                .chunks_exact_mut(c)
+                .zip(res.chunks_exact(c))
+                .for_each(|(row, res)| row.iter_mut().zip(bias).zip(res).for_each(|((o, &b), &r)| *o = (*o + b) + r)),
         },
     )
 }
@@ -441,19 +449,20 @@ fn bias_act<T: Float>(out: &mut [T], bias: &[T], relu: bool) {
 /// direct kernel does not take, and its peer in `cargo bench --bench
 /// cnn_kernels`.
 pub fn conv2d_by_im2col<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Conv2dGeom, threads: usize) {
-    forward_by_im2col(input, filter, out, g, threads, |_| ());
+    forward_by_im2col(input, filter, out, g, threads, |_, _| ());
 }
 
-/// [`conv2d_by_im2col`], running `epilogue` on each chunk of output rows
-/// right after its product.
-fn forward_by_im2col<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Conv2dGeom, threads: usize, epilogue: impl Fn(&mut [T])) {
+/// [`conv2d_by_im2col`], running `epilogue(first, rows)` on each chunk of
+/// output rows right after its product (`first`: its first element's
+/// index in `out`).
+fn forward_by_im2col<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Conv2dGeom, threads: usize, epilogue: impl Fn(usize, &mut [T])) {
     assert_eq!(input.len(), g.input_len(), "conv2d: input length");
     assert_eq!(filter.len(), g.filter_len(), "conv2d: filter length");
     assert_eq!(out.len(), g.output_len(), "conv2d: output length");
     let (kl, oc, p) = (g.patch_len(), g.out_c, g.positions());
     if g.is_pointwise() {
         gemm_strided(input, filter, out, p, oc, kl, false, false, false, threads);
-        epilogue(out);
+        epilogue(0, out);
         return;
     }
     let chunk = g.rows_per_chunk().min(p.max(1));
@@ -465,7 +474,7 @@ fn forward_by_im2col<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Con
         im2col(input, pt, r0, g, threads);
         let block = &mut out[r0 * oc..(r0 + rows) * oc];
         gemm_strided(pt, filter, block, rows, oc, kl, false, false, false, threads);
-        epilogue(block);
+        epilogue(r0 * oc, block);
         r0 += rows;
     }
 }
@@ -762,16 +771,32 @@ mod tests {
                     .collect();
                 for threads in [1, 2] {
                     let mut y = vec![f32::NAN; g.output_len()];
-                    pool.install(|| conv2d_bias(&x32, &w32, &b32, relu, &mut y, &g, threads));
+                    pool.install(|| conv2d_bias(&x32, &w32, &b32, None, relu, &mut y, &g, threads));
                     for (j, (a, e)) in y.iter().zip(&want).enumerate() {
                         assert!((*a as f64 - e).abs() < 2e-4 * (1.0 + e.abs()), "case {i} relu {relu} [{j}]: {a} vs {e}");
                     }
                     assert!(y.iter().zip(&chain).all(|(a, c)| a.to_bits() == c.to_bits()), "case {i} relu {relu}: differs from the unfused chain");
                 }
                 let mut y64 = vec![f64::NAN; g.output_len()];
-                conv2d_bias(&x, &w, &b, relu, &mut y64, &g, 1);
+                conv2d_bias(&x, &w, &b, None, relu, &mut y64, &g, 1);
                 for (j, (a, e)) in y64.iter().zip(&want).enumerate() {
                     assert!((a - e).abs() < 1e-12 * (1.0 + e.abs()), "case {i} relu {relu} f64 [{j}]: {a} vs {e}");
+                }
+                // with a residual: bit for bit BiasAdd, then Add, then Relu
+                let res: Vec<f32> = random::<f32>(g.output_len(), 90 + i as u64);
+                let chain: Vec<f32> = unfused
+                    .iter()
+                    .zip(&res)
+                    .enumerate()
+                    .map(|(j, (&v, &r))| {
+                        let v = (v + b32[j % g.out_c]) + r;
+                        if relu && !(v > 0.0) { 0.0 } else { v }
+                    })
+                    .collect();
+                for threads in [1, 2] {
+                    let mut y = vec![f32::NAN; g.output_len()];
+                    pool.install(|| conv2d_bias(&x32, &w32, &b32, Some(&res), relu, &mut y, &g, threads));
+                    assert!(y.iter().zip(&chain).all(|(a, c)| a.to_bits() == c.to_bits()), "case {i} relu {relu}, residual: differs from the unfused chain");
                 }
             }
         }
@@ -796,7 +821,7 @@ mod tests {
                 let pg = Pool2dGeom::new([g.batch, g.out_h, g.out_w, g.out_c], k, s, Padding::Same).unwrap();
                 for relu in [false, true] {
                     let mut y = vec![0f32; g.output_len()];
-                    conv2d_bias(&x, &w, &b, relu, &mut y, &g, 1);
+                    conv2d_bias(&x, &w, &b, None, relu, &mut y, &g, 1);
                     let (mut want, mut want_ws) = (vec![0f32; pg.output_len()], vec![0i8; pg.output_len()]);
                     max_pool_with_workspace(&y, &mut want, &mut want_ws, &pg, 1);
                     for threads in [1, 2] {

@@ -264,16 +264,18 @@ fn pad_image(src: &[f32], h: usize, w: usize, top: usize, left: usize, p: &Padde
     }
 }
 
-/// `out = conv2d(input, filter)` by the direct kernel, then `epilogue` on
-/// each image's output while it is still in cache (a fused bias and
-/// activation); false (nothing written) when the kernel does not apply.
+/// `out = conv2d(input, filter)` by the direct kernel, then
+/// `epilogue(first, image)` on each image's output while it is still in
+/// cache (a fused bias, residual and activation; `first` is the image's
+/// first element's index in `out`); false (nothing written) when the
+/// kernel does not apply.
 pub(crate) fn forward<T: Float>(
     input: &[T],
     filter: &[T],
     out: &mut [T],
     g: &Conv2dGeom,
     threads: usize,
-    epilogue: impl Fn(&mut [f32]) + Sync,
+    epilogue: impl Fn(usize, &mut [f32]) + Sync,
 ) -> bool {
     if !DirectKernels::of::<T>(g).forward {
         return false;
@@ -284,7 +286,7 @@ pub(crate) fn forward<T: Float>(
     let image = |b: usize, y_img: &mut [f32], scratch: &mut Vec<f32>| {
         // SAFETY: `DirectKernels::of` checked above; `p` is this geometry's.
         unsafe { forward_image(x, w, b, y_img, g, &p, scratch) };
-        epilogue(y_img);
+        epilogue(b * out_len, y_img);
     };
     per_image(y, out_len, threads, image);
     true
@@ -316,7 +318,7 @@ pub(crate) fn forward_pooled<T: Float>(
     pool_len: usize,
     g: &Conv2dGeom,
     threads: usize,
-    epilogue: impl Fn(&mut [f32]) + Sync,
+    epilogue: impl Fn(usize, &mut [f32]) + Sync,
     pool: impl Fn(&[f32], &mut [f32], &mut [i8]) + Sync,
 ) -> bool {
     if !DirectKernels::of::<T>(g).forward || pool_len == 0 {
@@ -330,7 +332,7 @@ pub(crate) fn forward_pooled<T: Float>(
         y.resize(out_len, 0.0);
         // SAFETY: as in `forward`.
         unsafe { forward_image(x, w, b, y, g, &p, scratch) };
-        epilogue(y);
+        epilogue(b * out_len, y);
         pool(y, p_img, w_img);
     };
     let images = pooled.len() / pool_len;
