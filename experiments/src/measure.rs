@@ -633,49 +633,6 @@ fn host_memory_gb() -> f64 {
 mod tests {
     use super::*;
 
-    /// Diagnosis, not a check: a chain of Negs crossing between two
-    /// devices at every op, against the same chain on one device and the
-    /// transfer measured alone (issue 53 item 3: what a crossing costs
-    /// beyond what the host profile prices). Runs under the test
-    /// harness's system allocator, not the binary's mimalloc.
-    #[test]
-    #[ignore]
-    fn diagnose_ping_pong() {
-        for (elems, link) in [(1usize, None), (65536, None), (1, Some(EmulatedLink::new(10.0, 20.0).unwrap())), (65536, Some(EmulatedLink::new(10.0, 20.0).unwrap()))] {
-            const CROSSINGS: usize = 40;
-            let g = Graph::new();
-            let x = g.device("/cpu:0").placeholder("x", DType::F32, flowlab_engine::Shape::new(vec![elems])).unwrap();
-            let mut y = x.clone();
-            for k in 0..=CROSSINGS {
-                y = g.device(&format!("/cpu:{}", k % 2)).op("Neg").input(&y).build().unwrap();
-            }
-            let mut local = x.clone();
-            for _ in 0..=CROSSINGS {
-                local = g.device("/cpu:0").op("Neg").input(&local).build().unwrap();
-            }
-            let links = LinkMap { all: link, ..Default::default() };
-            let sess = Session::with_options(&g, cpu_options(2, 1, None, links)).unwrap();
-            let v = Tensor::from_vec(vec![1f32; elems], vec![elems]).unwrap();
-            let runs = traced_runs(&sess, &[(&x, &v)], &[&y], 5, 45).unwrap();
-            let total = median(&runs.iter().map(|s| s.total_us).collect::<Vec<_>>());
-            let negs = median(&runs.iter().map(|s| s.nodes.iter().filter(|n| n.op == "Neg").map(|n| n.end_us - n.start_us).sum::<f64>()).collect::<Vec<_>>());
-            let sr = median(&runs.iter().map(|s| s.nodes.iter().filter(|n| n.op == "Send" || n.op == "Recv").map(|n| n.end_us - n.start_us).sum::<f64>()).collect::<Vec<_>>());
-            let spans = median(&runs.iter().map(|s| s.transfers.iter().map(|t| t.end_us - t.start_us).sum::<f64>()).collect::<Vec<_>>());
-            let lruns = traced_runs(&sess, &[(&x, &v)], &[&local], 5, 45).unwrap();
-            let ltotal = median(&lruns.iter().map(|s| s.total_us).collect::<Vec<_>>());
-            let lnegs = median(&lruns.iter().map(|s| s.nodes.iter().filter(|n| n.op == "Neg").map(|n| n.end_us - n.start_us).sum::<f64>()).collect::<Vec<_>>());
-            let (span1, _) = transfer_span(elems, link).unwrap();
-            eprintln!(
-                "elems {elems} link {:?}: crossing chain {total:.0} us ({:.1}/crossing): negs {negs:.0}, send+recv {sr:.0}, transfer spans {spans:.0} ({:.1} each; alone {:.1}); one-device chain {ltotal:.0} us, negs {lnegs:.0}",
-                link.is_some(),
-                total / CROSSINGS as f64,
-                spans / CROSSINGS as f64,
-                span1 * 1e6
-            );
-        }
-        eprintln!("dispatch {:.2} us", dispatch_us().unwrap());
-    }
-
     #[test]
     fn spread_is_median_and_nearest_rank_percentiles() {
         // Reference values by hand: sorted 1..=10.

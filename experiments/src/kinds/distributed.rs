@@ -1059,8 +1059,8 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
 /// Updates traced for the phase comparison: 5 in the middle of the run
 /// (sync without backups, async; a backup-worker update spans several
 /// steps and is not traced). A traced update's round takes about 10%
-/// longer (0.93-1.22x in 18 points, 2026-11-29); 5 of a run's 90 or more
-/// updates barely move its median.
+/// longer (0.93-1.22x over 18 points, docs/logs/distributed-prediction.md);
+/// 5 of a run's 90 or more updates barely move its median.
 const TRACED: usize = 5;
 
 fn traced_updates(p: &DistributedPoint, cfg: &flowlab_programs::train::TrainConfig, data: &flowlab_programs::datasets::Dataset) -> Option<(usize, usize)> {

@@ -630,9 +630,10 @@ impl Workload {
             // 17 PS tasks on a 10 Gbit/s fat-tree and the catalog's
             // transient stragglers (slow periods of 20 s, x1.25, every 300 s
             // on average per worker) 50 sync workers plus 4 backups step in
-            // 1.93 s and b = 3 backups are best, as in Fig. 8. Until
-            // 2026-11-27: 0.85 s of compute, no overlap, lognormal(0.3)
-            // stragglers (sync steps 60% longer than async; the paper: 10%).
+            // 1.93 s and b = 3 backups are best, as in Fig. 8: a fit to the
+            // figure, not a prediction of it (catalog:backup-workers says
+            // so). Lognormal(0.3) stragglers with 0.85 s of compute and no
+            // overlap gave sync steps 60% longer than async (the paper: 10%).
             "inception_v3" => Workload {
                 dense_params: 23_800_000,
                 compute_s: 1.4,

@@ -91,17 +91,12 @@ const PARALLEL_MIN_MACS: usize = 1 << 21;
 /// row-major slices. Shared by [`matmul`] and the convolution kernels.
 ///
 /// With `threads > 1` a large product uses gemm's own rayon threading,
-/// which hands out blocks of the output dynamically inside the current pool.
-/// It replaced a static split into one band per thread (2026-11-24): on
-/// this shared machine a core's speed changes with the load beside it (the
-/// same 1-thread MLP step measured 10.3 ms and 17.5 ms minutes apart), and
-/// equal bands wait for the slower core, while dynamic blocks follow
-/// whichever core is fast. Interleaved sittings, MLP 784-512-512-10 train
-/// step at 2 threads: batch 512 11.48 / 11.55 / 11.07 ms as bands, 9.66 /
-/// 10.65 / 10.30 ms with gemm's threading; batch 128 4.76 / 3.30 / 4.91 vs
-/// 3.39 / 3.10 / 3.27 ms. Finer static bands (two per thread) measured
-/// slower (10.3-11.5 vs 9.8-10.2 ms at batch 512): each band packs its
-/// operands again.
+/// which hands out blocks of the output dynamically inside the current
+/// pool, not a static band per thread: on a shared machine a core's speed
+/// changes with the load beside it, equal bands wait for the slower core,
+/// and dynamic blocks follow whichever core is fast (the MLP's training
+/// step at 2 threads was 10-20% faster so; finer static bands were slower,
+/// each packing its operands again: docs/logs/training-speed.md).
 ///
 /// A batch-1 product (m = 1: a GEMV over a 784x512 weight matrix, 45-52 µs
 /// on one thread) got slower split in two (51-71 µs with a rayon worker, 77
