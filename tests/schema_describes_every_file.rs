@@ -56,8 +56,8 @@ fn the_committed_schema_and_reference_pages_are_what_the_types_generate() {
         let committed = std::fs::read_to_string(&path).expect("reference page");
         let generated = flowlab_experiments::reference_page(kind).expect("page");
         assert!(committed == generated, "{} is {stale}", path.display());
-        let summary = std::fs::read_to_string(root().join("docs/src/SUMMARY.md")).expect("summary");
-        assert!(summary.contains(&format!("(reference/{kind}.md)")), "SUMMARY.md does not link reference/{kind}.md");
+        let summary = std::fs::read_to_string(root().join("docs/SUMMARY.md")).expect("summary");
+        assert!(summary.contains(&format!("(src/reference/{kind}.md)")), "SUMMARY.md does not link src/reference/{kind}.md");
     }
 }
 
@@ -189,4 +189,20 @@ fn the_schema_refuses_what_the_parser_refuses() {
     let mut file = base.clone();
     file["sweep"] = json!({ "workers": 4 });
     assert!(!errors(&validator, &file).is_empty(), "sweep values that are not a list");
+}
+
+/// The book holds every measurement log (docs/SUMMARY.md lists each file
+/// of docs/logs/), so the manual's links into them work in the built site.
+#[test]
+fn every_measurement_log_is_in_the_book() {
+    let summary = std::fs::read_to_string(root().join("docs/SUMMARY.md")).expect("summary");
+    let mut logs = 0;
+    for entry in std::fs::read_dir(root().join("docs/logs")).expect("docs/logs") {
+        let name = entry.expect("entry").file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") {
+            assert!(summary.contains(&format!("](logs/{name})")), "docs/SUMMARY.md does not list logs/{name}");
+            logs += 1;
+        }
+    }
+    assert!(logs >= 5, "{logs} logs");
 }
