@@ -1,6 +1,7 @@
 //! Files the importer refuses, each with the error a user can act on:
 //! the file, and the node and operator where one is at fault. Made by
-//! `bench/onnx/make_fixtures.py` (tests/data/onnx/bad/) or cut here.
+//! `bench/onnx/make_fixtures.py` and `make_helper_fixtures.py`
+//! (tests/data/onnx/bad/) or cut here.
 
 use flowlab_models::onnx::{ImportOptions, import, import_bytes};
 use std::path::{Path, PathBuf};

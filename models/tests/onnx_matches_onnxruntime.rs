@@ -1,6 +1,6 @@
 //! Models exported by PyTorch (`bench/onnx/make_fixtures.py`; grouped,
 //! depthwise and dilated convolutions built with onnx.helper,
-//! `bench/onnx/make_conv_fixtures.py`) imported and
+//! `bench/onnx/make_helper_fixtures.py`) imported and
 //! run forward, against ONNX Runtime's outputs for the same inputs, saved
 //! beside them when the fixtures were made. Bound (the issue's, set before
 //! any run): each element within 1e-4 of the reference relative to
