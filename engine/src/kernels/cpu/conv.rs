@@ -363,10 +363,11 @@ pub fn conv2d_bias<T: Float>(input: &[T], filter: &[T], bias: &[T], residual: Op
     assert_eq!(bias.len(), g.out_c, "conv2d_bias: bias length");
     assert_eq!(out.len(), g.output_len(), "conv2d_bias: output length");
     assert!(residual.is_none_or(|r| r.len() == out.len()), "conv2d_bias: residual length");
-    let direct = (conv_direct::as_f32(bias), residual.map(conv_direct::as_f32));
+    // The direct kernel is f32's: bias and residual (of the same T) are f32 slices then.
+    let res32 = residual.and_then(conv_direct::as_f32);
     if !g.is_pointwise()
-        && let (Some(b32), None | Some(Some(_))) = direct
-        && conv_direct::forward(input, filter, out, g, threads, |at, img| bias_act(img, b32, direct.1.flatten().map(|r| &r[at..at + img.len()]), relu))
+        && let Some(b32) = conv_direct::as_f32(bias)
+        && conv_direct::forward(input, filter, out, g, threads, |at, img| bias_act(img, b32, res32.map(|r| &r[at..at + img.len()]), relu))
     {
         return;
     }

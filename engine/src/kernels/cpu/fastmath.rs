@@ -30,6 +30,13 @@ const EXP_HI: f32 = 88.722_83;
 /// without SSE4.1's `roundps`.
 const ROUNDER: f32 = 12_582_912.0;
 
+/// The polynomial with coefficients `c` (highest power first) at `x`, by
+/// Horner's rule: `c[0]`, then `p * x + c[k]` for each next coefficient.
+#[inline(always)]
+fn horner<const N: usize>(x: f32, c: [f32; N]) -> f32 {
+    c[1..].iter().fold(c[0], |p, &k| p * x + k)
+}
+
 /// e^x in f32 (see the module comment).
 #[inline(always)]
 fn exp_f32(x: f32) -> f32 {
@@ -39,12 +46,7 @@ fn exp_f32(x: f32) -> f32 {
     let n = (xc * LOG2E + ROUNDER) - ROUNDER;
     let r = xc - n * LN2_HI - n * LN2_LO;
     // Cephes expf: e^r on |r| <= ln(2)/2.
-    let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    let p = horner(r, [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1]);
     let y = p * r * r + r + 1.0;
     // 2^n in two normal halves: n reaches 128 and -126.
     // SAFETY: xc is finite in [EXP_LO, EXP_HI], so n is an integer in
@@ -72,18 +74,8 @@ fn tanh_f32(x: f32) -> f32 {
     // Beyond ±7.905, tanh rounds to ±1 in f32.
     let c = x.clamp(-7.905_311, 7.905_311);
     let c2 = c * c;
-    let mut p = -2.760_768_5e-16f32;
-    p = p * c2 + 2.000_187_9e-13;
-    p = p * c2 + -8.604_671_5e-11;
-    p = p * c2 + 5.122_297e-8;
-    p = p * c2 + 1.485_722_4e-5;
-    p = p * c2 + 6.372_619_3e-4;
-    p = p * c2 + 4.893_524_6e-3;
-    p *= c;
-    let mut q = 1.198_258_4e-6f32;
-    q = q * c2 + 1.185_347_1e-4;
-    q = q * c2 + 2.268_434_6e-3;
-    q = q * c2 + 4.893_525_2e-3;
+    let p = c * horner(c2, [-2.760_768_5e-16, 2.000_187_9e-13, -8.604_671_5e-11, 5.122_297e-8, 1.485_722_4e-5, 6.372_619_3e-4, 4.893_524_6e-3]);
+    let q = horner(c2, [1.198_258_4e-6, 1.185_347_1e-4, 2.268_434_6e-3, 4.893_525_2e-3]);
     if x.abs() < 4e-4 { x } else { p / q }
 }
 
@@ -101,19 +93,11 @@ fn erf_f32(x: f32) -> f32 {
     // Beyond ±4, erf rounds to ±1 in f32.
     let c = x.clamp(-4.0, 4.0);
     let c2 = c * c;
-    let mut p = -2.72614225801306e-10f32;
-    p = p * c2 + 2.77068142495902e-08;
-    p = p * c2 + -2.10102402082508e-06;
-    p = p * c2 + -5.69250639462346e-05;
-    p = p * c2 + -7.34990630326855e-04;
-    p = p * c2 + -2.95459980854025e-03;
-    p = p * c2 + -1.60960333262415e-02;
-    p *= c;
-    let mut q = -1.45660718464996e-05f32;
-    q = q * c2 + -2.13374055278905e-04;
-    q = q * c2 + -1.68282697438203e-03;
-    q = q * c2 + -7.37332916720468e-03;
-    q = q * c2 + -1.42647390514189e-02;
+    let p = c * horner(
+        c2,
+        [-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02],
+    );
+    let q = horner(c2, [-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03, -1.42647390514189e-02]);
     if x.is_nan() { x } else { p / q }
 }
 
