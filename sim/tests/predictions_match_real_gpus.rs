@@ -60,17 +60,52 @@ fn rates_match(device: &str, f: &Value) {
     within("host to device GB/s", pcie, f["h2d_pinned_gb_s"].as_f64().unwrap(), 0.20);
 }
 
+/// How each GPU's host link was shared (`bench/gpu/pcie.py`).
+const PCIE: [(&str, &str); 2] = [
+    ("h100", include_str!("../../bench/gpu/h100-pcie-2026-11-26.json")),
+    ("h200", include_str!("../../bench/gpu/h200-pcie-2026-11-26.json")),
+];
+
+/// The manual's GPU figures (docs/src/gpu-figures.md), which this test
+/// writes when `FLOWLAB_WRITE_FIGURES` is set and otherwise checks: the
+/// chapter quotes no figure that this run does not give.
+const FIGURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/src/gpu-figures.md");
+
 #[test]
 fn single_gpu_training_steps_are_predicted_within_the_measured_error() {
+    let mut page = String::from(
+        "<!-- Written by `FLOWLAB_WRITE_FIGURES=1 cargo test -p flowlab-sim --test predictions_match_real_gpus`; that test fails while this differs from its run. -->\n\n\
+         | GPU | model | batch | role | measured (CUDA graph) ms | predicted ms | error |\n|---|---|---|---|---|---|---|\n",
+    );
+    let mut summary = String::new();
     for (device, text) in MEASURED {
-        steps_match(device, &measured(text));
+        let (rows, line) = steps_match(device, &measured(text));
+        page.push_str(&rows);
+        summary.push_str(&line);
     }
+    page.push('\n');
+    page.push_str(&summary);
+    page.push_str("\nThe host link, 256 MiB pinned transfers, each on its own stream (aggregate GB/s from the common start to the last end):\n\n\
+                   | GPU | one host-to-device alone | two host-to-device at once, together | one each way at once, together |\n|---|---|---|---|\n");
+    for (device, text) in PCIE {
+        let v = measured(text);
+        let f = |k: &str| v[k].as_f64().unwrap();
+        page.push_str(&format!("| {device} | {:.1} | {:.1} | {:.1} |\n", f("h2d_alone"), f("h2d_two_at_once_total"), f("h2d_and_d2h_at_once_total")));
+    }
+    if std::env::var_os("FLOWLAB_WRITE_FIGURES").is_some() {
+        std::fs::write(FIGURES, &page).unwrap();
+    }
+    let committed = std::fs::read_to_string(FIGURES).unwrap_or_default();
+    assert!(committed == page, "docs/src/gpu-figures.md is stale: run `FLOWLAB_WRITE_FIGURES=1 cargo test -p flowlab-sim --test predictions_match_real_gpus`\nfresh:\n{page}");
 }
 
 /// The (model, batch) points whose measurements set a catalog figure.
 const CALIBRATION: [(&str, u64); 1] = [("resnet50", 32)];
 
-fn steps_match(device: &str, m: &Value) {
+/// Checks `device`'s steps; returns their table rows and a line with the
+/// held-out and calibration MAPE.
+fn steps_match(device: &str, m: &Value) -> (String, String) {
+    let mut rows = String::new();
     let cl = VirtualCluster::parse(&format!("1x{device}")).unwrap();
     let (mut held_out, mut calibration) = (Vec::new(), Vec::new());
     for s in m["steps"].as_array().unwrap() {
@@ -89,11 +124,14 @@ fn steps_match(device: &str, m: &Value) {
         if model == "transformer_base" {
             assert!(e.abs() <= 0.10, "{device} {model} b{batch}: predicted {predicted} s, measured {real} s");
         }
-        if CALIBRATION.contains(&(model, batch as u64)) {
+        let calibrates = CALIBRATION.contains(&(model, batch as u64));
+        if calibrates {
             calibration.push(e.abs());
         } else {
             held_out.push(e.abs());
         }
+        let role = if calibrates { "calibration" } else { "held out" };
+        rows.push_str(&format!("| {device} | {model} | {batch} | {role} | {:.2} | {:.2} | {:+.1}% |\n", real * 1e3, predicted * 1e3, e * 100.0));
         // Where the time goes: the convolutions' kernel time (torch.profiler)
         // against the simulator's conv-class time, on the points that did
         // not set the catalog's conv efficiency (H100, ResNet-50 b32).
@@ -106,6 +144,8 @@ fn steps_match(device: &str, m: &Value) {
     }
     assert_eq!((held_out.len(), calibration.len()), (9, 1), "five twins at two batches");
     let mape = |e: &[f64]| e.iter().sum::<f64>() / e.len() as f64;
-    eprintln!("{device} held-out MAPE {:.1}% over {} points; calibration {:.1}% over {}", mape(&held_out) * 100.0, held_out.len(), mape(&calibration) * 100.0, calibration.len());
+    let line = format!("- {device}: held-out MAPE {:.1}% over {} points; calibration {:.1}% over {}\n", mape(&held_out) * 100.0, held_out.len(), mape(&calibration) * 100.0, calibration.len());
+    eprint!("{line}");
     assert!(mape(&held_out) <= 0.12, "{device} held-out MAPE {}", mape(&held_out));
+    (rows, line)
 }
