@@ -268,9 +268,12 @@ pub(crate) fn profile_model_on(req: &ProfileRequest, mut host: HostMeasurement, 
     }
     let mut samples: BTreeMap<String, (String, Vec<f64>)> = BTreeMap::new();
     let mut overhead_per_node = Vec::with_capacity(req.steps);
+    let mut step_seconds = Vec::with_capacity(req.steps);
     for s in 0..req.steps {
         progress(&format!("{} batch {}: timed step {} of {}", req.model, req.batch, s + 1, req.steps));
+        let started = std::time::Instant::now();
         let stats = runner.step(true)?.unwrap_or_default();
+        step_seconds.push(started.elapsed().as_secs_f64());
         let mut kernel = 0.0;
         for n in &stats.nodes {
             let Some(&i) = index.get(n.node.as_str()) else { continue };
@@ -334,6 +337,7 @@ pub(crate) fn profile_model_on(req: &ProfileRequest, mut host: HostMeasurement, 
         session_devices: Some(devices),
         shapes,
         host: Some(host),
+        step_seconds,
         ..Default::default()
     })
 }

@@ -127,6 +127,11 @@ pub struct Profile {
     /// The host the profile was measured on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<HostMeasurement>,
+    /// Wall seconds of each timed step, in order: the host's step-time
+    /// distribution, which `flowlab profile --step-factors` turns into a
+    /// straggler trace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step_seconds: Vec<f64>,
 }
 
 impl Profile {

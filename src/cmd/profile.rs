@@ -40,6 +40,11 @@ pub struct ProfileArgs {
     /// Where to write the profile (JSON).
     #[arg(long)]
     out: PathBuf,
+    /// Also write each timed step's wall time over the median step, one
+    /// factor per line: this host's step-time distribution as a straggler
+    /// trace (`straggler: { dist: trace, file: FILE }`).
+    #[arg(long, value_name = "FILE")]
+    step_factors: Option<PathBuf>,
 }
 
 pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
@@ -75,6 +80,9 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         eprintln!();
     }
     profile.write_json(&a.out)?;
+    if let Some(path) = &a.step_factors {
+        write_step_factors(path, &profile.step_seconds, &a)?;
+    }
     let host = profile.host.as_ref();
     let samples: usize = profile.shapes.values().map(|m| m.samples).sum();
     let kernel_s: f64 = profile.shapes.values().map(|m| m.seconds * m.samples as f64).sum::<f64>() / a.steps as f64;
@@ -85,4 +93,29 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
     }
     println!("profile written to {}", a.out.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `seconds` as factors over their median, with comments that say
+/// how they were measured (the trace reader skips `#` lines and the header).
+fn write_step_factors(path: &std::path::Path, seconds: &[f64], a: &ProfileArgs) -> anyhow::Result<()> {
+    let mut sorted = seconds.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let median = match sorted.len() {
+        0 => bail!("--step-factors: no timed step"),
+        n if n % 2 == 1 => sorted[n / 2],
+        n => 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]),
+    };
+    let p99 = sorted[((sorted.len() as f64 * 0.99).ceil() as usize).clamp(1, sorted.len()) - 1];
+    let mut text = format!(
+        "# per-step slowdown factors: each timed step's wall time over the median step ({:.3} ms)\n\
+         # flowlab profile --model {} --batch {} --size '{}' --devices {} --threads {} --warmup {} --steps {}\n\
+         # {} steps; p99 / median {:.3}; max / median {:.3}\nfactor\n",
+        median * 1e3, a.model, a.batch, a.size, a.devices, a.threads, a.warmup, a.steps, seconds.len(), p99 / median, sorted[sorted.len() - 1] / median,
+    );
+    for s in seconds {
+        text.push_str(&format!("{:.5}\n", s / median));
+    }
+    std::fs::write(path, text).with_context(|| format!("--step-factors {}", path.display()))?;
+    println!("step factors written to {} (p99 / median {:.3})", path.display(), p99 / median);
+    Ok(())
 }
