@@ -3,35 +3,11 @@
 //! Layer 1: it imports only `error`.
 
 use crate::error::{EngineError, Result};
-use std::io::Write;
 use std::path::Path;
 
-/// Writes `bytes` to `path` atomically (temp file, fsync, rename).
+/// Writes `bytes` to `path` atomically ([`flowlab_files::write_atomic`]).
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "checkpoint".into());
-    // A name no other writer uses: this process's id and a counter, so two
-    // saves (threads or processes) never write into one temporary file.
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()));
-    let res = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if let Err(e) = res {
-        if tmp.is_file() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        return Err(EngineError::io(path, e));
-    }
-    Ok(())
+    flowlab_files::write_atomic(path, bytes).map_err(|e| EngineError::io(path, e))
 }
 
 /// Byte offset of a 1-based (line, column) position in `text`.

@@ -143,10 +143,10 @@ pub fn compare_report(a: &Path, b: &Path, metrics: &[String], out: &Path) -> Res
         plots.concat()
     );
     let yaml_path = out.join("experiment.yaml");
-    std::fs::write(&yaml_path, yaml).map_err(|e| ExperimentError::io(&yaml_path, e))?;
+    flowlab_files::write_atomic(&yaml_path, yaml.as_bytes()).map_err(|e| ExperimentError::io(&yaml_path, e))?;
     let jsonl = out.join(crate::store::RESULTS_JSONL);
     let text: String = rows.iter().map(|r| serde_json::to_string(r).map(|l| l + "\n")).collect::<Result<_, _>>().map_err(|e| ExperimentError::io(&jsonl, std::io::Error::other(e)))?;
-    std::fs::write(&jsonl, text).map_err(|e| ExperimentError::io(&jsonl, e))?;
+    flowlab_files::write_atomic(&jsonl, text.as_bytes()).map_err(|e| ExperimentError::io(&jsonl, e))?;
     let mut columns: Vec<String> = c.keys.clone();
     for m in &c.metrics {
         columns.extend([format!("{m} A"), format!("{m} B"), format!("{m} B/A")]);

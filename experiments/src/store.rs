@@ -292,15 +292,10 @@ pub(crate) fn rewrite(dir: &Path, rows: &[ResultRow], columns: &Columns) -> Resu
     write_atomically(&dir.join(RESULTS_CSV), csv.as_bytes())
 }
 
-/// Writes a file through a uniquely named temporary sibling (`tempfile`)
-/// and a rename, so a reader never sees it half written and two writers
-/// never share a temporary file.
+/// Writes a file atomically ([`flowlab_files::write_atomic`]), the error
+/// naming the file.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ExperimentError> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| ExperimentError::io(dir, e))?;
-    tmp.write_all(bytes).map_err(|e| ExperimentError::io(tmp.path(), e))?;
-    tmp.persist(path).map_err(|e| ExperimentError::io(path, e.error))?;
-    Ok(())
+    flowlab_files::write_atomic(path, bytes).map_err(|e| ExperimentError::io(path, e))
 }
 
 /// Appends rows to a JSON-lines file (created if absent).

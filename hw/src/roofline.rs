@@ -187,11 +187,7 @@ impl Profile {
     pub fn write_json(&self, path: impl AsRef<Path>) -> Result<(), HwError> {
         let path = path.as_ref();
         let text = serde_json::to_string_pretty(self).map_err(|e| HwError::Yaml { path: path.into(), message: e.to_string() })?;
-        let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
-        std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, path)).map_err(|error| {
-            let _ = std::fs::remove_file(&tmp);
-            HwError::Write { path: path.into(), error }
-        })
+        flowlab_files::write_atomic(path, text.as_bytes()).map_err(|error| HwError::Write { path: path.into(), error })
     }
 }
 

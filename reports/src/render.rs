@@ -78,7 +78,7 @@ pub fn render(dir: &Path) -> Result<RenderedReport, ReportError> {
         torn_tail: results.torn_tail,
         plotted: &plotted_keys(&header.plots),
     });
-    std::fs::write(&index_html, html).map_err(|e| ReportError::io(&index_html, e))?;
+    flowlab_files::write_atomic(&index_html, html.as_bytes()).map_err(|e| ReportError::io(&index_html, e))?;
     Ok(RenderedReport {
         index_html,
         plots: files,

@@ -171,7 +171,7 @@ pub struct SummaryTable {
 pub fn write_summary(dir: &Path, summary: &Summary) -> Result<(), ReportError> {
     let path = dir.join(SUMMARY_FILE);
     let text = serde_json::to_string_pretty(summary).map_err(|e| ReportError::io(&path, std::io::Error::other(e)))?;
-    std::fs::write(&path, text).map_err(|e| ReportError::io(&path, e))
+    flowlab_files::write_atomic(&path, text.as_bytes()).map_err(|e| ReportError::io(&path, e))
 }
 
 /// Reads `<dir>/summary.json` in either of its forms; empty if absent.
@@ -187,7 +187,7 @@ pub(crate) fn read_summary(dir: &Path) -> Result<Summary, ReportError> {
 pub fn write_run_info(dir: &Path, info: &RunInfo) -> Result<(), ReportError> {
     let path = dir.join(RUN_INFO_FILE);
     let text = serde_json::to_string_pretty(info).map_err(|e| ReportError::io(&path, std::io::Error::other(e)))?;
-    std::fs::write(&path, text).map_err(|e| ReportError::io(&path, e))
+    flowlab_files::write_atomic(&path, text.as_bytes()).map_err(|e| ReportError::io(&path, e))
 }
 
 /// Reads an optional JSON file of `dir`: `None` if absent, an error naming

@@ -2,7 +2,7 @@
 //! exportable as Chrome / Perfetto trace JSON (the `traceEvents` format that
 //! chrome://tracing and ui.perfetto.dev load).
 
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 use serde::Serialize;
 use std::path::Path;
 
@@ -314,7 +314,7 @@ impl StepStats {
 
     /// Writes [`to_chrome_trace`](Self::to_chrome_trace) to `path`.
     pub fn write_chrome_trace(&self, path: &Path) -> Result<()> {
-        std::fs::write(path, self.to_chrome_trace()).map_err(|e| EngineError::io(path, e))
+        crate::files::write_atomic(path, self.to_chrome_trace().as_bytes())
     }
 }
 

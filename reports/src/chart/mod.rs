@@ -70,7 +70,7 @@ pub(crate) fn draw_files(
         draw(spec, data, refs, subtitle, &root).map_err(|m| fail(&svg, m))?;
         root.present().map_err(|e| fail(&svg, e.to_string()))?;
     }
-    std::fs::write(&svg, text).map_err(|e| ReportError::io(&svg, e))?;
+    flowlab_files::write_atomic(&svg, text.as_bytes()).map_err(|e| ReportError::io(&svg, e))?;
     Ok([png, svg])
 }
 
