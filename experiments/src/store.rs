@@ -71,19 +71,15 @@ impl Columns {
     }
 }
 
-/// One CSV line (RFC 4180 quoting), with its newline.
+/// One CSV line (the `csv` crate's RFC 4180 quoting), with its newline.
 fn csv_line(cells: &[String]) -> String {
-    let quoted: Vec<String> = cells
-        .iter()
-        .map(|c| {
-            if c.contains([',', '"', '\n', '\r']) {
-                format!("\"{}\"", c.replace('"', "\"\""))
-            } else {
-                c.clone()
-            }
-        })
-        .collect();
-    format!("{}\n", quoted.join(","))
+    let mut w = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b'\n')).from_writer(Vec::new());
+    // Writing into a Vec cannot fail, and the cells are UTF-8 strings, so
+    // the bytes are too; an error here would be the crate's own bug.
+    if w.write_record(cells).is_err() {
+        return String::new();
+    }
+    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
 }
 
 /// An open output directory, appending rows as runs finish. It holds the
@@ -357,6 +353,12 @@ pub(crate) fn ensure_dir(dir: &Path) -> Result<(), ExperimentError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn csv_cells_are_quoted_as_rfc_4180_says() {
+        let cells: Vec<String> = ["a", "b,c", "d\"e", "f\ng", ""].iter().map(|c| c.to_string()).collect();
+        assert_eq!(csv_line(&cells), "a,\"b,c\",\"d\"\"e\",\"f\ng\",\n");
+    }
 
     fn row(index: u64, key: &str, error: Option<&str>) -> ResultRow {
         ResultRow {

@@ -205,21 +205,11 @@ pub(crate) fn read_optional<T: serde::de::DeserializeOwned>(dir: &Path, name: &s
     })
 }
 
-/// `2026-11-24 21:30:05` for seconds since the Unix epoch (UTC), by the
-/// days-to-civil algorithm of Howard Hinnant's `date` library.
+/// `2026-11-24 21:30:05` for seconds since the Unix epoch (UTC):
+/// humantime's RFC 3339 form, read more easily without its `T` and `Z`.
 pub fn utc_date(unix_s: u64) -> String {
-    let days = (unix_s / 86_400) as i64;
-    let secs = unix_s % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_s);
+    humantime::format_rfc3339_seconds(t).to_string().replace('T', " ").trim_end_matches('Z').to_string()
 }
 
 #[cfg(test)]
