@@ -3,7 +3,7 @@
 //! median about 10% longer than asynchronous ones (50 workers), and with
 //! 50 workers plus b backups the normalized speedup t(0)/t(b) x 50/(50+b)
 //! best at b = 3 (+9.5%). Prints, per straggler model given as YAML on the
-//! command line (default: the calibrated one in sim/README.md), the
+//! command line (default: the pair once fitted, docs/logs/cluster-simulator.md), the
 //! sync/async median ratio and the normalized speedup for b = 0..5.
 //!
 //! cargo run --release -p flowlab-sim --example calibrate_stragglers -- \

@@ -182,7 +182,7 @@ pub fn bench(quick: bool) -> Result<Vec<BenchRecord>, SimError> {
     ] {
         // torus2d has no goal: its flows finish one by one (about 3,800
         // distinct instants a step, SimGrid agreeing), and an exact model
-        // recomputes at each (sim/README.md, "Against SimGrid").
+        // recomputes at each (docs/logs/cluster-simulator.md, "Against SimGrid").
         let goal = if quick || topo == TopologyKind::Torus2d { "" } else { "< 0.2 s" };
         out.push(timed(&format!("ps_sync_{topo_steps}_steps_flow_{name}"), &ps_config_on(200, topo_steps, topo), goal)?);
     }
@@ -205,7 +205,7 @@ pub fn bench(quick: bool) -> Result<Vec<BenchRecord>, SimError> {
     out.extend(exponent_record("scaling_exponent_ps_star", &star));
     out.extend(star);
     // The other topologies' curves (torus2d stops at 1,024 workers in the
-    // full run: 4,096 takes minutes, see sim/README.md).
+    // full run: 4,096 takes minutes, see docs/logs/cluster-simulator.md).
     for (name, topo, full) in [
         ("fat_tree", TopologyKind::FatTree, &[64u32, 256, 1024, 4096][..]),
         ("clos", TopologyKind::Clos, &[64, 256, 1024, 4096][..]),

@@ -625,15 +625,10 @@ impl Workload {
             // compute (subject to stragglers) plus 0.45 s of fixed host work
             // (input pipeline, session overhead); the fetch overlaps the
             // forward pass and the push the backward pass, as TensorFlow's
-            // dataflow executor runs a step (`overlap`). Calibrated
-            // (sim/README.md, "Stragglers against the paper") so that with
-            // 17 PS tasks on a 10 Gbit/s fat-tree and the catalog's
-            // transient stragglers (slow periods of 20 s, x1.25, every 300 s
-            // on average per worker) 50 sync workers plus 4 backups step in
-            // 1.93 s and b = 3 backups are best, as in Fig. 8: a fit to the
-            // figure, not a prediction of it (catalog:backup-workers says
-            // so). Lognormal(0.3) stragglers with 0.85 s of compute and no
-            // overlap gave sync steps 60% longer than async (the paper: 10%).
+            // dataflow executor runs a step (`overlap`). The two times were
+            // fitted so that 50 sync workers plus 4 backups step in 1.93 s,
+            // as in Fig. 8 (catalog:backup-workers names that point as its
+            // calibration); nothing else here was fitted to the paper.
             "inception_v3" => Workload {
                 dense_params: 23_800_000,
                 compute_s: 1.4,
