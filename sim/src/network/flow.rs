@@ -940,52 +940,31 @@ impl FlowNetwork {
             self.g_epoch = 1;
         }
         let ge = self.g_epoch;
-        let now = self.now;
-        let FlowNetwork {
-            fabric,
-            capacity,
-            flows,
-            fresh,
-            link_flows,
-            link_groups,
-            groups,
-            group_list,
-            group_links_crossed,
-            g_in,
-            g_frozen,
-            g_residual,
-            g_unfrozen,
-            g_share,
-            g_theta,
-            g_incidence,
-            g_fresh,
-            g_links,
-            g_fresh_at,
-            g_heap,
-            g_checked,
-            g_fresh_stamp,
-            g_fresh_load,
-            theta,
-            generation,
-            watched,
-            watch_list,
-            g_moved,
-            g_movers,
-            g_foreign,
-            g_move_count,
-            g_touched,
-            g_move_links,
-            g_saturated,
-            g_include,
-            is_group_link,
-            ..
-        } = self;
-        if g_moved.len() < flows.len() {
-            g_moved.resize(flows.len(), 0);
+        if self.g_moved.len() < self.flows.len() {
+            self.g_moved.resize(self.flows.len(), 0);
         }
+        self.g_collect_links(narrow, ge);
+        if !self.g_prepare(ge) {
+            return false;
+        }
+        self.g_freeze(ge);
+        if self.g_fresh_at.contains(&NONE) || !self.g_check_bounds(ge) {
+            return false;
+        }
+        if narrow && !self.g_check_watched(ge) {
+            return false;
+        }
+        self.g_apply(ge);
+        true
+    }
+
+    /// The links taking part in a group filling: every group link, the
+    /// watched links (the ones still watched; with `narrow` only those in
+    /// `g_include`), and for each started flow crossing no group link the
+    /// link of least fair share on its route.
+    fn g_collect_links(&mut self, narrow: bool, ge: u32) {
+        let FlowNetwork { fabric, capacity, flows, fresh, link_flows, link_groups, groups, group_list, group_links_crossed, g_in, g_links, theta, watched, watch_list, g_include, is_group_link, .. } = self;
         let links_of = |f: u32| fabric.route_links(flows[f as usize].route);
-        // The links taking part: the group links, and for each started flow
-        // crossing none the link of least fair share on its route.
         g_links.clear();
         for &b in group_list.iter() {
             g_in[b as usize] = ge;
@@ -1039,6 +1018,14 @@ impl FlowNetwork {
                 }
             }
         }
+    }
+
+    /// Each taking link's residual capacity, unfrozen count and heap key,
+    /// the groups crossing it and the started flows on it; false if a
+    /// group's link does not take part (which cannot happen).
+    fn g_prepare(&mut self, ge: u32) -> bool {
+        let FlowNetwork { fabric, capacity, flows, fresh, link_flows, link_groups, g_in, g_residual, g_unfrozen, g_incidence, g_fresh, g_links, g_fresh_at, g_heap, .. } = self;
+        let links_of = |f: u32| fabric.route_links(flows[f as usize].route);
         let mut keys = std::mem::take(g_heap).into_vec();
         keys.clear();
         for &b in g_links.iter() {
@@ -1070,6 +1057,16 @@ impl FlowNetwork {
                 }
             }
         }
+        true
+    }
+
+    /// Freezes the taking links in order of least fair share: each link's
+    /// share, the members of other groups that cross it moved into its
+    /// group (counted at once, undone if the path fails), every frozen
+    /// flow charged on its other links, and each started flow's group.
+    fn g_freeze(&mut self, ge: u32) {
+        let FlowNetwork { fabric, flows, fresh, link_groups, groups, g_in, g_frozen, g_residual, g_unfrozen, g_share, g_incidence, g_fresh, g_fresh_at, g_heap, generation, g_moved, g_movers, g_foreign, g_move_count, g_touched, g_move_links, .. } = self;
+        let links_of = |f: u32| fabric.route_links(flows[f as usize].route);
         // Charges `count` flows frozen at `share` on link `m`, one at a
         // time as the full filling does.
         let charge = |m: usize, count: u32, share: f64, residual: &mut [f64], unfrozen: &mut [u32]| {
@@ -1151,9 +1148,15 @@ impl FlowNetwork {
             }
             g_unfrozen[bu] = 0;
         }
-        if g_fresh_at.contains(&NONE) {
-            return false;
-        }
+    }
+
+    /// Every other link crossed by a group stays above its share: each
+    /// group's bound (`theta`), recomputed from its members where the
+    /// share comes near it, and every link below the share checked
+    /// exactly (and watched from now on). False if one is saturated.
+    fn g_check_bounds(&mut self, ge: u32) -> bool {
+        let FlowNetwork { fabric, capacity, flows, fresh, link_flows, link_groups, groups, g_in, g_frozen, g_share, g_theta, g_links, g_fresh_at, g_checked, g_fresh_stamp, g_fresh_load, theta, generation, watched, watch_list, g_move_links, g_saturated, .. } = self;
+        let links_of = |f: u32| fabric.route_links(flows[f as usize].route);
         // Every other link crossed by a group stays above its share. A
         // group link that froze nothing is such a link from now on.
         let stays_group = |m: usize| g_in[m] == ge && g_frozen[m] == ge;
@@ -1259,49 +1262,59 @@ impl FlowNetwork {
                 return false;
             }
         }
-        if narrow {
-            for &w in watch_list.iter() {
-                let w = w as usize;
-                if g_in[w] == ge || g_checked[w] == ge {
-                    continue;
-                }
-                g_checked[w] = ge;
-                if !unsaturated(w, &link_groups[w], g_share, g_frozen, ge, g_fresh_stamp, g_fresh_load, capacity[w]) {
-                    g_saturated.push(w as u32);
-                }
-            }
-            if !g_saturated.is_empty() {
-                return false;
-            }
-        }
-        // Shown: apply. Moving flows leave their group at its old rate; a
-        // group whose share changed restarts its clock now; a new one
-        // starts at zero.
-        for &(slot, from, _) in g_movers.iter() {
-            let p = &mut self.payload[slot as usize];
-            let g = &mut groups[from as usize];
-            p.carry = (p.target - g.clock_at(now)).max(0.0);
-            g.members -= 1;
-            generation[slot as usize] = generation[slot as usize].wrapping_add(1);
-        }
-        for &b in g_links.iter() {
-            let b = b as usize;
-            if g_frozen[b] != ge {
+        true
+    }
+
+    /// A narrow filling left the watched links out: each is checked
+    /// exactly, and the saturated ones named in `g_saturated`.
+    fn g_check_watched(&mut self, ge: u32) -> bool {
+        let FlowNetwork { capacity, link_groups, g_in, g_frozen, g_share, g_checked, g_fresh_stamp, g_fresh_load, watch_list, g_saturated, .. } = self;
+        for &w in watch_list.iter() {
+            let w = w as usize;
+            if g_in[w] == ge || g_checked[w] == ge {
                 continue;
             }
-            let share = g_share[b];
-            let g = &mut groups[b];
-            if g.members == 0 {
-                g.clear();
-                g.clock = 0.0;
-                g.at = now;
-                g.rate = share;
-            } else if share != g.rate {
-                g.clock = g.clock_at(now);
-                g.at = now;
-                g.rate = share;
+            g_checked[w] = ge;
+            if !unsaturated(w, &link_groups[w], g_share, g_frozen, ge, g_fresh_stamp, g_fresh_load, capacity[w]) {
+                g_saturated.push(w as u32);
             }
-            theta[b] = g_theta[b];
+        }
+        g_saturated.is_empty()
+    }
+
+    /// The filling holds: moving flows leave their group at its old rate,
+    /// a group whose share changed restarts its clock now, a new one
+    /// starts at zero, and every changed group republishes its drain.
+    fn g_apply(&mut self, ge: u32) {
+        let now = self.now;
+        {
+            let FlowNetwork { groups, g_frozen, g_share, g_theta, g_links, theta, generation, g_movers, payload, .. } = self;
+            for &(slot, from, _) in g_movers.iter() {
+                let p = &mut payload[slot as usize];
+                let g = &mut groups[from as usize];
+                p.carry = (p.target - g.clock_at(now)).max(0.0);
+                g.members -= 1;
+                generation[slot as usize] = generation[slot as usize].wrapping_add(1);
+            }
+            for &b in g_links.iter() {
+                let b = b as usize;
+                if g_frozen[b] != ge {
+                    continue;
+                }
+                let share = g_share[b];
+                let g = &mut groups[b];
+                if g.members == 0 {
+                    g.clear();
+                    g.clock = 0.0;
+                    g.at = now;
+                    g.rate = share;
+                } else if share != g.rate {
+                    g.clock = g.clock_at(now);
+                    g.at = now;
+                    g.rate = share;
+                }
+                theta[b] = g_theta[b];
+            }
         }
         for i in 0..self.fresh.len() {
             let f = self.fresh[i];
@@ -1352,8 +1365,8 @@ impl FlowNetwork {
             let l = self.component[i] as usize;
             self.refresh_group(l);
         }
-        true
     }
+
 
     /// Drops stale heap entries of group `l` and republishes its earliest drain.
     fn refresh_group(&mut self, l: usize) {
