@@ -790,168 +790,232 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         ModelKind::Mlp784 => data.resized_images(8, 28).map_err(|e| e.to_string())?,
         _ => data,
     };
-    let needed = p.needed();
-    let shard = p.batch() / needed;
+    let shard = p.batch() / p.needed();
     let vars = shard_variables(cfg.model, p.ps);
-    let total: usize = vars.iter().map(|v| v.1).sum();
-
-    // calibration, in this sitting, before the run
-    let (compute_s, apply_s) = InProcessStep::new(p, &cfg, &data, shard)?.time(p.calibration_reps)?;
-    let grad_bytes = cfg.comm.bytes_for(total as u64) as usize;
-    // the rate from at least a megabyte, so that the added time stands well
-    // above the jitter of a small RecvTensor
-    let in_process = flowlab_runtime::measure_loopback(grad_bytes.max(1 << 20), p.calibration_reps).map_err(|e| format!("calibrating loopback: {e}"))?;
-    // with task processes, what moving the model's tensors and an empty
-    // step cost the cores is measured between processes, per process; the
-    // loopback rate and latency stay the in-process ones
-    let floats: Vec<usize> = vars.iter().map(|v| v.1).collect();
-    // what the master feeds a worker per step: its shard's inputs and
-    // labels (4 bytes each)
-    let feed_floats = shard * (data.features + 1);
-    let between = flowlab_runtime::measure_task_processes(&env.launcher, &floats, cfg.comm, p.workers, p.ps, feed_floats, p.calibration_reps).map_err(|e| format!("calibrating task processes: {e}"))?;
-    let link = match &between {
-        Some(f) => flowlab_runtime::LoopbackFigures {
-            recv_cpu_s: f.recv_producer_cpu_s + f.recv_consumer_cpu_s + f.recv_master_cpu_s,
-            step_cpu_s: f.step_master_cpu_s + f.step_tasks_cpu_s,
-            step_overhead_s: f.step_overhead_s,
-            ..in_process
-        },
-        None => in_process,
-    };
-
-    // injected stragglers: one table of factors for the run and the prediction
+    let cal = Calibration::measure(p, env, &cfg, &data, shard, &vars)?;
+    // injected stragglers: one table of factors (at least 1 each) for the
+    // run and the prediction alike
     let factors = match &p.straggler {
         None => None,
-        Some(st) => {
-            // at least 1 each, for the run and the prediction alike
-            Some(injected_factors(st, p.workers, env.seed).map_err(|e| e.to_string())?)
-        }
+        Some(st) => Some(injected_factors(st, p.workers, env.seed).map_err(|e| e.to_string())?),
     };
+    let run = MeasuredRun::run(p, env, &cfg, &data, emulated, cal.compute_s, factors.clone())?;
+    let predicted = Prediction::of(p, env, &cfg, &vars, shard, &cal, emulated, factors, run.r.report.steps)?;
+    Ok(point_outcome(env, &cal, &run, &predicted))
+}
 
-    // the real run
-    let ck_dir = tempfile::tempdir().map_err(|e| format!("checkpoint folder: {e}"))?;
-    let how = ClusterTraining {
-        mode: p.mode(),
-        backup: p.backup,
-        master: MasterOptions { recv_timeout: Duration::from_secs(30), link: emulated, ..Default::default() },
-        checkpoint: p.checkpoint_every.map(|every| CheckpointConfig { dir: ck_dir.path().to_path_buf(), every, keep: 2, resume: false }),
-        timeline: traced_updates(p, &cfg, &data),
-        stragglers: factors.clone().map(|factors| Stragglers { factors, compute: Duration::from_secs_f64(compute_s) }),
-        eval_every: None,
-    };
-    let cluster = LocalCluster::start_with_link(&env.launcher, p.ps as u32, p.workers as u32, emulated).map_err(|e| e.to_string())?;
-    let spec = cluster.spec.clone();
-    let cpu_now = |c: &LocalCluster| (flowlab_runtime::process_cpu_s(), c.task_cpu_s());
-    let run_start = cpu_now(&cluster);
-    let cluster = Mutex::new(cluster);
-    let lock = || cluster.lock().unwrap_or_else(|e| e.into_inner());
-    // the CPU clocks after the first update and after the last: the
-    // updates alone, without start-up, registration, the first step's
-    // plans or the evaluation
-    let (first, last) = (OnceLock::<CpuReading>::new(), OnceLock::<CpuReading>::new());
-    let kill = p.kill_at()?;
-    // once: a restarted run replays the updates after its checkpoint
-    let killed = std::sync::atomic::AtomicBool::new(false);
-    let on_step = |steps: usize| {
-        if steps == 1 {
-            // once: a restart from update 0 counts its first update again
-            first.get_or_init(|| cpu_now(&lock()));
-        }
-        if let Some((task, at)) = kill
-            && steps == at
-            && !killed.swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
-            lock().kill_task(task);
-        }
-    };
-    let restart = |task: TaskId| lock().restart_task(task);
-    let steps_done = || {
-        last.get_or_init(|| cpu_now(&lock()));
-    };
-    let r = train_on_cluster_with(&data, &cfg, &spec, &how, &Hooks { on_step: &on_step, restart: Some(&restart), steps_done: Some(&steps_done) }).map_err(|e| {
-        let exited = lock().exited();
-        format!("training over the local cluster: {e}{}", exited.iter().map(|x| format!("; {x}")).collect::<String>())
-    })?;
-    let run_end = cpu_now(&lock());
-    drop(cluster);
-    let updates = r.report.steps.max(1) as f64;
-    let (run_runner_cpu, run_tasks_cpu) = cpu_between(&run_start, &run_end);
-    let (runner_cpu, tasks_cpu, window_updates) = match (first.get(), last.get()) {
-        (Some(first), Some(last)) if r.report.steps > 1 => {
-            let (runner, tasks) = cpu_between(first, last);
-            (runner, tasks, (r.report.steps - 1) as f64)
-        }
-        _ => (run_runner_cpu, run_tasks_cpu.clone(), updates),
-    };
+/// What the calibration measured in this sitting, before the run.
+struct Calibration {
+    compute_s: f64,
+    apply_s: f64,
+    in_process: flowlab_runtime::LoopbackFigures,
+    /// Moving the model's tensors and an empty step between task
+    /// processes, per process (none when the tasks are threads).
+    between: Option<flowlab_runtime::ProcessFigures>,
+    /// The figures the prediction takes: between processes where
+    /// measured, the loopback rate and latency in process.
+    link: flowlab_runtime::LoopbackFigures,
+}
 
-    // the prediction (module comment: what the runtime does and how each
-    // part is given to the simulator)
-    let model = predict_inputs(p, &vars, needed, total, compute_s, apply_s, &link, between.as_ref().map(TaskEnds::of), emulated, cfg.comm);
-    // the simulator's `workers` are the gradients a synchronous step needs
-    // (backups on top), or every asynchronous worker; its step commits
-    // that many gradients
-    let sim_workers = match p.strategy {
-        StrategyName::Sync => needed,
-        StrategyName::Async => p.workers,
-    };
-    let sim_cfg = ClusterConfig {
-        model: ModelRef::Inline(model.workload.clone()),
-        workers: sim_workers as u32,
-        ps: p.ps as u32,
-        strategy: match p.strategy {
-            StrategyName::Sync => Strategy::Sync { backup: p.backup as u32 },
-            StrategyName::Async => Strategy::Async {},
-        },
-        network: NetworkConfig {
-            topology: TopologyKind::Mesh,
-            link_gbps: Some(model.gbps),
-            latency_us: Some(model.latency_us),
-            ..NetworkConfig::default()
-        },
-        host_cores: Some(model.cores),
-        comm: cfg.comm,
-        straggler: factors.map_or(Straggler::None, |f| Straggler::Trace { file: None, factors: Some(f), pooled: false }),
-        steps: ((r.report.steps / sim_workers) as u64).clamp(1, 2000),
-        ..ClusterConfig::default()
-    };
-    sim_cfg.validate().map_err(|e| format!("the simulator's configuration: {e}"))?;
-    let sim = simulate(&sim_cfg, env.seed).map_err(|e| format!("the cluster simulator: {e}"))?;
-    let predicted = sim.step_percentile(0.5);
-    let gradients = sim.examples_committed as f64 / shard as f64;
-    let predicted_steps_per_s = if sim.sim_time_s > 0.0 { gradients / needed as f64 / sim.sim_time_s } else { 0.0 };
-    let measured = r.step_p50_s;
-    // the CPU the simulator's inputs charge per update, per process: each
-    // PS task (its requests, on ps:0 the losses, the update tokens at both
-    // ends), each worker (its own part of the step overhead, its compute,
-    // its end of every tensor; a worker computes `computing / workers`
-    // gradients an update) and the master (its part of the overhead)
-    let w = &model.workload;
-    let (mut tensors, mut params) = (vec![0usize; p.ps], vec![0usize; p.ps]);
-    for v in &vars {
-        tensors[v.2] += 1;
-        params[v.2] += v.1;
-    }
-    let computing = match p.strategy {
-        StrategyName::Sync => p.workers,
-        StrategyName::Async => 1,
-    } as f64;
-    let tokens: usize = tensors.iter().skip(1).sum();
-    let predicted_ps_cpu = tensors.iter().zip(&params).enumerate().map(|(k, (&t, &n))| {
-        // a fetch and a push of every gradient
-        let requests = if t > 0 { computing * (w.ps_request_cpu_us(t as u64, n as u64) + w.ps_push_cpu_us(t as u64, n as u64)) } else { 0.0 };
-        let (losses, tokens) = match k {
-            0 => (computing * w.first_ps_push_us, tokens),
-            _ => (0.0, if w.update_tokens { t } else { 0 }),
+impl Calibration {
+    fn measure(p: &DistributedPoint, env: &PointEnv, cfg: &TrainConfig, data: &Dataset, shard: usize, vars: &[(String, usize, usize)]) -> Result<Calibration, String> {
+        let total: usize = vars.iter().map(|v| v.1).sum();
+        let (compute_s, apply_s) = InProcessStep::new(p, cfg, data, shard)?.time(p.calibration_reps)?;
+        let grad_bytes = cfg.comm.bytes_for(total as u64) as usize;
+        // the rate from at least a megabyte, so that the added time stands
+        // well above the jitter of a small RecvTensor
+        let in_process = flowlab_runtime::measure_loopback(grad_bytes.max(1 << 20), p.calibration_reps).map_err(|e| format!("calibrating loopback: {e}"))?;
+        let floats: Vec<usize> = vars.iter().map(|v| v.1).collect();
+        // what the master feeds a worker per step: its shard's inputs and
+        // labels (4 bytes each)
+        let feed_floats = shard * (data.features + 1);
+        let between = flowlab_runtime::measure_task_processes(&env.launcher, &floats, cfg.comm, p.workers, p.ps, feed_floats, p.calibration_reps).map_err(|e| format!("calibrating task processes: {e}"))?;
+        let link = match &between {
+            Some(f) => flowlab_runtime::LoopbackFigures {
+                recv_cpu_s: f.recv_producer_cpu_s + f.recv_consumer_cpu_s + f.recv_master_cpu_s,
+                step_cpu_s: f.step_master_cpu_s + f.step_tasks_cpu_s,
+                step_overhead_s: f.step_overhead_s,
+                ..in_process
+            },
+            None => in_process,
         };
-        requests + losses + tokens as f64 * w.ps_transfer_us
-    });
-    // the step overhead holds the master's CPU on threads only
-    let worker_overhead_us = w.step_overhead_us - (model.runner_us - w.master_cpu_us);
-    let worker_gradient_us = worker_overhead_us + w.compute_s * 1e6 + w.worker_transfer_us * 2.0 * vars.len() as f64;
-    let predicted_worker_cpu = worker_gradient_us * computing / p.workers as f64;
-    let predicted_task_cpu: Vec<f64> = predicted_ps_cpu.chain(std::iter::repeat_n(predicted_worker_cpu, p.workers)).collect();
-    let predicted_runner_cpu = model.runner_us * computing;
-    let predicted_cpu_us = predicted_task_cpu.iter().sum::<f64>() + predicted_runner_cpu;
+        Ok(Calibration { compute_s, apply_s, in_process, between, link })
+    }
+}
+
+/// The real run over a local cluster, and the CPU its processes took.
+struct MeasuredRun {
+    r: flowlab_runtime::ClusterTrainReport,
+    updates: f64,
+    /// The runner's and each task's CPU seconds over the whole run ...
+    run_runner_cpu: f64,
+    run_tasks_cpu: Vec<f64>,
+    /// ... and from the first update's end to the last's (the updates
+    /// alone, without start-up, registration, the first step's plans or
+    /// the evaluation), over `window_updates` updates.
+    runner_cpu: f64,
+    tasks_cpu: Vec<f64>,
+    window_updates: f64,
+}
+
+impl MeasuredRun {
+    fn run(p: &DistributedPoint, env: &PointEnv, cfg: &TrainConfig, data: &Dataset, emulated: Option<flowlab_engine::EmulatedLink>, compute_s: f64, factors: Option<Vec<Vec<f64>>>) -> Result<MeasuredRun, String> {
+        let ck_dir = tempfile::tempdir().map_err(|e| format!("checkpoint folder: {e}"))?;
+        let how = ClusterTraining {
+            mode: p.mode(),
+            backup: p.backup,
+            master: MasterOptions { recv_timeout: Duration::from_secs(30), link: emulated, ..Default::default() },
+            checkpoint: p.checkpoint_every.map(|every| CheckpointConfig { dir: ck_dir.path().to_path_buf(), every, keep: 2, resume: false }),
+            timeline: traced_updates(p, cfg, data),
+            stragglers: factors.map(|factors| Stragglers { factors, compute: Duration::from_secs_f64(compute_s) }),
+            eval_every: None,
+        };
+        let cluster = LocalCluster::start_with_link(&env.launcher, p.ps as u32, p.workers as u32, emulated).map_err(|e| e.to_string())?;
+        let spec = cluster.spec.clone();
+        let cpu_now = |c: &LocalCluster| (flowlab_runtime::process_cpu_s(), c.task_cpu_s());
+        let run_start = cpu_now(&cluster);
+        let cluster = Mutex::new(cluster);
+        let lock = || cluster.lock().unwrap_or_else(|e| e.into_inner());
+        // the CPU clocks after the first update and after the last: the
+        // updates alone, without start-up, registration, the first step's
+        // plans or the evaluation
+        let (first, last) = (OnceLock::<CpuReading>::new(), OnceLock::<CpuReading>::new());
+        let kill = p.kill_at()?;
+        // once: a restarted run replays the updates after its checkpoint
+        let killed = std::sync::atomic::AtomicBool::new(false);
+        let on_step = |steps: usize| {
+            if steps == 1 {
+                // once: a restart from update 0 counts its first update again
+                first.get_or_init(|| cpu_now(&lock()));
+            }
+            if let Some((task, at)) = kill
+                && steps == at
+                && !killed.swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                lock().kill_task(task);
+            }
+        };
+        let restart = |task: TaskId| lock().restart_task(task);
+        let steps_done = || {
+            last.get_or_init(|| cpu_now(&lock()));
+        };
+        let r = train_on_cluster_with(data, cfg, &spec, &how, &Hooks { on_step: &on_step, restart: Some(&restart), steps_done: Some(&steps_done) }).map_err(|e| {
+            let exited = lock().exited();
+            format!("training over the local cluster: {e}{}", exited.iter().map(|x| format!("; {x}")).collect::<String>())
+        })?;
+        let run_end = cpu_now(&lock());
+        drop(cluster);
+        let updates = r.report.steps.max(1) as f64;
+        let (run_runner_cpu, run_tasks_cpu) = cpu_between(&run_start, &run_end);
+        let (runner_cpu, tasks_cpu, window_updates) = match (first.get(), last.get()) {
+            (Some(first), Some(last)) if r.report.steps > 1 => {
+                let (runner, tasks) = cpu_between(first, last);
+                (runner, tasks, (r.report.steps - 1) as f64)
+            }
+            _ => (run_runner_cpu, run_tasks_cpu.clone(), updates),
+        };
+        Ok(MeasuredRun { r, updates, run_runner_cpu, run_tasks_cpu, runner_cpu, tasks_cpu, window_updates })
+    }
+}
+
+/// The cluster simulator's prediction of the run, and the CPU its inputs
+/// charge per update.
+struct Prediction {
+    model: SimInputs,
+    sim: flowlab_sim::cluster::ClusterReport,
+    step_s: f64,
+    steps_per_s: f64,
+    /// Every task (PS tasks, then workers) and the runner, per update.
+    task_cpu: Vec<f64>,
+    runner_cpu: f64,
+    cpu_us: f64,
+}
+
+impl Prediction {
+    #[allow(clippy::too_many_arguments)]
+    fn of(p: &DistributedPoint, env: &PointEnv, cfg: &TrainConfig, vars: &[(String, usize, usize)], shard: usize, cal: &Calibration, emulated: Option<flowlab_engine::EmulatedLink>, factors: Option<Vec<Vec<f64>>>, steps: usize) -> Result<Prediction, String> {
+        let needed = p.needed();
+        let total: usize = vars.iter().map(|v| v.1).sum();
+        // the prediction (module comment: what the runtime does and how each
+        // part is given to the simulator)
+        let model = predict_inputs(p, vars, needed, total, cal.compute_s, cal.apply_s, &cal.link, cal.between.as_ref().map(TaskEnds::of), emulated, cfg.comm);
+        // the simulator's `workers` are the gradients a synchronous step needs
+        // (backups on top), or every asynchronous worker; its step commits
+        // that many gradients
+        let sim_workers = match p.strategy {
+            StrategyName::Sync => needed,
+            StrategyName::Async => p.workers,
+        };
+        let sim_cfg = ClusterConfig {
+            model: ModelRef::Inline(model.workload.clone()),
+            workers: sim_workers as u32,
+            ps: p.ps as u32,
+            strategy: match p.strategy {
+                StrategyName::Sync => Strategy::Sync { backup: p.backup as u32 },
+                StrategyName::Async => Strategy::Async {},
+            },
+            network: NetworkConfig {
+                topology: TopologyKind::Mesh,
+                link_gbps: Some(model.gbps),
+                latency_us: Some(model.latency_us),
+                ..NetworkConfig::default()
+            },
+            host_cores: Some(model.cores),
+            comm: cfg.comm,
+            straggler: factors.map_or(Straggler::None, |f| Straggler::Trace { file: None, factors: Some(f), pooled: false }),
+            steps: ((steps / sim_workers) as u64).clamp(1, 2000),
+            ..ClusterConfig::default()
+        };
+        sim_cfg.validate().map_err(|e| format!("the simulator's configuration: {e}"))?;
+        let sim = simulate(&sim_cfg, env.seed).map_err(|e| format!("the cluster simulator: {e}"))?;
+        let predicted = sim.step_percentile(0.5);
+        let gradients = sim.examples_committed as f64 / shard as f64;
+        let predicted_steps_per_s = if sim.sim_time_s > 0.0 { gradients / needed as f64 / sim.sim_time_s } else { 0.0 };
+        // the CPU the simulator's inputs charge per update, per process: each
+        // PS task (its requests, on ps:0 the losses, the update tokens at both
+        // ends), each worker (its own part of the step overhead, its compute,
+        // its end of every tensor; a worker computes `computing / workers`
+        // gradients an update) and the master (its part of the overhead)
+        let w = &model.workload;
+        let (mut tensors, mut params) = (vec![0usize; p.ps], vec![0usize; p.ps]);
+        for v in vars {
+            tensors[v.2] += 1;
+            params[v.2] += v.1;
+        }
+        let computing = match p.strategy {
+            StrategyName::Sync => p.workers,
+            StrategyName::Async => 1,
+        } as f64;
+        let tokens: usize = tensors.iter().skip(1).sum();
+        let predicted_ps_cpu = tensors.iter().zip(&params).enumerate().map(|(k, (&t, &n))| {
+            // a fetch and a push of every gradient
+            let requests = if t > 0 { computing * (w.ps_request_cpu_us(t as u64, n as u64) + w.ps_push_cpu_us(t as u64, n as u64)) } else { 0.0 };
+            let (losses, tokens) = match k {
+                0 => (computing * w.first_ps_push_us, tokens),
+                _ => (0.0, if w.update_tokens { t } else { 0 }),
+            };
+            requests + losses + tokens as f64 * w.ps_transfer_us
+        });
+        // the step overhead holds the master's CPU on threads only
+        let worker_overhead_us = w.step_overhead_us - (model.runner_us - w.master_cpu_us);
+        let worker_gradient_us = worker_overhead_us + w.compute_s * 1e6 + w.worker_transfer_us * 2.0 * vars.len() as f64;
+        let predicted_worker_cpu = worker_gradient_us * computing / p.workers as f64;
+        let predicted_task_cpu: Vec<f64> = predicted_ps_cpu.chain(std::iter::repeat_n(predicted_worker_cpu, p.workers)).collect();
+        let predicted_runner_cpu = model.runner_us * computing;
+        let predicted_cpu_us = predicted_task_cpu.iter().sum::<f64>() + predicted_runner_cpu;
+        let task_cpu = if cal.between.is_some() { predicted_task_cpu } else { Vec::new() };
+        Ok(Prediction { model, sim, step_s: predicted, steps_per_s: predicted_steps_per_s, task_cpu, runner_cpu: predicted_runner_cpu, cpu_us: predicted_cpu_us })
+    }
+}
+
+/// The row: measured, predicted, their error, every calibrated figure and
+/// simulator input, the CPU per update both ways, and the step's phases.
+fn point_outcome(env: &PointEnv, cal: &Calibration, run: &MeasuredRun, pred: &Prediction) -> Outcome {
+    let (r, link, in_process, between, model, sim) = (&run.r, &cal.link, &cal.in_process, &cal.between, &pred.model, &pred.sim);
+    let (measured, predicted) = (r.step_p50_s, pred.step_s);
+    let (compute_s, apply_s) = (cal.compute_s, cal.apply_s);
+    let (runner_cpu, tasks_cpu, window_updates) = (run.runner_cpu, &run.tasks_cpu, run.window_updates);
+    let (run_runner_cpu, run_tasks_cpu, updates) = (run.run_runner_cpu, &run.run_tasks_cpu, run.updates);
     let error = (predicted - measured) / measured;
 
     let mut m = BTreeMap::new();
@@ -965,7 +1029,7 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     put("error", error);
     put("abs_error", error.abs());
     put("steps_per_s", r.steps_per_second);
-    put("predicted_steps_per_s", predicted_steps_per_s);
+    put("predicted_steps_per_s", pred.steps_per_s);
     put("steps", r.report.steps as f64);
     put("accuracy", r.report.accuracy);
     put("loss", r.report.loss);
@@ -1022,9 +1086,9 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
     put("processes", if env.launcher.processes() { 1.0 } else { 0.0 });
     put("measured_cpu_per_update_us", (runner_cpu + tasks_cpu.iter().sum::<f64>()) * 1e6 / window_updates);
     put("measured_runner_cpu_per_update_us", runner_cpu * 1e6 / window_updates);
-    put("predicted_runner_cpu_per_update_us", predicted_runner_cpu);
+    put("predicted_runner_cpu_per_update_us", pred.runner_cpu);
     put("measured_run_cpu_per_update_us", (run_runner_cpu + run_tasks_cpu.iter().sum::<f64>()) * 1e6 / updates);
-    put("predicted_cpu_per_update_us", predicted_cpu_us);
+    put("predicted_cpu_per_update_us", pred.cpu_us);
     // where a step's time goes, phase by phase, on both sides
     let measured_phases = r.timeline.as_deref().map(step_phases).unwrap_or_default();
     if !measured_phases.is_empty() && !sim.worker0_phases_s.is_empty() {
@@ -1045,15 +1109,14 @@ fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome, String> {
         put("traced_updates", measured_phases.len() as f64);
     }
     let mut series = BTreeMap::new();
-    series.insert("measured_step_times_s".to_string(), r.step_times_s);
+    series.insert("measured_step_times_s".to_string(), r.step_times_s.clone());
     // ps:0.., then worker:0.., of those running at the end (empty when
     // the tasks are threads)
     series.insert("task_cpu_per_update_us".to_string(), tasks_cpu.iter().map(|c| c * 1e6 / window_updates).collect());
     // every task, in the same order: what the simulator's inputs charge it
     // (with task processes, whose figures are measured per process)
-    let predicted_task_cpu = if between.is_some() { predicted_task_cpu } else { Vec::new() };
-    series.insert("predicted_task_cpu_per_update_us".to_string(), predicted_task_cpu);
-    Ok(Outcome { metrics: m, series })
+    series.insert("predicted_task_cpu_per_update_us".to_string(), pred.task_cpu.clone());
+    Outcome { metrics: m, series }
 }
 
 /// Updates traced for the phase comparison: 5 in the middle of the run
