@@ -331,6 +331,14 @@ fn reshape_like(g: &Graph, x: &Output, like: &Output) -> Result<Output> {
 }
 
 pub(crate) fn register(r: &mut Registry) {
+    register_shapes(r);
+    register_concat_split(r);
+    register_dims(r);
+    register_gather(r);
+}
+
+/// Reshape, ReshapeLike, Transpose: views and layouts.
+fn register_shapes(r: &mut Registry) {
     r.def("Reshape", 1, Some(1), infer_reshape).views().grad(|c| Ok(vec![Some(reshape_like(c.g, &c.grads[0], &c.inputs[0])?)]));
     r.cpu("Reshape", &[], |c| {
         let x = &c.inputs[0];
@@ -376,6 +384,10 @@ pub(crate) fn register(r: &mut Registry) {
         with_any!(x.dtype(), T => Ok(vec![Tensor::from_vec(permute(x.as_slice::<T>()?, x.dims(), &p), od)?]))
     });
 
+}
+
+/// Concat, Split and Slice, with their gradients.
+fn register_concat_split(r: &mut Registry) {
     r.def("Concat", 1, None, infer_concat).flops(super::flops_per_output).grad(|c| {
         let mut ins = vec![c.grads[0].clone()];
         ins.extend(c.inputs.iter().cloned());
@@ -467,6 +479,10 @@ pub(crate) fn register(r: &mut Registry) {
         with_any!(g.dtype(), T => Ok(vec![Tensor::from_vec(copy_box(g.as_slice::<T>()?, x.dims(), &b, &s, true), x.shape().clone())?]))
     });
 
+}
+
+/// ExpandDims and Squeeze.
+fn register_dims(r: &mut Registry) {
     r.def("ExpandDims", 1, Some(1), |c| {
         let x = &c.inputs[0];
         let axis = c.n.axis("axis", x.shape.rank() + 1)?;
@@ -517,6 +533,10 @@ pub(crate) fn register(r: &mut Registry) {
         Ok(vec![x.reshape(d)?])
     });
 
+}
+
+/// Gather and its gradient.
+fn register_gather(r: &mut Registry) {
     r.def("Gather", 2, Some(2), |c| {
         let (p, i) = (&c.inputs[0], &c.inputs[1]);
         if !matches!(i.dtype, DType::I32 | DType::I64) {

@@ -726,6 +726,15 @@ impl ClusterConfig {
 
     /// Range checks; each error names the offending key.
     pub fn validate(&self) -> Result<(), SimError> {
+        self.validate_strategy()?;
+        self.validate_limits()?;
+        self.validate_fits_in_memory()?;
+        self.validate_ps_shards()
+    }
+
+    /// Workers, steps, the strategy and its backups, and PS tasks or
+    /// all-reduce.
+    fn validate_strategy(&self) -> Result<(), SimError> {
         if self.workers == 0 {
             return Err(SimError::param("workers", "must be at least 1"));
         }
@@ -776,6 +785,11 @@ impl ClusterConfig {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Host, clock and event limits, stragglers, failures and checkpoints.
+    fn validate_limits(&self) -> Result<(), SimError> {
         positive("ps_memory_gb", self.ps_memory_gb)?;
         if let Some(c) = self.host_cores
             && !(1..=MAX_HOST_CORES).contains(&c)
@@ -822,6 +836,12 @@ impl ClusterConfig {
             }
             non_negative("checkpoint.cost_s", c.cost_s)?;
         }
+        Ok(())
+    }
+
+    /// The network's shape, and that simulating it fits this machine's
+    /// memory (an error names the key that sized the network, if one did).
+    fn validate_fits_in_memory(&self) -> Result<(), SimError> {
         self.network.main_link()?;
         let shape = self.network.shape(self.devices())?;
         if let Some(available) = available_memory_bytes() {
@@ -876,6 +896,11 @@ impl ClusterConfig {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The workload, and each PS task's shard within its memory.
+    fn validate_ps_shards(&self) -> Result<(), SimError> {
         let w = self.workload()?;
         w.validate()?;
         if self.allreduce.is_none() {
