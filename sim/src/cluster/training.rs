@@ -286,43 +286,7 @@ pub(crate) fn run_logged(cfg: &ClusterConfig, seed: u64, record: bool) -> Result
     }
     let ps = cfg.ps as usize;
     let layout = w.layout(ps);
-    let (group_count, per_group, backup) = match &cfg.strategy {
-        Strategy::Async {} => (cfg.workers, 1, 0),
-        Strategy::Sync { backup } => (1, cfg.workers, *backup),
-        Strategy::SyncGroups { groups, backup } => (*groups, cfg.workers / groups, *backup),
-    };
-    let mut groups = Vec::new();
-    let mut workers = Vec::new();
-    for g in 0..group_count {
-        let first = workers.len() as u32;
-        for _ in 0..per_group + backup {
-            workers.push(WorkerState {
-                group: g,
-                epoch: 0,
-                pending: 0,
-                fetched_version: 0,
-                forward_end: SimTime::ZERO,
-                backward: SimTime::ZERO,
-                backward_end: SimTime::ZERO,
-                started_at: SimTime::ZERO,
-                fetched_at: SimTime::ZERO,
-                computed_at: SimTime::ZERO,
-            });
-        }
-        groups.push(GroupState {
-            first,
-            len: per_group + backup,
-            need: per_group,
-            arrivals: 0,
-            step_start: SimTime::ZERO,
-            waiting: false,
-            round: 0,
-            served: vec![0; ps],
-            taken: vec![0; ps],
-            tokens: 0,
-            tasks_done: SimTime::ZERO,
-        });
-    }
+    let (groups, workers) = groups_and_workers(cfg, ps);
     let n = u64::from(cfg.workers);
     let tokens: Vec<u32> = (0..ps)
         .map(|k| if w.update_tokens && k > 0 { layout.tensors[k].min(u64::from(u32::MAX)) as u32 } else { 0 })
@@ -333,28 +297,7 @@ pub(crate) fn run_logged(cfg: &ClusterConfig, seed: u64, record: bool) -> Result
     let ps_push_request = (0..ps)
         .map(|k| SimTime::from_secs_f64(w.ps_push_cpu_us(layout.tensors[k], layout.dense[k]) * 1e-6))
         .collect();
-    let push_tensors: Vec<PushTensor> = if w.push_per_tensor {
-        let total: u64 = w.variables.iter().sum::<u64>().max(1);
-        let mut made = 0u64;
-        w.variables
-            .iter()
-            .zip(&layout.var_task)
-            .rev()
-            .map(|(&params, &k)| {
-                made += params;
-                PushTensor {
-                    task: k as u32,
-                    bytes: cfg.comm.bytes_for(params),
-                    made_at: made as f64 / total as f64,
-                    // a request of one tensor; the task's own part
-                    // (`ps_request_us`) comes with the worker's last one
-                    cost: SimTime::from_secs_f64((w.ps_push_cpu_us(1, params) - w.ps_request_us) * 1e-6),
-                }
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let push_tensors = push_tensors(cfg, &w, &layout);
     let (ps_at, worker_at) = cfg.network.task_endpoints(ps, workers.len());
     let pass_s = w.ps_seconds_per_element_pass()?;
     let mut sim = Sim {
@@ -373,20 +316,7 @@ pub(crate) fn run_logged(cfg: &ClusterConfig, seed: u64, record: bool) -> Result
         ps_busy: vec![SimTime::ZERO; ps],
         pass_s,
         update_passes: w.optimizer.passes(),
-        softmax_cpu: match &w.ps_softmax {
-            None => Vec::new(),
-            Some(s) => {
-                let rate = w.ps_flops_per_s()?;
-                (0..ps)
-                    .map(|k| {
-                        let classes = s.classes_on(k, ps) as f64;
-                        let flops = 6.0 * s.tokens as f64 * s.dim as f64 * classes;
-                        let update = pass_s * f64::from(w.optimizer.passes()) * classes * s.dim as f64;
-                        SimTime::from_secs_f64(flops / rate + update + w.ps_request_us * 1e-6)
-                    })
-                    .collect()
-            }
-        },
+        softmax_cpu: softmax_cpu(&w, ps, pass_s)?,
         activation_bytes: w.ps_softmax.map_or(0, |s| cfg.comm.bytes_for(s.tokens * s.dim)),
         ps_request,
         ps_push_request,
@@ -432,32 +362,130 @@ pub(crate) fn run_logged(cfg: &ClusterConfig, seed: u64, record: bool) -> Result
         sim.release(g)?;
     }
     sim.main_loop()?;
-    let end = sim.q.now();
-    let fabric = sim.net.fabric();
-    let eps = sim.w.examples_per_step;
-    let report = ClusterReport {
-        step_times_s: sim.step_times,
-        worker0_phases_s: sim.phases,
-        staleness_histogram: sim.staleness,
-        sim_time_s: end.as_secs_f64(),
-        examples_committed: sim.applied * eps,
-        examples_processed: sim.processed * eps,
-        busy_time_s: (end.as_secs_f64() - sim.paused_s).max(0.0),
-        bytes_moved: fabric.bytes_moved(),
-        link_usage: fabric.link_usage(end),
-        link_util_max: fabric.max_link_utilization(end),
-        failures: sim.failures,
-        events: sim.events,
-        network_recomputations: sim.net.recomputations(),
-        flow_digest: sim.net.flow_digest(),
-        workers: cfg.workers,
-        backup_workers: cfg.total_workers() - cfg.workers,
-        baseline_step_p50_s: None,
-        // the model covers asynchronous updates only
-        convergence: if matches!(cfg.strategy, Strategy::Async {}) { sim.w.convergence } else { None },
-        examples_per_update: eps,
-    };
+    let report = sim.report(cfg);
     Ok((report, sim.net.fabric_mut().take_flow_log()))
+}
+
+/// The groups a strategy steps in (one for sync, one per worker for async,
+/// `groups` for sync_groups) and their workers, backups included, at rest.
+fn groups_and_workers(cfg: &ClusterConfig, ps: usize) -> (Vec<GroupState>, Vec<WorkerState>) {
+    let (group_count, per_group, backup) = match &cfg.strategy {
+        Strategy::Async {} => (cfg.workers, 1, 0),
+        Strategy::Sync { backup } => (1, cfg.workers, *backup),
+        Strategy::SyncGroups { groups, backup } => (*groups, cfg.workers / groups, *backup),
+    };
+    let mut groups = Vec::new();
+    let mut workers = Vec::new();
+    for g in 0..group_count {
+        let first = workers.len() as u32;
+        for _ in 0..per_group + backup {
+            workers.push(WorkerState {
+                group: g,
+                epoch: 0,
+                pending: 0,
+                fetched_version: 0,
+                forward_end: SimTime::ZERO,
+                backward: SimTime::ZERO,
+                backward_end: SimTime::ZERO,
+                started_at: SimTime::ZERO,
+                fetched_at: SimTime::ZERO,
+                computed_at: SimTime::ZERO,
+            });
+        }
+        groups.push(GroupState {
+            first,
+            len: per_group + backup,
+            need: per_group,
+            arrivals: 0,
+            step_start: SimTime::ZERO,
+            waiting: false,
+            round: 0,
+            served: vec![0; ps],
+            taken: vec![0; ps],
+            tokens: 0,
+            tasks_done: SimTime::ZERO,
+        });
+    }
+    (groups, workers)
+}
+
+/// The gradients a worker pushes one by one, last layer first (empty
+/// unless `push_per_tensor`): each to its variable's task, when the
+/// backward pass has made it, at the CPU of a one-tensor request.
+fn push_tensors(cfg: &ClusterConfig, w: &Workload, layout: &PsLayout) -> Vec<PushTensor> {
+    if w.push_per_tensor {
+        let total: u64 = w.variables.iter().sum::<u64>().max(1);
+        let mut made = 0u64;
+        w.variables
+            .iter()
+            .zip(&layout.var_task)
+            .rev()
+            .map(|(&params, &k)| {
+                made += params;
+                PushTensor {
+                    task: k as u32,
+                    bytes: cfg.comm.bytes_for(params),
+                    made_at: made as f64 / total as f64,
+                    // a request of one tensor; the task's own part
+                    // (`ps_request_us`) comes with the worker's last one
+                    cost: SimTime::from_secs_f64((w.ps_push_cpu_us(1, params) - w.ps_request_us) * 1e-6),
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    }
+}
+
+/// Each PS task's CPU for its share of a full softmax computed there
+/// (empty without `ps_softmax`): the forward and backward flops of its
+/// classes, their update's memory passes and the request.
+fn softmax_cpu(w: &Workload, ps: usize, pass_s: f64) -> Result<Vec<SimTime>, SimError> {
+    Ok(match &w.ps_softmax {
+        None => Vec::new(),
+        Some(s) => {
+            let rate = w.ps_flops_per_s()?;
+            (0..ps)
+                .map(|k| {
+                    let classes = s.classes_on(k, ps) as f64;
+                    let flops = 6.0 * s.tokens as f64 * s.dim as f64 * classes;
+                    let update = pass_s * f64::from(w.optimizer.passes()) * classes * s.dim as f64;
+                    SimTime::from_secs_f64(flops / rate + update + w.ps_request_us * 1e-6)
+                })
+                .collect()
+        }
+    })
+}
+
+impl Sim<'_> {
+    /// The report of a finished run.
+    fn report(&mut self, cfg: &ClusterConfig) -> ClusterReport {
+        let end = self.q.now();
+        let fabric = self.net.fabric();
+        let eps = self.w.examples_per_step;
+        ClusterReport {
+            step_times_s: std::mem::take(&mut self.step_times),
+            worker0_phases_s: std::mem::take(&mut self.phases),
+            staleness_histogram: std::mem::take(&mut self.staleness),
+            sim_time_s: end.as_secs_f64(),
+            examples_committed: self.applied * eps,
+            examples_processed: self.processed * eps,
+            busy_time_s: (end.as_secs_f64() - self.paused_s).max(0.0),
+            bytes_moved: fabric.bytes_moved(),
+            link_usage: fabric.link_usage(end),
+            link_util_max: fabric.max_link_utilization(end),
+            failures: self.failures,
+            events: self.events,
+            network_recomputations: self.net.recomputations(),
+            flow_digest: self.net.flow_digest(),
+            workers: cfg.workers,
+            backup_workers: cfg.total_workers() - cfg.workers,
+            baseline_step_p50_s: None,
+            // the model covers asynchronous updates only
+            convergence: if matches!(cfg.strategy, Strategy::Async {}) { self.w.convergence } else { None },
+            examples_per_update: eps,
+        }
+    }
 }
 
 impl Sim<'_> {
