@@ -286,142 +286,17 @@ impl GraphSimulator {
         if ndev == 0 {
             return Err(SimError::param("devices", "the cluster has no devices"));
         }
-        let n = graph.len();
-        let mut warnings = graph.warnings.clone();
-        // One coster per distinct spec; devices of one spec share times.
-        let mut spec_index: Vec<usize> = Vec::with_capacity(ndev);
-        let mut distinct: Vec<&flowlab_hw::DeviceSpec> = Vec::new();
-        for d in cluster.devices() {
-            match distinct.iter().position(|s| **s == d.spec) {
-                Some(k) => spec_index.push(k),
-                None => {
-                    spec_index.push(distinct.len());
-                    distinct.push(&d.spec);
-                }
-            }
-        }
-        let profile = opts.profile.as_ref();
-        let mut per_spec = vec![vec![0u64; n]; distinct.len()];
-        let pair_share = opts.host_contention.get(1).copied().unwrap_or(1.0);
-        let mut share_spec = vec![vec![pair_share; n]; distinct.len()];
-        let mut fallback = vec![false; n];
-        for (k, spec) in distinct.iter().enumerate() {
-            let mut coster = DeviceCoster::new(spec, profile);
-            for i in 0..n {
-                if !graph.runs[i] {
-                    continue;
-                }
-                let (s, keyed, share) = coster.seconds(&graph.ops[i], &graph.keys[i], &graph.costs[i]);
-                // infinite: the device cannot run the op (float work on
-                // TPU v1), kept as `u64::MAX` for the placers to avoid and
-                // refused by the replay; finite beyond the clock: refused
-                if s.is_finite() && s * SimTime::PS_PER_SECOND >= CLOCK_RANGE_PS {
-                    return Err(SimError::Graph {
-                        node: graph.names[i].clone(),
-                        detail: format!(
-                            "its {} is priced at {s:.3e} s on {}, beyond the {:.1e} s of simulated time the graph simulator's clock holds",
-                            graph.ops[i],
-                            spec.name,
-                            CLOCK_RANGE_PS / SimTime::PS_PER_SECOND
-                        ),
-                    });
-                }
-                fallback[i] |= !keyed;
-                per_spec[k][i] = SimTime::from_secs_f64(s).0;
-                if let Some(sh) = share {
-                    share_spec[k][i] = sh;
-                }
-            }
-        }
-        let keyed_profile = profile.is_some_and(|p| !p.shapes.is_empty());
-        let fallback_nodes: Vec<String> = if keyed_profile {
-            (0..n).filter(|&i| graph.runs[i] && fallback[i]).map(|i| graph.names[i].clone()).collect()
-        } else {
-            Vec::new()
-        };
-        if keyed_profile && !fallback_nodes.is_empty() {
-            let mut by_op: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
-            for i in (0..n).filter(|&i| graph.runs[i] && fallback[i]) {
-                *by_op.entry(graph.ops[i].as_str()).or_default() += 1;
-            }
-            let list: Vec<String> = by_op.iter().map(|(op, c)| format!("{op} x{c}")).collect();
-            warnings.push(format!(
-                "{} of {} nodes have no measured shape in the profile and use the op-name or roofline cost: {}",
-                fallback_nodes.len(),
-                graph.runs.iter().filter(|&&r| r).count(),
-                list.join(", ")
+        let (times, shares, fallback) = price_nodes(&graph, cluster, opts)?;
+        if let Some((k, e)) = opts.host_contention.iter().enumerate().find(|(_, e)| !(e.is_finite() && **e > 0.0 && **e <= 1.0)) {
+            return Err(SimError::param(
+                "host_contention",
+                format!("the speed with {} devices computing must be in (0, 1], got {e}", k + 1),
             ));
         }
-        if let Some(p) = profile
-            && !keyed_profile
-        {
-            let mut missing: Vec<(&str, &str)> = Vec::new();
-            let mut seen = HashSet::new();
-            for i in 0..n {
-                let op = graph.ops[i].as_str();
-                if !p.ops.contains_key(op) && seen.insert(op) {
-                    missing.push((op, &graph.names[i]));
-                }
-            }
-            for (op, node) in missing {
-                warnings.push(format!("the profile has no measurement for op '{op}' (e.g. node '{node}'): using the roofline"));
-            }
-        }
-        let mut times = vec![0u64; n * ndev];
-        let mut shares = vec![1.0; n * ndev];
-        for i in 0..n {
-            for d in 0..ndev {
-                times[i * ndev + d] = per_spec[spec_index[d]][i];
-                shares[i * ndev + d] = share_spec[spec_index[d]][i];
-            }
-        }
-        let po = &opts.partition;
-        let mut wire_bytes = Vec::with_capacity(graph.slot_elems.len());
-        for s in 0..graph.slot_elems.len() {
-            let node = graph.slot_node[s] as usize;
-            let dtype = graph.slot_dtype[s];
-            let requested = if po.edge_formats.is_empty() {
-                po.format
-            } else {
-                let edge = format!("{}:{}", graph.names[node], s - graph.slot_base[node] as usize);
-                po.edge_formats.get(&edge).copied().unwrap_or(po.format)
-            };
-            let elems = graph.slot_elems[s];
-            let bytes = if dtype == DType::F32 { wire_format(dtype, requested).bytes_for(elems) } else { elems * dtype.size_in_bytes() as u64 };
-            wire_bytes.push(bytes);
-        }
-        let control_bytes = wire_format(DType::F32, po.format).bytes_for(1);
-        // Send/Recv kernel times per slot, in the slot's wire format.
+        let mut warnings = graph.warnings.clone();
+        let fallback_nodes = profile_warnings(&graph, opts.profile.as_ref(), &fallback, &mut warnings);
+        let wire = WireCosts::of(&graph, opts);
         let tc = &opts.transfer_compute;
-        let kernel_ps = |format: flowlab_hw::CommFormat, elems: u64| -> (u64, u64) {
-            let name = match format {
-                flowlab_hw::CommFormat::Int8 { .. } => "int8".to_string(),
-                f => f.to_string(),
-            };
-            tc.get(&name).map_or((0, 0), |c| {
-                let e = elems as f64;
-                (
-                    SimTime::from_secs_f64((c.send_us * 1e3 + e * c.send_ns_per_element) * 1e-9).0,
-                    SimTime::from_secs_f64((c.recv_us * 1e3 + e * c.recv_ns_per_element) * 1e-9).0,
-                )
-            })
-        };
-        let mut send_ps = vec![0u64; graph.slot_elems.len()];
-        let mut recv_ps = vec![0u64; graph.slot_elems.len()];
-        if !tc.is_empty() {
-            for s in 0..graph.slot_elems.len() {
-                let node = graph.slot_node[s] as usize;
-                let f = if po.edge_formats.is_empty() {
-                    po.format
-                } else {
-                    let edge = format!("{}:{}", graph.names[node], s - graph.slot_base[node] as usize);
-                    po.edge_formats.get(&edge).copied().unwrap_or(po.format)
-                };
-                let f = if graph.slot_dtype[s] == DType::F32 { f } else { flowlab_hw::CommFormat::F32 };
-                (send_ps[s], recv_ps[s]) = kernel_ps(f, graph.slot_elems[s]);
-            }
-        }
-        let (control_send_ps, control_recv_ps) = kernel_ps(po.format, 1);
         let self_driven = cluster.devices().iter().map(|d| d.spec.copy_engines == 0 && !tc.is_empty()).collect();
         let mut latency_ps = vec![0.0; ndev * ndev];
         let mut ps_per_byte = vec![0.0; ndev * ndev];
@@ -433,37 +308,14 @@ impl GraphSimulator {
             }
         }
         let copy_engines = cluster.devices().iter().map(|d| (d.spec.copy_engines as usize).max(1)).collect();
-        // Ports per (device, direction, link name).
-        let mut pair_ports = vec![None; ndev * ndev];
-        let mut port_cap: Vec<f64> = Vec::new();
-        let mut port_index: HashMap<(usize, bool, String), u32> = HashMap::new();
-        let mut port = |d: usize, out: bool, l: &flowlab_hw::LinkSpec| -> u32 {
-            *port_index.entry((d, out, l.name.clone())).or_insert_with(|| {
-                port_cap.push(l.bytes_per_second() / SimTime::PS_PER_SECOND);
-                (port_cap.len() - 1) as u32
-            })
-        };
-        for a in 0..ndev {
-            for b in (0..ndev).filter(|&b| b != a) {
-                let l = cluster.link(a, b);
-                if l.sharing == flowlab_hw::LinkSharing::Port {
-                    pair_ports[a * ndev + b] = Some((port(a, true, l), port(b, false, l)));
-                }
-            }
-        }
-        if let Some((k, e)) = opts.host_contention.iter().enumerate().find(|(_, e)| !(e.is_finite() && **e > 0.0 && **e <= 1.0)) {
-            return Err(SimError::param(
-                "host_contention",
-                format!("the speed with {} devices computing must be in (0, 1], got {e}", k + 1),
-            ));
-        }
+        let (pair_ports, port_cap) = shared_ports(cluster);
         let sim = GraphSimulator {
             graph,
             cluster: cluster.clone(),
             ndev,
             times,
-            wire_bytes,
-            control_bytes,
+            wire_bytes: wire.bytes,
+            control_bytes: wire.control_bytes,
             latency_ps,
             ps_per_byte,
             copy_engines,
@@ -471,10 +323,10 @@ impl GraphSimulator {
             port_cap,
             warnings,
             fallback_nodes,
-            send_ps,
-            recv_ps,
-            control_send_ps,
-            control_recv_ps,
+            send_ps: wire.send_ps,
+            recv_ps: wire.recv_ps,
+            control_send_ps: wire.control_send_ps,
+            control_recv_ps: wire.control_recv_ps,
             self_driven,
             contended: !opts.host_contention.is_empty() || shares.iter().any(|&s| s < 1.0),
             contention: opts.host_contention.clone(),
@@ -795,4 +647,186 @@ impl GraphSimulator {
             warnings: self.warnings.clone(),
         }
     }
+}
+
+/// Each node's time on each device (picoseconds; `u64::MAX` where the
+/// device cannot run it), its speed beside a second computing device, and
+/// whether a profile's shape key priced it nowhere. One coster per
+/// distinct device spec: devices of one spec share times.
+#[allow(clippy::type_complexity)]
+fn price_nodes(graph: &SimGraph, cluster: &VirtualCluster, opts: &SimOptions) -> Result<(Vec<u64>, Vec<f64>, Vec<bool>), SimError> {
+    let (n, ndev) = (graph.len(), cluster.len());
+    let mut spec_index: Vec<usize> = Vec::with_capacity(ndev);
+    let mut distinct: Vec<&flowlab_hw::DeviceSpec> = Vec::new();
+    for d in cluster.devices() {
+        match distinct.iter().position(|s| **s == d.spec) {
+            Some(k) => spec_index.push(k),
+            None => {
+                spec_index.push(distinct.len());
+                distinct.push(&d.spec);
+            }
+        }
+    }
+    let profile = opts.profile.as_ref();
+    let mut per_spec = vec![vec![0u64; n]; distinct.len()];
+    let pair_share = opts.host_contention.get(1).copied().unwrap_or(1.0);
+    let mut share_spec = vec![vec![pair_share; n]; distinct.len()];
+    let mut fallback = vec![false; n];
+    for (k, spec) in distinct.iter().enumerate() {
+        let mut coster = DeviceCoster::new(spec, profile);
+        for i in 0..n {
+            if !graph.runs[i] {
+                continue;
+            }
+            let (s, keyed, share) = coster.seconds(&graph.ops[i], &graph.keys[i], &graph.costs[i]);
+            // infinite: the device cannot run the op (float work on TPU
+            // v1), kept as `u64::MAX` for the placers to avoid and refused
+            // by the replay; finite beyond the clock: refused
+            if s.is_finite() && s * SimTime::PS_PER_SECOND >= CLOCK_RANGE_PS {
+                return Err(SimError::Graph {
+                    node: graph.names[i].clone(),
+                    detail: format!(
+                        "its {} is priced at {s:.3e} s on {}, beyond the {:.1e} s of simulated time the graph simulator's clock holds",
+                        graph.ops[i],
+                        spec.name,
+                        CLOCK_RANGE_PS / SimTime::PS_PER_SECOND
+                    ),
+                });
+            }
+            fallback[i] |= !keyed;
+            per_spec[k][i] = SimTime::from_secs_f64(s).0;
+            if let Some(sh) = share {
+                share_spec[k][i] = sh;
+            }
+        }
+    }
+    let mut times = vec![0u64; n * ndev];
+    let mut shares = vec![1.0; n * ndev];
+    for i in 0..n {
+        for d in 0..ndev {
+            times[i * ndev + d] = per_spec[spec_index[d]][i];
+            shares[i * ndev + d] = share_spec[spec_index[d]][i];
+        }
+    }
+    Ok((times, shares, fallback))
+}
+
+/// What the profile left unpriced, as warnings: with shape keys, the nodes
+/// no key priced (returned, by name); without, each op it has no entry for.
+fn profile_warnings(graph: &SimGraph, profile: Option<&Profile>, fallback: &[bool], warnings: &mut Vec<String>) -> Vec<String> {
+    let n = graph.len();
+    let keyed_profile = profile.is_some_and(|p| !p.shapes.is_empty());
+    let fallback_nodes: Vec<String> = if keyed_profile {
+        (0..n).filter(|&i| graph.runs[i] && fallback[i]).map(|i| graph.names[i].clone()).collect()
+    } else {
+        Vec::new()
+    };
+    if keyed_profile && !fallback_nodes.is_empty() {
+        let mut by_op: BTreeMap<&str, usize> = BTreeMap::new();
+        for i in (0..n).filter(|&i| graph.runs[i] && fallback[i]) {
+            *by_op.entry(graph.ops[i].as_str()).or_default() += 1;
+        }
+        let list: Vec<String> = by_op.iter().map(|(op, c)| format!("{op} x{c}")).collect();
+        warnings.push(format!(
+            "{} of {} nodes have no measured shape in the profile and use the op-name or roofline cost: {}",
+            fallback_nodes.len(),
+            graph.runs.iter().filter(|&&r| r).count(),
+            list.join(", ")
+        ));
+    }
+    if let Some(p) = profile
+        && !keyed_profile
+    {
+        let mut seen = HashSet::new();
+        for i in 0..n {
+            let op = graph.ops[i].as_str();
+            if !p.ops.contains_key(op) && seen.insert(op) {
+                warnings.push(format!("the profile has no measurement for op '{op}' (e.g. node '{}'): using the roofline", graph.names[i]));
+            }
+        }
+    }
+    fallback_nodes
+}
+
+/// Bytes on the wire and Send/Recv kernel times per slot, in the slot's
+/// wire format, and the same for a control token.
+struct WireCosts {
+    bytes: Vec<u64>,
+    control_bytes: u64,
+    send_ps: Vec<u64>,
+    recv_ps: Vec<u64>,
+    control_send_ps: u64,
+    control_recv_ps: u64,
+}
+
+impl WireCosts {
+    fn of(graph: &SimGraph, opts: &SimOptions) -> WireCosts {
+        let po = &opts.partition;
+        let slots = graph.slot_elems.len();
+        // The format slot `s` travels in: its edge's, else the step's.
+        let requested = |s: usize| {
+            if po.edge_formats.is_empty() {
+                return po.format;
+            }
+            let node = graph.slot_node[s] as usize;
+            let edge = format!("{}:{}", graph.names[node], s - graph.slot_base[node] as usize);
+            po.edge_formats.get(&edge).copied().unwrap_or(po.format)
+        };
+        let bytes = (0..slots)
+            .map(|s| {
+                let (dtype, elems) = (graph.slot_dtype[s], graph.slot_elems[s]);
+                if dtype == DType::F32 { wire_format(dtype, requested(s)).bytes_for(elems) } else { elems * dtype.size_in_bytes() as u64 }
+            })
+            .collect();
+        let tc = &opts.transfer_compute;
+        let kernel_ps = |format: flowlab_hw::CommFormat, elems: u64| -> (u64, u64) {
+            let name = match format {
+                flowlab_hw::CommFormat::Int8 { .. } => "int8".to_string(),
+                f => f.to_string(),
+            };
+            tc.get(&name).map_or((0, 0), |c| {
+                let e = elems as f64;
+                (
+                    SimTime::from_secs_f64((c.send_us * 1e3 + e * c.send_ns_per_element) * 1e-9).0,
+                    SimTime::from_secs_f64((c.recv_us * 1e3 + e * c.recv_ns_per_element) * 1e-9).0,
+                )
+            })
+        };
+        let mut send_ps = vec![0u64; slots];
+        let mut recv_ps = vec![0u64; slots];
+        if !tc.is_empty() {
+            for s in 0..slots {
+                let f = if graph.slot_dtype[s] == DType::F32 { requested(s) } else { flowlab_hw::CommFormat::F32 };
+                (send_ps[s], recv_ps[s]) = kernel_ps(f, graph.slot_elems[s]);
+            }
+        }
+        let (control_send_ps, control_recv_ps) = kernel_ps(po.format, 1);
+        WireCosts { bytes, control_bytes: wire_format(DType::F32, po.format).bytes_for(1), send_ps, recv_ps, control_send_ps, control_recv_ps }
+    }
+}
+
+/// The ports of every `port` link (one per device, direction and link
+/// name) with their capacities in bytes per picosecond, and each ordered
+/// device pair's (out, in) ports where its link is such a link.
+#[allow(clippy::type_complexity)]
+fn shared_ports(cluster: &VirtualCluster) -> (Vec<Option<(u32, u32)>>, Vec<f64>) {
+    let ndev = cluster.len();
+    let mut pair_ports = vec![None; ndev * ndev];
+    let mut port_cap: Vec<f64> = Vec::new();
+    let mut port_index: HashMap<(usize, bool, String), u32> = HashMap::new();
+    let mut port = |d: usize, out: bool, l: &flowlab_hw::LinkSpec| -> u32 {
+        *port_index.entry((d, out, l.name.clone())).or_insert_with(|| {
+            port_cap.push(l.bytes_per_second() / SimTime::PS_PER_SECOND);
+            (port_cap.len() - 1) as u32
+        })
+    };
+    for a in 0..ndev {
+        for b in (0..ndev).filter(|&b| b != a) {
+            let l = cluster.link(a, b);
+            if l.sharing == flowlab_hw::LinkSharing::Port {
+                pair_ports[a * ndev + b] = Some((port(a, true, l), port(b, false, l)));
+            }
+        }
+    }
+    (pair_ports, port_cap)
 }
