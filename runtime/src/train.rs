@@ -462,19 +462,8 @@ pub fn train_on_cluster_with(
 ) -> Result<ClusterTrainReport> {
     let (mode, backup) = (how.mode, how.backup);
     let start = Instant::now();
-    let workers: Vec<TaskId> = spec.job_tasks(Job::Worker).map(|(t, _)| t).collect();
-    let ps: Vec<TaskId> = spec.job_tasks(Job::Ps).map(|(t, _)| t).collect();
-    let Some(&ps0) = ps.first() else {
-        return Err(config("the cluster has no ps task to hold the variables".into()));
-    };
-    if workers.is_empty() {
-        return Err(config("the cluster has no worker task".into()));
-    }
-    if backup > 0 && (mode != Mode::Sync || backup >= workers.len()) {
-        return Err(RuntimeError::Engine {
-            message: format!("{backup} backup workers need synchronous training and more than {backup} workers (got {})", workers.len()),
-        });
-    }
+    let (workers, ps) = cluster_tasks(spec, mode, backup)?;
+    let ps0 = ps[0];
     let needed = workers.len() - backup;
     let mut cfg = cfg.clone();
     // a synchronous step splits each batch into one shard per needed
@@ -499,52 +488,14 @@ pub fn train_on_cluster_with(
         Some(c) => Some(CheckpointManager::new(&c.dir, c.keep)?),
         None => None,
     };
-    /// The graph of the mode.
-    enum Built {
-        Sync(ShardedGraph),
-        Backup(BackupGraph),
-        Async(AsyncGraph),
-    }
-    let (built, init) = match mode {
-        Mode::Sync if backup > 0 => {
-            let bg = build_backup(&g, &cfg, data.features, &ps_devices, &devices, needed)?;
-            let init = bg.init.clone();
-            (Built::Backup(bg), init)
-        }
-        Mode::Sync => {
-            let sg = build_sharded(&g, &cfg, data.features, &ps_devices, &devices)?;
-            let init = sg.init.clone();
-            (Built::Sync(sg), init)
-        }
-        Mode::Async => {
-            let ag = build_async(&g, &cfg, data.features, &ps_devices, &devices)?;
-            let init = ag.init.clone();
-            (Built::Async(ag), init)
-        }
-    };
-    // restore ops: every variable assigned from a placeholder on its own PS
-    let variables = g.variables();
-    let pg = g.device(&ps0.device().to_string());
-    let mut restore_feeds = Vec::with_capacity(variables.len());
-    let mut assigns = Vec::with_capacity(variables.len());
-    for v in &variables {
-        let rg = pg.on_device_of(v).scope("restore");
-        let ph = rg.placeholder(&v.name(), v.dtype(), v.tensor_type().shape)?;
-        assigns.push(rg.assign(v, &ph)?);
-        restore_feeds.push((v.name(), ph));
-    }
-    let restore = pg.scope("restore").group("all", &assigns.iter().collect::<Vec<_>>())?;
+    let (built, init) = Built::build(mode, backup, &g, &cfg, data.features, &ps_devices, &devices, needed)?;
+    let restore = Restore::ops(&g, ps0)?;
     master.register(&g)?;
     master.run(&[], &[], &[&init])?;
     // backup workers: shards taken from the queue when update k was applied
     // (index k), so a restart from update k's checkpoint goes on from there
     let positions = std::sync::Mutex::new(vec![0usize]);
-    let eval = match &built {
-        Built::Sync(sg) => [sg.eval_x.clone(), sg.eval_y.clone(), sg.eval_accuracy.clone(), sg.eval_loss.clone()],
-        Built::Backup(bg) => [bg.eval_x.clone(), bg.eval_y.clone(), bg.eval_accuracy.clone(), bg.eval_loss.clone()],
-        Built::Async(ag) => [ag.eval_x.clone(), ag.eval_y.clone(), ag.eval_accuracy.clone(), ag.eval_loss.clone()],
-    };
-    let [eval_x, eval_y, eval_accuracy, eval_loss] = eval;
+    let [eval_x, eval_y, eval_accuracy, eval_loss] = built.eval();
     let all: Vec<usize> = (0..test_set.len()).collect();
     let held_out = batch_tensors(&test_set, &all)?;
     let chief = Chief {
@@ -559,19 +510,8 @@ pub fn train_on_cluster_with(
             examples: held_out.clone(),
         }),
         curve: std::sync::Mutex::new(Vec::new()),
-        variables,
-        meta: [
-            ("seed", cfg.seed.to_string()),
-            ("batch", cfg.batch.to_string()),
-            ("workers", n.to_string()),
-            ("backup", backup.to_string()),
-            ("mode", mode.to_string()),
-            ("learning_rate", cfg.learning_rate.to_string()),
-            ("comm", format!("{:?}", cfg.comm)),
-        ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
+        variables: restore.variables.clone(),
+        meta: run_meta(&cfg, n, backup, mode),
         on_step: hooks.on_step,
         progress: std::sync::atomic::AtomicUsize::new(0),
         gate: std::sync::Mutex::new(Gate::default()),
@@ -580,75 +520,15 @@ pub fn train_on_cluster_with(
         recorded: std::sync::Mutex::new(None),
         timeline_ended: std::sync::atomic::AtomicBool::new(false),
     };
-    let mut variable_bytes: BTreeMap<String, u64> = ps.iter().map(|t| (t.to_string(), 0)).collect();
-    for v in &chief.variables {
-        if let (Some(t), Some(n)) = (master.task_of(v), v.tensor_type().shape.to_shape().map(|s| s.num_elements()))
-            && let Some(b) = variable_bytes.get_mut(&t.to_string())
-        {
-            *b += (n * v.dtype().size_in_bytes()) as u64;
-        }
-    }
+    let variable_bytes = variable_bytes(&master, &chief.variables, &ps);
     let times: Times = std::sync::Mutex::new(Vec::new());
     let traffic_before = master.traffic();
     let (mut restarts, mut steps_lost) = (0u64, 0u64);
     let mut resumed: (Option<u64>, Vec<String>) = (None, Vec::new());
-    // The newest checkpoint that reads intact, written by a run with the
-    // same settings, restored into every PS task: (its step, the newer
-    // files skipped and why); None when there is none. With backup workers
-    // its shard position goes back into `positions`.
-    let restore_newest = |master: &Master| -> Result<Option<(usize, Vec<String>)>> {
-        let Some(m) = &chief.manager else { return Ok(None) };
-        let mut skipped = Vec::new();
-        for step in m.steps()?.into_iter().rev() {
-            let path = m.path(step);
-            let ck = match flowlab_engine::checkpoint::read(&path) {
-                Ok(ck) => ck,
-                Err(e) => {
-                    skipped.push(e.to_string());
-                    continue;
-                }
-            };
-            for (key, want) in &chief.meta {
-                if let Some(got) = ck.metadata.get(key)
-                    && got != want
-                {
-                    return Err(config(format!(
-                        "checkpoint {} was written by a run with {key} {got}, this run has {key} {want}: resume with the same settings or another checkpoint folder",
-                        path.display()
-                    )));
-                }
-            }
-            let mut feeds = Vec::with_capacity(restore_feeds.len());
-            for (name, ph) in &restore_feeds {
-                let t = ck.tensors.get(name).ok_or_else(|| config(format!("checkpoint {} has no variable '{name}'", path.display())))?;
-                feeds.push((ph, t));
-            }
-            if chief.positions.is_some() {
-                let taken: usize = ck.metadata.get(SHARDS_TAKEN).and_then(|v| v.parse().ok()).ok_or_else(|| {
-                    config(format!(
-                        "checkpoint {} has no `{SHARDS_TAKEN}` (written before backup-worker runs could resume): resume from another checkpoint folder",
-                        path.display()
-                    ))
-                })?;
-                let mut pos = positions.lock().unwrap_or_else(|e| e.into_inner());
-                let at = step as usize;
-                if pos.len() <= at {
-                    pos.resize(at + 1, 0);
-                }
-                pos[at] = taken;
-            }
-            master.run(&feeds, &[], &[&restore])?;
-            return Ok(Some((step as usize, skipped)));
-        }
-        match skipped.first() {
-            Some(e) => Err(config(format!("no checkpoint in {} reads intact: {e}", how.checkpoint.as_ref().map(|c| c.dir.display().to_string()).unwrap_or_default()))),
-            None => Ok(None),
-        }
-    };
     let train_start = Instant::now();
     let mut from = 0usize;
     if how.checkpoint.as_ref().is_some_and(|c| c.resume)
-        && let Some((step, skipped)) = restore_newest(&master)?
+        && let Some((step, skipped)) = restore.newest(&master, &chief, &positions, how)?
     {
         from = step;
         resumed = (Some(step as u64), skipped);
@@ -659,13 +539,7 @@ pub fn train_on_cluster_with(
         let r = match &built {
             Built::Sync(sg) => run_sync(&master, sg, &train_set, &cfg, n, from, &times, &inject, &|k| chief.after(&master, k)),
             Built::Backup(bg) => {
-                let skip = {
-                    let pos = positions.lock().unwrap_or_else(|e| e.into_inner());
-                    pos.get(from).copied().ok_or_else(|| config(format!(
-                        "backup workers: the checkpoint restored is of update {from}, which this run never made (a newer checkpoint of an earlier run in {}?): restart from an empty --checkpoint-dir",
-                        how.checkpoint.as_ref().map(|c| c.dir.display().to_string()).unwrap_or_default()
-                    )))?
-                };
+                let skip = shards_taken_before(&positions, from, how)?;
                 // shards taken before the restored update and not applied by it
                 // are dropped for good
                 dropped = (skip - needed * from) as u64;
@@ -694,7 +568,7 @@ pub fn train_on_cluster_with(
                 restart(dead)?;
                 master.reconnect(dead)?;
                 master.register(&g)?;
-                from = match restore_newest(&master)? {
+                from = match restore.newest(&master, &chief, &positions, how)? {
                     Some((step, _)) => step,
                     None => {
                         master.run(&[], &[], &[&init])?;
@@ -738,8 +612,8 @@ pub fn train_on_cluster_with(
     r.steps_lost = steps_lost;
     r.variable_bytes = variable_bytes;
     (r.report.resumed_from_step, r.report.skipped_checkpoints) = resumed;
-    let times = times.into_inner().unwrap_or_else(|e| e.into_inner());
-    (r.step_p10_s, r.step_p50_s, r.step_p90_s) = (percentile(&times, 0.1), percentile(&times, 0.5), percentile(&times, 0.9));
+    r.step_times_s = times.into_inner().unwrap_or_else(|e| e.into_inner());
+    (r.step_p10_s, r.step_p50_s, r.step_p90_s) = (percentile(&r.step_times_s, 0.1), percentile(&r.step_times_s, 0.5), percentile(&r.step_times_s, 0.9));
     let per = |x: u64, y: u64| x.saturating_sub(y) as f64 / steps.max(1) as f64;
     r.transfers_per_step = per(traffic.transfers, traffic_before.transfers);
     r.bytes_per_step = per(traffic.bytes, traffic_before.bytes);
@@ -747,9 +621,188 @@ pub fn train_on_cluster_with(
     (r.link_gbps, r.link_latency_us) = (how.master.link.map(|l| l.gbps), how.master.link.map(|l| l.latency_us));
     r.straggler_compute_s = how.stragglers.as_ref().map(|s| s.compute.as_secs_f64());
     r.accuracy_curve = chief.curve.into_inner().unwrap_or_else(|e| e.into_inner());
-    r.step_times_s = times;
     r.timeline = chief.recorded.into_inner().unwrap_or_else(|e| e.into_inner());
     Ok(r)
+}
+
+/// Backup workers: the shards taken from the queue by the time update
+/// `from` was applied (where a restarted run goes on from).
+fn shards_taken_before(positions: &std::sync::Mutex<Vec<usize>>, from: usize, how: &ClusterTraining) -> Result<usize> {
+    let pos = positions.lock().unwrap_or_else(|e| e.into_inner());
+    pos.get(from).copied().ok_or_else(|| {
+        config(format!(
+            "backup workers: the checkpoint restored is of update {from}, which this run never made (a newer checkpoint of an earlier run in {}?): restart from an empty --checkpoint-dir",
+            how.checkpoint.as_ref().map(|c| c.dir.display().to_string()).unwrap_or_default()
+        ))
+    })
+}
+
+/// The cluster's worker and PS tasks, checked: at least one of each, and
+/// backup workers only when synchronous and fewer than the workers.
+fn cluster_tasks(spec: &ClusterSpec, mode: Mode, backup: usize) -> Result<(Vec<TaskId>, Vec<TaskId>)> {
+    let workers: Vec<TaskId> = spec.job_tasks(Job::Worker).map(|(t, _)| t).collect();
+    let ps: Vec<TaskId> = spec.job_tasks(Job::Ps).map(|(t, _)| t).collect();
+    if ps.is_empty() {
+        return Err(config("the cluster has no ps task to hold the variables".into()));
+    }
+    if workers.is_empty() {
+        return Err(config("the cluster has no worker task".into()));
+    }
+    if backup > 0 && (mode != Mode::Sync || backup >= workers.len()) {
+        return Err(RuntimeError::Engine {
+            message: format!("{backup} backup workers need synchronous training and more than {backup} workers (got {})", workers.len()),
+        });
+    }
+    Ok((workers, ps))
+}
+
+/// The graph of the mode.
+enum Built {
+    Sync(ShardedGraph),
+    Backup(BackupGraph),
+    Async(AsyncGraph),
+}
+
+impl Built {
+    /// The mode's graph on `g`, and its initializer.
+    #[allow(clippy::too_many_arguments)]
+    fn build(mode: Mode, backup: usize, g: &Graph, cfg: &TrainConfig, features: usize, ps: &[flowlab_engine::DeviceName], workers: &[flowlab_engine::DeviceName], needed: usize) -> Result<(Built, Output)> {
+        Ok(match mode {
+            Mode::Sync if backup > 0 => {
+                let bg = build_backup(g, cfg, features, ps, workers, needed)?;
+                let init = bg.init.clone();
+                (Built::Backup(bg), init)
+            }
+            Mode::Sync => {
+                let sg = build_sharded(g, cfg, features, ps, workers)?;
+                let init = sg.init.clone();
+                (Built::Sync(sg), init)
+            }
+            Mode::Async => {
+                let ag = build_async(g, cfg, features, ps, workers)?;
+                let init = ag.init.clone();
+                (Built::Async(ag), init)
+            }
+        })
+    }
+
+    /// The evaluation's inputs and outputs: x, y, accuracy, loss.
+    fn eval(&self) -> [Output; 4] {
+        match self {
+            Built::Sync(sg) => [sg.eval_x.clone(), sg.eval_y.clone(), sg.eval_accuracy.clone(), sg.eval_loss.clone()],
+            Built::Backup(bg) => [bg.eval_x.clone(), bg.eval_y.clone(), bg.eval_accuracy.clone(), bg.eval_loss.clone()],
+            Built::Async(ag) => [ag.eval_x.clone(), ag.eval_y.clone(), ag.eval_accuracy.clone(), ag.eval_loss.clone()],
+        }
+    }
+}
+
+/// Restoring a checkpoint: every variable assigned from a placeholder on
+/// its own PS task, the assignments grouped in one op.
+struct Restore {
+    variables: Vec<Output>,
+    feeds: Vec<(String, Output)>,
+    op: Output,
+}
+
+impl Restore {
+    fn ops(g: &Graph, ps0: TaskId) -> Result<Restore> {
+        let variables = g.variables();
+        let pg = g.device(&ps0.device().to_string());
+        let mut feeds = Vec::with_capacity(variables.len());
+        let mut assigns = Vec::with_capacity(variables.len());
+        for v in &variables {
+            let rg = pg.on_device_of(v).scope("restore");
+            let ph = rg.placeholder(&v.name(), v.dtype(), v.tensor_type().shape)?;
+            assigns.push(rg.assign(v, &ph)?);
+            feeds.push((v.name(), ph));
+        }
+        let op = pg.scope("restore").group("all", &assigns.iter().collect::<Vec<_>>())?;
+        Ok(Restore { variables, feeds, op })
+    }
+
+    /// The newest checkpoint that reads intact, written by a run with the
+    /// same settings, restored into every PS task: (its step, the newer
+    /// files skipped and why); None when there is none. With backup
+    /// workers its shard position goes back into `positions`.
+    fn newest(&self, master: &Master, chief: &Chief<'_>, positions: &std::sync::Mutex<Vec<usize>>, how: &ClusterTraining) -> Result<Option<(usize, Vec<String>)>> {
+    let Some(m) = &chief.manager else { return Ok(None) };
+    let mut skipped = Vec::new();
+    for step in m.steps()?.into_iter().rev() {
+        let path = m.path(step);
+        let ck = match flowlab_engine::checkpoint::read(&path) {
+            Ok(ck) => ck,
+            Err(e) => {
+                skipped.push(e.to_string());
+                continue;
+            }
+        };
+        for (key, want) in &chief.meta {
+            if let Some(got) = ck.metadata.get(key)
+                && got != want
+            {
+                return Err(config(format!(
+                    "checkpoint {} was written by a run with {key} {got}, this run has {key} {want}: resume with the same settings or another checkpoint folder",
+                    path.display()
+                )));
+            }
+        }
+        let mut feeds = Vec::with_capacity(self.feeds.len());
+        for (name, ph) in &self.feeds {
+            let t = ck.tensors.get(name).ok_or_else(|| config(format!("checkpoint {} has no variable '{name}'", path.display())))?;
+            feeds.push((ph, t));
+        }
+        if chief.positions.is_some() {
+            let taken: usize = ck.metadata.get(SHARDS_TAKEN).and_then(|v| v.parse().ok()).ok_or_else(|| {
+                config(format!(
+                    "checkpoint {} has no `{SHARDS_TAKEN}` (written before backup-worker runs could resume): resume from another checkpoint folder",
+                    path.display()
+                ))
+            })?;
+            let mut pos = positions.lock().unwrap_or_else(|e| e.into_inner());
+            let at = step as usize;
+            if pos.len() <= at {
+                pos.resize(at + 1, 0);
+            }
+            pos[at] = taken;
+        }
+        master.run(&feeds, &[], &[&self.op])?;
+        return Ok(Some((step as usize, skipped)));
+    }
+    match skipped.first() {
+        Some(e) => Err(config(format!("no checkpoint in {} reads intact: {e}", how.checkpoint.as_ref().map(|c| c.dir.display().to_string()).unwrap_or_default()))),
+        None => Ok(None),
+    }
+    }
+}
+
+/// What a checkpoint records of the run, so that a resumed run is refused
+/// when its settings differ.
+fn run_meta(cfg: &TrainConfig, workers: usize, backup: usize, mode: Mode) -> BTreeMap<String, String> {
+    [
+        ("seed", cfg.seed.to_string()),
+        ("batch", cfg.batch.to_string()),
+        ("workers", workers.to_string()),
+        ("backup", backup.to_string()),
+        ("mode", mode.to_string()),
+        ("learning_rate", cfg.learning_rate.to_string()),
+        ("comm", format!("{:?}", cfg.comm)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// Bytes of variables each PS task holds.
+fn variable_bytes(master: &Master, variables: &[Output], ps: &[TaskId]) -> BTreeMap<String, u64> {
+    let mut bytes: BTreeMap<String, u64> = ps.iter().map(|t| (t.to_string(), 0)).collect();
+    for v in variables {
+        if let (Some(t), Some(n)) = (master.task_of(v), v.tensor_type().shape.to_shape().map(|s| s.num_elements()))
+            && let Some(b) = bytes.get_mut(&t.to_string())
+        {
+            *b += (n * v.dtype().size_in_bytes()) as u64;
+        }
+    }
+    bytes
 }
 
 /// Synchronous steps: every batch split over the workers, one update each.
