@@ -133,37 +133,7 @@ fn windows(ids: &[i64], batch: usize, t: usize) -> Vec<(Vec<i64>, Vec<i64>)> {
 const MAX_LSTM_CELLS: usize = 65_536;
 
 pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
-    for (flag, v) in [("--vocab", a.vocab), ("--hidden", a.hidden), ("--layers", a.layers), ("--seq-len", a.seq_len), ("--batch", a.batch), ("--epochs", a.epochs), ("--threads", a.threads)] {
-        if v == 0 {
-            bail!("{flag}: must be at least 1");
-        }
-    }
-    if a.vocab < 2 {
-        bail!("--vocab: must be at least 2 (one word and <unk>)");
-    }
-    if let Some(k) = a.sampled
-        && (k == 0 || k >= a.vocab)
-    {
-        bail!("--sampled: {k} candidates; must be between 1 and the vocabulary minus one ({})", a.vocab - 1);
-    }
-    // the unrolled graph holds a cell per layer and time step (the
-    // while_loop one a cell per layer): 100,000 layers exhausted memory
-    // while the graph was built
-    let cells = if a.dynamic { a.layers } else { a.layers.saturating_mul(a.seq_len) };
-    if cells > MAX_LSTM_CELLS {
-        bail!(
-            "--layers {} x --seq-len {}: {cells} LSTM cells in the graph, at most {MAX_LSTM_CELLS} (fewer layers or time steps{})",
-            a.layers,
-            a.seq_len,
-            if a.dynamic { "" } else { ", or --dynamic, which loops over the time steps" }
-        );
-    }
-    if a.dynamic && (a.sampled.is_some() || a.carry_state) {
-        bail!("--dynamic: the while_loop LSTM takes neither --sampled nor --carry-state yet");
-    }
-    if !(a.lr.is_finite() && a.lr > 0.0) {
-        bail!("--lr: must be a finite positive number");
-    }
+    check_args(a)?;
     let (text, floor, source) = match a.corpus {
         "shakespeare" => (SHAKESPEARE.to_string(), None, "shakespeare (tinyshakespeare, first 10,001 lines)".to_string()),
         "markov" => {
@@ -191,34 +161,7 @@ pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
             a.seq_len
         );
     }
-    let mut o = ZooOptions::new(a.batch);
-    o.vocab = Some(a.vocab);
-    o.hidden = Some(a.hidden);
-    o.layers = Some(a.layers);
-    o.seq_len = Some(a.seq_len);
-    o.sampled = a.sampled;
-    o.carry_state = a.carry_state;
-    o.dynamic = a.dynamic;
-    o.seed = a.seed;
-    o.optimizer = Some(Optimizer::Adam { lr: a.lr, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 });
-    let m = zoo::build_with("lstm_lm", &o).map_err(|e| anyhow::anyhow!("{e}"))?;
-    // the variables, Adam's two slots and the gradients, 4 bytes a value,
-    // must fit: a 100,000,000-word vocabulary (100 GB of embedding) aborted
-    // on its allocation
-    let need = m.params as f64 * 16.0;
-    if let Some(available) = flowlab_sim::cluster::available_memory_bytes()
-        && need > available
-    {
-        bail!(
-            "--vocab {} --hidden {} --layers {}: {} parameters need about {:.1} GB (with Adam's slots and the gradients); this machine has {:.1} GB available",
-            a.vocab,
-            a.hidden,
-            a.layers,
-            m.params,
-            need / 1e9,
-            available / 1e9
-        );
-    }
+    let m = build_model(a)?;
     let init = m.graph.global_variables_initializer()?;
     let sess = Session::with_options(&m.graph, SessionOptions { threads: a.threads, ..Default::default() })?;
     sess.run(&[], &[], &[&init])?;
@@ -287,6 +230,77 @@ pub(crate) fn run(a: &LmArgs) -> anyhow::Result<serde_json::Value> {
         "seconds": seconds,
         "words_per_second": words / train_seconds.max(1e-9),
     }))
+}
+
+/// Every flag in range, and the graph's size bounded, before anything is
+/// read or built.
+fn check_args(a: &LmArgs) -> anyhow::Result<()> {
+    for (flag, v) in [("--vocab", a.vocab), ("--hidden", a.hidden), ("--layers", a.layers), ("--seq-len", a.seq_len), ("--batch", a.batch), ("--epochs", a.epochs), ("--threads", a.threads)] {
+        if v == 0 {
+            bail!("{flag}: must be at least 1");
+        }
+    }
+    if a.vocab < 2 {
+        bail!("--vocab: must be at least 2 (one word and <unk>)");
+    }
+    if let Some(k) = a.sampled
+        && (k == 0 || k >= a.vocab)
+    {
+        bail!("--sampled: {k} candidates; must be between 1 and the vocabulary minus one ({})", a.vocab - 1);
+    }
+    // the unrolled graph holds a cell per layer and time step (the
+    // while_loop one a cell per layer): 100,000 layers exhausted memory
+    // while the graph was built
+    let cells = if a.dynamic { a.layers } else { a.layers.saturating_mul(a.seq_len) };
+    if cells > MAX_LSTM_CELLS {
+        bail!(
+            "--layers {} x --seq-len {}: {cells} LSTM cells in the graph, at most {MAX_LSTM_CELLS} (fewer layers or time steps{})",
+            a.layers,
+            a.seq_len,
+            if a.dynamic { "" } else { ", or --dynamic, which loops over the time steps" }
+        );
+    }
+    if a.dynamic && (a.sampled.is_some() || a.carry_state) {
+        bail!("--dynamic: the while_loop LSTM takes neither --sampled nor --carry-state yet");
+    }
+    if !(a.lr.is_finite() && a.lr > 0.0) {
+        bail!("--lr: must be a finite positive number");
+    }
+    Ok(())
+}
+
+/// The zoo's LSTM language model at the flags' sizes, refused when its
+/// parameters, Adam's slots and the gradients would not fit this machine.
+fn build_model(a: &LmArgs) -> anyhow::Result<zoo::ModelGraph> {
+    let mut o = ZooOptions::new(a.batch);
+    o.vocab = Some(a.vocab);
+    o.hidden = Some(a.hidden);
+    o.layers = Some(a.layers);
+    o.seq_len = Some(a.seq_len);
+    o.sampled = a.sampled;
+    o.carry_state = a.carry_state;
+    o.dynamic = a.dynamic;
+    o.seed = a.seed;
+    o.optimizer = Some(Optimizer::Adam { lr: a.lr, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 });
+    let m = zoo::build_with("lstm_lm", &o).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // the variables, Adam's two slots and the gradients, 4 bytes a value,
+    // must fit: a 100,000,000-word vocabulary (100 GB of embedding) aborted
+    // on its allocation
+    let need = m.params as f64 * 16.0;
+    if let Some(available) = flowlab_sim::cluster::available_memory_bytes()
+        && need > available
+    {
+        bail!(
+            "--vocab {} --hidden {} --layers {}: {} parameters need about {:.1} GB (with Adam's slots and the gradients); this machine has {:.1} GB available",
+            a.vocab,
+            a.hidden,
+            a.layers,
+            m.params,
+            need / 1e9,
+            available / 1e9
+        );
+    }
+    Ok(m)
 }
 
 #[cfg(test)]
