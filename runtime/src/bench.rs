@@ -547,77 +547,7 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
     let workers = u32::try_from(consumers).map_err(|_| crate::RuntimeError::Launch { task: "worker".into(), message: format!("{consumers} workers: too many tasks") })?;
     let ps_count = u32::try_from(ps_tasks.max(1)).map_err(|_| crate::RuntimeError::Launch { task: "ps".into(), message: format!("{ps_tasks} PS tasks: too many tasks") })?;
     let cluster = LocalCluster::start(launcher, ps_count, workers)?;
-    let ps = TaskId::new(Job::Ps, 0);
-    let small = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], vec![4])?;
-    let g = Graph::new();
-    let on_ps = g.device(&ps.device().to_string());
-    let mut fetch_all = vec![on_ps.constant(small.clone())?];
-    let mut on_workers = Vec::with_capacity(consumers);
-    // each worker's input (fed by the master, as a training step's batch)
-    // and the node that takes it
-    let mut inputs = Vec::with_capacity(consumers);
-    let fed = Tensor::from_vec((0..feed_floats).map(|i| (i % 17) as f32 * 0.125).collect::<Vec<f32>>(), vec![feed_floats])?;
-    for w in 0..workers {
-        let on_worker = g.device(&TaskId::new(Job::Worker, w).device().to_string());
-        fetch_all.push(on_worker.constant(small.clone())?);
-        if feed_floats > 0 {
-            let x = on_worker.placeholder(&format!("input_{w}"), DType::F32, [feed_floats as i64])?;
-            let taken = on_worker.identity(&x)?;
-            inputs.push((x, taken));
-        }
-        on_workers.push(on_worker);
-    }
-    // the other PS tasks take part in every step as a training step's do
-    // (after the workers: `fetch_all[..2]` is the pair step's)
-    for k in 1..ps_count {
-        fetch_all.push(g.device(&TaskId::new(Job::Ps, k).device().to_string()).constant(small.clone())?);
-    }
-    // the model's tensors as constants on one task (varied values, so that
-    // no format can send them as a repeated pattern), or as many of one
-    // float each
-    let constants = |on: &Graph, small: bool| -> Result<Vec<Output>> {
-        let mut out = Vec::with_capacity(tensor_floats.len());
-        for (i, &n) in tensor_floats.iter().enumerate() {
-            let n = if small { 1 } else { n.max(1) };
-            let values: Vec<f32> = (0..n).map(|j| ((i + j) % 13) as f32 * 0.25 - 1.5).collect();
-            out.push(on.constant(Tensor::from_vec(values, vec![n])?)?);
-        }
-        Ok(out)
-    };
-    // every worker takes ps:0's tensors (a fetch's direction), and ps:0
-    // takes every worker's own (as a synchronous step's gradients go: it
-    // calls each worker for them): a target on each worker, and one on ps:0
-    let directions = |small: bool, tag: &str| -> Result<(Vec<Output>, Output)> {
-        let sources = constants(&on_ps, small)?;
-        let mut takes = Vec::with_capacity(consumers);
-        for (w, on_worker) in on_workers.iter().enumerate() {
-            let taken = sources.iter().map(|c| on_worker.identity(c)).collect::<std::result::Result<Vec<_>, _>>()?;
-            takes.push(on_worker.group(&format!("take_tensors_{tag}{w}"), &taken.iter().collect::<Vec<_>>())?);
-        }
-        let mut pushed = Vec::with_capacity(consumers * tensor_floats.len());
-        for on_worker in &on_workers {
-            for c in constants(on_worker, small)? {
-                pushed.push(on_ps.identity(&c)?);
-            }
-        }
-        Ok((takes, on_ps.group(&format!("take_pushed{tag}"), &pushed.iter().collect::<Vec<_>>())?))
-    };
-    let (takes, push_take) = directions(false, "")?;
-    let (small_takes, small_push_take) = directions(true, "small_")?;
-    // as a training step starts, each PS task asks worker:0 for the
-    // gradients of the variables it holds (one-float tensors here, the
-    // variables dealt round the PS tasks)
-    let mut dispatch_takes = Vec::with_capacity(ps_count as usize);
-    if let Some(on_worker) = on_workers.first() {
-        let sources = constants(on_worker, true)?;
-        for k in 0..ps_count {
-            let on_task = g.device(&TaskId::new(Job::Ps, k).device().to_string());
-            let taken = sources.iter().enumerate().filter(|(i, _)| *i % ps_count as usize == k as usize).map(|(_, c)| on_task.identity(c)).collect::<std::result::Result<Vec<_>, _>>()?;
-            if !taken.is_empty() {
-                dispatch_takes.push(on_task.group(&format!("dispatch_take_{k}"), &taken.iter().collect::<Vec<_>>())?);
-            }
-        }
-    }
+    let ProbeGraph { g, fetch_all, inputs, fed, takes, push_take, small_takes, small_push_take, dispatch_takes } = ProbeGraph::build(tensor_floats, workers, ps_count, feed_floats)?;
     let options = MasterOptions { partition: flowlab_engine::PartitionOptions::in_format(format), ..Default::default() };
     let mut master = Master::connect(&cluster.spec, options)?;
     master.register(&g)?;
@@ -700,6 +630,100 @@ pub fn measure_task_processes(launcher: &Launcher, tensor_floats: &[usize], form
         dispatch_back_s: median(backs),
         consumers,
     }))
+}
+
+/// The probe graph of [`measure_task_processes`]: constants on every task
+/// for the empty steps, each worker's fed input, the model's tensors taken
+/// from ps:0 by every worker and pushed back (full size and one float
+/// each), and the PS tasks' asks of worker:0 as a training step starts.
+struct ProbeGraph {
+    g: Graph,
+    fetch_all: Vec<Output>,
+    inputs: Vec<(Output, Output)>,
+    fed: Tensor,
+    takes: Vec<Output>,
+    push_take: Output,
+    small_takes: Vec<Output>,
+    small_push_take: Output,
+    dispatch_takes: Vec<Output>,
+}
+
+impl ProbeGraph {
+    fn build(tensor_floats: &[usize], workers: u32, ps_count: u32, feed_floats: usize) -> Result<ProbeGraph> {
+        let consumers = workers as usize;
+        let ps = TaskId::new(Job::Ps, 0);
+        let small = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], vec![4])?;
+        let g = Graph::new();
+        let on_ps = g.device(&ps.device().to_string());
+        let mut fetch_all = vec![on_ps.constant(small.clone())?];
+        let mut on_workers = Vec::with_capacity(consumers);
+        // each worker's input (fed by the master, as a training step's batch)
+        // and the node that takes it
+        let mut inputs = Vec::with_capacity(consumers);
+        let fed = Tensor::from_vec((0..feed_floats).map(|i| (i % 17) as f32 * 0.125).collect::<Vec<f32>>(), vec![feed_floats])?;
+        for w in 0..workers {
+            let on_worker = g.device(&TaskId::new(Job::Worker, w).device().to_string());
+            fetch_all.push(on_worker.constant(small.clone())?);
+            if feed_floats > 0 {
+                let x = on_worker.placeholder(&format!("input_{w}"), DType::F32, [feed_floats as i64])?;
+                let taken = on_worker.identity(&x)?;
+                inputs.push((x, taken));
+            }
+            on_workers.push(on_worker);
+        }
+        // the other PS tasks take part in every step as a training step's do
+        // (after the workers: `fetch_all[..2]` is the pair step's)
+        for k in 1..ps_count {
+            fetch_all.push(g.device(&TaskId::new(Job::Ps, k).device().to_string()).constant(small.clone())?);
+        }
+        // the model's tensors as constants on one task (varied values, so that
+        // no format can send them as a repeated pattern), or as many of one
+        // float each
+        let constants = |on: &Graph, small: bool| -> Result<Vec<Output>> {
+            let mut out = Vec::with_capacity(tensor_floats.len());
+            for (i, &n) in tensor_floats.iter().enumerate() {
+                let n = if small { 1 } else { n.max(1) };
+                let values: Vec<f32> = (0..n).map(|j| ((i + j) % 13) as f32 * 0.25 - 1.5).collect();
+                out.push(on.constant(Tensor::from_vec(values, vec![n])?)?);
+            }
+            Ok(out)
+        };
+        // every worker takes ps:0's tensors (a fetch's direction), and ps:0
+        // takes every worker's own (as a synchronous step's gradients go: it
+        // calls each worker for them): a target on each worker, and one on ps:0
+        let directions = |small: bool, tag: &str| -> Result<(Vec<Output>, Output)> {
+            let sources = constants(&on_ps, small)?;
+            let mut takes = Vec::with_capacity(consumers);
+            for (w, on_worker) in on_workers.iter().enumerate() {
+                let taken = sources.iter().map(|c| on_worker.identity(c)).collect::<std::result::Result<Vec<_>, _>>()?;
+                takes.push(on_worker.group(&format!("take_tensors_{tag}{w}"), &taken.iter().collect::<Vec<_>>())?);
+            }
+            let mut pushed = Vec::with_capacity(consumers * tensor_floats.len());
+            for on_worker in &on_workers {
+                for c in constants(on_worker, small)? {
+                    pushed.push(on_ps.identity(&c)?);
+                }
+            }
+            Ok((takes, on_ps.group(&format!("take_pushed{tag}"), &pushed.iter().collect::<Vec<_>>())?))
+        };
+        let (takes, push_take) = directions(false, "")?;
+        let (small_takes, small_push_take) = directions(true, "small_")?;
+        // as a training step starts, each PS task asks worker:0 for the
+        // gradients of the variables it holds (one-float tensors here, the
+        // variables dealt round the PS tasks)
+        let mut dispatch_takes = Vec::with_capacity(ps_count as usize);
+        if let Some(on_worker) = on_workers.first() {
+            let sources = constants(on_worker, true)?;
+            for k in 0..ps_count {
+                let on_task = g.device(&TaskId::new(Job::Ps, k).device().to_string());
+                let taken = sources.iter().enumerate().filter(|(i, _)| *i % ps_count as usize == k as usize).map(|(_, c)| on_task.identity(c)).collect::<std::result::Result<Vec<_>, _>>()?;
+                if !taken.is_empty() {
+                    dispatch_takes.push(on_task.group(&format!("dispatch_take_{k}"), &taken.iter().collect::<Vec<_>>())?);
+                }
+            }
+        }
+        Ok(ProbeGraph { g, fetch_all, inputs, fed, takes, push_take, small_takes, small_push_take, dispatch_takes })
+    }
 }
 
 #[cfg(test)]
