@@ -182,6 +182,48 @@ pub(crate) fn needed_nodes(
     Ok(needed)
 }
 
+/// The CPU kernel of `node` for its element type, or the error naming the
+/// node, op and type no kernel takes.
+fn cpu_kernel(reg: &ops::Registry, all: &[Node], node: &Node) -> Result<KernelFn> {
+    let kdef = reg.kernel(&node.op, DeviceType::Cpu);
+    let in_types: Vec<TensorType> = node.inputs.iter().map(|&(s, i)| all[s].outputs[i].clone()).collect();
+    let dtype = ops::kernel_dtype(&node.outputs, &in_types);
+    match (kdef, dtype) {
+        (Some(k), Some(dt)) if !k.dtypes.is_empty() && !k.dtypes.contains(&dt) => {
+            Err(EngineError::NoKernel { node: node.name.clone(), op: node.op.clone(), device: "CPU".into(), dtype: dt.to_string() })
+        }
+        (Some(k), _) => Ok(k.compute),
+        (None, dt) => Err(EngineError::NoKernel {
+            node: node.name.clone(),
+            op: node.op.clone(),
+            device: "CPU".into(),
+            dtype: dt.map(|d| d.to_string()).unwrap_or_default(),
+        }),
+    }
+}
+
+/// The session state `node` reads or writes: its variable (a Variable), the
+/// variable and slots it updates (`var`, `slots`), its random stream (a
+/// stateful op with a seed), its queue.
+fn node_resources(all: &[Node], by_name: &HashMap<String, NodeId>, node: &Node, info: &NodeInfo<'_>, stateful: bool, res: &dyn Resources) -> Result<Vec<Resource>> {
+    let mut resources = Vec::new();
+    if node.op == "Variable" {
+        resources.push(res.var(&node.name, &node.outputs[0]));
+    } else if let Some(crate::graph::AttrValue::Str(v)) = node.attrs.get("var") {
+        for name in std::iter::once(v.as_str()).chain(info.strs_or_empty("slots")?.iter().map(|s| s.as_str())) {
+            let vid = *by_name.get(name).ok_or_else(|| EngineError::UnknownNode(name.to_string()))?;
+            resources.push(res.var(name, &all[vid].outputs[0]));
+        }
+    }
+    if stateful && node.attrs.contains_key("seed") {
+        resources.push(res.rng(&node.name));
+    }
+    if let Some(crate::graph::AttrValue::Str(q)) = node.attrs.get("queue") {
+        resources.push(res.queue(&node.name, q, &crate::ops::queue::spec_of(info)?)?);
+    }
+    Ok(resources)
+}
+
 impl Prepared {
     pub(crate) fn new(
         graph: &Graph,
@@ -213,39 +255,9 @@ impl Prepared {
                 return Err(EngineError::MissingFeed { node: node.name.clone(), shape: t.shape.to_string(), dtype: t.dtype.to_string() });
             }
             let def = reg.op(&node.op).ok_or_else(|| EngineError::UnknownOp { node: node.name.clone(), op: node.op.clone() })?;
-            let kdef = reg.kernel(&node.op, DeviceType::Cpu);
-            let in_types: Vec<TensorType> = node.inputs.iter().map(|&(s, i)| all[s].outputs[i].clone()).collect();
-            let dtype = ops::kernel_dtype(&node.outputs, &in_types);
-            let kernel = match (kdef, dtype) {
-                (Some(k), Some(dt)) if !k.dtypes.is_empty() && !k.dtypes.contains(&dt) => {
-                    return Err(EngineError::NoKernel { node: node.name.clone(), op: node.op.clone(), device: "CPU".into(), dtype: dt.to_string() });
-                }
-                (Some(k), _) => k.compute,
-                (None, dt) => {
-                    return Err(EngineError::NoKernel {
-                        node: node.name.clone(),
-                        op: node.op.clone(),
-                        device: "CPU".into(),
-                        dtype: dt.map(|d| d.to_string()).unwrap_or_default(),
-                    });
-                }
-            };
+            let kernel = cpu_kernel(reg, all, node)?;
             let info = NodeInfo { name: &node.name, op: &node.op, attrs: &node.attrs };
-            let mut resources = Vec::new();
-            if node.op == "Variable" {
-                resources.push(res.var(&node.name, &node.outputs[0]));
-            } else if let Some(crate::graph::AttrValue::Str(v)) = node.attrs.get("var") {
-                for name in std::iter::once(v.as_str()).chain(info.strs_or_empty("slots")?.iter().map(|s| s.as_str())) {
-                    let vid = *d.by_name.get(name).ok_or_else(|| EngineError::UnknownNode(name.to_string()))?;
-                    resources.push(res.var(name, &all[vid].outputs[0]));
-                }
-            }
-            if def.stateful && node.attrs.contains_key("seed") {
-                resources.push(res.rng(&node.name));
-            }
-            if let Some(crate::graph::AttrValue::Str(q)) = node.attrs.get("queue") {
-                resources.push(res.queue(&node.name, q, &crate::ops::queue::spec_of(&info)?)?);
-            }
+            let resources = node_resources(all, &d.by_name, node, &info, def.stateful, res)?;
             let constant = if node.op == "Const" { Some(info.tensor("value")?.to_tensor().map_err(|e| e.at_node(&node.name, &node.op))?) } else { None };
             let transfer = if node.op == "Send" || node.op == "Recv" { Some(TransferSpec::of(&info)?) } else { None };
             work = work.and_then(|(f, b)| static_cost(all, node, def.cheap).map(|(nf, nb)| (f + nf, b + nb)));
