@@ -103,6 +103,29 @@ fn unknown(n: NodeId) -> EngineError {
     EngineError::UnknownNode(format!("#{n}"))
 }
 
+/// The nodes the step's graph copies: the needed ones, and the variables
+/// (and optimizer slots) their update ops name, which come along
+/// unexecuted unless needed so that the copies can resolve them by name.
+fn with_named_variables(nodes: &[crate::graph::Node], needed: &[bool]) -> Vec<bool> {
+    let by_name: HashMap<&str, NodeId> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+    let mut copy = needed.to_vec();
+    for n in nodes.iter().zip(needed).filter(|(_, nd)| **nd).map(|(n, _)| n) {
+        let mut names: Vec<&str> = Vec::new();
+        if let Some(crate::graph::AttrValue::Str(v)) = n.attrs.get("var") {
+            names.push(v.as_str());
+        }
+        if let Some(crate::graph::AttrValue::Strs(s)) = n.attrs.get("slots") {
+            names.extend(s.iter().map(String::as_str));
+        }
+        for v in names {
+            if let Some(&id) = by_name.get(v) {
+                copy[id] = true;
+            }
+        }
+    }
+    copy
+}
+
 impl MultiPlan {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
@@ -120,24 +143,7 @@ impl MultiPlan {
         let feed_types = crate::runtime::executor::feed_types(&nodes, feeds)?;
 
         let needed = crate::runtime::executor::needed_nodes(&nodes, &feed_index, fetches, targets)?;
-        // Variables named by the needed update ops come along (unexecuted
-        // unless needed) so the copies can resolve them by name.
-        let by_name: HashMap<&str, NodeId> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
-        let mut copy = needed.clone();
-        for n in nodes.iter().zip(&needed).filter(|(_, nd)| **nd).map(|(n, _)| n) {
-            let mut names: Vec<&str> = Vec::new();
-            if let Some(crate::graph::AttrValue::Str(v)) = n.attrs.get("var") {
-                names.push(v);
-            }
-            if let Some(crate::graph::AttrValue::Strs(s)) = n.attrs.get("slots") {
-                names.extend(s.iter().map(String::as_str));
-            }
-            for v in names {
-                if let Some(&id) = by_name.get(v) {
-                    copy[id] = true;
-                }
-            }
-        }
+        let copy = with_named_variables(&nodes, &needed);
 
         let device_of = |id: NodeId| -> Result<DeviceName> {
             let n = &nodes[id];
