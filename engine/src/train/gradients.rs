@@ -29,44 +29,10 @@ impl Graph {
         let n = nodes.len();
         // While loops are differentiated as units (see `loop_grad`): by
         // the Exit that closes each, their enters, and their node range.
-        let loops: Vec<(String, LoopInfo, Vec<NodeId>)> = {
-            let d = self.lock();
-            let mut v: Vec<_> = d
-                .loops
-                .iter()
-                .filter(|(_, l)| l.last < n)
-                .map(|(f, l)| (f.clone(), l.clone(), l.enters.iter().copied().chain(d.ctxs[l.ctx].invariants.iter().map(|&(_, e)| e)).collect()))
-                .collect();
-            v.sort_by_key(|(_, l, _)| l.first);
-            v
-        };
+        let loops = self.closed_loops(n);
         let exit_loop: HashMap<NodeId, usize> = loops.iter().enumerate().flat_map(|(k, (_, l, _))| l.exits.iter().map(move |&e| (e, k))).collect();
 
-        // Nodes between xs and ys: reachable forward from xs and backward from ys.
-        let mut from_x = vec![false; n];
-        for x in xs {
-            from_x[x.node] = true;
-        }
-        for (id, node) in nodes.iter().enumerate() {
-            if node.inputs.iter().any(|&(s, _)| s < id && from_x[s]) {
-                from_x[id] = true;
-            }
-            if let Some(&k) = exit_loop.get(&id)
-                && loops[k].2.iter().any(|&e| from_x[e])
-            {
-                from_x[id] = true;
-            }
-        }
-        let mut to_y = vec![false; n];
-        let mut stack: Vec<NodeId> = ys.iter().map(|y| y.node).collect();
-        while let Some(id) = stack.pop() {
-            if to_y[id] {
-                continue;
-            }
-            to_y[id] = true;
-            stack.extend(nodes[id].inputs.iter().map(|&(s, _)| s));
-        }
-        let relevant: Vec<bool> = (0..n).map(|i| from_x[i] && to_y[i]).collect();
+        let relevant = between(&nodes, xs, ys, &loops, &exit_loop);
 
         let mut pending: HashMap<(NodeId, usize), Vec<Output>> = HashMap::new();
         for (i, y) in ys.iter().enumerate() {
@@ -178,6 +144,51 @@ impl Graph {
         }
         Ok(xs.iter().map(|x| results.get(&(x.node, x.index)).cloned()).collect())
     }
+
+    /// The graph's while loops that close below node `n`, in order of their
+    /// first node: (frame, info, the nodes that enter it: its enters and
+    /// its invariants'). Loops are differentiated as units (`loop_grad`).
+    fn closed_loops(&self, n: usize) -> Vec<(String, LoopInfo, Vec<NodeId>)> {
+        let d = self.lock();
+        let mut v: Vec<_> = d
+            .loops
+            .iter()
+            .filter(|(_, l)| l.last < n)
+            .map(|(f, l)| (f.clone(), l.clone(), l.enters.iter().copied().chain(d.ctxs[l.ctx].invariants.iter().map(|&(_, e)| e)).collect()))
+            .collect();
+        v.sort_by_key(|(_, l, _)| l.first);
+        v
+    }
+}
+
+/// The nodes between `xs` and `ys`: reachable forward from an x (a loop's
+/// Exit when anything entering the loop is) and backward from a y.
+fn between(nodes: &[crate::graph::Node], xs: &[&Output], ys: &[&Output], loops: &[(String, LoopInfo, Vec<NodeId>)], exit_loop: &HashMap<NodeId, usize>) -> Vec<bool> {
+    let n = nodes.len();
+    let mut from_x = vec![false; n];
+    for x in xs {
+        from_x[x.node] = true;
+    }
+    for (id, node) in nodes.iter().enumerate() {
+        if node.inputs.iter().any(|&(s, _)| s < id && from_x[s]) {
+            from_x[id] = true;
+        }
+        if let Some(&k) = exit_loop.get(&id)
+            && loops[k].2.iter().any(|&e| from_x[e])
+        {
+            from_x[id] = true;
+        }
+    }
+    let mut to_y = vec![false; n];
+    let mut stack: Vec<NodeId> = ys.iter().map(|y| y.node).collect();
+    while let Some(id) = stack.pop() {
+        if to_y[id] {
+            continue;
+        }
+        to_y[id] = true;
+        stack.extend(nodes[id].inputs.iter().map(|&(s, _)| s));
+    }
+    (0..n).map(|i| from_x[i] && to_y[i]).collect()
 }
 
 /// Sums a list of gradients pairwise (a balanced tree keeps it shallow),
