@@ -48,15 +48,7 @@ pub(crate) fn loop_gradient(
     };
     let inv_enter: HashMap<NodeId, (NodeId, usize)> = invariants.iter().map(|&(u, e)| (e, u)).collect();
     let (start, end) = info.body_range;
-    for (id, n) in nodes.iter().enumerate().take(end).skip(start) {
-        let def = ops::registry().op(&n.op).ok_or_else(|| EngineError::UnknownOp { node: n.name.clone(), op: n.op.clone() })?;
-        if def.stateful {
-            return Err(cf_err(&n.name, format!("the gradient of while loop '{frame}' recomputes its body, which holds the stateful op {}", n.op)));
-        }
-        if n.op == "Enter" && !inv_enter.contains_key(&id) {
-            return Err(cf_err(&n.name, format!("the gradient of a loop nested in the body of while loop '{frame}' is not supported")));
-        }
-    }
+    check_body(&nodes, start, end, frame, &inv_enter)?;
     let gp = g.in_ctx(parent);
     let k = info.body_inputs.len();
     // Every loop variable but the counter (index 0) is saved: the body is
@@ -127,35 +119,7 @@ pub(crate) fn loop_gradient(
             }
             // The popped values of the float variables: what the gradient is taken with respect to.
             let float_pops: Vec<Output> = saved.iter().zip(&pops).filter(|(i, _)| float_vars.contains(i)).map(|(_, p)| p.clone()).collect();
-            for (id, n) in nodes.iter().enumerate().take(end).skip(start) {
-                if inv_enter.contains_key(&id) {
-                    continue;
-                }
-                let mut edges = Vec::with_capacity(n.inputs.len());
-                for &(s, i) in &n.inputs {
-                    let v = map.get(&(s, i)).copied().or_else(|| (s < start || s >= end).then_some((s, i)));
-                    edges.push(v.ok_or_else(|| cf_err(&n.name, format!("input '{}' of the loop body has no value in the gradient loop", nodes[s].name)))?);
-                }
-                let control: Vec<NodeId> = n.control_inputs.iter().filter_map(|c| node_map.get(c).copied()).collect();
-                let mut attrs = n.attrs.clone();
-                if let Some(AttrValue::Str(p)) = n.attrs.get("cond_pred")
-                    && let Some((name, idx)) = p.rsplit_once(':').and_then(|(a, b)| b.parse::<usize>().ok().map(|i| (a, i)))
-                    && let Some(pid) = nodes.iter().position(|m| m.name == name)
-                    && let Some(&(np, ni)) = map.get(&(pid, idx))
-                {
-                    attrs.insert("cond_pred".into(), AttrValue::Str(format!("{}:{ni}", b.out(np, 0).name())));
-                }
-                let new = {
-                    let mut d = b.lock();
-                    let base = format!("{}{}", b.prefix(), n.name);
-                    let name = d_unique(&d, &base);
-                    b.add_locked(&mut d, Some(lb), true, &n.op, name, edges, control, attrs)?
-                };
-                node_map.insert(id, new);
-                for i in 0..n.outputs.len() {
-                    map.insert((id, i), (new, i));
-                }
-            }
+            rebuild_body(b, lb, &nodes, (start, end), &inv_enter, &mut map, &mut node_map)?;
             let ys: Vec<Output> = float_vars
                 .iter()
                 .map(|&i| {
@@ -195,6 +159,66 @@ pub(crate) fn loop_gradient(
     }
     let inv_grads = float_inv.iter().enumerate().map(|(q, (u, _))| (*u, out[1 + nv + q].clone())).collect();
     Ok((var_grads, inv_grads))
+}
+
+/// Refuses a body the gradient cannot recompute: a stateful op, or a loop
+/// nested in it.
+fn check_body(nodes: &[crate::graph::Node], start: usize, end: usize, frame: &str, inv_enter: &HashMap<NodeId, (NodeId, usize)>) -> Result<()> {
+    for (id, n) in nodes.iter().enumerate().take(end).skip(start) {
+        let def = ops::registry().op(&n.op).ok_or_else(|| EngineError::UnknownOp { node: n.name.clone(), op: n.op.clone() })?;
+        if def.stateful {
+            return Err(cf_err(&n.name, format!("the gradient of while loop '{frame}' recomputes its body, which holds the stateful op {}", n.op)));
+        }
+        if n.op == "Enter" && !inv_enter.contains_key(&id) {
+            return Err(cf_err(&n.name, format!("the gradient of a loop nested in the body of while loop '{frame}' is not supported")));
+        }
+    }
+    Ok(())
+}
+
+/// Rebuilds the loop body's nodes `range` inside the backward loop `lb` of
+/// `b`, each input taken through `map` (outer tensors as they are), each
+/// control input through `node_map`, a `cond_pred` renamed to its copy;
+/// both maps gain the copies.
+fn rebuild_body(
+    b: &Graph,
+    lb: usize,
+    nodes: &[crate::graph::Node],
+    (start, end): (usize, usize),
+    inv_enter: &HashMap<NodeId, (NodeId, usize)>,
+    map: &mut HashMap<(NodeId, usize), (NodeId, usize)>,
+    node_map: &mut HashMap<NodeId, NodeId>,
+) -> Result<()> {
+    for (id, n) in nodes.iter().enumerate().take(end).skip(start) {
+        if inv_enter.contains_key(&id) {
+            continue;
+        }
+        let mut edges = Vec::with_capacity(n.inputs.len());
+        for &(s, i) in &n.inputs {
+            let v = map.get(&(s, i)).copied().or_else(|| (s < start || s >= end).then_some((s, i)));
+            edges.push(v.ok_or_else(|| cf_err(&n.name, format!("input '{}' of the loop body has no value in the gradient loop", nodes[s].name)))?);
+        }
+        let control: Vec<NodeId> = n.control_inputs.iter().filter_map(|c| node_map.get(c).copied()).collect();
+        let mut attrs = n.attrs.clone();
+        if let Some(AttrValue::Str(p)) = n.attrs.get("cond_pred")
+            && let Some((name, idx)) = p.rsplit_once(':').and_then(|(a, b)| b.parse::<usize>().ok().map(|i| (a, i)))
+            && let Some(pid) = nodes.iter().position(|m| m.name == name)
+            && let Some(&(np, ni)) = map.get(&(pid, idx))
+        {
+            attrs.insert("cond_pred".into(), AttrValue::Str(format!("{}:{ni}", b.out(np, 0).name())));
+        }
+        let new = {
+            let mut d = b.lock();
+            let base = format!("{}{}", b.prefix(), n.name);
+            let name = d_unique(&d, &base);
+            b.add_locked(&mut d, Some(lb), true, &n.op, name, edges, control, attrs)?
+        };
+        node_map.insert(id, new);
+        for i in 0..n.outputs.len() {
+            map.insert((id, i), (new, i));
+        }
+    }
+    Ok(())
 }
 
 /// A node name not yet used in the graph.
