@@ -488,7 +488,7 @@ pub fn train_on_cluster_with(
         Some(c) => Some(CheckpointManager::new(&c.dir, c.keep)?),
         None => None,
     };
-    let (built, init) = Built::build(mode, backup, &g, &cfg, data.features, &ps_devices, &devices, needed)?;
+    let (built, init) = Built::build(how, &g, &cfg, data.features, &ps_devices, &devices)?;
     let restore = Restore::ops(&g, ps0)?;
     master.register(&g)?;
     master.run(&[], &[], &[&init])?;
@@ -665,8 +665,9 @@ enum Built {
 
 impl Built {
     /// The mode's graph on `g`, and its initializer.
-    #[allow(clippy::too_many_arguments)]
-    fn build(mode: Mode, backup: usize, g: &Graph, cfg: &TrainConfig, features: usize, ps: &[flowlab_engine::DeviceName], workers: &[flowlab_engine::DeviceName], needed: usize) -> Result<(Built, Output)> {
+    fn build(how: &ClusterTraining, g: &Graph, cfg: &TrainConfig, features: usize, ps: &[flowlab_engine::DeviceName], workers: &[flowlab_engine::DeviceName]) -> Result<(Built, Output)> {
+        let (mode, backup) = (how.mode, how.backup);
+        let needed = workers.len() - backup;
         Ok(match mode {
             Mode::Sync if backup > 0 => {
                 let bg = build_backup(g, cfg, features, ps, workers, needed)?;
@@ -959,16 +960,6 @@ struct Shard {
 /// its loss, examples, epoch).
 type Done = (usize, u64, Result<f64>, usize, usize);
 
-/// Synchronous steps with backup workers: every idle worker gets the next
-/// shard (`cfg.batch / needed` examples) and computes on the current
-/// variables; the first `needed` to finish are averaged into the update
-/// (their masks 1), later ones, and the shards they held, are dropped.
-/// Returns (steps, mean training loss of the last epoch, dropped gradients).
-/// A worker whose computation fails (its task died) is not asked again;
-/// training goes on while `needed` workers live. One that fails because
-/// a PS task died returns that error (the caller restarts the PS); `from`
-/// updates are done and `skip` shards taken already after a restart.
-#[allow(clippy::too_many_arguments)]
 /// The PS task `e` names, when that task no longer answers a status call
 /// in the incarnation the master knows (dead, restarted or stalled itself).
 /// An error naming a PS is its death only then: a PS whose Recv timed out
@@ -980,6 +971,16 @@ fn dead_ps_of(master: &Master, ps: &[TaskId], e: &RuntimeError) -> Option<TaskId
     (!master.answers(p)).then_some(p)
 }
 
+/// Synchronous steps with backup workers: every idle worker gets the next
+/// shard (`cfg.batch / needed` examples) and computes on the current
+/// variables; the first `needed` to finish are averaged into the update
+/// (their masks 1), later ones, and the shards they held, are dropped.
+/// Returns (steps, mean training loss of the last epoch, dropped gradients).
+/// A worker whose computation fails (its task died) is not asked again;
+/// training goes on while `needed` workers live. One that fails because
+/// a PS task died returns that error (the caller restarts the PS); `from`
+/// updates are done and `skip` shards taken already after a restart.
+#[allow(clippy::too_many_arguments)]
 fn run_backup(
     master: &Master,
     bg: &BackupGraph,

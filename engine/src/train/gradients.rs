@@ -148,7 +148,7 @@ impl Graph {
     /// The graph's while loops that close below node `n`, in order of their
     /// first node: (frame, info, the nodes that enter it: its enters and
     /// its invariants'). Loops are differentiated as units (`loop_grad`).
-    fn closed_loops(&self, n: usize) -> Vec<(String, LoopInfo, Vec<NodeId>)> {
+    fn closed_loops(&self, n: usize) -> Vec<ClosedLoop> {
         let d = self.lock();
         let mut v: Vec<_> = d
             .loops
@@ -161,9 +161,12 @@ impl Graph {
     }
 }
 
+/// A while loop: its frame, its info and the nodes that enter it.
+type ClosedLoop = (String, LoopInfo, Vec<NodeId>);
+
 /// The nodes between `xs` and `ys`: reachable forward from an x (a loop's
 /// Exit when anything entering the loop is) and backward from a y.
-fn between(nodes: &[crate::graph::Node], xs: &[&Output], ys: &[&Output], loops: &[(String, LoopInfo, Vec<NodeId>)], exit_loop: &HashMap<NodeId, usize>) -> Vec<bool> {
+fn between(nodes: &[crate::graph::Node], xs: &[&Output], ys: &[&Output], loops: &[ClosedLoop], exit_loop: &HashMap<NodeId, usize>) -> Vec<bool> {
     let n = nodes.len();
     let mut from_x = vec![false; n];
     for x in xs {

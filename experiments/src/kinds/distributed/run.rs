@@ -42,7 +42,7 @@ pub(super) fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome,
         Some(st) => Some(injected_factors(st, p.workers, env.seed).map_err(|e| e.to_string())?),
     };
     let run = MeasuredRun::run(p, env, &cfg, &data, emulated, cal.compute_s, factors.clone())?;
-    let predicted = Prediction::of(p, env, &cfg, &vars, shard, &cal, emulated, factors, run.r.report.steps)?;
+    let predicted = Prediction::of(p, env, &cfg, &vars, &cal, factors, run.r.report.steps)?;
     Ok(point_outcome(env, &cal, &run, &predicted))
 }
 
@@ -135,9 +135,12 @@ pub(super) struct Prediction {
 }
 
 impl Prediction {
-    #[allow(clippy::too_many_arguments)]
-    fn of(p: &DistributedPoint, env: &PointEnv, cfg: &TrainConfig, vars: &[(String, usize, usize)], shard: usize, cal: &Calibration, emulated: Option<flowlab_engine::EmulatedLink>, factors: Option<Vec<Vec<f64>>>, steps: usize) -> Result<Prediction, String> {
+    /// The prediction of point `p` from its calibration, with the run's
+    /// injected factors, over as many steps as the run made.
+    pub(super) fn of(p: &DistributedPoint, env: &PointEnv, cfg: &TrainConfig, vars: &[(String, usize, usize)], cal: &Calibration, factors: Option<Vec<Vec<f64>>>, steps: usize) -> Result<Prediction, String> {
         let needed = p.needed();
+        let shard = p.batch() / needed;
+        let emulated = p.link.as_ref().map(LinkParams::check).transpose()?;
         let total: usize = vars.iter().map(|v| v.1).sum();
         // the prediction (module comment: what the runtime does and how each
         // part is given to the simulator)
