@@ -165,14 +165,10 @@ impl MemoryOutcome {
     }
 }
 
-/// Checks that one fold fits, then replays the folds (`fold_cycles(i)` is the
-/// compute time of fold i) against the memory system.
-pub(crate) fn schedule(
-    cfg: &ArrayConfig,
-    map: &Mapping,
-    fold_cycles: impl Fn(u64) -> u64,
-    uniform_folds: bool,
-) -> Result<MemoryOutcome, HwError> {
+/// The two input operands of `map` (which fold fetches each tile, how big
+/// each SRAM half is) and whether output tiles spill to DRAM, after
+/// checking that one fold's tiles fit every buffer.
+fn operands_that_fit(cfg: &ArrayConfig, map: &Mapping) -> Result<([Operand; 2], bool), HwError> {
     let (ifmap_key, filter_key) = match map.dataflow {
         Dataflow::Os => (TileKey::RowFold, TileKey::ColFold),
         Dataflow::Ws => (TileKey::RowFold, TileKey::EveryFold),
@@ -207,17 +203,29 @@ pub(crate) fn schedule(
         };
         too_small(op.name, need, op.half_words, op.size_kib)?;
     }
-    // Output tile of one column fold (ws/is) or of one fold (os).
-    let out_tile = |f: &Fold| match map.dataflow {
-        Dataflow::Os => f.rows_used * f.cols_used,
-        _ => map.t * f.cols_used,
-    };
     let max_out_tile = match map.dataflow {
         Dataflow::Os => rows_max * cols_max,
         _ => map.t * cols_max,
     };
     let spill = map.dataflow != Dataflow::Os && max_out_tile > out_half;
     too_small("ofmap", if map.dataflow == Dataflow::Os { max_out_tile } else { cols_max }, out_half, cfg.ofmap_sram_kib)?;
+    Ok((ops, spill))
+}
+
+/// Checks that one fold fits, then replays the folds (`fold_cycles(i)` is the
+/// compute time of fold i) against the memory system.
+pub(crate) fn schedule(
+    cfg: &ArrayConfig,
+    map: &Mapping,
+    fold_cycles: impl Fn(u64) -> u64,
+    uniform_folds: bool,
+) -> Result<MemoryOutcome, HwError> {
+    let (ops, spill) = operands_that_fit(cfg, map)?;
+    // Output tile of one column fold (ws/is) or of one fold (os).
+    let out_tile = |f: &Fold| match map.dataflow {
+        Dataflow::Os => f.rows_used * f.cols_used,
+        _ => map.t * f.cols_used,
+    };
 
     let bws = cfg.dram_bandwidths();
     let xfer_on = |port: usize, words: u64| bws[port].map_or(0, |bw| words.div_ceil(bw));
