@@ -286,6 +286,37 @@ struct State<'p> {
 }
 
 impl<'p> State<'p> {
+    /// The root frame with its first iteration, every root node of the
+    /// root frame queued (a Merge waits for an input even without pending
+    /// ones).
+    fn start(plan: &'p FramePlan, nodes: usize) -> State<'p> {
+        let root = Frame {
+            stat: 0,
+            tag: String::new(),
+            parent: None,
+            iters: HashMap::new(),
+            first: 0,
+            last: 0,
+            pending_enters: 0,
+            invariants: Vec::new(),
+            deferred: Vec::new(),
+            live_exits: Vec::new(),
+        };
+        let mut st = State { plan, frames: vec![Some(root)], free: Vec::new(), children: HashMap::new(), queue: VecDeque::new(), bad: None, live: 0, peak: 0 };
+        let it0 = st.new_iter(0);
+        st.frame(0).iters.insert(0, it0);
+        for e in 0..nodes {
+            if plan.frame_of[e] == 0 && plan.kind[e] != Kind::Merge && plan.frames[0].pending[plan.local[e]] == 0 {
+                st.queue.push_back((e, 0, 0));
+            }
+        }
+        let roots = st.queue.len();
+        if let Some(i) = st.frame(0).iters.get_mut(&0) {
+            i.outstanding = roots;
+        }
+        st
+    }
+
     fn new_iter(&self, stat: usize) -> Iter {
         let f = &self.plan.frames[stat];
         Iter {
@@ -415,6 +446,90 @@ impl<'p> State<'p> {
         }
     }
 
+    /// Node `e` ran (or was skipped, `ran` false) in iteration `it` of frame
+    /// `fi` with outputs `outs`: each consumer gets its value, dead where
+    /// the node did not run. An Enter delivers into its child frame (an
+    /// invariant to every iteration, and kept for those to come), an Exit to
+    /// its parent, a NextIteration to the next iteration (started if the
+    /// frame's parallelism allows, its values deferred otherwise).
+    fn propagate(&mut self, e: usize, fi: usize, it: i64, outs: &[Option<Tensor>], ran: bool) {
+        let val = |oe: &OutEdge| -> Val {
+            if oe.out == CONTROL {
+                if ran { Val::Signal } else { Val::Dead }
+            } else {
+                outs[oe.out].clone().map_or(Val::Dead, Val::Live)
+            }
+        };
+        let plan = self.plan;
+        let edges = &plan.out_edges[e];
+        let kind = plan.kind[e];
+        match kind {
+            Kind::Enter { frame, constant } => {
+                let c = self.child(fi, it, frame);
+                self.frame(c).pending_enters -= 1;
+                match (&outs[0], constant) {
+                    (Some(t), true) => {
+                        let mut its: Vec<i64> = self.frame(c).iters.keys().copied().collect();
+                        its.sort_unstable();
+                        for oe in edges {
+                            if oe.slot != CONTROL {
+                                self.frame(c).invariants.push((oe.dst, oe.slot, t.clone()));
+                                self.live += 1;
+                            }
+                            for &i in &its {
+                                self.deliver(oe.dst, oe.slot, val(oe), c, i);
+                            }
+                        }
+                    }
+                    _ => {
+                        for oe in edges {
+                            self.deliver(oe.dst, oe.slot, val(oe), c, 0);
+                        }
+                    }
+                }
+                self.cleanup(c);
+            }
+            Kind::Exit => {
+                if ran {
+                    let f = self.frame(fi);
+                    f.live_exits.push(e);
+                    if let Some((pf, pit)) = f.parent {
+                        for oe in edges {
+                            self.deliver(oe.dst, oe.slot, val(oe), pf, pit);
+                        }
+                    }
+                }
+            }
+            Kind::NextIteration => {
+                if ran {
+                    let next = it + 1;
+                    let f = self.frame(fi);
+                    let exists = f.iters.contains_key(&next);
+                    let room = next - f.first < plan.frames[f.stat].parallel as i64;
+                    if !exists && room && f.last < next {
+                        self.start_iter(fi, next);
+                    }
+                    if self.frame(fi).iters.contains_key(&next) {
+                        for oe in edges {
+                            self.deliver(oe.dst, oe.slot, val(oe), fi, next);
+                        }
+                    } else if let Some(t) = &outs[0] {
+                        for oe in edges {
+                            self.frame(fi).deferred.push((oe.dst, oe.slot, t.clone()));
+                            self.live += 1;
+                        }
+                        self.peak = self.peak.max(self.live);
+                    }
+                }
+            }
+            _ => {
+                for oe in edges {
+                    self.deliver(oe.dst, oe.slot, val(oe), fi, it);
+                }
+            }
+        }
+    }
+
     /// Frees finished iterations of `fi` from the oldest on, starts held-back
     /// ones, and finishes the frame when nothing is left.
     fn cleanup(&mut self, fi: usize) {
@@ -498,30 +613,7 @@ impl super::Prepared {
         let mut waiting = 0usize;
         let start = Instant::now();
         let stacks = Stacks::default();
-        let root = Frame {
-            stat: 0,
-            tag: String::new(),
-            parent: None,
-            iters: HashMap::new(),
-            first: 0,
-            last: 0,
-            pending_enters: 0,
-            invariants: Vec::new(),
-            deferred: Vec::new(),
-            live_exits: Vec::new(),
-        };
-        let mut st = State { plan, frames: vec![Some(root)], free: Vec::new(), children: HashMap::new(), queue: VecDeque::new(), bad: None, live: 0, peak: 0 };
-        let it0 = st.new_iter(0);
-        st.frame(0).iters.insert(0, it0);
-        for e in 0..self.nodes.len() {
-            if plan.frame_of[e] == 0 && plan.kind[e] != Kind::Merge && plan.frames[0].pending[plan.local[e]] == 0 {
-                st.queue.push_back((e, 0, 0));
-            }
-        }
-        let roots = st.queue.len();
-        if let Some(i) = st.frame(0).iters.get_mut(&0) {
-            i.outstanding = roots;
-        }
+        let mut st = State::start(plan, self.nodes.len());
         let mut fetched: Vec<Option<Val>> = self.fetches.iter().map(|f| if let Source::Feed(i) = *f { Some(Val::Live(feeds[i].clone())) } else { None }).collect();
         let mut stats = trace.then(Vec::new);
         loop {
@@ -637,79 +729,7 @@ impl super::Prepared {
             for &(fx, o) in &plan.fetch_of[e] {
                 fetched[fx] = Some(outs[o].clone().map_or(Val::Dead, Val::Live));
             }
-            let val = |oe: &OutEdge| -> Val {
-                if oe.out == CONTROL {
-                    if ran { Val::Signal } else { Val::Dead }
-                } else {
-                    outs[oe.out].clone().map_or(Val::Dead, Val::Live)
-                }
-            };
-            let edges = &plan.out_edges[e];
-            match kind {
-                Kind::Enter { frame, constant } => {
-                    let c = st.child(fi, it, frame);
-                    st.frame(c).pending_enters -= 1;
-                    match (&outs[0], constant) {
-                        (Some(t), true) => {
-                            let mut its: Vec<i64> = st.frame(c).iters.keys().copied().collect();
-                            its.sort_unstable();
-                            for oe in edges {
-                                if oe.slot != CONTROL {
-                                    st.frame(c).invariants.push((oe.dst, oe.slot, t.clone()));
-                                    st.live += 1;
-                                }
-                                for &i in &its {
-                                    st.deliver(oe.dst, oe.slot, val(oe), c, i);
-                                }
-                            }
-                        }
-                        _ => {
-                            for oe in edges {
-                                st.deliver(oe.dst, oe.slot, val(oe), c, 0);
-                            }
-                        }
-                    }
-                    st.cleanup(c);
-                }
-                Kind::Exit => {
-                    if ran {
-                        let f = st.frame(fi);
-                        f.live_exits.push(e);
-                        if let Some((pf, pit)) = f.parent {
-                            for oe in edges {
-                                st.deliver(oe.dst, oe.slot, val(oe), pf, pit);
-                            }
-                        }
-                    }
-                }
-                Kind::NextIteration => {
-                    if ran {
-                        let next = it + 1;
-                        let f = st.frame(fi);
-                        let exists = f.iters.contains_key(&next);
-                        let room = next - f.first < plan.frames[f.stat].parallel as i64;
-                        if !exists && room && f.last < next {
-                            st.start_iter(fi, next);
-                        }
-                        if st.frame(fi).iters.contains_key(&next) {
-                            for oe in edges {
-                                st.deliver(oe.dst, oe.slot, val(oe), fi, next);
-                            }
-                        } else if let Some(t) = &outs[0] {
-                            for oe in edges {
-                                st.frame(fi).deferred.push((oe.dst, oe.slot, t.clone()));
-                                st.live += 1;
-                            }
-                            st.peak = st.peak.max(st.live);
-                        }
-                    }
-                }
-                _ => {
-                    for oe in edges {
-                        st.deliver(oe.dst, oe.slot, val(oe), fi, it);
-                    }
-                }
-            }
+            st.propagate(e, fi, it, &outs, ran);
             if let Some(i) = st.frames[fi].as_mut().and_then(|f| f.iters.get_mut(&it)) {
                 i.outstanding -= 1;
             }
@@ -719,6 +739,14 @@ impl super::Prepared {
             }
         }
         }
+        let out = self.fetched_values(fetched)?;
+        let stats = stats.map(|nodes| StepStats { nodes, total_us: start.elapsed().as_secs_f64() * 1e6, transfers: Vec::new(), peak_live_tensors: st.peak });
+        Ok((out, stats))
+    }
+
+    /// The fetched values, each live: a dead one lay in a cond branch that
+    /// did not run, a missing one behind a loop that did not finish.
+    fn fetched_values(&self, fetched: Vec<Option<Val>>) -> Result<Vec<Tensor>> {
         let mut out = Vec::with_capacity(fetched.len());
         for (i, f) in fetched.into_iter().enumerate() {
             let name = match self.fetches[i] {
@@ -731,7 +759,6 @@ impl super::Prepared {
                 None => return Err(cf_err(&name, "the fetched value was never computed (a loop it depends on did not finish)")),
             }
         }
-        let stats = stats.map(|nodes| StepStats { nodes, total_us: start.elapsed().as_secs_f64() * 1e6, transfers: Vec::new(), peak_live_tensors: st.peak });
-        Ok((out, stats))
+        Ok(out)
     }
 }
