@@ -324,6 +324,24 @@ struct Gate {
 }
 
 impl Chief<'_> {
+    /// After training from update `from` to `steps`: refused when the
+    /// checkpoint restored lies beyond the run's end, else the end
+    /// checkpointed too, unless a checkpoint of it was just written.
+    fn save_the_end(&self, master: &Master, from: usize, steps: usize, epochs: usize) -> Result<()> {
+        if from > steps {
+            return Err(config(format!(
+                "the checkpoint restored is of update {from}, beyond this run's {steps} updates (--epochs {epochs}): nothing is left to train; ask for more epochs, or resume from another checkpoint folder"
+            )));
+        }
+        if let Some(m) = &self.manager
+            && steps > from
+            && m.steps()?.last() != Some(&(steps as u64))
+        {
+            self.save(master, steps)?;
+        }
+        Ok(())
+    }
+
     /// A checkpoint or an evaluation is due after `steps` updates: the
     /// asynchronous gate closes for either.
     fn due(&self, steps: usize) -> bool {
@@ -528,7 +546,7 @@ pub fn train_on_cluster_with(
     let train_start = Instant::now();
     let mut from = 0usize;
     if how.checkpoint.as_ref().is_some_and(|c| c.resume)
-        && let Some((step, skipped)) = restore.newest(&master, &chief, &positions, how)?
+        && let Some((step, skipped)) = restore.newest(&master, &chief, how)?
     {
         from = step;
         resumed = (Some(step as u64), skipped);
@@ -561,20 +579,8 @@ pub fn train_on_cluster_with(
         match (r, hooks.restart, dead_ps) {
             (Ok(x), _, _) => break x,
             (Err(_), Some(restart), Some(dead)) if restarts < 3 => {
-                // the PS and its variables are gone: a new run of it,
-                // the graph registered again (every task learns its
-                // incarnation), the newest checkpoint restored into
-                // every PS (the others' variables have moved on since)
                 restart(dead)?;
-                master.reconnect(dead)?;
-                master.register(&g)?;
-                from = match restore.newest(&master, &chief, &positions, how)? {
-                    Some((step, _)) => step,
-                    None => {
-                        master.run(&[], &[], &[&init])?;
-                        0
-                    }
-                };
+                from = restore.after_restart(&mut master, dead, &g, &init, &chief, how)?;
                 let done = chief.progress.swap(from, std::sync::atomic::Ordering::Relaxed);
                 steps_lost += done.saturating_sub(from) as u64;
                 restarts += 1;
@@ -582,20 +588,7 @@ pub fn train_on_cluster_with(
             (Err(e), _, _) => return Err(e),
         }
     };
-    if from > steps {
-        return Err(config(format!(
-            "the checkpoint restored is of update {from}, beyond this run's {steps} updates (--epochs {}): nothing is left to train; ask for more epochs, or resume from another checkpoint folder",
-            cfg.epochs
-        )));
-    }
-    // the end of training is checkpointed too, unless a checkpoint of it
-    // was just written
-    if let Some(m) = &chief.manager
-        && steps > from
-        && m.steps()?.last() != Some(&(steps as u64))
-    {
-        chief.save(&master, steps)?;
-    }
+    chief.save_the_end(&master, from, steps, cfg.epochs)?;
     let train_seconds = train_start.elapsed().as_secs_f64();
     chief.keep_timeline(&master);
     if let Some(done) = hooks.steps_done {
@@ -721,58 +714,75 @@ impl Restore {
         Ok(Restore { variables, feeds, op })
     }
 
+    /// A PS task restarted (its variables gone): reconnected, the graph
+    /// registered again (every task learns its incarnation), the newest
+    /// checkpoint restored into every PS task (the others' variables have
+    /// moved on since), or the initial values without one. Returns the
+    /// update training goes on from.
+    fn after_restart(&self, master: &mut Master, dead: TaskId, g: &Graph, init: &Output, chief: &Chief<'_>, how: &ClusterTraining) -> Result<usize> {
+        master.reconnect(dead)?;
+        master.register(g)?;
+        Ok(match self.newest(master, chief, how)? {
+            Some((step, _)) => step,
+            None => {
+                master.run(&[], &[], &[init])?;
+                0
+            }
+        })
+    }
+
     /// The newest checkpoint that reads intact, written by a run with the
     /// same settings, restored into every PS task: (its step, the newer
     /// files skipped and why); None when there is none. With backup
-    /// workers its shard position goes back into `positions`.
-    fn newest(&self, master: &Master, chief: &Chief<'_>, positions: &std::sync::Mutex<Vec<usize>>, how: &ClusterTraining) -> Result<Option<(usize, Vec<String>)>> {
-    let Some(m) = &chief.manager else { return Ok(None) };
-    let mut skipped = Vec::new();
-    for step in m.steps()?.into_iter().rev() {
-        let path = m.path(step);
-        let ck = match flowlab_engine::checkpoint::read(&path) {
-            Ok(ck) => ck,
-            Err(e) => {
-                skipped.push(e.to_string());
-                continue;
+    /// workers its shard position goes back into the chief's positions.
+    fn newest(&self, master: &Master, chief: &Chief<'_>, how: &ClusterTraining) -> Result<Option<(usize, Vec<String>)>> {
+        let Some(m) = &chief.manager else { return Ok(None) };
+        let mut skipped = Vec::new();
+        for step in m.steps()?.into_iter().rev() {
+            let path = m.path(step);
+            let ck = match flowlab_engine::checkpoint::read(&path) {
+                Ok(ck) => ck,
+                Err(e) => {
+                    skipped.push(e.to_string());
+                    continue;
+                }
+            };
+            for (key, want) in &chief.meta {
+                if let Some(got) = ck.metadata.get(key)
+                    && got != want
+                {
+                    return Err(config(format!(
+                        "checkpoint {} was written by a run with {key} {got}, this run has {key} {want}: resume with the same settings or another checkpoint folder",
+                        path.display()
+                    )));
+                }
             }
-        };
-        for (key, want) in &chief.meta {
-            if let Some(got) = ck.metadata.get(key)
-                && got != want
-            {
-                return Err(config(format!(
-                    "checkpoint {} was written by a run with {key} {got}, this run has {key} {want}: resume with the same settings or another checkpoint folder",
-                    path.display()
-                )));
+            let mut feeds = Vec::with_capacity(self.feeds.len());
+            for (name, ph) in &self.feeds {
+                let t = ck.tensors.get(name).ok_or_else(|| config(format!("checkpoint {} has no variable '{name}'", path.display())))?;
+                feeds.push((ph, t));
             }
-        }
-        let mut feeds = Vec::with_capacity(self.feeds.len());
-        for (name, ph) in &self.feeds {
-            let t = ck.tensors.get(name).ok_or_else(|| config(format!("checkpoint {} has no variable '{name}'", path.display())))?;
-            feeds.push((ph, t));
-        }
-        if chief.positions.is_some() {
-            let taken: usize = ck.metadata.get(SHARDS_TAKEN).and_then(|v| v.parse().ok()).ok_or_else(|| {
-                config(format!(
-                    "checkpoint {} has no `{SHARDS_TAKEN}` (written before backup-worker runs could resume): resume from another checkpoint folder",
-                    path.display()
-                ))
-            })?;
-            let mut pos = positions.lock().unwrap_or_else(|e| e.into_inner());
-            let at = step as usize;
-            if pos.len() <= at {
-                pos.resize(at + 1, 0);
+            if let Some(positions) = chief.positions {
+                let taken: usize = ck.metadata.get(SHARDS_TAKEN).and_then(|v| v.parse().ok()).ok_or_else(|| {
+                    config(format!(
+                        "checkpoint {} has no `{SHARDS_TAKEN}` (written before backup-worker runs could resume): resume from another checkpoint folder",
+                        path.display()
+                    ))
+                })?;
+                let mut pos = positions.lock().unwrap_or_else(|e| e.into_inner());
+                let at = step as usize;
+                if pos.len() <= at {
+                    pos.resize(at + 1, 0);
+                }
+                pos[at] = taken;
             }
-            pos[at] = taken;
+            master.run(&feeds, &[], &[&self.op])?;
+            return Ok(Some((step as usize, skipped)));
         }
-        master.run(&feeds, &[], &[&self.op])?;
-        return Ok(Some((step as usize, skipped)));
-    }
-    match skipped.first() {
-        Some(e) => Err(config(format!("no checkpoint in {} reads intact: {e}", how.checkpoint.as_ref().map(|c| c.dir.display().to_string()).unwrap_or_default()))),
-        None => Ok(None),
-    }
+        match skipped.first() {
+            Some(e) => Err(config(format!("no checkpoint in {} reads intact: {e}", how.checkpoint.as_ref().map(|c| c.dir.display().to_string()).unwrap_or_default()))),
+            None => Ok(None),
+        }
     }
 }
 
