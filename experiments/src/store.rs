@@ -31,7 +31,7 @@ pub(crate) struct Columns {
 }
 
 impl Columns {
-    fn header(&self) -> String {
+    fn header(&self) -> std::io::Result<String> {
         let mut cells: Vec<String> = vec!["index".into(), "key".into(), "seed".into()];
         cells.extend(self.params.iter().cloned());
         cells.extend(self.metrics.iter().cloned());
@@ -39,7 +39,7 @@ impl Columns {
         csv_line(&cells)
     }
 
-    fn row(&self, row: &ResultRow) -> String {
+    fn row(&self, row: &ResultRow) -> std::io::Result<String> {
         let mut cells: Vec<String> = vec![row.index.to_string(), row.key.clone(), row.seed.to_string()];
         cells.extend(
             self.params
@@ -72,14 +72,11 @@ impl Columns {
 }
 
 /// One CSV line (the `csv` crate's RFC 4180 quoting), with its newline.
-fn csv_line(cells: &[String]) -> String {
+fn csv_line(cells: &[String]) -> std::io::Result<String> {
     let mut w = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b'\n')).from_writer(Vec::new());
-    // Writing into a Vec cannot fail, and the cells are UTF-8 strings, so
-    // the bytes are too; an error here would be the crate's own bug.
-    if w.write_record(cells).is_err() {
-        return String::new();
-    }
-    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+    w.write_record(cells)?;
+    let bytes = w.into_inner().map_err(|e| e.into_error())?;
+    String::from_utf8(bytes).map_err(std::io::Error::other)
 }
 
 /// An open output directory, appending rows as runs finish. It holds the
@@ -232,8 +229,9 @@ impl ResultStore {
             .write_all(line.as_bytes())
             .and_then(|()| self.jsonl.flush())
             .map_err(|e| ExperimentError::io(self.dir.join(RESULTS_JSONL), e))?;
+        let csv_row = self.columns.row(row).map_err(|e| ExperimentError::io(self.dir.join(RESULTS_CSV), e))?;
         self.csv
-            .write_all(self.columns.row(row).as_bytes())
+            .write_all(csv_row.as_bytes())
             .and_then(|()| self.csv.flush())
             .map_err(|e| ExperimentError::io(self.dir.join(RESULTS_CSV), e))
     }
@@ -276,13 +274,14 @@ pub(crate) fn dedup_rows(rows: Vec<ResultRow>) -> Vec<ResultRow> {
 /// Writes `results.jsonl` and `results.csv` of `dir` from `rows`, in order.
 pub(crate) fn rewrite(dir: &Path, rows: &[ResultRow], columns: &Columns) -> Result<(), ExperimentError> {
     let mut jsonl = String::new();
-    let mut csv = columns.header();
+    let csv_err = |e| ExperimentError::io(dir.join(RESULTS_CSV), e);
+    let mut csv = columns.header().map_err(csv_err)?;
     for row in rows {
         let line = serde_json::to_string(row)
             .map_err(|e| ExperimentError::io(dir.join(RESULTS_JSONL), std::io::Error::other(e)))?;
         jsonl.push_str(&line);
         jsonl.push('\n');
-        csv.push_str(&columns.row(row));
+        csv.push_str(&columns.row(row).map_err(csv_err)?);
     }
     write_atomically(&dir.join(RESULTS_JSONL), jsonl.as_bytes())?;
     write_atomically(&dir.join(RESULTS_CSV), csv.as_bytes())
@@ -357,7 +356,7 @@ mod tests {
     #[test]
     fn csv_cells_are_quoted_as_rfc_4180_says() {
         let cells: Vec<String> = ["a", "b,c", "d\"e", "f\ng", ""].iter().map(|c| c.to_string()).collect();
-        assert_eq!(csv_line(&cells), "a,\"b,c\",\"d\"\"e\",\"f\ng\",\n");
+        assert_eq!(csv_line(&cells).unwrap(), "a,\"b,c\",\"d\"\"e\",\"f\ng\",\n");
     }
 
     fn row(index: u64, key: &str, error: Option<&str>) -> ResultRow {

@@ -13,6 +13,11 @@ use std::path::Path;
 /// error the temporary file is removed and `path` is as it was.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    // named here: the temporary file's own error would name a path the
+    // user never gave
+    if !dir.is_dir() {
+        return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("no folder {}", dir.display())));
+    }
     let mut tmp = tempfile::Builder::new().prefix(".flowlab-").suffix(".tmp").tempfile_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;

@@ -205,7 +205,7 @@ pub(crate) fn read_optional<T: serde::de::DeserializeOwned>(dir: &Path, name: &s
     })
 }
 
-/// `2026-11-24 21:30:05` for seconds since the Unix epoch (UTC):
+/// `YYYY-MM-DD hh:mm:ss` for seconds since the Unix epoch (UTC):
 /// humantime's RFC 3339 form, read more easily without its `T` and `Z`.
 pub fn utc_date(unix_s: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_s);

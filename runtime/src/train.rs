@@ -507,7 +507,8 @@ pub fn train_on_cluster_with(
         None => None,
     };
     let (built, init) = Built::build(how, &g, &cfg, data.features, &ps_devices, &devices)?;
-    let restore = Restore::ops(&g, ps0)?;
+    let variables = g.variables();
+    let restore = Restore::ops(&g, ps0, &variables)?;
     master.register(&g)?;
     master.run(&[], &[], &[&init])?;
     // backup workers: shards taken from the queue when update k was applied
@@ -528,7 +529,7 @@ pub fn train_on_cluster_with(
             examples: held_out.clone(),
         }),
         curve: std::sync::Mutex::new(Vec::new()),
-        variables: restore.variables.clone(),
+        variables,
         meta: run_meta(&cfg, n, backup, mode),
         on_step: hooks.on_step,
         progress: std::sync::atomic::AtomicUsize::new(0),
@@ -693,25 +694,23 @@ impl Built {
 /// Restoring a checkpoint: every variable assigned from a placeholder on
 /// its own PS task, the assignments grouped in one op.
 struct Restore {
-    variables: Vec<Output>,
     feeds: Vec<(String, Output)>,
     op: Output,
 }
 
 impl Restore {
-    fn ops(g: &Graph, ps0: TaskId) -> Result<Restore> {
-        let variables = g.variables();
+    fn ops(g: &Graph, ps0: TaskId, variables: &[Output]) -> Result<Restore> {
         let pg = g.device(&ps0.device().to_string());
         let mut feeds = Vec::with_capacity(variables.len());
         let mut assigns = Vec::with_capacity(variables.len());
-        for v in &variables {
+        for v in variables {
             let rg = pg.on_device_of(v).scope("restore");
             let ph = rg.placeholder(&v.name(), v.dtype(), v.tensor_type().shape)?;
             assigns.push(rg.assign(v, &ph)?);
             feeds.push((v.name(), ph));
         }
         let op = pg.scope("restore").group("all", &assigns.iter().collect::<Vec<_>>())?;
-        Ok(Restore { variables, feeds, op })
+        Ok(Restore { feeds, op })
     }
 
     /// A PS task restarted (its variables gone): reconnected, the graph

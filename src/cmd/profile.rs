@@ -105,7 +105,7 @@ fn write_step_factors(path: &std::path::Path, seconds: &[f64], a: &ProfileArgs) 
         n if n % 2 == 1 => sorted[n / 2],
         n => 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]),
     };
-    let p99 = sorted[((sorted.len() as f64 * 0.99).ceil() as usize).clamp(1, sorted.len()) - 1];
+    let p99 = flowlab_runtime::percentile(seconds, 0.99);
     let mut text = format!(
         "# per-step slowdown factors: each timed step's wall time over the median step ({:.3} ms)\n\
          # flowlab profile --model {} --batch {} --size '{}' --devices {} --threads {} --warmup {} --steps {}\n\
@@ -115,7 +115,7 @@ fn write_step_factors(path: &std::path::Path, seconds: &[f64], a: &ProfileArgs) 
     for s in seconds {
         text.push_str(&format!("{:.5}\n", s / median));
     }
-    std::fs::write(path, text).with_context(|| format!("--step-factors {}", path.display()))?;
+    flowlab_files::write_atomic(path, text.as_bytes()).with_context(|| format!("--step-factors {}", path.display()))?;
     println!("step factors written to {} (p99 / median {:.3})", path.display(), p99 / median);
     Ok(())
 }

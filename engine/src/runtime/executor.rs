@@ -202,7 +202,7 @@ fn cpu_kernel(reg: &ops::Registry, all: &[Node], node: &Node) -> Result<KernelFn
     }
 }
 
-/// The session state `node` reads or writes: its variable (a Variable), the
+/// The resources `node` reads or writes: its variable (a Variable), the
 /// variable and slots it updates (`var`, `slots`), its random stream (a
 /// stateful op with a seed), its queue.
 fn node_resources(all: &[Node], by_name: &HashMap<String, NodeId>, node: &Node, info: &NodeInfo<'_>, stateful: bool, res: &dyn Resources) -> Result<Vec<Resource>> {

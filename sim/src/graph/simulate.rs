@@ -763,19 +763,21 @@ impl WireCosts {
     fn of(graph: &SimGraph, opts: &SimOptions) -> WireCosts {
         let po = &opts.partition;
         let slots = graph.slot_elems.len();
-        // The format slot `s` travels in: its edge's, else the step's.
-        let requested = |s: usize| {
-            if po.edge_formats.is_empty() {
-                return po.format;
-            }
-            let node = graph.slot_node[s] as usize;
-            let edge = format!("{}:{}", graph.names[node], s - graph.slot_base[node] as usize);
-            po.edge_formats.get(&edge).copied().unwrap_or(po.format)
-        };
+        // The format each slot travels in: its edge's, else the step's.
+        let requested: Vec<flowlab_hw::CommFormat> = (0..slots)
+            .map(|s| {
+                if po.edge_formats.is_empty() {
+                    return po.format;
+                }
+                let node = graph.slot_node[s] as usize;
+                let edge = format!("{}:{}", graph.names[node], s - graph.slot_base[node] as usize);
+                po.edge_formats.get(&edge).copied().unwrap_or(po.format)
+            })
+            .collect();
         let bytes = (0..slots)
             .map(|s| {
                 let (dtype, elems) = (graph.slot_dtype[s], graph.slot_elems[s]);
-                if dtype == DType::F32 { wire_format(dtype, requested(s)).bytes_for(elems) } else { elems * dtype.size_in_bytes() as u64 }
+                if dtype == DType::F32 { wire_format(dtype, requested[s]).bytes_for(elems) } else { elems * dtype.size_in_bytes() as u64 }
             })
             .collect();
         let tc = &opts.transfer_compute;
@@ -796,7 +798,7 @@ impl WireCosts {
         let mut recv_ps = vec![0u64; slots];
         if !tc.is_empty() {
             for s in 0..slots {
-                let f = if graph.slot_dtype[s] == DType::F32 { requested(s) } else { flowlab_hw::CommFormat::F32 };
+                let f = if graph.slot_dtype[s] == DType::F32 { requested[s] } else { flowlab_hw::CommFormat::F32 };
                 (send_ps[s], recv_ps[s]) = kernel_ps(f, graph.slot_elems[s]);
             }
         }

@@ -1,4 +1,4 @@
-//! The calibration of a distributed point, in this sitting before its run:
+//! The calibration of a distributed point, measured just before its run:
 //! a worker's pass and the PS's update timed in process, the loopback and
 //! task processes' figures, and the simulator's inputs made from them
 //! (the module comment of `kinds::distributed` says how each is charged).
@@ -191,10 +191,10 @@ pub(super) fn predict_inputs(
     // and its loss to ps:0 when a synchronous step averages several
     let loss_moves = p.strategy == StrategyName::Sync && p.backup == 0 && needed > 1;
     let transfers = 2 * vars.len() + usize::from(loss_moves);
-    // CPU times as measured: `core_share` is recorded, not applied (one
-    // moment's share swung from 0.36 to 1.0 between the points of one
-    // sitting while the runs saw the load of the whole sweep; dividing by
-    // it predicted 1 PS + 1 worker up to +112%)
+    // CPU times as measured: `core_share` is recorded, not applied: one
+    // moment's share swings widely between points while a run sees the
+    // load of the whole sweep, and dividing by it overpredicted badly
+    // (docs/logs/distributed-prediction.md)
     let per_end_us = link.recv_cpu_s * 1e6 * CPU_SHARE_PER_END;
     // between processes each end is measured, in both directions
     let (ps_end_us, worker_end_us) = ends.map_or((per_end_us, per_end_us), |e| (e.ps_s * 1e6, e.worker_s * 1e6));
@@ -305,8 +305,7 @@ pub(super) fn predict_inputs(
     }
 }
 
-
-/// What the calibration measured in this sitting, before the run.
+/// What the calibration measured just before the run.
 pub(super) struct Calibration {
     pub(super) compute_s: f64,
     pub(super) apply_s: f64,

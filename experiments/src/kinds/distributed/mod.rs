@@ -41,7 +41,7 @@
 //!   `task_cpu_per_update_us`, and the runner's): where a prediction falls
 //!   short because the host's CPU is undercounted, these say by how much
 //!   and on which task.
-//! - calibrated, in the same sitting, before the run: `compute_s`, the time
+//! - calibrated just before the run: `compute_s`, the time
 //!   of one worker's forward and backward pass on its shard, run in this
 //!   process on one device (the median of timed repetitions); `apply_s`,
 //!   the PS update the same way, on the point's own graph: the average of
@@ -84,7 +84,7 @@
 //!   - every task is one process on this host, all sharing its cores
 //!     (`host_cores`: the machine's core count): a worker's step
 //!     overhead, its compute and every PS request hold a core while they
-//!     run. `core_share` says how disturbed the sitting was; it is not
+//!     run. `core_share` says how disturbed the host was; it is not
 //!     applied (docs/logs/distributed-prediction.md: one moment's share does not hold for the run).
 //!   - a task has one message thread (its gRPC runtime runs on one worker
 //!     thread): every tensor moved is one `RecvTensor`. Each task is the
