@@ -94,6 +94,15 @@ pub enum EngineError {
     /// A device this build cannot run on (e.g. CUDA without the feature).
     #[error("device '{0}' is not available in this build")]
     Device(String),
+    /// A CUDA device asked of a build without the `cuda` feature.
+    #[error("{0}: this build has no CUDA support (rebuild with `--features cuda`)")]
+    NoCuda(String),
+    /// The CUDA driver is missing or failed.
+    #[error("CUDA {device}: {detail}")]
+    Cuda { device: String, detail: String },
+    /// Host code read a tensor whose elements live in a device's memory.
+    #[error("a {what} tensor is in {device} memory: copy it to the host before reading it there")]
+    NotOnHost { device: String, what: String },
     /// A malformed device name or device specification.
     #[error("invalid device name '{name}': {detail}")]
     BadDeviceName { name: String, detail: String },

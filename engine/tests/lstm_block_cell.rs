@@ -42,7 +42,7 @@ fn run_both(dtype: DType, threads: usize) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
     f1.extend(g1.iter());
     let mut f2: Vec<&Output> = vec![&h2, &c2];
     f2.extend(g2.iter());
-    let get = |f: &[&Output]| s.run(&[], f, &[]).unwrap().iter().map(|t| t.cast(DType::F64).to_vec::<f64>().unwrap()).collect();
+    let get = |f: &[&Output]| s.run(&[], f, &[]).unwrap().iter().map(|t| t.cast(DType::F64).unwrap().to_vec::<f64>().unwrap()).collect();
     (get(&f1), get(&f2))
 }
 

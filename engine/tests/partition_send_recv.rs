@@ -17,8 +17,8 @@ fn small() -> (Graph, Vec<Output>) {
     let g = Graph::new();
     let g0 = g.device("/cpu:0");
     let g1 = g.device("/cpu:1");
-    let a = g0.op("Const").name("a").attr("value", AttrValue::Tensor(flowlab_engine::TensorValue::from_tensor(&Tensor::scalar(2f32)))).build().unwrap();
-    let b = g0.op("Const").name("b").attr("value", AttrValue::Tensor(flowlab_engine::TensorValue::from_tensor(&Tensor::scalar(3f32)))).build().unwrap();
+    let a = g0.op("Const").name("a").attr("value", AttrValue::Tensor(flowlab_engine::TensorValue::from_tensor(&Tensor::scalar(2f32)).unwrap())).build().unwrap();
+    let b = g0.op("Const").name("b").attr("value", AttrValue::Tensor(flowlab_engine::TensorValue::from_tensor(&Tensor::scalar(3f32)).unwrap())).build().unwrap();
     let c = g1.op("Add").name("c").input(&a).input(&b).build().unwrap();
     let d = g1.op("Mul").name("d").input(&a).input(&c).build().unwrap();
     let e = g0.op("Neg").name("e").input(&c).build().unwrap();

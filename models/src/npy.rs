@@ -56,6 +56,6 @@ pub fn write(path: &Path, t: &Tensor) -> Result<(), ModelError> {
         DType::I32 => put!(i32, t.to_vec::<i32>().map_err(te)?),
         DType::I8 => put!(i8, t.to_vec::<i8>().map_err(te)?),
         DType::Bool => put!(bool, t.to_vec::<bool>().map_err(te)?),
-        DType::F16 | DType::BF16 => put!(f32, t.cast(DType::F32).to_vec::<f32>().map_err(te)?),
+        DType::F16 | DType::BF16 => put!(f32, t.cast(DType::F32).map_err(te)?.to_vec::<f32>().map_err(te)?),
     }
 }

@@ -45,7 +45,7 @@ fn grouped_and_dilated_convolutions_have_the_finite_difference_gradients() {
     let x = npy::read(&dir.join("conv_groups.x.npy")).unwrap();
     let m = onnx::import(&dir.join("conv_groups.onnx"), &onnx::ImportOptions { batch: Some(2), ..Default::default() }).unwrap();
     assert_eq!(onnx::Loss::default_for(&m), onnx::Loss::Mse);
-    let target = npy::read(&dir.join("conv_groups.output.npy")).unwrap().to_f64_vec();
+    let target = npy::read(&dir.join("conv_groups.output.npy")).unwrap().to_f64_vec().unwrap();
     // a target the model misses everywhere: half of ONNX Runtime's output
     let target = Tensor::from_f64s(DType::F32, &target.iter().map(|v| 0.5 * v).collect::<Vec<_>>(), [2, 4, 6, 6]).unwrap();
     let mg = onnx::training(m, "conv_groups", 2, onnx::Loss::Mse, &Optimizer::Sgd { lr: 0.01 }).unwrap();
@@ -70,9 +70,9 @@ fn check_gradients(name: &str, m: &flowlab_models::ModelGraph, data: &[Tensor], 
             untrained += v.shape().num_elements().unwrap_or(0) as u64;
             continue;
         };
-        let analytic = sess.run(&feeds, &[&grad], &[]).unwrap()[0].to_f64_vec();
+        let analytic = sess.run(&feeds, &[&grad], &[]).unwrap()[0].to_f64_vec().unwrap();
         let w0 = sess.variable_value(&v.name()).unwrap();
-        let base = w0.to_f64_vec();
+        let base = w0.to_f64_vec().unwrap();
         // the element with the largest gradient and the first one
         let big = (0..analytic.len()).max_by(|&a, &b| analytic[a].abs().total_cmp(&analytic[b].abs())).unwrap();
         for i in [0, big] {

@@ -7,6 +7,7 @@
 //! `resource_mgr`, `step_stats`). They depend only on `tensor` and `error`;
 //! the executor and sessions that provide them live in `runtime`.
 
+mod backend;
 mod buffers;
 mod device;
 pub(crate) mod link;
@@ -15,6 +16,8 @@ pub(crate) mod rendezvous;
 mod resource;
 pub(crate) mod stats;
 
+pub(crate) use backend::Backend;
+pub use backend::CudaDevice;
 pub(crate) use buffers::BufferPool;
 pub use device::{DeviceName, DeviceSet};
 pub use link::{EmulatedLink, LinkEmulator, LinkMap};

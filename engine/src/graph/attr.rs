@@ -76,8 +76,10 @@ impl<'de> Deserialize<'de> for TensorValue {
 }
 
 impl TensorValue {
-    pub fn from_tensor(t: &Tensor) -> TensorValue {
-        TensorValue { dtype: t.dtype(), shape: t.shape().clone(), bytes: std::sync::Arc::new(t.cpu().to_le_bytes()) }
+    /// The value of `t` (copied to the host first when it is on a device).
+    pub fn from_tensor(t: &Tensor) -> Result<TensorValue> {
+        let host = t.to_host()?;
+        Ok(TensorValue { dtype: t.dtype(), shape: t.shape().clone(), bytes: std::sync::Arc::new(host.cpu()?.to_le_bytes()) })
     }
 
     /// Bytes of data held (checked against the shape by the Const op).

@@ -74,14 +74,14 @@ pub(crate) fn register(r: &mut Registry) {
                 Ok(vec![None])
             }
         });
-    r.cpu("Cast", &[], |c| Ok(vec![c.inputs[0].cast(c.n.dtype("dtype")?)]));
+    r.cpu("Cast", &[], |c| Ok(vec![c.inputs[0].cast(c.n.dtype("dtype")?)?]));
 
 }
 
 impl Graph {
     /// A constant node holding `t`.
     pub fn constant(&self, t: Tensor) -> Result<Output> {
-        self.build1("Const", vec![], attrs! {"value" => AttrValue::Tensor(TensorValue::from_tensor(&t))})
+        self.build1("Const", vec![], attrs! {"value" => AttrValue::Tensor(TensorValue::from_tensor(&t)?)})
     }
 
     /// A scalar constant of `dtype`.

@@ -112,6 +112,8 @@ pub(crate) struct KernelCtx<'a> {
     pub stacks: Option<&'a control_flow::Stacks>,
     /// Released storage for outputs the kernel overwrites whole.
     pub buffers: Option<&'a crate::framework::BufferPool>,
+    /// The device the kernel runs on: its memory and queue.
+    pub backend: &'a crate::framework::Backend,
 }
 
 impl KernelCtx<'_> {
@@ -174,16 +176,14 @@ impl OpDef {
     }
 }
 
-pub(crate) struct KernelDef {
-    /// Dtypes the kernel accepts (of the node's first output, else first input); empty = any.
-    pub dtypes: &'static [DType],
-    pub compute: KernelFn,
-}
-
 /// All op definitions and kernels.
 pub(crate) struct Registry {
     ops: HashMap<&'static str, OpDef>,
-    kernels: HashMap<(&'static str, DeviceType), KernelDef>,
+    /// Kernels by (op, device type, dtype), TensorFlow's
+    /// `REGISTER_KERNEL_BUILDER(Name(op).Device(d).TypeConstraint<T>)`; the
+    /// dtype is the node's first output's, else its first input's (see
+    /// [`kernel_dtype`]), and `None` keys a kernel that takes any dtype.
+    kernels: HashMap<(&'static str, DeviceType, Option<DType>), KernelFn>,
 }
 
 /// Float dtypes the numeric kernels support.
@@ -195,8 +195,15 @@ impl Registry {
     pub fn op(&self, name: &str) -> Option<&OpDef> {
         self.ops.get(name)
     }
-    pub fn kernel(&self, name: &str, dev: DeviceType) -> Option<&KernelDef> {
-        self.kernels.get(&(self.ops.get_key_value(name)?.0, dev))
+    /// The kernel of op `name` on `dev` for `dtype`: the one registered for
+    /// that dtype, else the one that takes any.
+    pub fn kernel(&self, name: &str, dev: DeviceType, dtype: Option<DType>) -> Option<KernelFn> {
+        let name = self.ops.get_key_value(name)?.0;
+        dtype.and_then(|d| self.kernels.get(&(name, dev, Some(d)))).or_else(|| self.kernels.get(&(name, dev, None))).copied()
+    }
+    /// Whether op `name` has a kernel on `dev` for some dtype.
+    pub fn has_kernels(&self, name: &str, dev: DeviceType) -> bool {
+        self.kernels.keys().any(|&(n, d, _)| n == name && d == dev)
     }
     /// Registers an op with its shape function; returns it for further settings.
     pub fn def(&mut self, name: &'static str, min: usize, max: Option<usize>, infer: InferFn) -> &mut OpDef {
@@ -213,8 +220,18 @@ impl Registry {
             views: false,
         })
     }
+    /// Registers a CPU kernel for each of `dtypes` (empty: for any dtype).
     pub fn cpu(&mut self, name: &'static str, dtypes: &'static [DType], compute: KernelFn) {
-        self.kernels.insert((name, DeviceType::Cpu), KernelDef { dtypes, compute });
+        self.register_kernel(name, DeviceType::Cpu, dtypes, compute);
+    }
+    /// Registers a kernel of `device` for each of `dtypes` (empty: for any dtype).
+    pub fn register_kernel(&mut self, name: &'static str, device: DeviceType, dtypes: &'static [DType], compute: KernelFn) {
+        if dtypes.is_empty() {
+            self.kernels.insert((name, device, None), compute);
+        }
+        for &d in dtypes {
+            self.kernels.insert((name, device, Some(d)), compute);
+        }
     }
     /// Names of all registered ops, sorted.
     pub fn op_names(&self) -> Vec<&'static str> {

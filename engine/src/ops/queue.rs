@@ -196,7 +196,7 @@ fn unstack(c: &KernelCtx) -> Result<Vec<Vec<Tensor>>> {
         }
         let row_shape = Shape::new(t.dims()[1..].to_vec());
         let row_bytes = row_shape.num_elements() * t.dtype().size_in_bytes();
-        let bytes = t.cpu().to_le_bytes();
+        let bytes = t.cpu()?.to_le_bytes();
         for (i, elem) in out.iter_mut().enumerate() {
             elem.push(from_bytes(c, t.dtype(), &bytes[i * row_bytes..(i + 1) * row_bytes], row_shape.clone())?);
         }
@@ -275,7 +275,7 @@ fn stack_components(c: &KernelCtx, elems: &[Tensor], k: usize, n: usize) -> Resu
             if t.shape() != first.shape() {
                 return Err(c.n.shape_err(format!("component {j} has shapes {} and {}: cannot stack", first.shape(), t.shape())));
             }
-            bytes.extend(t.cpu().to_le_bytes());
+            bytes.extend(t.cpu()?.to_le_bytes());
         }
         let dims: Vec<usize> = std::iter::once(n).chain(first.dims().iter().copied()).collect();
         out.push(from_bytes(c, first.dtype(), &bytes, Shape::new(dims))?);

@@ -18,8 +18,8 @@
 
 use super::{KernelCtx, Registry};
 use crate::graph::NodeInfo;
-use crate::framework::DeviceName;
-use crate::tensor::DType;
+use crate::framework::{Backend, DeviceName};
+use crate::tensor::{DType, DeviceType};
 use crate::error::{EngineError, Result};
 use crate::tensor::TensorType;
 use crate::framework::rendezvous::{Rendezvous, RendezvousKey};
@@ -49,6 +49,25 @@ pub(crate) fn register(r: &mut Registry) {
     .cheap();
     r.cpu("Send", &[], k_send);
     r.cpu("Recv", &[], k_recv);
+    // A GPU's tensors cross through host memory: its Send copies the tensor
+    // out of the device before the wire format applies, its Recv into the
+    // device's memory after (as TensorFlow's GPU Send/Recv between
+    // processes stage through the host).
+    r.register_kernel("Send", DeviceType::Cuda, &[], k_send_from_device);
+    r.register_kernel("Recv", DeviceType::Cuda, &[], k_recv_to_device);
+}
+
+fn k_send_from_device(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    c.inputs[0] = c.inputs[0].to_host()?;
+    k_send(c)
+}
+
+fn k_recv_to_device(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
+    let received = k_recv(c)?;
+    match c.backend {
+        Backend::Cuda(gpu) => received.iter().map(|t| t.to_cuda(gpu.allocator())).collect(),
+        Backend::Host { .. } => Err(c.n.kernel_err("a GPU's Recv kernel ran on a host device")),
+    }
 }
 
 /// The transfer of one Send or Recv node, decoded from its attrs once.

@@ -28,6 +28,7 @@ use crate::runtime::fusion;
 use crate::framework::{QueueSpec, Resource};
 use crate::ops::{self, KernelCtx, KernelFn};
 use crate::tensor::DeviceType;
+use crate::runtime::multi_device::LocalDevice;
 use crate::framework::VarSlot;
 use crate::tensor::Tensor;
 use crate::framework::stats::{NodeStats, StepStats};
@@ -182,24 +183,17 @@ pub(crate) fn needed_nodes(
     Ok(needed)
 }
 
-/// The CPU kernel of `node` for its element type, or the error naming the
-/// node, op and type no kernel takes.
-fn cpu_kernel(reg: &ops::Registry, all: &[Node], node: &Node) -> Result<KernelFn> {
-    let kdef = reg.kernel(&node.op, DeviceType::Cpu);
+/// The kernel of `node` on `device` for its element type, or the error
+/// naming the node, op, device and type no kernel takes.
+fn node_kernel(reg: &ops::Registry, all: &[Node], node: &Node, device: DeviceType) -> Result<KernelFn> {
     let in_types: Vec<TensorType> = node.inputs.iter().map(|&(s, i)| all[s].outputs[i].clone()).collect();
     let dtype = ops::kernel_dtype(&node.outputs, &in_types);
-    match (kdef, dtype) {
-        (Some(k), Some(dt)) if !k.dtypes.is_empty() && !k.dtypes.contains(&dt) => {
-            Err(EngineError::NoKernel { node: node.name.clone(), op: node.op.clone(), device: "CPU".into(), dtype: dt.to_string() })
-        }
-        (Some(k), _) => Ok(k.compute),
-        (None, dt) => Err(EngineError::NoKernel {
-            node: node.name.clone(),
-            op: node.op.clone(),
-            device: "CPU".into(),
-            dtype: dt.map(|d| d.to_string()).unwrap_or_default(),
-        }),
-    }
+    reg.kernel(&node.op, device, dtype).ok_or_else(|| EngineError::NoKernel {
+        node: node.name.clone(),
+        op: node.op.clone(),
+        device: device.name().into(),
+        dtype: dtype.map(|d| d.to_string()).unwrap_or_default(),
+    })
 }
 
 /// The resources `node` reads or writes: its variable (a Variable), the
@@ -231,6 +225,7 @@ impl Prepared {
         fetches: &[(NodeId, usize)],
         targets: &[NodeId],
         res: &dyn Resources,
+        device: DeviceType,
     ) -> Result<Prepared> {
         let d = graph.lock();
         let reg = ops::registry();
@@ -238,7 +233,7 @@ impl Prepared {
         let feed_types = feed_types(&d.nodes, feeds)?;
 
         let mut needed = needed_nodes(&d.nodes, &feed_index, fetches, targets)?;
-        let fused = fusion::fuse_step(&d.nodes, &mut needed, fetches, |n, i| feed_index.contains_key(&(n, i)), DeviceType::Cpu);
+        let fused = fusion::fuse_step(&d.nodes, &mut needed, fetches, |n, i| feed_index.contains_key(&(n, i)), device);
         let all: &[Node] = fused.as_deref().unwrap_or(&d.nodes);
 
         // Node ids are a topological order: map needed ids to exec indices.
@@ -255,7 +250,7 @@ impl Prepared {
                 return Err(EngineError::MissingFeed { node: node.name.clone(), shape: t.shape.to_string(), dtype: t.dtype.to_string() });
             }
             let def = reg.op(&node.op).ok_or_else(|| EngineError::UnknownOp { node: node.name.clone(), op: node.op.clone() })?;
-            let kernel = cpu_kernel(reg, all, node)?;
+            let kernel = node_kernel(reg, all, node, device)?;
             let info = NodeInfo { name: &node.name, op: &node.op, attrs: &node.attrs };
             let resources = node_resources(all, &d.by_name, node, &info, def.stateful, res)?;
             let constant = if node.op == "Const" { Some(info.tensor("value")?.to_tensor().map_err(|e| e.at_node(&node.name, &node.op))?) } else { None };
@@ -383,17 +378,16 @@ impl Prepared {
         self.nodes.len()
     }
 
-    /// Runs one step; `pool` is `None` for single-threaded execution.
-    /// `comm` connects the step to the other devices' partitions; `device`
-    /// names this partition's device in the statistics.
+    /// Runs one step on `device` (its pool, when it has one and `threads` is
+    /// more than one; its label in the statistics; its memory for what its
+    /// kernels make). `comm` connects the step to the other devices' partitions.
     pub(crate) fn run(
         &self,
         feeds: &[Tensor],
         threads: usize,
-        pool: Option<&rayon::ThreadPool>,
+        device: &LocalDevice,
         trace: bool,
         comm: Option<&StepComm>,
-        device: &str,
     ) -> Result<(Vec<Tensor>, Option<StepStats>)> {
         if let Some(f) = &self.frames {
             return self.run_frames(f, feeds, threads, trace, comm, device);
@@ -436,7 +430,7 @@ impl Prepared {
                 c.rdv.recv_async(key, Box::new(move |r| ib.push(k, r)));
             }
         }
-        match pool {
+        match device.backend.pool() {
             Some(pool) if threads > 1 => pool.in_place_scope(|s| {
                 for &r in &self.roots {
                     let step = &step;
@@ -546,7 +540,7 @@ struct Step<'a> {
     stats: Option<Mutex<Vec<NodeStats>>>,
     start: Instant,
     comm: Option<&'a StepComm<'a>>,
-    device: &'a str,
+    device: &'a LocalDevice,
     /// Arrivals for this device's Recv nodes (multi-device steps).
     inbox: Option<&'a Inbox>,
     /// Arrivals taken from the inbox so far, and which Recvs they were.
@@ -563,8 +557,8 @@ impl<'a> Step<'a> {
             Some(c) if root_cause => {
                 // The step reports the error kept in `comm`; this device
                 // only needs to know that it failed.
-                let note = EngineError::Rendezvous { key: format!("step {}", c.step_id), detail: format!("aborted on {}: {err}", self.device) };
-                c.fail(self.device, err);
+                let note = EngineError::Rendezvous { key: format!("step {}", c.step_id), detail: format!("aborted on {}: {err}", self.device.label) };
+                c.fail(&self.device.label, err);
                 note
             }
             _ => err,
@@ -735,6 +729,7 @@ impl<'a> Step<'a> {
                 transfer: node.transfer.as_ref(),
                 stacks: None,
                 buffers: Some(&self.prep.buffers),
+                backend: &self.device.backend,
             };
             let out = (node.kernel)(&mut ctx).map_err(|e| e.at_node(&node.name, &node.op))?;
             drop(ctx);
@@ -769,7 +764,7 @@ impl<'a> Step<'a> {
                 end_us: t1.as_secs_f64() * 1e6,
                 thread: rayon::current_thread_index().map(|i| i + 1).unwrap_or(0),
                 output_bytes: bytes,
-                device: self.device.to_string(),
+                device: self.device.label.clone(),
             });
         }
         Ok(())
@@ -805,6 +800,8 @@ pub(crate) mod tests {
     use super::*;
     use crate::tensor::DType;
     use crate::tensor::Tensor;
+    use crate::runtime::multi_device::tests::cpu_device;
+    const CPU0: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
 
     /// For tests whose graphs hold no variables or random ops.
     pub(crate) struct NoResources;
@@ -822,7 +819,7 @@ pub(crate) mod tests {
 
     fn prepare(g: &Graph, feeds: &[&crate::graph::Output], fetch: &crate::graph::Output) -> Prepared {
         let feeds: Vec<_> = feeds.iter().map(|f| (f.node_id(), f.index())).collect();
-        Prepared::new(g, &feeds, &[(fetch.node_id(), fetch.index())], &[], &NoResources).unwrap()
+        Prepared::new(g, &feeds, &[(fetch.node_id(), fetch.index())], &[], &NoResources, DeviceType::Cpu).unwrap()
     }
 
     /// x [rows, k] times a constant [k, n], plus a ReLU.
@@ -863,7 +860,7 @@ pub(crate) mod tests {
         let y = g.matmul(&g.relu(g.matmul(&x, &w1).unwrap()).unwrap(), &w2).unwrap();
         let p = prepare(&g, &[&x], &y);
         let feed = |scale: f32| Tensor::from_vec((0..64 * 128).map(|i| ((i % 11) as f32 - 4.0) * scale).collect::<Vec<f32>>(), [64, 128]).unwrap();
-        let run = |t: Tensor| p.run(&[t], 1, None, false, None, "cpu").unwrap().0[0].to_vec::<f32>().unwrap();
+        let run = |t: Tensor| p.run(&[t], 1, &cpu_device(CPU0, 1), false, None).unwrap().0[0].to_vec::<f32>().unwrap();
         let first = run(feed(1.0));
         assert_eq!(p.buffers.held(), 1, "the first product's output is kept, the Relu's is not");
         let other = run(feed(-3.0));
@@ -891,9 +888,8 @@ pub(crate) mod tests {
         let (g, x, y) = layer(Some(1), 784, 512);
         let p = prepare(&g, &[&x], &y);
         let feed = Tensor::from_vec((0..784).map(|i| (i % 13) as f32 - 6.0).collect::<Vec<f32>>(), [1, 784]).unwrap();
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        let (one, _) = p.run(std::slice::from_ref(&feed), 1, None, false, None, "cpu").unwrap();
-        let (two, _) = p.run(std::slice::from_ref(&feed), 2, Some(&pool), false, None, "cpu").unwrap();
+        let (one, _) = p.run(std::slice::from_ref(&feed), 1, &cpu_device(CPU0, 1), false, None).unwrap();
+        let (two, _) = p.run(std::slice::from_ref(&feed), 2, &cpu_device(CPU0, 2), false, None).unwrap();
         assert_eq!(one[0].to_vec::<f32>().unwrap(), two[0].to_vec::<f32>().unwrap());
         // Every output is relu(sum_i x_i * 0.5).
         let want = ((0..784).map(|i| (i % 13) as f32 - 6.0).sum::<f32>() * 0.5).max(0.0);

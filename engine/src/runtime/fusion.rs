@@ -60,8 +60,8 @@ pub(crate) fn fuse_step(
     device: DeviceType,
 ) -> Option<Vec<Node>> {
     let reg = ops::registry();
-    let (convs_on, pools_on) = (reg.kernel(FUSED_CONV, device).is_some(), reg.kernel(FUSED_POOL_GRAD, device).is_some());
-    let workspaces_on = reg.kernel(WORKSPACE_POOL, device).is_some() && reg.kernel(WORKSPACE_POOL_GRAD, device).is_some();
+    let (convs_on, pools_on) = (reg.has_kernels(FUSED_CONV, device), reg.has_kernels(FUSED_POOL_GRAD, device));
+    let workspaces_on = reg.has_kernels(WORKSPACE_POOL, device) && reg.has_kernels(WORKSPACE_POOL_GRAD, device);
     let wanted = |op: &str| (convs_on && op == "Conv2D") || ((pools_on || workspaces_on) && op == "MaxPoolGrad");
     if !nodes.iter().enumerate().any(|(i, n)| needed[i] && wanted(&n.op)) {
         return None;
@@ -140,7 +140,7 @@ pub(crate) fn fuse_step(
     }
     if workspaces_on {
         use_workspaces(nodes, &mut out, needed, &fed);
-        if reg.kernel(FUSED_CONV_POOL, device).is_some() {
+        if reg.has_kernels(FUSED_CONV_POOL, device) {
             pool_fused_convs(&mut out, needed, fetches, &fed);
         }
     }

@@ -15,11 +15,11 @@
 
 use crate::framework::LinkMap;
 use crate::framework::link::{LinkDelivery, deliver};
-use crate::framework::DeviceName;
+use crate::framework::{Backend, DeviceName};
 use crate::error::{EngineError, Result};
 use crate::runtime::executor::{Prepared, RECV_SPIN, Resources};
 use crate::graph::{Graph, NodeId};
-use crate::tensor::TensorType;
+use crate::tensor::{DeviceType, TensorType};
 use crate::ops::sendrecv::{CommCounters, StepComm, TransferTrace};
 use crate::runtime::partition::{PartitionOptions, partition_with};
 use crate::runtime::placement::Placement;
@@ -31,30 +31,20 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// One device of a session: its name and its own worker pool (`None` for
-/// one thread: the partition then runs on the step's thread for it).
+/// One device of a session: its name, kernel device type and backend (a
+/// CPU's own worker pool, `None` for one thread: the partition then runs on
+/// the step's thread for it; a GPU's stream and allocator).
 pub(crate) struct LocalDevice {
     pub name: DeviceName,
     pub label: String,
-    pub pool: Option<rayon::ThreadPool>,
+    pub device_type: DeviceType,
+    pub backend: Backend,
 }
 
 impl LocalDevice {
-    pub(crate) fn new(name: &DeviceName, threads: usize) -> Result<LocalDevice> {
-        let label = name.to_string();
-        let pool = if threads > 1 {
-            let tag = format!("{}{}", name.device_type.as_deref().unwrap_or("dev").to_ascii_lowercase(), name.id.unwrap_or(0));
-            Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .thread_name(move |i| format!("flowlab-{tag}-{i}"))
-                    .build()
-                    .map_err(|e| EngineError::Device(format!("{label}: thread pool: {e}")))?,
-            )
-        } else {
-            None
-        };
-        Ok(LocalDevice { name: name.clone(), label, pool })
+    pub(crate) fn new(name: &DeviceName, device_type: DeviceType, threads: usize) -> Result<LocalDevice> {
+        let backend = Backend::open(name, device_type, threads)?;
+        Ok(LocalDevice { name: name.clone(), label: name.to_string(), device_type, backend })
     }
 }
 
@@ -245,7 +235,7 @@ impl MultiPlan {
             for s in &part.sends {
                 ptargets.push(has(&s.send_node).ok_or_else(|| EngineError::UnknownNode(s.send_node.clone()))?);
             }
-            let prep = Prepared::new(&part.graph, &pfeeds, &pfetches, &ptargets, res)?;
+            let prep = Prepared::new(&part.graph, &pfeeds, &pfetches, &ptargets, res, devices[device].device_type)?;
             plans.push(PartPlan { device, prep, feeds: pfeed_idx });
         }
         let fetches = fetch_src
@@ -307,7 +297,7 @@ impl MultiPlan {
         let run_part = |p: &PartPlan| {
             let f: Vec<Tensor> = p.feeds.iter().map(|&i| feeds[i].clone()).collect();
             let d = &devices[p.device];
-            p.prep.run(&f, threads, d.pool.as_ref(), trace, Some(&comm), &d.label)
+            p.prep.run(&f, threads, d, trace, Some(&comm))
         };
         let results: Vec<Result<(Vec<Tensor>, Option<StepStats>)>> = std::thread::scope(|s| {
             if let Some(rx) = delivery_rx {
@@ -408,7 +398,7 @@ fn check_sends(parts: &[PartPlan], devices: &[LocalDevice]) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::graph::AttrValue;
     use crate::tensor::DType;
@@ -418,6 +408,11 @@ mod tests {
 
     const CPU0: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
     const CPU1: &str = "/job:localhost/replica:0/task:0/device:CPU:1";
+
+    /// A CPU device of `threads` threads named `name`.
+    pub(crate) fn cpu_device(name: &str, threads: usize) -> LocalDevice {
+        LocalDevice::new(&DeviceName::parse(name).unwrap(), DeviceType::Cpu, threads).unwrap()
+    }
 
     fn recv_graph() -> (Graph, NodeId) {
         let g = Graph::new();
@@ -451,10 +446,10 @@ mod tests {
     #[test]
     fn a_recv_that_waits_past_the_timeout_fails_the_step_naming_its_key() {
         let (g, r) = recv_graph();
-        let prep = Prepared::new(&g, &[], &[(r, 0)], &[], &NoResources).unwrap();
+        let prep = Prepared::new(&g, &[], &[(r, 0)], &[], &NoResources, DeviceType::Cpu).unwrap();
         let (rdv, counters) = (LocalRendezvous::new(), CommCounters::default());
         let c = comm(&rdv, &counters, Duration::from_millis(30));
-        assert!(prep.run(&[], 1, None, false, Some(&c), CPU1).is_err());
+        assert!(prep.run(&[], 1, &cpu_device(CPU1, 1), false, Some(&c)).is_err());
         let e = c.first_error.lock().unwrap().take().unwrap().to_string();
         assert_eq!(
             e,
@@ -468,12 +463,12 @@ mod tests {
     #[test]
     fn an_abort_wakes_a_waiting_device_at_once() {
         let (g, r) = recv_graph();
-        let prep = Prepared::new(&g, &[], &[(r, 0)], &[], &NoResources).unwrap();
+        let prep = Prepared::new(&g, &[], &[(r, 0)], &[], &NoResources, DeviceType::Cpu).unwrap();
         let (rdv, counters) = (LocalRendezvous::new(), CommCounters::default());
         let c = comm(&rdv, &counters, Duration::from_secs(60));
         let t0 = Instant::now();
         let e = std::thread::scope(|s| {
-            let h = s.spawn(|| prep.run(&[], 1, None, false, Some(&c), CPU1));
+            let h = s.spawn(|| prep.run(&[], 1, &cpu_device(CPU1, 1), false, Some(&c)));
             std::thread::sleep(Duration::from_millis(20));
             c.fail(CPU0, EngineError::Kernel { node: "div".into(), op: "Div".into(), detail: "boom".into() });
             h.join().unwrap().unwrap_err().to_string()
@@ -498,7 +493,7 @@ mod tests {
             .attr("comm_format", AttrValue::Str("bf16".into()))
             .build()
             .unwrap();
-        let sender = Prepared::new(&g, &[], &[], &[send.node_id()], &NoResources).unwrap();
+        let sender = Prepared::new(&g, &[], &[], &[send.node_id()], &NoResources, DeviceType::Cpu).unwrap();
         let g2 = Graph::new();
         let r = g2
             .op("Recv")
@@ -511,13 +506,13 @@ mod tests {
             .attr("shape", AttrValue::Shape(PartialShape::new(vec![None])))
             .build()
             .unwrap();
-        let receiver = Prepared::new(&g2, &[], &[(r.node_id(), 0)], &[], &NoResources).unwrap();
+        let receiver = Prepared::new(&g2, &[], &[(r.node_id(), 0)], &[], &NoResources, DeviceType::Cpu).unwrap();
         let (rdv, counters) = (LocalRendezvous::new(), CommCounters::default());
         let mut c = comm(&rdv, &counters, Duration::from_secs(20));
         c.trace = Some(Mutex::new(TransferTrace::default()));
         let got = std::thread::scope(|s| {
-            let h = s.spawn(|| receiver.run(&[], 1, None, true, Some(&c), CPU1));
-            sender.run(&[], 1, None, false, Some(&c), CPU0).unwrap();
+            let h = s.spawn(|| receiver.run(&[], 1, &cpu_device(CPU1, 1), true, Some(&c)));
+            sender.run(&[], 1, &cpu_device(CPU0, 1), false, Some(&c)).unwrap();
             h.join().unwrap().unwrap()
         });
         assert_eq!(got.0[0].to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0], "small integers survive bf16");

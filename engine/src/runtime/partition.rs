@@ -154,7 +154,7 @@ impl Builder<'_> {
                 (format!("{}:{k}", n.name), src_out, tt)
             }
             None => {
-                let zero = TensorValue::from_tensor(&Tensor::scalar(0f32));
+                let zero = TensorValue::from_tensor(&Tensor::scalar(0f32))?;
                 let c = sg
                     .op("Const")
                     .name(&format!("_ctrl/{}/to_{}", n.name, tag(&ddev)))
@@ -237,7 +237,7 @@ impl Builder<'_> {
                     .find(|n| n.op == "Enter" && matches!(n.attrs.get("frame_name"), Some(AttrValue::Str(f)) if f == frame))
                     .and_then(|n| n.attrs.get("parallel_iterations").cloned())
                     .unwrap_or(AttrValue::Int(10));
-                let zero = g.op("Const").name(&format!("{base}/zero")).attr("value", AttrValue::Tensor(TensorValue::from_tensor(&Tensor::scalar(0f32)))).build()?;
+                let zero = g.op("Const").name(&format!("{base}/zero")).attr("value", AttrValue::Tensor(TensorValue::from_tensor(&Tensor::scalar(0f32))?)).build()?;
                 let enter = g
                     .op("Enter")
                     .name(&format!("{base}/enter"))

@@ -120,12 +120,8 @@ fn colocation_names(n: &Node) -> Vec<&str> {
 
 /// Whether node `n` has a kernel on `dev` for its dtype.
 fn has_kernel(nodes: &[Node], n: &Node, dev: DeviceType) -> bool {
-    let Some(k) = ops::registry().kernel(&n.op, dev) else { return false };
-    if k.dtypes.is_empty() {
-        return true;
-    }
     let inputs: Vec<_> = n.inputs.iter().filter_map(|&(p, i)| nodes.get(p).and_then(|p| p.outputs.get(i)).cloned()).collect();
-    ops::kernel_dtype(&n.outputs, &inputs).is_none_or(|d| k.dtypes.contains(&d))
+    ops::registry().kernel(&n.op, dev, ops::kernel_dtype(&n.outputs, &inputs)).is_some()
 }
 
 /// Device types first in this order when several devices are feasible.

@@ -204,7 +204,7 @@ impl Session {
             }
             None => DefaultPlacer.place(graph, &opts.devices)?,
         };
-        let devices = opts.devices.devices().iter().map(|(d, _)| LocalDevice::new(d, threads)).collect::<Result<Vec<_>>>()?;
+        let devices = opts.devices.devices().iter().map(|(d, ty)| LocalDevice::new(d, *ty, threads)).collect::<Result<Vec<_>>>()?;
         Ok(Session {
             graph: graph.clone(),
             threads,
@@ -332,7 +332,7 @@ impl Session {
                 // the 784-512-512-10 MLP), and TensorFlow's single-device
                 // session does not roll back either.
                 let d = &self.devices[0];
-                p.run(&values, self.threads, d.pool.as_ref(), trace, None, &d.label)
+                p.run(&values, self.threads, d, trace, None)
             }
             Plan::Multi(m) => {
                 let step = self.next_step.fetch_add(1, Ordering::Relaxed);
@@ -414,7 +414,7 @@ impl Session {
         };
         let start_unix_us = crate::framework::stats::unix_us_at(comm.start);
         let d = &self.devices[0];
-        let r = p.run(&values, self.threads, d.pool.as_ref(), trace, Some(&comm), &d.label);
+        let r = p.run(&values, self.threads, d, trace, Some(&comm));
         if let Some(e) = comm.first_error.lock().unwrap_or_else(|e| e.into_inner()).take() {
             return Err(e);
         }
@@ -475,7 +475,7 @@ impl Session {
             return Ok(p.clone());
         }
         let plan = if self.devices.len() == 1 {
-            Plan::Local(Prepared::new(&self.graph, &key.0, &key.1, &key.2, &self.state)?)
+            Plan::Local(Prepared::new(&self.graph, &key.0, &key.1, &key.2, &self.state, self.devices[0].device_type)?)
         } else {
             let placement = self.placement_now()?;
             Plan::Multi(MultiPlan::new(&self.graph, &placement, &self.devices, &self.partition, &key.0, &key.1, &key.2, &self.state)?)

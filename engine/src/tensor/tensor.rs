@@ -1,11 +1,12 @@
 //! Tensors: a dtype, a shape and contiguous row-major storage shared by
 //! reference count, so handing a tensor along a graph edge never copies it.
 //!
-//! Storage is an enum over devices (candle style). Only the CPU variant exists
-//! in this build; a device backend (CUDA behind the `cuda` feature) slots in as
-//! another variant of [`Storage`] and every match names it.
+//! Storage is an enum over devices (candle style): host memory, or a CUDA
+//! device's (the real one behind the `cuda` feature, an uninhabited stand-in
+//! otherwise), and every match names both. Reading elements on the host is
+//! fallible: a device tensor must be copied over first ([`Tensor::to_host`]).
 
-use crate::tensor::{DType, Element};
+use crate::tensor::{CudaAllocator, CudaStorage, DType, DeviceType, Element};
 use crate::error::{EngineError, Result};
 use crate::tensor::Shape;
 use half::{bf16, f16};
@@ -141,9 +142,54 @@ impl CpuStorage {
 }
 
 /// Where a tensor's elements live.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug)]
 pub enum Storage {
     Cpu(CpuStorage),
+    Cuda(CudaStorage),
+}
+
+impl Storage {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Storage::Cpu(s) => s.dtype(),
+            Storage::Cuda(s) => s.dtype(),
+        }
+    }
+    pub fn device_type(&self) -> DeviceType {
+        match self {
+            Storage::Cpu(_) => DeviceType::Cpu,
+            Storage::Cuda(_) => DeviceType::Cuda,
+        }
+    }
+    /// The host storage, or the error naming the device that holds it.
+    fn host(&self) -> Result<&CpuStorage> {
+        match self {
+            Storage::Cpu(s) => Ok(s),
+            Storage::Cuda(s) => Err(EngineError::NotOnHost { device: format!("GPU:{}", s.ordinal()), what: s.dtype().to_string() }),
+        }
+    }
+}
+
+impl PartialEq for Storage {
+    /// Equal elements wherever they live (a device's are copied to compare).
+    fn eq(&self, o: &Storage) -> bool {
+        match (self, o) {
+            (Storage::Cpu(a), Storage::Cpu(b)) => a == b,
+            (a, b) => match (a.to_host_storage(), b.to_host_storage()) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => false,
+            },
+        }
+    }
+}
+
+impl Storage {
+    fn to_host_storage(&self) -> Result<CpuStorage> {
+        match self {
+            Storage::Cpu(s) => Ok(s.clone()),
+            Storage::Cuda(s) => s.to_host(),
+        }
+    }
 }
 
 /// An immutable n-dimensional array. Cloning shares the storage.
@@ -208,8 +254,9 @@ impl Tensor {
     /// The storage, when this tensor is its only owner (no clone or view
     /// shares it).
     pub(crate) fn into_cpu_storage(self) -> Option<CpuStorage> {
-        Arc::try_unwrap(self.storage).ok().map(|s| match s {
-            Storage::Cpu(c) => c,
+        Arc::try_unwrap(self.storage).ok().and_then(|s| match s {
+            Storage::Cpu(c) => Some(c),
+            Storage::Cuda(_) => None,
         })
     }
 
@@ -262,23 +309,41 @@ impl Tensor {
         self.shape.num_elements()
     }
     pub fn dtype(&self) -> DType {
-        self.cpu().dtype()
+        self.storage.dtype()
+    }
+    /// The kind of memory the elements are in.
+    pub fn device_type(&self) -> DeviceType {
+        self.storage.device_type()
     }
     /// Bytes of element data.
     pub fn size_in_bytes(&self) -> usize {
         self.num_elements() * self.dtype().size_in_bytes()
     }
 
-    /// The host storage.
-    pub fn cpu(&self) -> &CpuStorage {
+    /// The host storage; an error when the elements are in a device's memory.
+    pub fn cpu(&self) -> Result<&CpuStorage> {
+        self.storage.host()
+    }
+
+    /// This tensor on the host: itself when it is there (shared, no copy),
+    /// else a copy of the device's memory once the work queued before it ends.
+    pub fn to_host(&self) -> Result<Tensor> {
         match &*self.storage {
-            Storage::Cpu(s) => s,
+            Storage::Cpu(_) => Ok(self.clone()),
+            Storage::Cuda(s) => Ok(Tensor::from_storage(s.to_host()?, self.shape.clone())),
         }
     }
 
-    /// The elements as a slice; errors when `T` is not this tensor's dtype.
+    /// A copy in the memory of `alloc`'s device.
+    pub fn to_cuda(&self, alloc: &Arc<CudaAllocator>) -> Result<Tensor> {
+        let storage = CudaStorage::from_host(&*self.to_host()?.storage.host()?, alloc)?;
+        Ok(Tensor { storage: Arc::new(Storage::Cuda(storage)), shape: self.shape.clone() })
+    }
+
+    /// The elements as a slice; errors when `T` is not this tensor's dtype
+    /// or the elements are not on the host.
     pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
-        T::slice(self.cpu()).ok_or_else(|| {
+        T::slice(self.cpu()?).ok_or_else(|| {
             EngineError::Tensor(format!("tensor of dtype {} read as {}", self.dtype(), T::DTYPE))
         })
     }
@@ -289,8 +354,8 @@ impl Tensor {
     }
 
     /// Every element converted to f64 (any dtype).
-    pub fn to_f64_vec(&self) -> Vec<f64> {
-        self.cpu().to_f64_vec()
+    pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
+        Ok(self.cpu()?.to_f64_vec())
     }
 
     /// The single element of a one-element tensor, as f64.
@@ -298,7 +363,7 @@ impl Tensor {
         if self.num_elements() != 1 {
             return Err(EngineError::Tensor(format!("expected one element, shape is {}", self.shape)));
         }
-        Ok(self.to_f64_vec()[0])
+        Ok(self.to_f64_vec()?[0])
     }
 
     /// The same storage seen with another shape of equal element count.
@@ -310,12 +375,12 @@ impl Tensor {
         Ok(Tensor { storage: self.storage.clone(), shape })
     }
 
-    /// Converts to another dtype (a copy; same dtype shares).
-    pub fn cast(&self, dtype: DType) -> Tensor {
+    /// Converts to another dtype (a copy; same dtype shares); host tensors only.
+    pub fn cast(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype() {
-            return self.clone();
+            return Ok(self.clone());
         }
-        let s = match (self.cpu(), dtype) {
+        let s = match (self.cpu()?, dtype) {
             (CpuStorage::F32(v), DType::F64) => CpuStorage::F64(v.iter().map(|&x| x as f64).collect()),
             (CpuStorage::F64(v), DType::F32) => CpuStorage::F32(v.iter().map(|&x| x as f32).collect()),
             (CpuStorage::F32(v), DType::F16) => CpuStorage::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
@@ -324,7 +389,7 @@ impl Tensor {
             (CpuStorage::BF16(v), DType::F32) => CpuStorage::F32(v.iter().map(|x| x.to_f32()).collect()),
             (s, d) => CpuStorage::from_f64_iter(d, s.to_f64_vec().into_iter()),
         };
-        Tensor::from_storage(s, self.shape.clone())
+        Ok(Tensor::from_storage(s, self.shape.clone()))
     }
 
     /// Mutable access to the elements when no other handle shares them
@@ -332,7 +397,7 @@ impl Tensor {
     pub(crate) fn storage_mut(&mut self) -> Option<&mut CpuStorage> {
         match Arc::get_mut(&mut self.storage) {
             Some(Storage::Cpu(s)) => Some(s),
-            None => None,
+            Some(Storage::Cuda(_)) | None => None,
         }
     }
 
@@ -366,20 +431,20 @@ mod tests {
     fn casts_between_all_dtypes() {
         let t = Tensor::from_vec(vec![1.5f32, -2.0, 0.0], [3]).unwrap();
         for d in [DType::F64, DType::F16, DType::BF16, DType::I8, DType::I32, DType::I64, DType::Bool] {
-            let c = t.cast(d);
+            let c = t.cast(d).unwrap();
             assert_eq!(c.dtype(), d);
         }
-        assert_eq!(t.cast(DType::I32).to_vec::<i32>().unwrap(), vec![1, -2, 0]);
-        assert_eq!(t.cast(DType::Bool).to_vec::<bool>().unwrap(), vec![true, true, false]);
-        assert_eq!(t.cast(DType::F16).cast(DType::F32).to_vec::<f32>().unwrap(), vec![1.5, -2.0, 0.0]);
+        assert_eq!(t.cast(DType::I32).unwrap().to_vec::<i32>().unwrap(), vec![1, -2, 0]);
+        assert_eq!(t.cast(DType::Bool).unwrap().to_vec::<bool>().unwrap(), vec![true, true, false]);
+        assert_eq!(t.cast(DType::F16).unwrap().cast(DType::F32).unwrap().to_vec::<f32>().unwrap(), vec![1.5, -2.0, 0.0]);
         assert!(t.as_slice::<f64>().is_err());
     }
 
     #[test]
     fn le_bytes_round_trip() {
         let t = Tensor::from_vec(vec![1i64, -7, 1 << 40], [3]).unwrap();
-        let b = t.cpu().to_le_bytes();
-        assert_eq!(CpuStorage::from_le_bytes(DType::I64, &b).unwrap(), *t.cpu());
+        let b = t.cpu().unwrap().to_le_bytes();
+        assert_eq!(CpuStorage::from_le_bytes(DType::I64, &b).unwrap(), *t.cpu().unwrap());
         assert!(CpuStorage::from_le_bytes(DType::I64, &b[..5]).is_none());
     }
 }

@@ -112,10 +112,15 @@ fn encode(
     metadata: &BTreeMap<String, String>,
     file: &Path,
 ) -> Result<Vec<u8>> {
+    // A variable in device memory is copied to the host as it is written.
     let views: Vec<(String, Bytes)> = tensors
         .iter()
-        .map(|(n, t)| (n.clone(), Bytes { dtype: to_safetensors(t.dtype()), shape: t.dims().to_vec(), data: t.cpu().to_le_bytes() }))
-        .collect();
+        .map(|(n, t)| {
+            let host = t.to_host().map_err(|e| bad(file, format!("variable '{n}': {e}")))?;
+            let data = host.cpu().map_err(|e| bad(file, format!("variable '{n}': {e}")))?.to_le_bytes();
+            Ok((n.clone(), Bytes { dtype: to_safetensors(t.dtype()), shape: t.dims().to_vec(), data }))
+        })
+        .collect::<Result<_>>()?;
     let mut meta: HashMap<String, String> = metadata.iter().map(|(k, v)| (format!("{USER_PREFIX}{k}"), v.clone())).collect();
     meta.insert(FORMAT_KEY.into(), FORMAT.into());
     meta.insert(RNG_KEY.into(), serde_json::to_string(rng).map_err(|e| bad(file, format!("run counters: {e}")))?);

@@ -35,7 +35,7 @@ impl Lit {
         if matches!(t.dtype(), DType::F16 | DType::BF16 | DType::I8) {
             return Err(format!("a {} constant cannot be folded", t.dtype()));
         }
-        Ok(Lit { dtype: t.dtype(), shape: t.shape().dims().to_vec(), data: t.to_f64_vec() })
+        Ok(Lit { dtype: t.dtype(), shape: t.shape().dims().to_vec(), data: t.to_f64_vec().map_err(|e| e.to_string())? })
     }
 
     pub fn to_tensor(&self) -> Result<Tensor, String> {

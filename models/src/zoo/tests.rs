@@ -397,7 +397,7 @@ fn transformer_base_decoder_is_causal() {
     sess.run(&[], &[], &[&m.graph.global_variables_initializer().unwrap()]).unwrap();
     let logits = m.graph.output_by_name("lm_head/MatMul", 0).unwrap();
     let src = Tensor::from_vec(vec![1i64, 2, 3, 4], [1, 4]).unwrap();
-    let run = |tgt: Vec<i64>| sess.run(&[(&m.inputs[0], &src), (&m.inputs[1], &Tensor::from_vec(tgt, [1, 4]).unwrap())], &[&logits], &[]).unwrap()[0].to_f64_vec();
+    let run = |tgt: Vec<i64>| sess.run(&[(&m.inputs[0], &src), (&m.inputs[1], &Tensor::from_vec(tgt, [1, 4]).unwrap())], &[&logits], &[]).unwrap()[0].to_f64_vec().unwrap();
     let a = run(vec![5, 6, 7, 8]);
     let b = run(vec![5, 6, 7, 9]); // the last target is never read
     assert_eq!(a, b);
@@ -442,13 +442,13 @@ fn check_descent(m: &ModelGraph) -> f64 {
     fetch.extend(grads.iter());
     let v = sess.run(&pairs, &fetch, &[]).unwrap();
     let l0 = v[0].scalar_f64().unwrap();
-    let gs: Vec<Vec<f64>> = v[1..].iter().map(|t| t.to_f64_vec()).collect();
+    let gs: Vec<Vec<f64>> = v[1..].iter().map(|t| t.to_f64_vec().unwrap()).collect();
     let norm2: f64 = gs.iter().flatten().map(|x| x * x).sum();
     let w0: Vec<Tensor> = vars.iter().map(|n| sess.variable_value(n).unwrap()).collect();
     let t = 5e-3 / norm2;
     let loss_at = |step: f64| {
         for ((n, w), g) in vars.iter().zip(&w0).zip(&gs) {
-            let x: Vec<f64> = w.to_f64_vec().iter().zip(g).map(|(a, b)| a + step * b).collect();
+            let x: Vec<f64> = w.to_f64_vec().unwrap().iter().zip(g).map(|(a, b)| a + step * b).collect();
             sess.set_variable(n, Tensor::from_f64s(DType::F32, &x, w.shape().clone()).unwrap()).unwrap();
         }
         sess.run(&pairs, &[&m.loss], &[]).unwrap()[0].scalar_f64().unwrap()
@@ -483,9 +483,9 @@ fn narrow_resnet50_and_inception_v3_run_and_descend() {
 /// Finite differences of `loss` w.r.t. the first elements of `var` against autodiff.
 fn check_gradient(sess: &Session, loss: &flowlab_engine::Output, var: &flowlab_engine::Output, feeds: &[(&flowlab_engine::Output, &Tensor)]) {
     let grad = sess.graph().gradients(&[loss], &[var]).unwrap()[0].clone().unwrap();
-    let analytic = sess.run(feeds, &[&grad], &[]).unwrap()[0].to_f64_vec();
+    let analytic = sess.run(feeds, &[&grad], &[]).unwrap()[0].to_f64_vec().unwrap();
     let w0 = sess.variable_value(&var.name()).unwrap();
-    let base = w0.to_f64_vec();
+    let base = w0.to_f64_vec().unwrap();
     for i in 0..base.len().min(6) {
         let f = |d: f64| {
             let mut x = base.clone();

@@ -29,6 +29,7 @@ use crate::ops::KernelCtx;
 use crate::ops::control_flow::Stacks;
 use crate::ops::sendrecv::StepComm;
 use crate::tensor::Tensor;
+use crate::runtime::multi_device::LocalDevice;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -593,18 +594,18 @@ impl super::Prepared {
     /// One step of a graph with control flow (see the module comment). In
     /// a multi-device step a failure aborts the step's rendezvous, so the
     /// other devices stop waiting.
-    pub(super) fn run_frames(&self, plan: &FramePlan, feeds: &[Tensor], threads: usize, trace: bool, comm: Option<&StepComm>, device: &str) -> Result<(Vec<Tensor>, Option<StepStats>)> {
+    pub(super) fn run_frames(&self, plan: &FramePlan, feeds: &[Tensor], threads: usize, trace: bool, comm: Option<&StepComm>, device: &LocalDevice) -> Result<(Vec<Tensor>, Option<StepStats>)> {
         match (self.run_frames_inner(plan, feeds, threads, trace, comm, device), comm) {
             (Err(err), Some(c)) => {
-                let note = EngineError::Rendezvous { key: format!("step {}", c.step_id), detail: format!("aborted on {device}: {err}") };
-                c.fail(device, err);
+                let note = EngineError::Rendezvous { key: format!("step {}", c.step_id), detail: format!("aborted on {}: {err}", device.label) };
+                c.fail(&device.label, err);
                 Err(note)
             }
             (r, _) => r,
         }
     }
 
-    fn run_frames_inner(&self, plan: &FramePlan, feeds: &[Tensor], threads: usize, trace: bool, comm: Option<&StepComm>, device: &str) -> Result<(Vec<Tensor>, Option<StepStats>)> {
+    fn run_frames_inner(&self, plan: &FramePlan, feeds: &[Tensor], threads: usize, trace: bool, comm: Option<&StepComm>, device: &LocalDevice) -> Result<(Vec<Tensor>, Option<StepStats>)> {
         if let (Some(&e), None) = (self.recvs.first(), comm) {
             return Err(cf_err(&self.nodes[e].name, "a Recv outside a multi-device step"));
         }
@@ -707,6 +708,7 @@ impl super::Prepared {
                             transfer: spec.as_ref(),
                             stacks: Some(&stacks),
                             buffers: None,
+                            backend: &device.backend,
                         };
                         (node.kernel)(&mut ctx).map_err(|err| err.at_node(&node.name, &node.op))?
                     };
@@ -723,7 +725,7 @@ impl super::Prepared {
                     end_us: start.elapsed().as_secs_f64() * 1e6,
                     thread: 0,
                     output_bytes: outs.iter().flatten().map(|t| t.size_in_bytes()).sum(),
-                    device: device.to_string(),
+                    device: device.label.clone(),
                 });
             }
             for &(fx, o) in &plan.fetch_of[e] {

@@ -60,7 +60,7 @@ impl InProcessStep {
             let mut update_feeds = Vec::with_capacity(replicas.len() * values.len());
             for (k, r) in replicas.iter().enumerate() {
                 for (o, v) in r.iter().zip(&values) {
-                    let own = if k == 0 { v.clone() } else { Tensor::from_f64s(v.dtype(), &v.to_f64_vec(), v.shape().clone()).map_err(e)? };
+                    let own = if k == 0 { v.clone() } else { Tensor::from_f64s(v.dtype(), &v.to_f64_vec().map_err(e)?, v.shape().clone()).map_err(e)? };
                     update_feeds.push((o.clone(), own));
                 }
             }
