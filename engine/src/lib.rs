@@ -9,9 +9,9 @@
 //! |---|---|---|
 //! | 0 | `error` | the crate's error type |
 //! | 1 | `files` | atomic file writes, byte offsets for parse errors |
-//! | 2 | `tensor` | dtypes, shapes, device kinds, dense tensors |
+//! | 2 | `tensor` | dtypes, shapes, device kinds, dense tensors in host or device memory |
 //! | 2 | `kernels` | per-device arithmetic on slices (`kernels::cpu`) |
-//! | 3 | `framework` | device names, rendezvous, variable resources, step stats, output buffers |
+//! | 3 | `framework` | device names and backends, rendezvous, variable resources, step stats, output buffers |
 //! | 4 | `graph` | nodes, attributes, builder API, graph files |
 //! | 5 | `ops` | the op registry: one file per op family |
 //! | 6 | `runtime` | placement, partition, executor, sessions |

@@ -10,7 +10,7 @@ use crate::error::{EngineError, Result};
 use crate::graph::{Graph, IntoOutput, Output};
 use crate::tensor::TensorType;
 use crate::kernels::cpu::Float;
-use crate::kernels::cpu::elementwise::{PAR_CHUNK, PAR_MIN_ELEMENTS, binary, broadcast_dims, broadcast_to, map};
+use crate::kernels::cpu::elementwise::{PAR_CHUNK, PAR_MIN_ELEMENTS, binary, broadcast_dims, broadcast_to, map, map_in_place, zip_in_place};
 use rayon::prelude::*;
 use crate::kernels::cpu::reduce::reduce_axes;
 use crate::tensor::{PartialShape, Shape};
@@ -88,9 +88,54 @@ fn apply_binary<T: Element, U: Element>(c: &KernelCtx, f: impl Fn(T, T) -> U + S
     Tensor::from_vec(v, out)
 }
 
-fn apply_unary<T: Element, U: Element>(c: &KernelCtx, f: impl Fn(T) -> U + Sync + Send) -> Result<Tensor> {
-    let a = &c.inputs[0];
-    Tensor::from_vec(map(a.as_slice::<T>()?, c.threads, f), a.shape().clone())
+/// Applies `f` to inputs 0 and 1 with broadcasting, writing over an input
+/// of the output's shape when the kernel holds its only reference.
+fn apply_arith<T: Element>(c: &mut KernelCtx, f: impl Fn(T, T) -> T + Sync + Send) -> Result<Tensor> {
+    // Which inputs have the output's shape: both, or the one the other
+    // (a single element of no higher rank) broadcasts to.
+    let (da, db) = (c.inputs[0].dims(), c.inputs[1].dims());
+    let scalar_into = |x: &[usize], y: &[usize]| x.len() <= y.len() && x.iter().product::<usize>() == 1;
+    // (An element loop, not `==`: slice equality calls memcmp, which cost
+    // more than the whole Add of a scalar.)
+    let same = da.len() == db.len() && da.iter().zip(db).all(|(x, y)| x == y);
+    let (a_is_out, b_is_out) = (same || scalar_into(db, da), same || scalar_into(da, db));
+    if a_is_out {
+        let shape = c.inputs[0].shape().clone();
+        if let Some(mut v) = c.forward_input::<T>(0, shape.num_elements()) {
+            let b = c.inputs[1].as_slice::<T>()?;
+            if b.len() == v.len() {
+                zip_in_place(&mut v, b, c.threads, f);
+            } else {
+                let y = b[0];
+                map_in_place(&mut v, c.threads, |x| f(x, y));
+            }
+            return Tensor::from_vec(v, shape);
+        }
+    }
+    if b_is_out {
+        let shape = c.inputs[1].shape().clone();
+        if let Some(mut v) = c.forward_input::<T>(1, shape.num_elements()) {
+            let a = c.inputs[0].as_slice::<T>()?;
+            if a.len() == v.len() {
+                zip_in_place(&mut v, a, c.threads, |y, x| f(x, y));
+            } else {
+                let x = a[0];
+                map_in_place(&mut v, c.threads, |y| f(x, y));
+            }
+            return Tensor::from_vec(v, shape);
+        }
+    }
+    apply_binary(c, f)
+}
+
+/// Applies `f` to input 0, in place when the kernel holds its only reference.
+fn apply_unary<T: Element>(c: &mut KernelCtx, f: impl Fn(T) -> T + Sync + Send) -> Result<Tensor> {
+    let shape = c.inputs[0].shape().clone();
+    if let Some(mut v) = c.forward_input::<T>(0, shape.num_elements()) {
+        map_in_place(&mut v, c.threads, f);
+        return Tensor::from_vec(v, shape);
+    }
+    Tensor::from_vec(map(c.inputs[0].as_slice::<T>()?, c.threads, f), shape)
 }
 
 /// Arithmetic shared by floats and integers (integers wrap, never panic).
@@ -147,7 +192,7 @@ macro_rules! numeric_binary {
     ($fname:ident, $m:ident) => {
         fn $fname(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
             let dt = c.inputs[0].dtype();
-            with_numeric!(c, dt, T => Ok(vec![apply_binary::<T, T>(c, |a: T, b: T| a.$m(b))?]))
+            with_numeric!(c, dt, T => Ok(vec![apply_arith::<T>(c, |a: T, b: T| a.$m(b))?]))
         }
     };
 }
@@ -159,11 +204,11 @@ numeric_binary!(k_minimum, minv);
 
 fn k_div(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let dt = c.inputs[0].dtype();
-    with_float!(c, dt, T => Ok(vec![apply_binary::<T, T>(c, |a: T, b: T| a / b)?]))
+    with_float!(c, dt, T => Ok(vec![apply_arith::<T>(c, |a: T, b: T| a / b)?]))
 }
 fn k_pow(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let dt = c.inputs[0].dtype();
-    with_float!(c, dt, T => Ok(vec![apply_binary::<T, T>(c, |a: T, b: T| a.powf(b))?]))
+    with_float!(c, dt, T => Ok(vec![apply_arith::<T>(c, |a: T, b: T| a.powf(b))?]))
 }
 
 macro_rules! compare_kernel {
@@ -187,21 +232,24 @@ macro_rules! float_unary {
     ($fname:ident, |$x:ident| $e:expr) => {
         fn $fname(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
             let dt = c.inputs[0].dtype();
-            with_float!(c, dt, T => Ok(vec![apply_unary::<T, T>(c, |$x: T| $e)?]))
+            with_float!(c, dt, T => Ok(vec![apply_unary::<T>(c, |$x: T| $e)?]))
         }
     };
 }
 /// A float op over whole slices (see `Float::exp_in_place`), in chunks on
 /// rayon when large.
-fn apply_in_place<T: Float + Element>(c: &KernelCtx, f: fn(&mut [T])) -> Result<Tensor> {
-    let a = &c.inputs[0];
-    let mut v = a.as_slice::<T>()?.to_vec();
+fn apply_in_place<T: Float + Element>(c: &mut KernelCtx, f: fn(&mut [T])) -> Result<Tensor> {
+    let shape = c.inputs[0].shape().clone();
+    let mut v = match c.forward_input::<T>(0, shape.num_elements()) {
+        Some(v) => v,
+        None => c.inputs[0].as_slice::<T>()?.to_vec(),
+    };
     if c.threads > 1 && v.len() >= PAR_MIN_ELEMENTS {
         v.par_chunks_mut(PAR_CHUNK).for_each(f);
     } else {
         f(&mut v);
     }
-    Tensor::from_vec(v, a.shape().clone())
+    Tensor::from_vec(v, shape)
 }
 
 macro_rules! float_in_place {
@@ -225,7 +273,7 @@ float_in_place!(k_erf, erf_in_place);
 
 fn k_neg(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let dt = c.inputs[0].dtype();
-    with_numeric!(c, dt, T => Ok(vec![apply_unary::<T, T>(c, |x: T| x.neg())?]))
+    with_numeric!(c, dt, T => Ok(vec![apply_unary::<T>(c, |x: T| x.neg())?]))
 }
 
 /// ReluGrad(g, x) = g where x > 0, else 0.
@@ -234,7 +282,7 @@ fn k_relu_grad(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     if c.inputs[0].dims() != c.inputs[1].dims() {
         return Err(c.n.shape_err(format!("gradient {} and input {} differ", c.inputs[0].shape(), c.inputs[1].shape())));
     }
-    with_float!(c, dt, T => Ok(vec![apply_binary::<T, T>(c, |g: T, x: T| if x > T::ZERO { g } else { T::ZERO })?]))
+    with_float!(c, dt, T => Ok(vec![apply_arith::<T>(c, |g: T, x: T| if x > T::ZERO { g } else { T::ZERO })?]))
 }
 
 /// SumToShape(g, like): sums `g` over the axes along which `like` was

@@ -127,6 +127,20 @@ impl KernelCtx<'_> {
         }
     }
 
+    /// Input `i`'s elements, to be overwritten as an output, when this
+    /// kernel holds the only reference to them: the executor hands a node
+    /// the tensor itself when the node is its last reader (TensorFlow's
+    /// `forward_input`). `None` when anything else shares them (a feed, a
+    /// variable, a view, another reader) or their dtype or length differs.
+    /// The input is left empty: read everything else of it first.
+    pub fn forward_input<T: crate::tensor::Element>(&mut self, i: usize, len: usize) -> Option<Vec<T>> {
+        let s = self.inputs.get_mut(i)?.storage_mut()?;
+        if s.dtype() != T::DTYPE || s.len() != len {
+            return None;
+        }
+        T::unwrap_vec(std::mem::replace(s, T::wrap(Vec::new())))
+    }
+
     pub fn var(&self, i: usize) -> Result<&crate::framework::VarSlot> {
         match self.resources.get(i) {
             Some(Resource::Var(v)) => Ok(v),
@@ -474,3 +488,37 @@ macro_rules! with_any {
     };
 }
 pub(crate) use with_any;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Attrs;
+
+    /// `forward_input` hands over the memory of an input nothing else
+    /// holds, and refuses one that is shared or of another dtype or length.
+    #[test]
+    fn an_input_is_forwarded_only_when_the_kernel_holds_it_alone() {
+        let attrs = Attrs::new();
+        let backend = crate::framework::Backend::Host { pool: None };
+        let alone = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).unwrap();
+        let ptr = alone.as_slice::<f32>().unwrap().as_ptr();
+        let shared = Tensor::from_vec(vec![4.0f32, 5.0, 6.0], [3]).unwrap();
+        let mut c = KernelCtx {
+            n: NodeInfo { name: "n", op: "Neg", attrs: &attrs },
+            inputs: vec![alone, shared.clone()],
+            threads: 1,
+            resources: &[],
+            comm: None,
+            transfer: None,
+            stacks: None,
+            buffers: None,
+            backend: &backend,
+        };
+        assert!(c.forward_input::<f64>(0, 3).is_none());
+        assert!(c.forward_input::<f32>(0, 4).is_none());
+        assert!(c.forward_input::<f32>(1, 3).is_none());
+        let v = c.forward_input::<f32>(0, 3).unwrap();
+        assert_eq!((v.as_ptr(), v), (ptr, vec![1.0, 2.0, 3.0]));
+        assert_eq!(shared.to_vec::<f32>().unwrap(), vec![4.0, 5.0, 6.0]);
+    }
+}

@@ -709,12 +709,24 @@ impl<'a> Step<'a> {
             vec![c.clone()]
         } else {
             let mut inputs = Vec::with_capacity(node.inputs.len());
-            for src in &node.inputs {
+            // Inputs this node is the last reader of: it takes the tensors
+            // themselves, so its kernel may write over their memory
+            // (`KernelCtx::forward_input`), and gives them back after.
+            let mut last_reads = 0u64;
+            for (j, src) in node.inputs.iter().enumerate() {
                 inputs.push(match *src {
                     Source::Feed(f) => self.feeds[f].clone(),
-                    Source::Slot(s) => self.slots[s].lock().unwrap_or_else(|e| e.into_inner()).clone().ok_or_else(|| {
-                        EngineError::Kernel { node: node.name.clone(), op: node.op.clone(), detail: format!("input slot {s} is empty") }
-                    })?,
+                    Source::Slot(s) => {
+                        // Counted down under the slot's lock: every other
+                        // reader has cloned before the last one takes.
+                        let mut slot = self.slots[s].lock().unwrap_or_else(|e| e.into_inner());
+                        let last = self.uses[s].fetch_sub(1, Ordering::AcqRel) == 1;
+                        if last && j < 64 {
+                            last_reads |= 1 << j;
+                        }
+                        let t = if last { slot.take() } else { slot.clone() };
+                        t.ok_or_else(|| EngineError::Kernel { node: node.name.clone(), op: node.op.clone(), detail: format!("input slot {s} is empty") })?
+                    }
                     Source::Wire(k) => self.wires[k].lock().unwrap_or_else(|e| e.into_inner()).take().ok_or_else(|| {
                         EngineError::Kernel { node: node.name.clone(), op: node.op.clone(), detail: "no tensor arrived".into() }
                     })?,
@@ -732,13 +744,8 @@ impl<'a> Step<'a> {
                 backend: &self.device.backend,
             };
             let out = (node.kernel)(&mut ctx).map_err(|e| e.at_node(&node.name, &node.op))?;
-            drop(ctx);
-            // Release inputs whose last consumer this was.
-            for src in &node.inputs {
-                if let Source::Slot(s) = *src
-                    && self.uses[s].fetch_sub(1, Ordering::AcqRel) == 1
-                    && let Some(t) = self.slots[s].lock().unwrap_or_else(|e| e.into_inner()).take()
-                {
+            for (j, t) in std::mem::take(&mut ctx.inputs).into_iter().enumerate() {
+                if j < 64 && last_reads & (1 << j) != 0 {
                     self.prep.buffers.give(t);
                 }
             }
@@ -845,6 +852,39 @@ pub(crate) mod tests {
         // Unknown batch: the work is not known, so the pool is used.
         let (g, x, y) = layer(None, 784, 512);
         assert!(!prepare(&g, &[&x], &y).small);
+    }
+
+    /// A kernel writes over an input only where it is the input's last
+    /// reader: `y` has two readers (whichever runs second may write over
+    /// it, the first must see it whole), `a` one; the fed `x` and a fetched
+    /// `y` are never written over. One thread and two, many runs, so the
+    /// readers' order varies.
+    #[test]
+    fn kernels_write_over_an_input_only_where_they_are_its_last_reader() {
+        let g = Graph::new();
+        let n = 1 << 16;
+        let x = g.placeholder("x", DType::F32, vec![Some(n)]).unwrap();
+        let y = g.neg(&x).unwrap();
+        let (a, b) = (g.exp(&y).unwrap(), g.square(&y).unwrap());
+        let s = g.add(&a, &b).unwrap();
+        let xs: Vec<f32> = (0..n).map(|i| (i % 17) as f32 * 0.25 - 2.0).collect();
+        let feed = Tensor::from_vec(xs.clone(), [n]).unwrap();
+        let want: Vec<f32> = xs.iter().map(|&v| (-v).exp() + v * v).collect();
+        let fetches = [(s.node_id(), 0), (y.node_id(), 0)];
+        for fetch_y in [false, true] {
+            let p = Prepared::new(&g, &[(x.node_id(), 0)], &fetches[..1 + fetch_y as usize], &[], &NoResources, DeviceType::Cpu).unwrap();
+            for threads in [1, 2] {
+                let dev = cpu_device(CPU0, threads);
+                for _ in 0..20 {
+                    let (out, _) = p.run(std::slice::from_ref(&feed), threads, &dev, false, None).unwrap();
+                    assert_eq!(out[0].to_vec::<f32>().unwrap(), want, "fetch y: {fetch_y}, threads {threads}");
+                    if fetch_y {
+                        assert_eq!(out[1].to_vec::<f32>().unwrap(), xs.iter().map(|v| -v).collect::<Vec<_>>());
+                    }
+                    assert_eq!(feed.to_vec::<f32>().unwrap(), xs);
+                }
+            }
+        }
     }
 
     /// Two layers whose products' outputs (64 x 512 and 64 x 256 f32) are

@@ -61,6 +61,35 @@ pub(crate) fn map<T: Copy + Send + Sync, U: Copy + Send + Sync + Default>(
     }
 }
 
+/// `f` over every element, in place.
+pub(crate) fn map_in_place<T: Copy + Send + Sync>(x: &mut [T], threads: usize, f: impl Fn(T) -> T + Sync + Send) {
+    let run = |x: &mut [T]| {
+        for v in x.iter_mut() {
+            *v = f(*v);
+        }
+    };
+    if threads > 1 && x.len() >= PAR_MIN_ELEMENTS {
+        x.par_chunks_mut(CHUNK).for_each(run);
+    } else {
+        run(x);
+    }
+}
+
+/// `x[i] = f(x[i], y[i])` over equal-length slices.
+pub(crate) fn zip_in_place<T: Copy + Send + Sync>(x: &mut [T], y: &[T], threads: usize, f: impl Fn(T, T) -> T + Sync + Send) {
+    debug_assert_eq!(x.len(), y.len());
+    let run = |(x, y): (&mut [T], &[T])| {
+        for (v, &w) in x.iter_mut().zip(y) {
+            *v = f(*v, w);
+        }
+    };
+    if threads > 1 && x.len() >= PAR_MIN_ELEMENTS {
+        x.par_chunks_mut(CHUNK).zip(y.par_chunks(CHUNK)).for_each(run);
+    } else {
+        run((x, y));
+    }
+}
+
 /// `f` over pairs of equal-length slices.
 pub(crate) fn zip_map<T: Copy + Send + Sync, U: Copy + Send + Sync + Default>(
     a: &[T],
