@@ -256,6 +256,7 @@ pub(crate) fn profile_model_on(req: &ProfileRequest, mut host: HostMeasurement, 
     let step = model.step();
     let (nodes, _) = flowlab_engine::step_graph(&model.graph, &step.feeds, &step.fetches, &step.targets, Some(flowlab_engine::DeviceType::Cpu)).map_err(|e| format!("the training step: {e}"))?;
     let index: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+    let profiled = flowlab_sim::graph::profiled_nodes(nodes.clone(), "cpu").map_err(|e| format!("the training step's costs: {e}"))?;
     let devices = req.devices.max(1);
     let placement = (devices > 1).then(|| {
         let first = DeviceSet::local_cpus(1).devices()[0].0.clone();
@@ -322,7 +323,7 @@ pub(crate) fn profile_model_on(req: &ProfileRequest, mut host: HostMeasurement, 
         });
         result?;
     }
-    let shapes = samples
+    let shapes: BTreeMap<String, ShapeMeasurement> = samples
         .into_iter()
         .map(|(k, (op, v))| {
             let (seconds, p10, p90) = spread(&v);
@@ -335,6 +336,9 @@ pub(crate) fn profile_model_on(req: &ProfileRequest, mut host: HostMeasurement, 
         model: Some(req.sizes.model_id(&req.model)),
         batch: Some(req.batch),
         session_devices: Some(devices),
+        // The nodes the engine timed, so other shapes of this graph can be
+        // priced from these measurements.
+        nodes: profiled.into_iter().filter(|(_, n)| shapes.contains_key(&n.key)).collect(),
         shapes,
         host: Some(host),
         step_seconds,

@@ -14,5 +14,5 @@ pub mod systolic;
 pub use catalog::{Catalog, DeviceSpec, FabricSpec, GemmRate, LinkSharing, LinkSpec, PeakTflops, SystolicSpec};
 pub use error::HwError;
 pub use format::{CommFormat, WireCensus};
-pub use profile::{HOST_DEVICE, HOST_LINK, HostMeasurement, ShapeMeasurement, TransferCompute};
+pub use profile::{HOST_DEVICE, HOST_LINK, HostMeasurement, ProfiledGemm, ProfiledNode, ShapeMeasurement, TransferCompute};
 pub use roofline::{Dtype, OpClass, OpCost, OpMeasurement, Profile};

@@ -37,6 +37,36 @@ pub struct ShapeMeasurement {
     pub contended_seconds: Option<f64>,
 }
 
+/// One node of the profiled step: its shape key and the cost its op family
+/// declares at those shapes. A simulation of the same graph at other shapes
+/// (another batch) prices the node from its measured time here, scaled by
+/// the cost model's ratio between the two shapes, instead of by the model
+/// alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfiledNode {
+    /// The node's key in [`Profile::shapes`](crate::Profile::shapes).
+    pub key: String,
+    pub flops: f64,
+    pub bytes: f64,
+    /// The node's arithmetic as one product `[m, k] x [k, n]`, where it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm: Option<ProfiledGemm>,
+}
+
+/// A product's dimensions and which operands are read transposed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfiledGemm {
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    #[serde(default)]
+    pub transpose_a: bool,
+    #[serde(default)]
+    pub transpose_b: bool,
+}
+
 /// Figures of the host the profile was measured on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

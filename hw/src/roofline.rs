@@ -124,6 +124,11 @@ pub struct Profile {
     /// they take precedence over `ops` and `classes`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub shapes: BTreeMap<String, ShapeMeasurement>,
+    /// The profiled step's nodes by name: their shape keys and modelled
+    /// costs, so the same graph at other shapes can be priced from these
+    /// measurements (see [`crate::ProfiledNode`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub nodes: BTreeMap<String, crate::ProfiledNode>,
     /// The host the profile was measured on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<HostMeasurement>,

@@ -17,7 +17,7 @@ mod simulate;
 
 pub use cluster::{DEFAULT_LINK, MAX_DEVICES, VirtualCluster, VirtualDevice};
 pub use report::{DeviceReport, GraphSimReport, LinkReport};
-pub use sim_graph::{SimGraph, StepSpec, profile_key};
+pub use sim_graph::{SimGraph, StepSpec, profile_key, profiled_nodes};
 pub use simulate::{GraphSimulator, SimOptions};
 
 #[cfg(test)]

@@ -100,6 +100,21 @@ pub fn profile_key(nodes: &[Node], i: usize, device_kind: &str) -> String {
     format!("{} {}", device_kind.to_ascii_lowercase(), types_key(&n.op, &ins, &outs))
 }
 
+/// Every node of `nodes` (one step, in id order) by name: its profile key
+/// on `device_kind` and its op family's cost, as a profile records them so
+/// the same graph at other shapes can be priced from its measurements.
+pub fn profiled_nodes(nodes: Vec<Node>, device_kind: &str) -> Result<std::collections::BTreeMap<String, flowlab_hw::ProfiledNode>, SimError> {
+    let g = SimGraph::from_nodes(nodes)?;
+    let kind = device_kind.to_ascii_lowercase();
+    Ok((0..g.len())
+        .map(|i| {
+            let c = &g.costs[i];
+            let gemm = c.gemm.map(|x| flowlab_hw::ProfiledGemm { m: x.m, n: x.n, k: x.k, transpose_a: x.transposed.0, transpose_b: x.transposed.1 });
+            (g.names[i].clone(), flowlab_hw::ProfiledNode { key: format!("{kind} {}", g.keys[i]), flops: c.flops, bytes: c.bytes, gemm })
+        })
+        .collect())
+}
+
 fn types_key(op: &str, ins: &[(DType, Shape)], outs: &[(DType, Shape)]) -> String {
     use std::fmt::Write;
     let mut k = String::with_capacity(64);

@@ -19,7 +19,7 @@
 //! placements of one graph cheaply.
 
 use super::cluster::VirtualCluster;
-use super::cost::DeviceCoster;
+use super::cost::{DeviceCoster, Priced};
 use super::report::{DeviceReport, GraphSimReport, LinkReport};
 use super::sim_graph::{SimGraph, StepSpec};
 use crate::error::SimError;
@@ -79,6 +79,8 @@ pub struct GraphSimulator {
     warnings: Vec<String>,
     /// Nodes a shape-keyed profile did not price (empty without one).
     fallback_nodes: Vec<String>,
+    /// Nodes priced from their profiled shapes, scaled (see `cost.rs`).
+    scaled_nodes: Vec<String>,
     /// Per slot: device time of its Send and of its Recv (ps) on devices
     /// that run their own transfers; per device, whether it does.
     send_ps: Vec<u64>,
@@ -286,7 +288,7 @@ impl GraphSimulator {
         if ndev == 0 {
             return Err(SimError::param("devices", "the cluster has no devices"));
         }
-        let (times, shares, fallback) = price_nodes(&graph, cluster, opts)?;
+        let (times, shares, priced) = price_nodes(&graph, cluster, opts)?;
         if let Some((k, e)) = opts.host_contention.iter().enumerate().find(|(_, e)| !(e.is_finite() && **e > 0.0 && **e <= 1.0)) {
             return Err(SimError::param(
                 "host_contention",
@@ -294,7 +296,7 @@ impl GraphSimulator {
             ));
         }
         let mut warnings = graph.warnings.clone();
-        let fallback_nodes = profile_warnings(&graph, opts.profile.as_ref(), &fallback, &mut warnings);
+        let (fallback_nodes, scaled_nodes) = profile_warnings(&graph, opts.profile.as_ref(), &priced, &mut warnings);
         let wire = WireCosts::of(&graph, opts);
         let tc = &opts.transfer_compute;
         let self_driven = cluster.devices().iter().map(|d| d.spec.copy_engines == 0 && !tc.is_empty()).collect();
@@ -323,6 +325,7 @@ impl GraphSimulator {
             port_cap,
             warnings,
             fallback_nodes,
+            scaled_nodes,
             send_ps: wire.send_ps,
             recv_ps: wire.recv_ps,
             control_send_ps: wire.control_send_ps,
@@ -399,6 +402,12 @@ impl GraphSimulator {
     /// profile.
     pub fn fallback_nodes(&self) -> &[String] {
         &self.fallback_nodes
+    }
+
+    /// Nodes the profile measured at other shapes only: their times are
+    /// the measured ones scaled by the cost model (extrapolated).
+    pub fn scaled_nodes(&self) -> &[String] {
+        &self.scaled_nodes
     }
 
     /// Warnings from preparing the graph and its costs.
@@ -654,7 +663,7 @@ impl GraphSimulator {
 /// whether a profile's shape key priced it nowhere. One coster per
 /// distinct device spec: devices of one spec share times.
 #[allow(clippy::type_complexity)]
-fn price_nodes(graph: &SimGraph, cluster: &VirtualCluster, opts: &SimOptions) -> Result<(Vec<u64>, Vec<f64>, Vec<bool>), SimError> {
+fn price_nodes(graph: &SimGraph, cluster: &VirtualCluster, opts: &SimOptions) -> Result<(Vec<u64>, Vec<f64>, Vec<Priced>), SimError> {
     let (n, ndev) = (graph.len(), cluster.len());
     let mut spec_index: Vec<usize> = Vec::with_capacity(ndev);
     let mut distinct: Vec<&flowlab_hw::DeviceSpec> = Vec::new();
@@ -671,14 +680,15 @@ fn price_nodes(graph: &SimGraph, cluster: &VirtualCluster, opts: &SimOptions) ->
     let mut per_spec = vec![vec![0u64; n]; distinct.len()];
     let pair_share = opts.host_contention.get(1).copied().unwrap_or(1.0);
     let mut share_spec = vec![vec![pair_share; n]; distinct.len()];
-    let mut fallback = vec![false; n];
+    // Per node, the least measured pricing any device spec gave it.
+    let mut priced = vec![Priced::Measured; n];
     for (k, spec) in distinct.iter().enumerate() {
         let mut coster = DeviceCoster::new(spec, profile);
         for i in 0..n {
             if !graph.runs[i] {
                 continue;
             }
-            let (s, keyed, share) = coster.seconds(&graph.ops[i], &graph.keys[i], &graph.costs[i]);
+            let (s, how, share) = coster.seconds(&graph.names[i], &graph.ops[i], &graph.keys[i], &graph.costs[i]);
             // infinite: the device cannot run the op (float work on TPU
             // v1), kept as `u64::MAX` for the placers to avoid and refused
             // by the replay; finite beyond the clock: refused
@@ -693,7 +703,7 @@ fn price_nodes(graph: &SimGraph, cluster: &VirtualCluster, opts: &SimOptions) ->
                     ),
                 });
             }
-            fallback[i] |= !keyed;
+            priced[i] = priced[i].max(how);
             per_spec[k][i] = SimTime::from_secs_f64(s).0;
             if let Some(sh) = share {
                 share_spec[k][i] = sh;
@@ -708,19 +718,37 @@ fn price_nodes(graph: &SimGraph, cluster: &VirtualCluster, opts: &SimOptions) ->
             shares[i * ndev + d] = share_spec[spec_index[d]][i];
         }
     }
-    Ok((times, shares, fallback))
+    Ok((times, shares, priced))
 }
 
-/// What the profile left unpriced, as warnings: with shape keys, the nodes
-/// no key priced (returned, by name); without, each op it has no entry for.
-fn profile_warnings(graph: &SimGraph, profile: Option<&Profile>, fallback: &[bool], warnings: &mut Vec<String>) -> Vec<String> {
+/// What the profile left unpriced or priced by extrapolation, as warnings:
+/// with shape keys, the nodes no key priced and the nodes scaled from their
+/// profiled shapes (both returned, by name); without, each op it has no
+/// entry for.
+fn profile_warnings(graph: &SimGraph, profile: Option<&Profile>, priced: &[Priced], warnings: &mut Vec<String>) -> (Vec<String>, Vec<String>) {
     let n = graph.len();
     let keyed_profile = profile.is_some_and(|p| !p.shapes.is_empty());
-    let fallback_nodes: Vec<String> = if keyed_profile {
-        (0..n).filter(|&i| graph.runs[i] && fallback[i]).map(|i| graph.names[i].clone()).collect()
-    } else {
-        Vec::new()
+    let named = |how: Priced| -> Vec<String> {
+        if !keyed_profile {
+            return Vec::new();
+        }
+        (0..n).filter(|&i| graph.runs[i] && priced[i] == how).map(|i| graph.names[i].clone()).collect()
     };
+    let (fallback_nodes, scaled_nodes) = (named(Priced::Modelled), named(Priced::Scaled));
+    let fallback: Vec<bool> = priced.iter().map(|&p| p == Priced::Modelled).collect();
+    if let Some(p) = profile
+        && !scaled_nodes.is_empty()
+    {
+        let from = match (&p.model, p.batch) {
+            (Some(m), Some(b)) => format!(" ({m} at batch {b})"),
+            _ => String::new(),
+        };
+        warnings.push(format!(
+            "{} of {} nodes are priced from their measured time at the profile's shapes{from}, scaled by the cost model's ratio: extrapolated, not measured",
+            scaled_nodes.len(),
+            graph.runs.iter().filter(|&&r| r).count(),
+        ));
+    }
     if keyed_profile && !fallback_nodes.is_empty() {
         let mut by_op: BTreeMap<&str, usize> = BTreeMap::new();
         for i in (0..n).filter(|&i| graph.runs[i] && fallback[i]) {
@@ -745,7 +773,7 @@ fn profile_warnings(graph: &SimGraph, profile: Option<&Profile>, fallback: &[boo
             }
         }
     }
-    fallback_nodes
+    (fallback_nodes, scaled_nodes)
 }
 
 /// Bytes on the wire and Send/Recv kernel times per slot, in the slot's

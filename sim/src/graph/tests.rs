@@ -405,6 +405,50 @@ fn a_shape_keyed_profile_prices_its_shapes_and_names_the_nodes_it_lacks() {
     assert_eq!(sim.simulate(&place(&g, &cl, 0, &[])).unwrap().step_ps, 2 * MS + 2 * MS, "the op-name seconds (1 ms per Neg)");
 }
 
+/// The same graph at four times the shapes its profile measured: each Neg
+/// is its measured 3 ms times the roofline's ratio between the shapes. A
+/// Neg reads and writes 4 bytes per element, far below a K40's compute
+/// for its one flop per element, and both sizes fit its L2, so the ratio
+/// is the bytes', exactly 4: 12 ms plus the 5 us launch, by hand.
+#[test]
+fn a_profile_prices_other_shapes_of_its_graph_from_its_measurements_scaled() {
+    let chain = |n: usize| {
+        let g = Graph::new();
+        let x = g.placeholder("x", DType::F32, Shape::new(vec![n])).unwrap();
+        let y = neg(&neg(&x));
+        g.op("Add").input(&y).input(&x).build().unwrap();
+        g
+    };
+    let (small, big) = (chain(1000), chain(4000));
+    let mut p = Profile::default();
+    for (op, s) in [("Add", 2e-3), ("Placeholder", 0.0)] {
+        p.ops.insert(op.into(), OpMeasurement::Seconds(s));
+    }
+    let key = "gpu Neg f32[1000] -> f32[1000]".to_string();
+    p.shapes.insert(key.clone(), flowlab_hw::ShapeMeasurement { op: "Neg".into(), seconds: 3e-3, p10: 3e-3, p90: 3e-3, samples: 4, contended_seconds: None });
+    p.nodes = super::profiled_nodes(small.nodes(), "gpu").unwrap().into_iter().filter(|(_, n)| n.key == key).collect();
+    assert_eq!(p.nodes.keys().collect::<Vec<_>>(), ["Neg", "Neg_1"]);
+    let cl = cluster(1);
+    let sim = GraphSimulator::new(&big, &cl, &SimOptions { profile: Some(p.clone()), ..opts() }).unwrap();
+    let r = sim.simulate(&place(&big, &cl, 0, &[])).unwrap();
+    assert_eq!(r.step_ps, 2 * (12 * MS + 5_000_000) + 2 * MS);
+    assert_eq!(sim.scaled_nodes(), ["Neg", "Neg_1"]);
+    assert_eq!(sim.fallback_nodes(), ["x", "Add"]);
+    assert!(r.warnings.iter().any(|w| w.starts_with("2 of 4 nodes are priced from their measured time at the profile's shapes")), "{:?}", r.warnings);
+    // At the profiled shapes the key applies as measured; a record whose
+    // op is not the node's is not used.
+    let sim = GraphSimulator::new(&small, &cl, &SimOptions { profile: Some(p.clone()), ..opts() }).unwrap();
+    assert_eq!(sim.simulate(&place(&small, &cl, 0, &[])).unwrap().step_ps, 2 * (3 * MS + 5_000_000) + 2 * MS);
+    assert!(sim.scaled_nodes().is_empty());
+    let mut other_op = p;
+    for n in other_op.nodes.values_mut() {
+        n.key = key.replace("Neg", "Exp");
+    }
+    let sim = GraphSimulator::new(&big, &cl, &SimOptions { profile: Some(other_op), ..opts() }).unwrap();
+    assert!(sim.scaled_nodes().is_empty());
+    assert_eq!(sim.fallback_nodes(), ["x", "Neg", "Neg_1", "Add"]);
+}
+
 #[test]
 fn cpus_run_their_own_send_and_recv_kernels() {
     // x -> Neg (CPU 0) -> Neg (CPU 1), 1,000 f32 over a 1 GB/s, 10 us link.

@@ -169,6 +169,7 @@ const METRICS: &[&str] = &[
     "measured_transfer_bytes",
     "predicted_transfer_bytes",
     "fallback_nodes",
+    "scaled_nodes",
     "devices_used",
     "nodes",
     "reference_step_s",
@@ -529,6 +530,7 @@ fn run_point(p: &ValidatePoint, seed: u64) -> Result<Outcome, String> {
     m.insert("measured_transfer_bytes".into(), measured.bytes);
     m.insert("predicted_transfer_bytes".into(), report.transfer_bytes as f64);
     m.insert("fallback_nodes".into(), sim.fallback_nodes().len() as f64);
+    m.insert("scaled_nodes".into(), sim.scaled_nodes().len() as f64);
     m.insert("devices_used".into(), report.devices.iter().filter(|d| d.ops > 0).count() as f64);
     m.insert("nodes".into(), sim.graph().len() as f64);
     o.series.insert("measured_step_times_s".into(), measured.times);
