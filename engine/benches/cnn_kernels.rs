@@ -10,7 +10,7 @@
 //! whole step.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use flowlab_engine::kernels::cpu::{
+use flowlab_engine::kernels::cpu::{Product, 
     Conv2dGeom, Padding, Pool2dGeom, conv2d, conv2d_backprop_filter, conv2d_backprop_filter_by_im2col, conv2d_backprop_input,
     conv2d_backprop_input_by_im2col, conv2d_by_im2col, matmul, max_pool, max_pool_grad, max_pool_grad_with_workspace, max_pool_relu_grad,
     max_pool_with_workspace,
@@ -109,13 +109,13 @@ fn cnn_kernels(c: &mut Criterion) {
         let mut dw = vec![0f32; k * n];
         {
             group.bench_function(BenchmarkId::new("dense_fwd", &t), |b| {
-                pool.install(|| b.iter(|| matmul(black_box(&x), black_box(&w), &mut y, m, n, k, false, false, threads)))
+                pool.install(|| b.iter(|| matmul(black_box(&x), black_box(&w), &mut y, Product::new(m, n, k), threads)))
             });
             group.bench_function(BenchmarkId::new("dense_dx", &t), |b| {
-                pool.install(|| b.iter(|| matmul(black_box(&dy), black_box(&w), &mut dx, m, k, n, false, true, threads)))
+                pool.install(|| b.iter(|| matmul(black_box(&dy), black_box(&w), &mut dx, Product::new(m, k, n).transposed(false, true), threads)))
             });
             group.bench_function(BenchmarkId::new("dense_dw", &t), |b| {
-                pool.install(|| b.iter(|| matmul(black_box(&x), black_box(&dy), &mut dw, k, n, m, true, false, threads)))
+                pool.install(|| b.iter(|| matmul(black_box(&x), black_box(&dy), &mut dw, Product::new(k, n, m).transposed(true, false), threads)))
             });
         }
     }

@@ -3,7 +3,7 @@
 //! runs inside a rayon pool of exactly that size.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use flowlab_engine::kernels::cpu::matmul;
+use flowlab_engine::kernels::cpu::{Product, matmul};
 use std::hint::black_box;
 
 fn gemm(c: &mut Criterion) {
@@ -18,7 +18,7 @@ fn gemm(c: &mut Criterion) {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("rayon pool");
             group.bench_with_input(BenchmarkId::new(format!("{threads}t"), n), &n, |bench, &n| {
                 pool.install(|| {
-                    bench.iter(|| matmul(black_box(&a), black_box(&b), &mut out, n, n, n, false, false, threads))
+                    bench.iter(|| matmul(black_box(&a), black_box(&b), &mut out, Product::new(n, n, n), threads))
                 })
             });
         }

@@ -3,7 +3,7 @@
 //! constants whose bytes do not match their type. Each is an error naming
 //! the node (and file), never a crash.
 
-use flowlab_engine::kernels::cpu::matmul;
+use flowlab_engine::kernels::cpu::{Product, matmul};
 use flowlab_engine::{DType, EngineError, Graph, Session, Shape, Tensor};
 
 /// 2^62 + 1: times 4 it wraps to 4 in 64-bit arithmetic.
@@ -95,7 +95,7 @@ fn the_public_matmul_kernel_refuses_sizes_that_wrap() {
     let a = vec![0f32; 4];
     let b = vec![0f32; 4];
     let mut c = vec![0f32; 4];
-    matmul(&a, &b, &mut c, WRAPS, 1, 4, false, false, 1);
+    matmul(&a, &b, &mut c, Product::new(WRAPS, 1, 4), 1);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! training step. Everything here runs real kernels and reads the clock;
 //! nothing is estimated.
 
+use flowlab_engine::kernels::cpu::{Product, matmul};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
@@ -415,11 +416,11 @@ fn concurrent_share(cores: usize) -> BTreeMap<usize, f64> {
                 .map(|_| {
                     s.spawn(|| {
                         let mut c = vec![0f32; N * N];
-                        flowlab_engine::kernels::cpu::matmul(&a, &b, &mut c, N, N, N, false, false, 1);
+                        matmul(&a, &b, &mut c, Product::new(N, N, N), 1);
                         barrier.wait();
                         let t = Instant::now();
                         for _ in 0..REPS {
-                            flowlab_engine::kernels::cpu::matmul(&a, &b, &mut c, N, N, N, false, false, 1);
+                            matmul(&a, &b, &mut c, Product::new(N, N, N), 1);
                         }
                         t.elapsed().as_secs_f64() / REPS as f64
                     })
@@ -456,7 +457,7 @@ fn gemm_gflops_of(m: usize, n: usize, k: usize, transpose_a: bool, transpose_b: 
     let started = Instant::now();
     for rep in 0..1000 {
         let t = Instant::now();
-        flowlab_engine::kernels::cpu::matmul(&a, &b, &mut c, m, n, k, transpose_a, transpose_b, threads);
+        matmul(&a, &b, &mut c, Product::new(m, n, k).transposed(transpose_a, transpose_b), threads);
         if rep > 0 {
             times.push(t.elapsed().as_secs_f64());
         }

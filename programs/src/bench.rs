@@ -6,7 +6,7 @@
 //! size, so `threads` means what it says whatever the machine's core count.
 
 use flowlab_engine::{DType, EngineError, Graph, Optimizer, Output, Result, Session, SessionOptions, Tensor};
-use flowlab_engine::kernels::cpu::matmul;
+use flowlab_engine::kernels::cpu::{Product, matmul};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -381,7 +381,7 @@ fn gemm_f32(n: usize, threads: usize, reps: usize) -> Result<BenchRecord> {
     let a: Vec<f32> = (0..n * n).map(|i| ((i * 7) % 13) as f32 * 0.1 - 0.6).collect();
     let b: Vec<f32> = (0..n * n).map(|i| ((i * 5) % 11) as f32 * 0.1 - 0.5).collect();
     let mut c = vec![0f32; n * n];
-    let secs = pool(threads)?.install(|| median_secs(reps, || matmul(&a, &b, &mut c, n, n, n, false, false, threads)));
+    let secs = pool(threads)?.install(|| median_secs(reps, || matmul(&a, &b, &mut c, Product::new(n, n, n), threads)));
     Ok(BenchRecord {
         name: format!("gemm_f32_{n}"),
         threads,

@@ -7,7 +7,7 @@ use crate::graph::AttrValue;
 use crate::error::Result;
 use crate::graph::{Graph, IntoOutput, Output};
 use crate::tensor::TensorType;
-use crate::kernels::cpu::{batch_matmul, matmul};
+use crate::kernels::cpu::{Product, batch_matmul, matmul};
 use crate::tensor::{PartialShape, Shape};
 use crate::tensor::Tensor;
 
@@ -71,7 +71,7 @@ fn k_matmul(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     }
     with_float!(c, a.dtype(), T => {
         let mut out = c.overwritten_output::<T>(m * n);
-        matmul(a.as_slice::<T>()?, b.as_slice::<T>()?, &mut out, m, n, k, ta, tb, c.threads);
+        matmul(a.as_slice::<T>()?, b.as_slice::<T>()?, &mut out, Product::new(m, n, k).transposed(ta, tb), c.threads);
         Ok(vec![Tensor::from_vec(out, [m, n])?])
     })
 }
@@ -97,7 +97,7 @@ fn k_batch_matmul(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     }
     with_float!(c, a.dtype(), T => {
         let mut out = c.overwritten_output::<T>(batch * m * n);
-        batch_matmul(a.as_slice::<T>()?, b.as_slice::<T>()?, &mut out, batch, m, n, k, ta, tb, c.threads);
+        batch_matmul(a.as_slice::<T>()?, b.as_slice::<T>()?, &mut out, batch, Product::new(m, n, k).transposed(ta, tb), c.threads);
         Ok(vec![Tensor::from_vec(out, od)?])
     })
 }

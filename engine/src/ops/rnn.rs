@@ -23,7 +23,7 @@ use crate::error::Result;
 use crate::graph::{AttrValue, Graph, IntoOutput, Output};
 use crate::kernels::cpu::Float;
 use crate::kernels::cpu::lstm::{GateGrads, lstm_backward, lstm_forward};
-use crate::kernels::cpu::matmul::gemm_strided;
+use crate::kernels::cpu::matmul::{Product, gemm_strided};
 use crate::tensor::{PartialShape, Shape, Tensor, TensorType};
 
 /// The seven outputs of one LSTM cell step, named as in TensorFlow.
@@ -129,7 +129,7 @@ fn k_cell(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
         for _ in 0..bt {
             z.extend_from_slice(bias);
         }
-        gemm_strided(&xh, w.as_slice::<T>()?, &mut z, bt, g, k, false, false, true, c.threads);
+        gemm_strided(&xh, w.as_slice::<T>()?, &mut z, Product::new(bt, g, k), true, c.threads);
         let a = lstm_forward(&z, cs.as_slice::<T>()?, bt, hd, T::from_f64(forget_bias));
         [a.i, a.cs, a.f, a.o, a.ci, a.co, a.h].into_iter().map(|v| Tensor::from_vec(v, [bt, hd])).collect()
     })

@@ -18,7 +18,7 @@
 
 use super::conv_direct;
 use super::pool::{Pool2dGeom, max_pool_with_workspace};
-use super::matmul::gemm_strided;
+use super::matmul::{Product, gemm_strided};
 use super::scalar::Float;
 use super::vectorize::vectorized;
 use rayon::prelude::*;
@@ -462,7 +462,7 @@ fn forward_by_im2col<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Con
     assert_eq!(out.len(), g.output_len(), "conv2d: output length");
     let (kl, oc, p) = (g.patch_len(), g.out_c, g.positions());
     if g.is_pointwise() {
-        gemm_strided(input, filter, out, p, oc, kl, false, false, false, threads);
+        gemm_strided(input, filter, out, Product::new(p, oc, kl), false, threads);
         epilogue(0, out);
         return;
     }
@@ -474,7 +474,7 @@ fn forward_by_im2col<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Con
         let pt = &mut patches[..rows * kl];
         im2col(input, pt, r0, g, threads);
         let block = &mut out[r0 * oc..(r0 + rows) * oc];
-        gemm_strided(pt, filter, block, rows, oc, kl, false, false, false, threads);
+        gemm_strided(pt, filter, block, Product::new(rows, oc, kl), false, threads);
         epilogue(r0 * oc, block);
         r0 += rows;
     }
@@ -510,7 +510,7 @@ pub fn conv2d_backprop_input_by_im2col<T: Float>(
     g.debug_assert_lens(grad_in.len(), filter.len(), grad_out.len());
     let (kl, oc, p) = (g.patch_len(), g.out_c, g.positions());
     if g.is_pointwise() {
-        gemm_strided(grad_out, filter, grad_in, p, kl, oc, false, true, false, threads);
+        gemm_strided(grad_out, filter, grad_in, Product::new(p, kl, oc).transposed(false, true), false, threads);
         return;
     }
     grad_in.fill(T::ZERO);
@@ -520,7 +520,7 @@ pub fn conv2d_backprop_input_by_im2col<T: Float>(
     while r0 < p {
         let rows = chunk.min(p - r0);
         let dp = &mut dpatches[..rows * kl];
-        gemm_strided(&grad_out[r0 * oc..(r0 + rows) * oc], filter, dp, rows, kl, oc, false, true, false, threads);
+        gemm_strided(&grad_out[r0 * oc..(r0 + rows) * oc], filter, dp, Product::new(rows, kl, oc).transposed(false, true), false, threads);
         col2im(dp, grad_in, r0, g, threads);
         r0 += rows;
     }
@@ -555,7 +555,7 @@ pub fn conv2d_backprop_filter_by_im2col<T: Float>(
     g.debug_assert_lens(input.len(), grad_filter.len(), grad_out.len());
     let (kl, oc, p) = (g.patch_len(), g.out_c, g.positions());
     if g.is_pointwise() {
-        gemm_strided(input, grad_out, grad_filter, kl, oc, p, true, false, false, threads);
+        gemm_strided(input, grad_out, grad_filter, Product::new(kl, oc, p).transposed(true, false), false, threads);
         return;
     }
     if p == 0 {
@@ -569,7 +569,7 @@ pub fn conv2d_backprop_filter_by_im2col<T: Float>(
         let rows = chunk.min(p - r0);
         let pt = &mut patches[..rows * kl];
         im2col(input, pt, r0, g, threads);
-        gemm_strided(pt, &grad_out[r0 * oc..(r0 + rows) * oc], grad_filter, kl, oc, rows, true, false, r0 > 0, threads);
+        gemm_strided(pt, &grad_out[r0 * oc..(r0 + rows) * oc], grad_filter, Product::new(kl, oc, rows).transposed(true, false), r0 > 0, threads);
         r0 += rows;
     }
 }

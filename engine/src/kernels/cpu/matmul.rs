@@ -5,6 +5,29 @@
 use super::scalar::Float;
 use rayon::prelude::*;
 
+/// A product `c[m, n] = op(a)[m, k] · op(b)[k, n]`: `op` reads an operand
+/// stored transposed (`a` as `[k, m]`, `b` as `[n, k]`) where its flag says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Product {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub trans_a: bool,
+    pub trans_b: bool,
+}
+
+impl Product {
+    /// Neither operand transposed.
+    pub fn new(m: usize, n: usize, k: usize) -> Product {
+        Product { m, n, k, trans_a: false, trans_b: false }
+    }
+
+    /// The same sizes with the operands read transposed as given.
+    pub fn transposed(self, trans_a: bool, trans_b: bool) -> Product {
+        Product { trans_a, trans_b, ..self }
+    }
+}
+
 /// A matrix operand as gemm sees it: element `(i, j)` at `ptr + i*rs + j*cs`.
 #[derive(Clone, Copy)]
 struct View<T> {
@@ -54,24 +77,13 @@ impl<T> PanelsOut<T> {
 }
 
 /// One gemm call: `c = a · b` (`c += a · b` when `accumulate`) for an
-/// `m x n` block of `c` at `c` with row stride `c_rs`.
+/// `m x n` block of `c` at `c` with row stride `c_rs`, `k` deep.
 ///
 /// # Safety
 /// Every element the views and `c` address for these sizes is in bounds of a
 /// live allocation, `c`'s block is not written by anyone else meanwhile, and
 /// `c` aliases neither `a` nor `b`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_block<T: Float>(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: View<T>,
-    b: View<T>,
-    c: *mut T,
-    c_rs: isize,
-    accumulate: bool,
-    parallelism: gemm::Parallelism,
-) {
+unsafe fn gemm_block<T: Float>((m, n, k): (usize, usize, usize), a: View<T>, b: View<T>, c: *mut T, c_rs: isize, accumulate: bool, parallelism: gemm::Parallelism) {
     // SAFETY: forwarded from the caller's contract; gemm's `dst = alpha*dst +
     // beta*a*b` with alpha = beta = 1 and `read_dst = accumulate`.
     unsafe {
@@ -102,19 +114,8 @@ const PARALLEL_MIN_MACS: usize = 1 << 21;
 /// on one thread) got slower split in two (51-71 µs with a rayon worker, 77
 /// µs with a dedicated spinning worker), so products under
 /// [`PARALLEL_MIN_MACS`] stay on the calling thread.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm_strided<T: Float>(
-    a: &[T],
-    b: &[T],
-    c: &mut [T],
-    m: usize,
-    n: usize,
-    k: usize,
-    trans_a: bool,
-    trans_b: bool,
-    accumulate: bool,
-    threads: usize,
-) {
+pub(crate) fn gemm_strided<T: Float>(a: &[T], b: &[T], c: &mut [T], p: Product, accumulate: bool, threads: usize) {
+    let Product { m, n, k, trans_a, trans_b } = p;
     // Checked products: wrapped sizes must not pass these checks, since the
     // unsafe gemm call below trusts them.
     assert_eq!(Some(a.len()), m.checked_mul(k), "matmul: a has {} elements, expected {m}x{k}", a.len());
@@ -136,7 +137,7 @@ pub(crate) fn gemm_strided<T: Float>(
     let parallel = threads > 1 && m.saturating_mul(n).saturating_mul(k) >= PARALLEL_MIN_MACS && m * n > GEMM_SMALL_OUTPUT;
     let parallelism = if parallel { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
     if trans_b && m >= TRANSPOSED_PROBLEM_MIN_ROWS && k.is_multiple_of(ALIASING_STRIDE) {
-        aliased_transposed_rhs(a, b, c, m, n, k, trans_a, accumulate, parallel);
+        aliased_transposed_rhs(a, b, c, p, accumulate, parallel);
         return;
     }
     if trans_b && m >= TRANSPOSED_PROBLEM_MIN_ROWS {
@@ -160,13 +161,13 @@ pub(crate) fn gemm_strided<T: Float>(
     let bv = View::of(b, if trans_b { k } else { n }, trans_b);
     let c_rs = n as isize;
     if parallel && m <= FEW_ROWS && n >= 2 * COLUMN_PANEL {
-        columns_in_parallel(m, n, k, av, bv, c, accumulate, threads);
+        columns_in_parallel((m, n, k), av, bv, c, accumulate, threads);
         return;
     }
     // SAFETY: the asserted lengths cover every index the views reach (the
     // largest is (m-1)*rs + (k-1)*cs = m*k - 1 for a, likewise b, c); `c` is
     // exclusively borrowed and cannot alias the shared `a`, `b`.
-    unsafe { gemm_block(m, n, k, av, bv, c.as_mut_ptr(), c_rs, accumulate, parallelism) };
+    unsafe { gemm_block((m, n, k), av, bv, c.as_mut_ptr(), c_rs, accumulate, parallelism) };
 }
 
 /// At most this many rows of `c`, a parallel product is split by columns
@@ -182,8 +183,7 @@ const COLUMN_PANEL: usize = 64;
 /// layer, [64, 3136] x [3136, 1024], took 4.7-5.4 ms on one thread and
 /// 5.2-5.5 ms on two (best of 30, a 2-thread pool). Two panels per thread,
 /// so that a faster core takes more of them (see `gemm_strided`).
-#[allow(clippy::too_many_arguments)]
-fn columns_in_parallel<T: Float>(m: usize, n: usize, k: usize, a: View<T>, b: View<T>, c: &mut [T], accumulate: bool, threads: usize) {
+fn columns_in_parallel<T: Float>((m, n, k): (usize, usize, usize), a: View<T>, b: View<T>, c: &mut [T], accumulate: bool, threads: usize) {
     let out = PanelsOut(c.as_mut_ptr());
     let panels = (2 * threads).min(n / COLUMN_PANEL).max(1);
     let width = n.div_ceil(panels).next_multiple_of(16);
@@ -193,7 +193,7 @@ fn columns_in_parallel<T: Float>(m: usize, n: usize, k: usize, a: View<T>, b: Vi
         // SAFETY: columns j0..j0 + cols of op(b) and of c lie inside the
         // asserted lengths (as in `gemm_strided`); the panels are disjoint.
         unsafe {
-            gemm_block(m, cols, k, a, b.at_column(j0), out.ptr().add(j0), n as isize, accumulate, gemm::Parallelism::None);
+            gemm_block((m, cols, k), a, b.at_column(j0), out.ptr().add(j0), n as isize, accumulate, gemm::Parallelism::None);
         }
     });
 }
@@ -210,8 +210,9 @@ fn columns_in_parallel<T: Float>(m: usize, n: usize, k: usize, a: View<T>, b: Vi
 /// interleaved). With several threads the panels are shared out; each is
 /// one single-threaded gemm either way, so the result is the same for any
 /// thread count.
-#[allow(clippy::too_many_arguments)]
-fn aliased_transposed_rhs<T: Float>(a: &[T], b: &[T], c: &mut [T], m: usize, n: usize, k: usize, trans_a: bool, accumulate: bool, parallel: bool) {
+/// `p.trans_b` is set: `b` is stored `[n, k]`.
+fn aliased_transposed_rhs<T: Float>(a: &[T], b: &[T], c: &mut [T], p: Product, accumulate: bool, parallel: bool) {
+    let Product { m, n, k, trans_a, .. } = p;
     let rs = k + ALIASING_PAD;
     let out = PanelsOut(c.as_mut_ptr());
     let panel = |j0: usize, scratch: &mut Vec<T>| {
@@ -226,7 +227,7 @@ fn aliased_transposed_rhs<T: Float>(a: &[T], b: &[T], c: &mut [T], m: usize, n: 
         // with i < k, j < rows, inside the scratch; `a` as in gemm_strided;
         // the block of c is columns j0..j0+rows of its m rows (row stride
         // n), inside c, and no other panel writes those columns.
-        unsafe { gemm_block(m, rows, k, av, bv, out.ptr().add(j0), n as isize, accumulate, gemm::Parallelism::None) };
+        unsafe { gemm_block((m, rows, k), av, bv, out.ptr().add(j0), n as isize, accumulate, gemm::Parallelism::None) };
     };
     if parallel {
         (0..n.div_ceil(ALIASED_PANEL_ROWS)).into_par_iter().for_each_init(Vec::new, |scratch, p| panel(p * ALIASED_PANEL_ROWS, scratch));
@@ -267,29 +268,18 @@ const ALIASING_PAD: usize = 16;
 /// the operands are laid out for it.
 const GEMM_SMALL_OUTPUT: usize = 16 * 16;
 
-/// `c[m,n] = op(a) · op(b)`, overwriting `c`.
+/// `c[m,n] = op(a) · op(b)` for the sizes and layouts of `p`, overwriting `c`.
 ///
-/// `a` is `[m,k]` (or `[k,m]` if `trans_a`), `b` is `[k,n]` (or `[n,k]` if
-/// `trans_b`), all row-major and contiguous. `threads` is the number of
+/// `a` is `[m,k]` (or `[k,m]` if `p.trans_a`), `b` is `[k,n]` (or `[n,k]` if
+/// `p.trans_b`), all row-major and contiguous. `threads` is the number of
 /// threads to use: 1 runs on the calling thread, more splits the work inside
 /// the current rayon pool.
 ///
 /// # Panics
 /// When a slice's length is not the product its sizes give (checked, so
 /// sizes whose product overflows are refused too).
-#[allow(clippy::too_many_arguments)]
-pub fn matmul<T: Float>(
-    a: &[T],
-    b: &[T],
-    c: &mut [T],
-    m: usize,
-    n: usize,
-    k: usize,
-    trans_a: bool,
-    trans_b: bool,
-    threads: usize,
-) {
-    gemm_strided(a, b, c, m, n, k, trans_a, trans_b, false, threads);
+pub fn matmul<T: Float>(a: &[T], b: &[T], c: &mut [T], p: Product, threads: usize) {
+    gemm_strided(a, b, c, p, false, threads);
 }
 
 /// Below this many multiply-adds per matrix, a batch is split across threads
@@ -299,19 +289,8 @@ const SMALL_MATMUL_FLOPS: usize = 64 * 64 * 64;
 /// A batch of independent products, each exactly as [`matmul`]; operand `i`
 /// of the batch starts at `i * m * k` in `a`, `i * k * n` in `b` and
 /// `i * m * n` in `c`.
-#[allow(clippy::too_many_arguments)]
-pub fn batch_matmul<T: Float>(
-    a: &[T],
-    b: &[T],
-    c: &mut [T],
-    batch: usize,
-    m: usize,
-    n: usize,
-    k: usize,
-    trans_a: bool,
-    trans_b: bool,
-    threads: usize,
-) {
+pub fn batch_matmul<T: Float>(a: &[T], b: &[T], c: &mut [T], batch: usize, p: Product, threads: usize) {
+    let Product { m, n, k, .. } = p;
     let len = |x: usize, y: usize| batch.checked_mul(x).and_then(|v| v.checked_mul(y));
     assert_eq!(Some(a.len()), len(m, k), "batch_matmul: a has {} elements, expected {batch}x{m}x{k}", a.len());
     assert_eq!(Some(b.len()), len(k, n), "batch_matmul: b has {} elements, expected {batch}x{k}x{n}", b.len());
@@ -322,11 +301,11 @@ pub fn batch_matmul<T: Float>(
     let (sa, sb, sc) = (m * k, k * n, m * n);
     if threads > 1 && batch > 1 && m.saturating_mul(n).saturating_mul(k) < SMALL_MATMUL_FLOPS {
         c.par_chunks_mut(sc).enumerate().with_min_len(batch.div_ceil(threads)).for_each(|(i, ci)| {
-            matmul(&a[i * sa..(i + 1) * sa], &b[i * sb..(i + 1) * sb], ci, m, n, k, trans_a, trans_b, 1);
+            matmul(&a[i * sa..(i + 1) * sa], &b[i * sb..(i + 1) * sb], ci, p, 1);
         });
     } else {
         for (i, ci) in c.chunks_mut(sc).enumerate() {
-            matmul(&a[i * sa..(i + 1) * sa], &b[i * sb..(i + 1) * sb], ci, m, n, k, trans_a, trans_b, threads);
+            matmul(&a[i * sa..(i + 1) * sa], &b[i * sb..(i + 1) * sb], ci, p, threads);
         }
     }
 }
@@ -363,7 +342,7 @@ pub(crate) mod tests {
         let a = random::<T>(m * k, 1 + m as u64);
         let b = random::<T>(k * n, 2 + n as u64);
         let mut c = vec![T::from_f64(99.0); m * n];
-        matmul(&a, &b, &mut c, m, n, k, ta, tb, threads);
+        matmul(&a, &b, &mut c, Product::new(m, n, k).transposed(ta, tb), threads);
         let want = naive(&a, &b, m, n, k, ta, tb);
         for (idx, (g, w)) in c.iter().zip(&want).enumerate() {
             assert!(
@@ -431,10 +410,10 @@ pub(crate) mod tests {
                         let a = random::<f32>(m * k, 11);
                         let b = random::<f32>(k * n, 12);
                         let mut one = vec![0.0f32; m * n];
-                        matmul(&a, &b, &mut one, m, n, k, ta, tb, 1);
+                        matmul(&a, &b, &mut one, Product::new(m, n, k).transposed(ta, tb), 1);
                         for threads in [2, 3] {
                             let mut many = vec![0.0f32; m * n];
-                            matmul(&a, &b, &mut many, m, n, k, ta, tb, threads);
+                            matmul(&a, &b, &mut many, Product::new(m, n, k).transposed(ta, tb), threads);
                             let same = one.iter().zip(&many).all(|(x, y)| x.to_bits() == y.to_bits());
                             assert!(same, "{m}x{n}x{k} ta={ta} tb={tb}: {threads} threads differ from 1");
                         }
@@ -450,7 +429,7 @@ pub(crate) mod tests {
         let a = random::<f64>(m * k, 7);
         let b = random::<f64>(k * n, 8);
         let mut c = vec![1.0; m * n];
-        gemm_strided(&a, &b, &mut c, m, n, k, false, false, true, 2);
+        gemm_strided(&a, &b, &mut c, Product::new(m, n, k), true, 2);
         let want = naive(&a, &b, m, n, k, false, false);
         for (g, w) in c.iter().zip(&want) {
             assert!((g - (w + 1.0)).abs() < 1e-12);
@@ -466,7 +445,7 @@ pub(crate) mod tests {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         for threads in [1, 2] {
             let mut c = vec![1.0; m * n];
-            pool.install(|| gemm_strided(&a, &b, &mut c, m, n, k, false, true, true, threads));
+            pool.install(|| gemm_strided(&a, &b, &mut c, Product::new(m, n, k).transposed(false, true), true, threads));
             for (i, (g, w)) in c.iter().zip(&want).enumerate() {
                 assert!((g - (w + 1.0)).abs() < 1e-12, "element {i} with {threads} threads: {g} against {}", w + 1.0);
             }
@@ -476,7 +455,7 @@ pub(crate) mod tests {
     #[test]
     fn matmul_with_empty_inner_dimension_writes_zeros() {
         let mut c = vec![5.0f32; 6];
-        matmul::<f32>(&[], &[], &mut c, 2, 3, 0, false, false, 1);
+        matmul::<f32>(&[], &[], &mut c, Product::new(2, 3, 0), 1);
         assert_eq!(c, vec![0.0; 6]);
     }
 
@@ -485,7 +464,7 @@ pub(crate) mod tests {
         let a = [1.0f64, 2.0, 3.0, 4.0];
         let b = [1.0f64, 0.0, 0.0, 1.0];
         let mut c = [10.0f64, 20.0, 30.0, 40.0];
-        gemm_strided(&a, &b, &mut c, 2, 2, 2, false, false, true, 1);
+        gemm_strided(&a, &b, &mut c, Product::new(2, 2, 2), true, 1);
         assert_eq!(c, [11.0, 22.0, 33.0, 44.0]);
     }
 
@@ -498,7 +477,7 @@ pub(crate) mod tests {
                 let b = random::<f64>(batch * k * n, 4);
                 for threads in [1, 2] {
                     let mut c = vec![0.0; batch * m * n];
-                    batch_matmul(&a, &b, &mut c, batch, m, n, k, ta, tb, threads);
+                    batch_matmul(&a, &b, &mut c, batch, Product::new(m, n, k).transposed(ta, tb), threads);
                     for i in 0..batch {
                         let want = naive(&a[i * m * k..][..m * k], &b[i * k * n..][..k * n], m, n, k, ta, tb);
                         for (g, w) in c[i * m * n..][..m * n].iter().zip(&want) {

@@ -25,7 +25,7 @@ pub use conv::{
     Conv2dGeom, Padding, conv2d, conv2d_backprop_filter, conv2d_bias, conv2d_bias_max_pool, conv2d_backprop_filter_by_im2col, conv2d_backprop_input,
     conv2d_backprop_input_by_im2col, conv2d_by_im2col,
 };
-pub use matmul::{batch_matmul, matmul};
+pub use matmul::{Product, batch_matmul, matmul};
 pub use pool::{
     MAX_WORKSPACE_WINDOW, Pool2dGeom, avg_pool, avg_pool_grad, max_pool, max_pool_grad, max_pool_grad_with_workspace, max_pool_relu_grad,
     max_pool_with_workspace,
