@@ -5,7 +5,7 @@
 #
 #   bash bench/gpu/check.sh            # from the repository root
 #
-# What it checks today: the cuda feature builds; every CUDA kernel compiles
+# What it checks: the cuda feature builds; every CUDA kernel compiles
 # with NVRTC for this GPU's architecture; every dtype goes to the GPU and
 # back unchanged; a device tensor is refused where the host reads it; the
 # caching allocator hands freed buffers out again. A test that skips on a
