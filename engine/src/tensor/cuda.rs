@@ -94,6 +94,8 @@ impl CudaStorage {
         let bytes = s.to_le_bytes();
         let mut buf = alloc.take(bytes.len())?;
         if !bytes.is_empty() {
+            // From pageable memory the driver stages the bytes before the
+            // call returns, so `bytes` may go when it does.
             alloc.stream.memcpy_htod(&bytes, &mut buf).map_err(driver_err(alloc.ordinal(), "copying to the device"))?;
         }
         Ok(CudaStorage { buf: Some(buf), dtype: s.dtype(), len: s.len(), alloc: alloc.clone() })

@@ -336,7 +336,7 @@ impl Tensor {
 
     /// A copy in the memory of `alloc`'s device.
     pub fn to_cuda(&self, alloc: &Arc<CudaAllocator>) -> Result<Tensor> {
-        let storage = CudaStorage::from_host(&*self.to_host()?.storage.host()?, alloc)?;
+        let storage = CudaStorage::from_host(self.to_host()?.cpu()?, alloc)?;
         Ok(Tensor { storage: Arc::new(Storage::Cuda(storage)), shape: self.shape.clone() })
     }
 
