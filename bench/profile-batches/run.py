@@ -9,7 +9,7 @@ other shapes are priced from that time scaled by the cost model's ratio),
 the same with the profile's node records removed (every such node priced
 by the model alone, as before the records existed), and `flowlab profile`
 at that batch for the measured step (median of its timed steps). One
-thread, one CPU device, the same sitting.
+thread, one CPU device, all in one run of this script.
 
     python3 bench/profile-batches/run.py --flowlab target/release/flowlab
 """

@@ -10,7 +10,6 @@ use std::time::Instant;
 
 use flowlab_engine::{DType, DeviceSet, EmulatedLink, Graph, LinkMap, Placement, Session, SessionOptions, StepStats, Tensor};
 use flowlab_hw::{CommFormat, GemmRate, HostMeasurement, Profile, ShapeMeasurement, TransferCompute};
-use flowlab_sim::graph::profile_key;
 use flowlab_models::zoo::{self, ModelGraph};
 
 /// Median and 10th / 90th percentiles (nearest rank) of `v`.
@@ -256,8 +255,9 @@ pub(crate) fn profile_model_on(req: &ProfileRequest, mut host: HostMeasurement, 
     // `SimGraph::for_step` prices it.
     let step = model.step();
     let (nodes, _) = flowlab_engine::step_graph(&model.graph, &step.feeds, &step.fetches, &step.targets, Some(flowlab_engine::DeviceType::Cpu)).map_err(|e| format!("the training step: {e}"))?;
-    let index: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
-    let profiled = flowlab_sim::graph::profiled_nodes(nodes.clone(), "cpu").map_err(|e| format!("the training step's costs: {e}"))?;
+    // Each step node's shape key and cost, computed once: the timed steps
+    // file their samples under these keys.
+    let mut profiled = flowlab_sim::graph::profiled_nodes(nodes, "cpu").map_err(|e| format!("the training step's costs: {e}"))?;
     let devices = req.devices.max(1);
     let placement = (devices > 1).then(|| {
         let first = DeviceSet::local_cpus(1).devices()[0].0.clone();
@@ -278,11 +278,10 @@ pub(crate) fn profile_model_on(req: &ProfileRequest, mut host: HostMeasurement, 
         step_seconds.push(started.elapsed().as_secs_f64());
         let mut kernel = 0.0;
         for n in &stats.nodes {
-            let Some(&i) = index.get(n.node.as_str()) else { continue };
+            let Some(node) = profiled.get(&n.node) else { continue };
             let secs = ((n.end_us - n.start_us) * 1e-6).max(0.0);
             kernel += secs;
-            let key = profile_key(&nodes, i, "cpu");
-            samples.entry(key).or_insert_with(|| (n.op.clone(), Vec::new())).1.push(secs);
+            samples.entry(node.key.clone()).or_insert_with(|| (n.op.clone(), Vec::new())).1.push(secs);
         }
         if !stats.nodes.is_empty() {
             overhead_per_node.push(((stats.total_us * 1e-6 - kernel) / stats.nodes.len() as f64).max(0.0));
@@ -311,8 +310,8 @@ pub(crate) fn profile_model_on(req: &ProfileRequest, mut host: HostMeasurement, 
                     progress(&format!("{} batch {}: timed step {} of {} beside a second device", req.model, req.batch, s + 1, req.steps));
                     let stats = runner.step(true)?.unwrap_or_default();
                     for n in &stats.nodes {
-                        let Some(&i) = index.get(n.node.as_str()) else { continue };
-                        contended.entry(profile_key(&nodes, i, "cpu")).or_default().push(((n.end_us - n.start_us) * 1e-6).max(0.0));
+                        let Some(node) = profiled.get(&n.node) else { continue };
+                        contended.entry(node.key.clone()).or_default().push(((n.end_us - n.start_us) * 1e-6).max(0.0));
                     }
                 }
                 Ok(())
@@ -332,14 +331,15 @@ pub(crate) fn profile_model_on(req: &ProfileRequest, mut host: HostMeasurement, 
             (k, ShapeMeasurement { op, seconds, p10, p90, samples: v.len(), contended_seconds })
         })
         .collect();
+    // The nodes the engine timed, so other shapes of this graph can be
+    // priced from these measurements.
+    profiled.retain(|_, n| shapes.contains_key(&n.key));
     Ok(Profile {
         device: Some(flowlab_hw::HOST_DEVICE.into()),
         model: Some(req.sizes.model_id(&req.model)),
         batch: Some(req.batch),
         session_devices: Some(devices),
-        // The nodes the engine timed, so other shapes of this graph can be
-        // priced from these measurements.
-        nodes: profiled.into_iter().filter(|(_, n)| shapes.contains_key(&n.key)).collect(),
+        nodes: profiled,
         shapes,
         host: Some(host),
         step_seconds,

@@ -23,7 +23,7 @@ pub use cuda::CudaDevice;
 #[cfg(not(feature = "cuda"))]
 pub use no_cuda::CudaDevice;
 
-/// The compute side of one device of a session.
+/// The compute side of one local device.
 pub(crate) enum Backend {
     /// Host memory; kernels on this pool (`None`: on the step's thread).
     Host { pool: Option<rayon::ThreadPool> },

@@ -99,33 +99,31 @@ fn apply_arith<T: Element>(c: &mut KernelCtx, f: impl Fn(T, T) -> T + Sync + Sen
     // more than the whole Add of a scalar.)
     let same = da.len() == db.len() && da.iter().zip(db).all(|(x, y)| x == y);
     let (a_is_out, b_is_out) = (same || scalar_into(db, da), same || scalar_into(da, db));
-    if a_is_out {
-        let shape = c.inputs[0].shape().clone();
-        if let Some(mut v) = c.forward_input::<T>(0, shape.num_elements()) {
-            let b = c.inputs[1].as_slice::<T>()?;
-            if b.len() == v.len() {
-                zip_in_place(&mut v, b, c.threads, f);
-            } else {
-                let y = b[0];
-                map_in_place(&mut v, c.threads, |x| f(x, y));
-            }
-            return Tensor::from_vec(v, shape);
-        }
+    if a_is_out && let Some(t) = arith_over::<T, false>(c, &f)? {
+        return Ok(t);
     }
-    if b_is_out {
-        let shape = c.inputs[1].shape().clone();
-        if let Some(mut v) = c.forward_input::<T>(1, shape.num_elements()) {
-            let a = c.inputs[0].as_slice::<T>()?;
-            if a.len() == v.len() {
-                zip_in_place(&mut v, a, c.threads, |y, x| f(x, y));
-            } else {
-                let x = a[0];
-                map_in_place(&mut v, c.threads, |y| f(x, y));
-            }
-            return Tensor::from_vec(v, shape);
-        }
+    if b_is_out && let Some(t) = arith_over::<T, true>(c, &f)? {
+        return Ok(t);
     }
     apply_binary(c, f)
+}
+
+/// `f` written over input 0 (input 1 when `RHS`), which has the output's
+/// shape, when the kernel holds its only reference; `None` otherwise. The
+/// other input has the same length or one element.
+fn arith_over<T: Element, const RHS: bool>(c: &mut KernelCtx, f: &(impl Fn(T, T) -> T + Sync + Send)) -> Result<Option<Tensor>> {
+    let (mine, theirs) = if RHS { (1, 0) } else { (0, 1) };
+    let shape = c.inputs[mine].shape().clone();
+    let Some(mut v) = c.forward_input::<T>(mine, shape.num_elements()) else { return Ok(None) };
+    let other = c.inputs[theirs].as_slice::<T>()?;
+    let g = |x: T, y: T| if RHS { f(y, x) } else { f(x, y) };
+    if other.len() == v.len() {
+        zip_in_place(&mut v, other, c.threads, g);
+    } else {
+        let y = other[0];
+        map_in_place(&mut v, c.threads, |x| g(x, y));
+    }
+    Tensor::from_vec(v, shape).map(Some)
 }
 
 /// Applies `f` to input 0, in place when the kernel holds its only reference.

@@ -31,7 +31,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// One device of a session: its name, kernel device type and backend (a
+/// One local device: its name, kernel device type and backend (a
 /// CPU's own worker pool, `None` for one thread: the partition then runs on
 /// the step's thread for it; a GPU's stream and allocator).
 pub(crate) struct LocalDevice {

@@ -1,7 +1,7 @@
 //! Layer 2, tensors: element types, shapes, device kinds and dense tensors.
 //!
 //! Contract. Everything above builds on these values and nothing here knows
-//! of graphs, ops or sessions: this module imports only `crate::error` (and,
+//! of graphs, ops or the runtime: this module imports only `crate::error` (and,
 //! with the `cuda` feature, cudarc for device memory).
 //! A [`Tensor`] is immutable once built and shares its storage by reference
 //! count; [`Storage`] is one enum over device kinds ([`DeviceType`]), so a

@@ -735,7 +735,6 @@ fn profile_warnings(graph: &SimGraph, profile: Option<&Profile>, priced: &[Price
         (0..n).filter(|&i| graph.runs[i] && priced[i] == how).map(|i| graph.names[i].clone()).collect()
     };
     let (fallback_nodes, scaled_nodes) = (named(Priced::Modelled), named(Priced::Scaled));
-    let fallback: Vec<bool> = priced.iter().map(|&p| p == Priced::Modelled).collect();
     if let Some(p) = profile
         && !scaled_nodes.is_empty()
     {
@@ -751,7 +750,7 @@ fn profile_warnings(graph: &SimGraph, profile: Option<&Profile>, priced: &[Price
     }
     if keyed_profile && !fallback_nodes.is_empty() {
         let mut by_op: BTreeMap<&str, usize> = BTreeMap::new();
-        for i in (0..n).filter(|&i| graph.runs[i] && fallback[i]) {
+        for i in (0..n).filter(|&i| graph.runs[i] && priced[i] == Priced::Modelled) {
             *by_op.entry(graph.ops[i].as_str()).or_default() += 1;
         }
         let list: Vec<String> = by_op.iter().map(|(op, c)| format!("{op} x{c}")).collect();
