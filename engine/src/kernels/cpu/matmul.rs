@@ -83,14 +83,22 @@ impl<T> PanelsOut<T> {
 /// Every element the views and `c` address for these sizes is in bounds of a
 /// live allocation, `c`'s block is not written by anyone else meanwhile, and
 /// `c` aliases neither `a` nor `b`.
-unsafe fn gemm_block<T: Float>((m, n, k): (usize, usize, usize), a: View<T>, b: View<T>, c: *mut T, c_rs: isize, accumulate: bool, parallelism: gemm::Parallelism) {
+unsafe fn gemm_block<T: Float>((m, n, k): (usize, usize, usize), a: View<T>, b: View<T>, c: *mut T, c_rs: isize, accumulate: bool, parallelism: gemm_common::Parallelism) {
     // SAFETY: forwarded from the caller's contract; gemm's `dst = alpha*dst +
-    // beta*a*b` with alpha = beta = 1 and `read_dst = accumulate`.
+    // beta*a*b` with alpha = beta = 1 and `read_dst = accumulate`. gemm's
+    // micro-kernels prefer a column-major destination, so a row-major block
+    // is computed as Cᵀ = Bᵀ · Aᵀ (what gemm's generic entry point does
+    // before it dispatches on the element type).
     unsafe {
-        gemm::gemm(
-            m, n, k, c, 1, c_rs, accumulate, a.ptr, a.cs, a.rs, b.ptr, b.cs, b.rs, T::ONE, T::ONE, false, false, false,
-            parallelism,
-        );
+        if c_rs > 1 {
+            T::gemm_kernel()(
+                n, m, k, c, c_rs, 1, accumulate, b.ptr, b.rs, b.cs, a.ptr, a.rs, a.cs, T::ONE, T::ONE, false, false, false, parallelism,
+            );
+        } else {
+            T::gemm_kernel()(
+                m, n, k, c, 1, c_rs, accumulate, a.ptr, a.cs, a.rs, b.ptr, b.cs, b.rs, T::ONE, T::ONE, false, false, false, parallelism,
+            );
+        }
     }
 }
 
@@ -135,7 +143,7 @@ pub(crate) fn gemm_strided<T: Float>(a: &[T], b: &[T], c: &mut [T], p: Product, 
     // products are below PARALLEL_MIN_MACS unless k is huge, and stay on
     // one thread so that the result never depends on the thread count.
     let parallel = threads > 1 && m.saturating_mul(n).saturating_mul(k) >= PARALLEL_MIN_MACS && m * n > GEMM_SMALL_OUTPUT;
-    let parallelism = if parallel { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let parallelism = if parallel { gemm_common::Parallelism::Rayon(threads) } else { gemm_common::Parallelism::None };
     if trans_b && m >= TRANSPOSED_PROBLEM_MIN_ROWS && k.is_multiple_of(ALIASING_STRIDE) {
         aliased_transposed_rhs(a, b, c, p, accumulate, parallel);
         return;
@@ -146,9 +154,10 @@ pub(crate) fn gemm_strided<T: Float>(a: &[T], b: &[T], c: &mut [T], p: Product, 
         let lhs = View { ptr: b.as_ptr(), rs: k as isize, cs: 1 };
         let rhs = View::of(a, if trans_a { m } else { k }, !trans_a);
         // SAFETY: as below; the same elements of a, b and c are addressed,
-        // only the roles of rows and columns are exchanged.
+        // only the roles of rows and columns are exchanged. Cᵀ is
+        // column-major, as gemm's micro-kernels prefer.
         unsafe {
-            gemm::gemm(
+            T::gemm_kernel()(
                 n, m, k, c.as_mut_ptr(), n as isize, 1, accumulate, lhs.ptr, lhs.cs, lhs.rs, rhs.ptr, rhs.cs, rhs.rs, T::ONE, T::ONE, false,
                 false, false, parallelism,
             );
@@ -193,7 +202,7 @@ fn columns_in_parallel<T: Float>((m, n, k): (usize, usize, usize), a: View<T>, b
         // SAFETY: columns j0..j0 + cols of op(b) and of c lie inside the
         // asserted lengths (as in `gemm_strided`); the panels are disjoint.
         unsafe {
-            gemm_block((m, cols, k), a, b.at_column(j0), out.ptr().add(j0), n as isize, accumulate, gemm::Parallelism::None);
+            gemm_block((m, cols, k), a, b.at_column(j0), out.ptr().add(j0), n as isize, accumulate, gemm_common::Parallelism::None);
         }
     });
 }
@@ -227,7 +236,7 @@ fn aliased_transposed_rhs<T: Float>(a: &[T], b: &[T], c: &mut [T], p: Product, a
         // with i < k, j < rows, inside the scratch; `a` as in gemm_strided;
         // the block of c is columns j0..j0+rows of its m rows (row stride
         // n), inside c, and no other panel writes those columns.
-        unsafe { gemm_block((m, rows, k), av, bv, out.ptr().add(j0), n as isize, accumulate, gemm::Parallelism::None) };
+        unsafe { gemm_block((m, rows, k), av, bv, out.ptr().add(j0), n as isize, accumulate, gemm_common::Parallelism::None) };
     };
     if parallel {
         (0..n.div_ceil(ALIASED_PANEL_ROWS)).into_par_iter().for_each_init(Vec::new, |scratch, p| panel(p * ALIASED_PANEL_ROWS, scratch));

@@ -9,6 +9,12 @@ use std::fmt::{Debug, Display};
 use std::iter::Sum;
 use std::ops::{Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAssign};
 
+/// gemm's kernel for one element type: `dst = alpha * dst + beta * lhs *
+/// rhs` over strided operands (sizes m, n, k; each operand's column and row
+/// strides; whether dst is read; alpha, beta; conjugation flags; threads).
+pub type GemmKernel<T> =
+    unsafe fn(usize, usize, usize, *mut T, isize, isize, bool, *const T, isize, isize, *const T, isize, isize, T, T, bool, bool, bool, gemm_common::Parallelism);
+
 /// A real floating-point scalar (`f32` or `f64`).
 pub trait Float:
     Copy
@@ -44,6 +50,8 @@ pub trait Float:
 
     fn from_f64(v: f64) -> Self;
     fn to_f64(self) -> f64;
+    /// gemm's kernel for this type, chosen for the CPU's features once.
+    fn gemm_kernel() -> GemmKernel<Self>;
     /// Exact for counts up to 2^24 in f32, 2^53 in f64.
     fn from_usize(v: usize) -> Self;
 
@@ -91,7 +99,7 @@ pub trait Float:
 }
 
 macro_rules! impl_float {
-    ($t:ty, { $($extra:item)* }) => {
+    ($t:ty, $gemm:path, { $($extra:item)* }) => {
         impl Float for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -101,6 +109,10 @@ macro_rules! impl_float {
             const MIN_POSITIVE: Self = <$t>::MIN_POSITIVE;
             const BYTES: usize = std::mem::size_of::<$t>();
 
+            #[inline(always)]
+            fn gemm_kernel() -> GemmKernel<Self> {
+                $gemm()
+            }
             #[inline(always)]
             fn from_f64(v: f64) -> Self {
                 v as $t
@@ -162,7 +174,7 @@ macro_rules! impl_float {
     };
 }
 
-impl_float!(f32, {
+impl_float!(f32, gemm_f32::gemm::f32::get_gemm_fn, {
     fn exp_in_place(x: &mut [f32]) {
         super::fastmath::exp_in_place(x)
     }
@@ -176,7 +188,7 @@ impl_float!(f32, {
         super::fastmath::erf_in_place(x)
     }
 });
-impl_float!(f64, {});
+impl_float!(f64, gemm_f64::gemm::f64::get_gemm_fn, {});
 
 #[cfg(test)]
 mod tests {
