@@ -48,7 +48,7 @@ fn sampled(threads: usize) -> Step {
     let brows = g.gather(&b, &ids).expect("brows");
     let local_true = g.constant(Tensor::from_vec((0..B as i64).collect::<Vec<_>>(), [B]).expect("t")).expect("c");
     let local_smp = g.constant(Tensor::from_vec((B as i64..(B + S) as i64).collect::<Vec<_>>(), [S]).expect("t")).expect("c");
-    let per = g.sampled_softmax_loss_with(&rows, &brows, &local_true, &x, &local_smp, &smp[1], &smp[2]).expect("loss");
+    let per = g.sampled_softmax_loss_with(&rows, &brows, &local_true, &x, [&local_smp, &smp[1], &smp[2]]).expect("loss");
     let loss = g.reduce_mean(&per, &[], false).expect("mean");
     let d = g.gradients(&[&loss], &[&rows, &brows]).expect("grads");
     let uw = g.embedding_sgd(&[&w], &ids, d[0].as_ref().expect("drows"), 0.1).expect("sgd w");

@@ -2,7 +2,7 @@
 //! devices (variables on device 0, gradients averaged there) leave the
 //! variables where full-batch training on one device leaves them.
 
-use flowlab_engine::replicate::data_parallel;
+use flowlab_engine::replicate::{ReplicaDevices, data_parallel};
 use flowlab_engine::{DType, DeviceName, DeviceSet, Graph, Optimizer, Output, Result, Session, SessionOptions, Tensor};
 
 fn cpu(i: u32) -> DeviceName {
@@ -44,7 +44,7 @@ fn train(opt: &Optimizer, replicas: usize, steps: usize) -> Vec<(String, Vec<f32
         (opt.minimize(&loss(&g, &v, &x, &y).unwrap(), &refs).unwrap(), 1)
     } else {
         let devs: Vec<DeviceName> = (0..replicas as u32).map(cpu).collect();
-        let r = data_parallel(&g, &devs, &cpu(0), &x, &y, &refs, opt, |rg, xs, ys| loss(rg, &v, xs, ys)).unwrap();
+        let r = data_parallel(&g, ReplicaDevices { replicas: &devs, params: &cpu(0) }, &x, &y, &refs, opt, |rg, xs, ys| loss(rg, &v, xs, ys)).unwrap();
         (r.train_op, replicas)
     };
     let init = g.global_variables_initializer().unwrap();

@@ -43,7 +43,7 @@ fn the_loss_equals_a_plain_computation_from_the_same_samples() {
     let labels_v = vec![3i64, 0, 41, 3];
     let labels = g.constant(Tensor::from_vec(labels_v.clone(), [b]).unwrap()).unwrap();
     let smp = g.log_uniform_candidate_sampler(&labels, s, v, DType::F64, 9).unwrap();
-    let loss = g.sampled_softmax_loss_with(&w, &bias, &labels, &x, &smp[0], &smp[1], &smp[2]).unwrap();
+    let loss = g.sampled_softmax_loss_with(&w, &bias, &labels, &x, [&smp[0], &smp[1], &smp[2]]).unwrap();
     let sess = Session::new(&g).unwrap();
     let r = sess.run(&[], &[&loss, &smp[0], &smp[1], &smp[2]], &[]).unwrap();
     let got = r[0].to_vec::<f64>().unwrap();
@@ -71,7 +71,7 @@ fn its_gradient_matches_finite_differences() {
     let sampled = g.constant(Tensor::from_vec(vec![0i64, 4, 5, 2], [4]).unwrap()).unwrap();
     let te = g.constant(Tensor::from_vec(vec![0.8f64, 0.3, 0.8], [b]).unwrap()).unwrap();
     let se = g.constant(Tensor::from_vec(vec![1.2f64, 0.3, 0.25, 0.5], [4]).unwrap()).unwrap();
-    let per = g.sampled_softmax_loss_with(&w, &bias, &labels, &x, &sampled, &te, &se).unwrap();
+    let per = g.sampled_softmax_loss_with(&w, &bias, &labels, &x, [&sampled, &te, &se]).unwrap();
     let loss = g.reduce_sum(&per, &[0], false).unwrap();
     let xs: [&Output; 3] = [&w, &bias, &x];
     let grads = g.gradients(&[&loss], &xs).unwrap();

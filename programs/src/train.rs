@@ -11,7 +11,7 @@
 //! tensors travel in the configured [`CommFormat`].
 
 use flowlab_engine::{DType, DeviceName, DeviceSet, EngineError, Graph, Optimizer, Output, PartitionOptions, Result, Session, SessionOptions, StepStats, Tensor};
-use flowlab_engine::replicate::{data_parallel, data_parallel_sharded};
+use flowlab_engine::replicate::{ReplicaDevices, data_parallel, data_parallel_sharded};
 use crate::datasets::Dataset;
 use flowlab_hw::CommFormat;
 use rand::SeedableRng;
@@ -470,7 +470,7 @@ fn build_replicas(g: &Graph, cfg: &TrainConfig, features: usize) -> Result<Train
     let layers = create_layers(cfg.model, cfg.seed, |_| pg.clone())?;
     let vars: Vec<&Output> = layers.iter().flat_map(|l| l.vars()).collect();
     let devices: Vec<DeviceName> = (0..cfg.devices).map(local_cpu).collect();
-    let r = data_parallel(g, &devices, &param, &x, &y, &vars, &Optimizer::adam(cfg.learning_rate), |rg, xs, ys| {
+    let r = data_parallel(g, ReplicaDevices { replicas: &devices, params: &param }, &x, &y, &vars, &Optimizer::adam(cfg.learning_rate), |rg, xs, ys| {
         Ok(loss_and_accuracy(rg, &forward(rg, &layers, xs)?, ys)?.0)
     })?;
     let eval = pg.scope("eval");
@@ -521,7 +521,7 @@ pub fn build_sharded(g: &Graph, cfg: &TrainConfig, features: usize, params: &[De
         ys.push(rg.placeholder(&format!("y_{i}"), DType::I64, [-1])?);
     }
     let vars: Vec<&Output> = layers.iter().flat_map(|l| l.vars()).collect();
-    let r = data_parallel_sharded(g, replicas, param, &xs, &ys, &vars, &Optimizer::adam(cfg.learning_rate), |rg, x, y| {
+    let r = data_parallel_sharded(g, ReplicaDevices { replicas, params: param }, &xs, &ys, &vars, &Optimizer::adam(cfg.learning_rate), |rg, x, y| {
         Ok(loss_and_accuracy(rg, &forward(rg, &layers, x)?, y)?.0)
     })?;
     let (eval_x, eval_y, eval_loss, eval_accuracy) = eval_tower(&pg, &layers, features)?;

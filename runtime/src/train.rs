@@ -555,15 +555,16 @@ pub fn train_on_cluster_with(
     let inject = Injector { stragglers: how.stragglers.as_ref(), workers: &workers, counts: std::sync::Mutex::new(vec![0; n]) };
     let (steps, train_loss) = loop {
         chief.timeline_after(&master, from);
+        let l = StepLoop { master: &master, train_set: &train_set, cfg: &cfg, ps: &ps, times: &times, inject: &inject };
         let r = match &built {
-            Built::Sync(sg) => run_sync(&master, sg, &train_set, &cfg, n, from, &times, &inject, &|k| chief.after(&master, k)),
+            Built::Sync(sg) => run_sync(&l, sg, n, from, &|k| chief.after(&master, k)),
             Built::Backup(bg) => {
                 let skip = shards_taken_before(&positions, from, how)?;
                 // shards taken before the restored update and not applied by it
                 // are dropped for good
                 dropped = (skip - needed * from) as u64;
                 failed.clear();
-                run_backup(&master, bg, &train_set, &cfg, needed, from, skip, &positions, &ps, &times, &inject, &|k| chief.after(&master, k)).map(
+                run_backup(&l, bg, needed, (from, skip), &positions, &|k| chief.after(&master, k)).map(
                     |(steps, loss, d, f)| {
                         dropped += d;
                         failed = f.iter().map(|&w| workers[w].to_string()).collect();
@@ -573,7 +574,7 @@ pub fn train_on_cluster_with(
             }
             Built::Async(ag) => {
                 chief.start_at(from);
-                run_async(&master, ag, &train_set, &cfg, n, from, &ps, &times, &inject, &chief)
+                run_async(&l, ag, n, from, &chief)
             }
         };
         let dead_ps = r.as_ref().err().and_then(|e| dead_ps_of(&master, &ps, e));
@@ -815,22 +816,24 @@ fn variable_bytes(master: &Master, variables: &[Output], ps: &[TaskId]) -> BTree
     bytes
 }
 
+/// What every training loop reads: the master that drives the steps, the
+/// training set and schedule, the PS tasks (named when a step fails), the
+/// record of step times and the injected stragglers.
+struct StepLoop<'a> {
+    master: &'a Master,
+    train_set: &'a Dataset,
+    cfg: &'a TrainConfig,
+    ps: &'a [TaskId],
+    times: &'a Times,
+    inject: &'a Injector<'a>,
+}
+
 /// Synchronous steps: every batch split over the workers, one update each.
 /// Returns (steps, mean training loss of the last epoch).
 /// The first `from` updates are skipped (done before a restart; the
 /// shuffles still run so later epochs see the same order).
-#[allow(clippy::too_many_arguments)]
-fn run_sync(
-    master: &Master,
-    sg: &ShardedGraph,
-    train_set: &Dataset,
-    cfg: &TrainConfig,
-    n: usize,
-    from: usize,
-    times: &Times,
-    inject: &Injector<'_>,
-    after: &(dyn Fn(usize) -> Result<()> + Sync),
-) -> Result<(usize, f64)> {
+fn run_sync(l: &StepLoop, sg: &ShardedGraph, n: usize, from: usize, after: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<(usize, f64)> {
+    let StepLoop { master, train_set, cfg, times, inject, .. } = *l;
     let mut batches = Batches::new(train_set.len(), cfg, n);
     let (mut steps, mut train_loss) = (0usize, f64::NAN);
     for _ in 0..cfg.epochs {
@@ -877,19 +880,8 @@ fn run_sync(
 /// hook). When a step fails, the error that names a PS task is returned
 /// in preference to a worker's (a worker's step fails with the PS it
 /// needs).
-#[allow(clippy::too_many_arguments)]
-fn run_async(
-    master: &Master,
-    ag: &AsyncGraph,
-    train_set: &Dataset,
-    cfg: &TrainConfig,
-    n: usize,
-    from: usize,
-    ps: &[TaskId],
-    times: &Times,
-    inject: &Injector<'_>,
-    chief: &Chief<'_>,
-) -> Result<(usize, f64)> {
+fn run_async(l: &StepLoop, ag: &AsyncGraph, n: usize, from: usize, chief: &Chief<'_>) -> Result<(usize, f64)> {
+    let StepLoop { master, train_set, cfg, ps, times, inject } = *l;
     let mut batches = Batches::new(train_set.len(), cfg, 1);
     let (mut steps, mut train_loss) = (0usize, f64::NAN);
     for _ in 0..cfg.epochs {
@@ -989,21 +981,15 @@ fn dead_ps_of(master: &Master, ps: &[TaskId], e: &RuntimeError) -> Option<TaskId
 /// training goes on while `needed` workers live. One that fails because
 /// a PS task died returns that error (the caller restarts the PS); `from`
 /// updates are done and `skip` shards taken already after a restart.
-#[allow(clippy::too_many_arguments)]
 fn run_backup(
-    master: &Master,
+    l: &StepLoop,
     bg: &BackupGraph,
-    train_set: &Dataset,
-    cfg: &TrainConfig,
     needed: usize,
-    from: usize,
-    skip: usize,
+    (from, skip): (usize, usize),
     positions: &std::sync::Mutex<Vec<usize>>,
-    ps: &[TaskId],
-    times: &Times,
-    inject: &Injector<'_>,
     after: &(dyn Fn(usize) -> Result<()> + Sync),
 ) -> Result<(usize, f64, u64, Vec<usize>)> {
+    let StepLoop { master, train_set, cfg, ps, times, inject } = *l;
     let workers = bg.xs.len();
     let mut shards = std::collections::VecDeque::new();
     let mut batches = Batches::new(train_set.len(), cfg, needed);

@@ -34,6 +34,63 @@ pub struct Node {
     pub outputs: Vec<TensorType>,
 }
 
+/// The ops that the executor, the partitioner and the graph reader treat
+/// apart from the kernels they run: TensorFlow's `Node::IsSend()` and kin,
+/// read from its `NodeClass`. The op names behind them are written here
+/// only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NodeClass {
+    Placeholder,
+    Const,
+    Variable,
+    Send,
+    Recv,
+    StackPush,
+    StackPop,
+    Enter,
+    Exit,
+    Switch,
+    Merge,
+    NextIteration,
+    LoopCond,
+    /// Every other op: a kernel and nothing more.
+    Other,
+}
+
+impl NodeClass {
+    pub(crate) fn of(op: &str) -> NodeClass {
+        match op {
+            "Placeholder" => NodeClass::Placeholder,
+            "Const" => NodeClass::Const,
+            "Variable" => NodeClass::Variable,
+            "Send" => NodeClass::Send,
+            "Recv" => NodeClass::Recv,
+            "StackPush" => NodeClass::StackPush,
+            "StackPop" => NodeClass::StackPop,
+            "Enter" => NodeClass::Enter,
+            "Exit" => NodeClass::Exit,
+            "Switch" => NodeClass::Switch,
+            "Merge" => NodeClass::Merge,
+            "NextIteration" => NodeClass::NextIteration,
+            "LoopCond" => NodeClass::LoopCond,
+            _ => NodeClass::Other,
+        }
+    }
+
+    /// Routes values between frames and iterations, or keeps them for a
+    /// loop's gradient: a graph with one runs on the control-flow executor.
+    pub(crate) fn is_control_flow(self) -> bool {
+        use NodeClass::*;
+        matches!(self, Switch | Merge | Enter | Exit | NextIteration | StackPush | StackPop)
+    }
+}
+
+impl Node {
+    pub(crate) fn class(&self) -> NodeClass {
+        NodeClass::of(&self.op)
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct GraphData {
     pub nodes: Vec<Node>,

@@ -8,7 +8,7 @@
 use crate::graph::Attrs;
 use crate::files::{byte_offset, write_atomic};
 use crate::error::{EngineError, Result};
-use crate::graph::{Graph, NodeId};
+use crate::graph::{Graph, NodeClass, NodeId};
 use crate::tensor::TensorType;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -102,7 +102,7 @@ impl Graph {
                 match g.output_by_name(name, idx) {
                     Ok(o) => inputs.push(o),
                     // A while loop's Merge names its NextIteration, defined later.
-                    Err(_) if n.op == "Merge" && !inputs.is_empty() => back_edges.push((n.name.clone(), name.to_string(), idx)),
+                    Err(_) if NodeClass::of(&n.op) == NodeClass::Merge && !inputs.is_empty() => back_edges.push((n.name.clone(), name.to_string(), idx)),
                     Err(e) => return Err(invalid(&n.name, format!("node '{}': input '{s}': {e}", n.name))),
                 }
             }

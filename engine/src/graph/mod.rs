@@ -16,6 +16,7 @@ pub(crate) mod json;
 pub use attr::{AttrValue, Attrs, TensorValue};
 pub(crate) use attr::{NodeInfo, norm_axis};
 pub use graph::{Graph, IntoOutput, Node, NodeId, OpBuilder, Output};
+pub(crate) use graph::NodeClass;
 pub(crate) use graph::{CtxKind, GraphData, LoopInfo};
 
 use crate::error::Result;

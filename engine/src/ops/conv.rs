@@ -25,7 +25,7 @@ use crate::error::Result;
 use crate::graph::{Graph, IntoOutput, Output};
 use crate::tensor::{DType, TensorType};
 use crate::kernels::cpu::{
-    Conv2dGeom, Padding, Pool2dGeom, avg_pool, avg_pool_grad, conv2d, conv2d_backprop_filter, conv2d_backprop_input, conv2d_bias,
+    Conv2dGeom, Epilogue, Padding, Pool2dGeom, PooledOut, avg_pool, avg_pool_grad, conv2d, conv2d_backprop_filter, conv2d_backprop_input, conv2d_bias,
     MAX_WORKSPACE_WINDOW, conv2d_bias_max_pool, max_pool, max_pool_grad, max_pool_grad_with_workspace, max_pool_relu_grad, max_pool_with_workspace,
 };
 use crate::tensor::{PartialShape, Shape};
@@ -197,7 +197,7 @@ fn k_fused_conv(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     with_float!(c, x.dtype(), T => {
         let mut out = c.overwritten_output::<T>(g.output_len());
         let residual = c.inputs.get(3).map(|r| r.as_slice::<T>()).transpose()?;
-        conv2d_bias(x.as_slice::<T>()?, f.as_slice::<T>()?, b.as_slice::<T>()?, residual, ops.relu, &mut out, &g, c.threads);
+        conv2d_bias(x.as_slice::<T>()?, f.as_slice::<T>()?, Epilogue { bias: b.as_slice::<T>()?, residual, relu: ops.relu }, &mut out, &g, c.threads);
         Ok(vec![Tensor::from_vec(out, [g.batch, g.out_h, g.out_w, g.out_c])?])
     })
 }
@@ -407,7 +407,8 @@ fn k_fused_conv_pool(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     with_float!(c, x.dtype(), T => {
         let mut pooled = c.overwritten_output::<T>(pg.output_len());
         let mut ws = c.overwritten_output::<i8>(pg.output_len());
-        conv2d_bias_max_pool(x.as_slice::<T>()?, f.as_slice::<T>()?, b.as_slice::<T>()?, relu, &mut pooled, &mut ws, &g, &pg, c.threads);
+        let epi = Epilogue { bias: b.as_slice::<T>()?, residual: None, relu };
+        conv2d_bias_max_pool(x.as_slice::<T>()?, f.as_slice::<T>()?, epi, PooledOut { values: &mut pooled, argmax: &mut ws }, &g, &pg, c.threads);
         Ok(vec![Tensor::from_vec(pooled, dims)?, Tensor::from_vec(ws, dims)?])
     })
 }

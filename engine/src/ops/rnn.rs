@@ -22,7 +22,7 @@ use super::{FLOATS, GradCtx, InferCtx, KernelCtx, Registry, attrs, same_dtype, w
 use crate::error::Result;
 use crate::graph::{AttrValue, Graph, IntoOutput, Output};
 use crate::kernels::cpu::Float;
-use crate::kernels::cpu::lstm::{GateGrads, lstm_backward, lstm_forward};
+use crate::kernels::cpu::lstm::{Gates, lstm_backward, lstm_forward};
 use crate::kernels::cpu::matmul::{Product, gemm_strided};
 use crate::tensor::{PartialShape, Shape, Tensor, TensorType};
 
@@ -168,8 +168,9 @@ fn k_cell_grad(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let (bt, hd) = (dims[0], dims[1]);
     with_float!(c, c.inputs[0].dtype(), T => {
         let s: Vec<&[T]> = c.inputs.iter().map(|t| t.as_slice::<T>()).collect::<Result<_>>()?;
-        let gates = (s.len() == GRAD_INPUTS_WITH_GATES).then(|| GateGrads { i: s[8], f: s[9], o: s[10], ci: s[11], co: s[12] });
-        let (d_cs, dz) = lstm_backward(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], gates, bt, hd);
+        let activations = Gates { i: s[1], f: s[2], o: s[3], ci: s[4], co: s[5] };
+        let grads = (s.len() == GRAD_INPUTS_WITH_GATES).then(|| Gates { i: s[8], f: s[9], o: s[10], ci: s[11], co: s[12] });
+        let (d_cs, dz) = lstm_backward(s[0], activations, s[6], s[7], grads, bt, hd);
         Ok(vec![Tensor::from_vec(d_cs, [bt, hd])?, Tensor::from_vec(dz, [bt, 4 * hd])?])
     })
 }

@@ -94,13 +94,15 @@ impl Graph {
         })?;
         let dt = inputs.dtype();
         let s = self.log_uniform_candidate_sampler(labels, num_sampled, v, dt, seed)?;
-        self.sampled_softmax_loss_with(weights, biases, labels, inputs, &s[0], &s[1], &s[2])
+        self.sampled_softmax_loss_with(weights, biases, labels, inputs, [&s[0], &s[1], &s[2]])
     }
 
     /// [`sampled_softmax_loss`](Self::sampled_softmax_loss) for given
-    /// samples and expected counts (what the sampler returns).
-    #[allow(clippy::too_many_arguments)]
-    pub fn sampled_softmax_loss_with(&self, weights: &Output, biases: &Output, labels: &Output, inputs: &Output, sampled: &Output, true_expected: &Output, sampled_expected: &Output) -> Result<Output> {
+    /// `sampled_values`: the samples, the true classes' expected counts and
+    /// the samples' (what the sampler returns; TensorFlow's argument of the
+    /// same name).
+    pub fn sampled_softmax_loss_with(&self, weights: &Output, biases: &Output, labels: &Output, inputs: &Output, sampled_values: [&Output; 3]) -> Result<Output> {
+        let [sampled, true_expected, sampled_expected] = sampled_values;
         let true_w = self.gather(weights, labels)?;
         let true_b = self.gather(biases, labels)?;
         let true_logits = self.sub(self.add(self.reduce_sum(self.mul(inputs, &true_w)?, &[1], false)?, &true_b)?, self.log(true_expected)?)?;

@@ -24,7 +24,7 @@ fn var_type(c: &InferCtx, key: &str) -> Result<TensorType> {
     let name = c.n.str(key)?;
     let id = c.graph.by_name.get(name).ok_or_else(|| c.n.attr_err(key, format!("no node named '{name}'")))?;
     let n = &c.graph.nodes[*id];
-    if n.op != "Variable" {
+    if n.class() != crate::graph::NodeClass::Variable {
         return Err(c.n.attr_err(key, format!("node '{name}' is a {}, not a Variable", n.op)));
     }
     Ok(n.outputs[0].clone())
@@ -422,7 +422,6 @@ impl Graph {
     pub(crate) fn apply_momentum(&self, var: &Output, accum: &Output, lr: &Output, grad: &Output, momentum: &Output) -> Result<Output> {
         self.update_op("ApplyMomentum", var, vec![lr.clone(), grad.clone(), momentum.clone()], &[accum])
     }
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn apply_adam(&self, var: &Output, m: &Output, v: &Output, scalars: [&Output; 6], grad: &Output) -> Result<Output> {
         let mut ins: Vec<Output> = scalars.iter().map(|&s| s.clone()).collect();
         ins.push(grad.clone());

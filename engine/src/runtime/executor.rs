@@ -21,7 +21,7 @@
 
 use crate::graph::{Attrs, NodeInfo};
 use crate::error::{EngineError, Result};
-use crate::graph::{Graph, Node, NodeId};
+use crate::graph::{Graph, Node, NodeClass, NodeId};
 use crate::tensor::TensorType;
 use crate::ops::sendrecv::{StepComm, TransferSpec};
 use crate::runtime::fusion;
@@ -53,6 +53,7 @@ enum Source {
 struct ExecNode {
     name: String,
     op: String,
+    class: NodeClass,
     attrs: Attrs,
     kernel: KernelFn,
     outputs: Vec<TensorType>,
@@ -147,6 +148,8 @@ pub(crate) fn needed_nodes(
     let unknown = |n: NodeId| EngineError::UnknownNode(format!("#{n}"));
     let mut needed = vec![false; nodes.len()];
     let mut stack: Vec<NodeId> = Vec::with_capacity(targets.len() + fetches.len());
+    // The StackPush nodes and their stacks, listed at the first StackPop.
+    let mut pushes: Option<Vec<(NodeId, &crate::graph::AttrValue)>> = None;
     for &t in targets {
         nodes.get(t).ok_or_else(|| unknown(t))?;
         stack.push(t);
@@ -174,10 +177,13 @@ pub(crate) fn needed_nodes(
         stack.extend(node.control_inputs.iter().copied());
         // A loop gradient's StackPop reads what the forward loop's
         // StackPush nodes saved: they run when it does.
-        if node.op == "StackPop"
+        if node.class() == NodeClass::StackPop
             && let Some(s) = node.attrs.get("stack")
         {
-            stack.extend((0..nodes.len()).filter(|&m| nodes[m].op == "StackPush" && nodes[m].attrs.get("stack") == Some(s)));
+            let pushes = pushes.get_or_insert_with(|| {
+                nodes.iter().enumerate().filter(|(_, m)| m.class() == NodeClass::StackPush).filter_map(|(m, n)| Some((m, n.attrs.get("stack")?))).collect::<Vec<_>>()
+            });
+            stack.extend(pushes.iter().filter(|(_, ps)| *ps == s).map(|&(m, _)| m));
         }
     }
     Ok(needed)
@@ -201,7 +207,7 @@ fn node_kernel(reg: &ops::Registry, all: &[Node], node: &Node, device: DeviceTyp
 /// stateful op with a seed), its queue.
 fn node_resources(all: &[Node], by_name: &HashMap<String, NodeId>, node: &Node, info: &NodeInfo<'_>, stateful: bool, res: &dyn Resources) -> Result<Vec<Resource>> {
     let mut resources = Vec::new();
-    if node.op == "Variable" {
+    if node.class() == NodeClass::Variable {
         resources.push(res.var(&node.name, &node.outputs[0]));
     } else if let Some(crate::graph::AttrValue::Str(v)) = node.attrs.get("var") {
         for name in std::iter::once(v.as_str()).chain(info.strs_or_empty("slots")?.iter().map(|s| s.as_str())) {
@@ -245,7 +251,7 @@ impl Prepared {
         for (e, &id) in ids.iter().enumerate() {
             exec_of[id] = e;
             let node = &all[id];
-            if node.op == "Placeholder" {
+            if node.class() == NodeClass::Placeholder {
                 let t = &node.outputs[0];
                 return Err(EngineError::MissingFeed { node: node.name.clone(), shape: t.shape.to_string(), dtype: t.dtype.to_string() });
             }
@@ -253,12 +259,14 @@ impl Prepared {
             let kernel = node_kernel(reg, all, node, device)?;
             let info = NodeInfo { name: &node.name, op: &node.op, attrs: &node.attrs };
             let resources = node_resources(all, &d.by_name, node, &info, def.stateful, res)?;
-            let constant = if node.op == "Const" { Some(info.tensor("value")?.to_tensor().map_err(|e| e.at_node(&node.name, &node.op))?) } else { None };
-            let transfer = if node.op == "Send" || node.op == "Recv" { Some(TransferSpec::of(&info)?) } else { None };
+            let class = node.class();
+            let constant = if class == NodeClass::Const { Some(info.tensor("value")?.to_tensor().map_err(|e| e.at_node(&node.name, &node.op))?) } else { None };
+            let transfer = if matches!(class, NodeClass::Send | NodeClass::Recv) { Some(TransferSpec::of(&info)?) } else { None };
             work = work.and_then(|(f, b)| static_cost(all, node, def.cheap).map(|(nf, nb)| (f + nf, b + nb)));
             nodes.push(ExecNode {
                 name: node.name.clone(),
                 op: node.op.clone(),
+                class,
                 attrs: node.attrs.clone(),
                 kernel,
                 outputs: node.outputs.clone(),
@@ -276,13 +284,13 @@ impl Prepared {
         let mut uses = vec![0usize; num_slots];
         let mut pending = vec![0usize; nodes.len()];
         let mut recvs = Vec::new();
-        let control_flow = nodes.iter().any(|n| ops::control_flow::ROUTING_OPS.contains(&n.op.as_str()) || n.op.starts_with("Stack"));
+        let control_flow = nodes.iter().any(|n| n.class.is_control_flow());
         let mut cf_preds: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new(); if control_flow { nodes.len() } else { 0 }];
         for (e, &id) in ids.iter().enumerate() {
             let node = &all[id];
             let mut preds: Vec<usize> = Vec::new();
             let mut inputs = Vec::with_capacity(node.inputs.len());
-            if node.op == "Recv" {
+            if node.class() == NodeClass::Recv {
                 // Not a root: it starts when its tensor arrives.
                 inputs.push(Source::Wire(recvs.len()));
                 pending[e] = 1;
@@ -336,7 +344,7 @@ impl Prepared {
         }
         let roots = (0..nodes.len()).filter(|&e| pending[e] == 0).collect();
         let mut writes: Vec<Arc<VarSlot>> = Vec::new();
-        for n in nodes.iter().filter(|n| n.op != "Variable") {
+        for n in nodes.iter().filter(|n| n.class != NodeClass::Variable) {
             for r in &n.resources {
                 if let Resource::Var(v) = r
                     && !writes.iter().any(|w| Arc::ptr_eq(w, v))
@@ -360,7 +368,7 @@ impl Prepared {
 
     /// (node name, transfer) of every Send node of the step.
     pub(crate) fn sends(&self) -> impl Iterator<Item = (&str, &TransferSpec)> {
-        self.nodes.iter().filter(|n| n.op == "Send").filter_map(|n| n.transfer.as_ref().map(|t| (n.name.as_str(), t)))
+        self.nodes.iter().filter(|n| n.class == NodeClass::Send).filter_map(|n| n.transfer.as_ref().map(|t| (n.name.as_str(), t)))
     }
 
     /// (node name, transfer) of every Recv node of the step.
@@ -678,7 +686,7 @@ impl<'a> Step<'a> {
 
     fn is_send(&self, e: usize) -> bool {
         let n = &self.prep.nodes[e];
-        n.transfer.is_some() && n.op == "Send"
+        n.transfer.is_some() && n.class == NodeClass::Send
     }
 
     /// Moves the arrivals waiting in the inbox onto `stack` (their Recv nodes

@@ -18,7 +18,7 @@ use crate::framework::link::{LinkDelivery, deliver};
 use crate::framework::{Backend, DeviceName};
 use crate::error::{EngineError, Result};
 use crate::runtime::executor::{Prepared, RECV_SPIN, Resources};
-use crate::graph::{Graph, NodeId};
+use crate::graph::{Graph, NodeClass, NodeId};
 use crate::tensor::{DeviceType, TensorType};
 use crate::ops::sendrecv::{CommCounters, StepComm, TransferTrace};
 use crate::runtime::partition::{PartitionOptions, partition_with};
@@ -116,16 +116,24 @@ fn with_named_variables(nodes: &[crate::graph::Node], needed: &[bool]) -> Vec<bo
     copy
 }
 
+/// The devices of one process a multi-device step runs on, the emulated
+/// links between them (none: memory copies), and the counters their
+/// transfers add to.
+pub(crate) struct LocalFabric<'a> {
+    pub devices: &'a [LocalDevice],
+    pub links: &'a LinkMap,
+    pub counters: &'a CommCounters,
+}
+
 impl MultiPlan {
-    #[allow(clippy::too_many_arguments)]
+    /// The plan of the steps that feed, fetch and run `targets` as given
+    /// (`(feeds, fetches, targets)`).
     pub(crate) fn new(
         graph: &Graph,
         placement: &Placement,
         devices: &[LocalDevice],
         opts: &PartitionOptions,
-        feeds: &[(NodeId, usize)],
-        fetches: &[(NodeId, usize)],
-        targets: &[NodeId],
+        (feeds, fetches, targets): (&[(NodeId, usize)], &[(NodeId, usize)], &[NodeId]),
         res: &dyn Resources,
     ) -> Result<MultiPlan> {
         let nodes = graph.nodes();
@@ -155,7 +163,7 @@ impl MultiPlan {
         let mut feed_node: HashMap<(NodeId, usize), String> = HashMap::new();
         let feed_name = |n: NodeId, k: usize| -> String {
             let node = &nodes[n];
-            if node.op == "Placeholder" && !copy[n] { node.name.clone() } else { format!("_feed/{}/{k}", node.name) }
+            if node.class() == NodeClass::Placeholder && !copy[n] { node.name.clone() } else { format!("_feed/{}/{k}", node.name) }
         };
         let mut back_edges = Vec::new();
         for id in (0..nodes.len()).filter(|&i| copy[i]) {
@@ -261,18 +269,16 @@ impl MultiPlan {
     }
 
     /// Runs one step as step `step_id`.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn run(
         &self,
         feeds: &[Tensor],
-        devices: &[LocalDevice],
+        fabric: &LocalFabric,
         threads: usize,
         trace: bool,
         step_id: u64,
         recv_timeout: Duration,
-        counters: &CommCounters,
-        links: &LinkMap,
     ) -> Result<(Vec<Tensor>, Option<StepStats>)> {
+        let LocalFabric { devices, links, counters } = *fabric;
         let rdv = LocalRendezvous::new();
         let (delivery, delivery_rx) = if links.is_empty() {
             (None, None)

@@ -18,7 +18,7 @@ use crate::graph::{AttrValue, TensorValue};
 use crate::framework::DeviceName;
 use crate::tensor::DType;
 use crate::error::{EngineError, Result};
-use crate::graph::{Graph, NodeId, Output};
+use crate::graph::{Graph, NodeClass, NodeId, Output};
 use crate::ops::sendrecv::wire_format;
 use crate::runtime::placement::Placement;
 use crate::framework::rendezvous::RendezvousKey;
@@ -234,7 +234,7 @@ impl Builder<'_> {
                 let parallel = self
                     .nodes
                     .iter()
-                    .find(|n| n.op == "Enter" && matches!(n.attrs.get("frame_name"), Some(AttrValue::Str(f)) if f == frame))
+                    .find(|n| n.class() == NodeClass::Enter && matches!(n.attrs.get("frame_name"), Some(AttrValue::Str(f)) if f == frame))
                     .and_then(|n| n.attrs.get("parallel_iterations").cloned())
                     .unwrap_or(AttrValue::Int(10));
                 let zero = g.op("Const").name(&format!("{base}/zero")).attr("value", AttrValue::Tensor(TensorValue::from_tensor(&Tensor::scalar(0f32))?)).build()?;
@@ -280,12 +280,12 @@ fn cond_contexts(nodes: &[crate::graph::Node]) -> HashMap<(NodeId, usize), CondC
     for (i, n) in nodes.iter().enumerate() {
         let first = n.inputs.iter().copied().find(|&(s, _)| s < i).or_else(|| n.control_inputs.iter().find(|&&s| s < i).map(|&s| (s, 0)));
         let inherited = first.and_then(|x| ctx.get(&x).cloned()).unwrap_or_default();
-        let cond_switch = n.op == "Switch" && n.inputs.get(1).is_some_and(|&(s, _)| nodes[s].op != "LoopCond");
+        let cond_switch = n.class() == NodeClass::Switch && n.inputs.get(1).is_some_and(|&(s, _)| nodes[s].class() != NodeClass::LoopCond);
         for k in 0..n.outputs.len().max(1) {
             let mut c = inherited.clone();
             if cond_switch {
                 c.push((n.inputs[1], k));
-            } else if n.op == "Merge" && n.attrs.contains_key("cond_pred") {
+            } else if n.class() == NodeClass::Merge && n.attrs.contains_key("cond_pred") {
                 c.pop();
             }
             if !c.is_empty() {
@@ -308,8 +308,8 @@ fn frames_of(nodes: &[crate::graph::Node], dev_of: &[usize], devices: &[DeviceNa
         let first = n.inputs.iter().map(|&(s, _)| s).chain(n.control_inputs.iter().copied()).find(|&s| s < i);
         let f = first.and_then(|s| value[s].clone());
         frame[i] = f.clone();
-        value[i] = match n.op.as_str() {
-            "Enter" => {
+        value[i] = match n.class() {
+            NodeClass::Enter => {
                 let name = match n.attrs.get("frame_name") {
                     Some(AttrValue::Str(s)) => s.clone(),
                     _ => return Err(EngineError::Attr { node: n.name.clone(), op: n.op.clone(), attr: "frame_name".into(), detail: "missing".into() }),
@@ -317,10 +317,10 @@ fn frames_of(nodes: &[crate::graph::Node], dev_of: &[usize], devices: &[DeviceNa
                 parent.insert(name.clone(), f);
                 Some(name)
             }
-            "Exit" => f.as_ref().and_then(|x| parent.get(x).cloned().flatten()),
+            NodeClass::Exit => f.as_ref().and_then(|x| parent.get(x).cloned().flatten()),
             _ => f,
         };
-        if n.op == "LoopCond"
+        if n.class() == NodeClass::LoopCond
             && let Some(x) = &frame[i]
         {
             loop_cond.insert(x.clone(), i);
@@ -329,10 +329,10 @@ fn frames_of(nodes: &[crate::graph::Node], dev_of: &[usize], devices: &[DeviceNa
     // A loop's body: what descends from its Switches (dead once the loop ends).
     let mut body = vec![false; nodes.len()];
     for (i, n) in nodes.iter().enumerate() {
-        if value[i].is_none() || n.op == "Exit" {
+        if value[i].is_none() || n.class() == NodeClass::Exit {
             continue;
         }
-        let loop_switch = n.op == "Switch" && n.inputs.get(1).is_some_and(|&(s, _)| nodes[s].op == "LoopCond");
+        let loop_switch = n.class() == NodeClass::Switch && n.inputs.get(1).is_some_and(|&(s, _)| nodes[s].class() == NodeClass::LoopCond);
         body[i] = loop_switch || n.inputs.iter().map(|&(s, _)| s).chain(n.control_inputs.iter().copied()).any(|s| s < i && body[s]);
     }
     let pred_side = body.iter().map(|b| !b).collect();

@@ -26,7 +26,7 @@
 
 use crate::error::{EngineError, Result};
 use crate::runtime::executor::{Prepared, Resources};
-use crate::runtime::multi_device::{LocalDevice, MultiPlan};
+use crate::runtime::multi_device::{LocalDevice, LocalFabric, MultiPlan};
 use crate::ops::sendrecv::{CommCounters, StepComm, TransferTrace};
 use crate::framework::rendezvous::Rendezvous;
 use crate::graph::{Graph, NodeId, Output};
@@ -336,7 +336,8 @@ impl Session {
             }
             Plan::Multi(m) => {
                 let step = self.next_step.fetch_add(1, Ordering::Relaxed);
-                m.run(&values, &self.devices, self.threads, trace, step, self.recv_timeout, &self.counters, &self.links)
+                let fabric = LocalFabric { devices: &self.devices, links: &self.links, counters: &self.counters };
+                m.run(&values, &fabric, self.threads, trace, step, self.recv_timeout)
             }
         }
     }
@@ -478,7 +479,7 @@ impl Session {
             Plan::Local(Prepared::new(&self.graph, &key.0, &key.1, &key.2, &self.state, self.devices[0].device_type)?)
         } else {
             let placement = self.placement_now()?;
-            Plan::Multi(MultiPlan::new(&self.graph, &placement, &self.devices, &self.partition, &key.0, &key.1, &key.2, &self.state)?)
+            Plan::Multi(MultiPlan::new(&self.graph, &placement, &self.devices, &self.partition, (&key.0, &key.1, &key.2), &self.state)?)
         };
         let p = Arc::new(plan);
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, p.clone());

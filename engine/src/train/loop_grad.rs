@@ -169,7 +169,7 @@ fn check_body(nodes: &[crate::graph::Node], start: usize, end: usize, frame: &st
         if def.stateful {
             return Err(cf_err(&n.name, format!("the gradient of while loop '{frame}' recomputes its body, which holds the stateful op {}", n.op)));
         }
-        if n.op == "Enter" && !inv_enter.contains_key(&id) {
+        if n.class() == crate::graph::NodeClass::Enter && !inv_enter.contains_key(&id) {
             return Err(cf_err(&n.name, format!("the gradient of a loop nested in the body of while loop '{frame}' is not supported")));
         }
     }

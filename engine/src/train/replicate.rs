@@ -67,14 +67,20 @@ fn check_args(devices: &[DeviceName], vars: &[&Output]) -> Result<()> {
     Ok(())
 }
 
-/// Builds `devices.len()` replicas of `model` (see the module comment).
+/// Where data-parallel training runs: one replica of the model on each
+/// device of `replicas`, the variables and their update on `params`.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplicaDevices<'a> {
+    pub replicas: &'a [DeviceName],
+    pub params: &'a DeviceName,
+}
+
+/// Builds `on.replicas.len()` replicas of `model` (see the module comment).
 /// `model(g, x_shard, y_shard)` returns the replica's scalar loss; `g` is a
 /// handle requesting the replica's device and naming nodes `replica_<i>/...`.
-#[allow(clippy::too_many_arguments)]
 pub fn data_parallel<F>(
     g: &Graph,
-    devices: &[DeviceName],
-    param_device: &DeviceName,
+    on: ReplicaDevices,
     x: &Output,
     y: &Output,
     vars: &[&Output],
@@ -84,23 +90,21 @@ pub fn data_parallel<F>(
 where
     F: Fn(&Graph, &Output, &Output) -> Result<Output>,
 {
-    check_args(devices, vars)?;
-    let n = devices.len();
-    let pg = g.device(&param_device.to_string());
+    check_args(on.replicas, vars)?;
+    let n = on.replicas.len();
+    let pg = g.device(&on.params.to_string());
     let input = pg.scope("replicas");
     let (xs, ys) = if n == 1 { (vec![x.clone()], vec![y.clone()]) } else { (input.split(x, n, 0)?, input.split(y, n, 0)?) };
-    data_parallel_sharded(g, devices, param_device, &xs, &ys, vars, optimizer, model)
+    data_parallel_sharded(g, on, &xs, &ys, vars, optimizer, model)
 }
 
 /// [`data_parallel`] with the inputs already sharded: replica i reads
 /// `xs[i]` and `ys[i]` wherever they are (between-graph replication feeds
 /// each worker its own batch on its own device). Same gradient averaging
 /// and update as [`data_parallel`], which splits one batch and calls this.
-#[allow(clippy::too_many_arguments)]
 pub fn data_parallel_sharded<F>(
     g: &Graph,
-    devices: &[DeviceName],
-    param_device: &DeviceName,
+    on: ReplicaDevices,
     xs: &[Output],
     ys: &[Output],
     vars: &[&Output],
@@ -110,6 +114,7 @@ pub fn data_parallel_sharded<F>(
 where
     F: Fn(&Graph, &Output, &Output) -> Result<Output>,
 {
+    let ReplicaDevices { replicas: devices, params: param_device } = on;
     check_args(devices, vars)?;
     let n = devices.len();
     if xs.len() != n || ys.len() != n {
@@ -222,7 +227,7 @@ mod tests {
         let refs: Vec<&Output> = v.iter().collect();
         let full = loss_of(&g, &v, &x, &y).unwrap();
         let full_grads: Vec<Output> = g.gradients(&[&full], &refs).unwrap().into_iter().map(|o| o.unwrap()).collect();
-        let r = data_parallel(&g, &[cpu(0), cpu(1)], &cpu(0), &x, &y, &refs, &Optimizer::Sgd { lr: 0.1 }, |rg, xs, ys| {
+        let r = data_parallel(&g, ReplicaDevices { replicas: &[cpu(0), cpu(1)], params: &cpu(0) }, &x, &y, &refs, &Optimizer::Sgd { lr: 0.1 }, |rg, xs, ys| {
             loss_of(rg, &v, xs, ys)
         })
         .unwrap();
@@ -253,7 +258,7 @@ mod tests {
         let y = g.placeholder("y", DType::I64, [-1]).unwrap();
         let v = params(&g);
         let refs: Vec<&Output> = v.iter().collect();
-        let r = data_parallel(&g, &[cpu(0), cpu(1)], &cpu(0), &x, &y, &refs, &Optimizer::adam(0.01), |rg, xs, ys| loss_of(rg, &v, xs, ys))
+        let r = data_parallel(&g, ReplicaDevices { replicas: &[cpu(0), cpu(1)], params: &cpu(0) }, &x, &y, &refs, &Optimizer::adam(0.01), |rg, xs, ys| loss_of(rg, &v, xs, ys))
             .unwrap();
         let nodes = g.nodes();
         let dev_of = |o: &Output| nodes[o.node_id()].device.clone();
@@ -276,7 +281,7 @@ mod tests {
         let y = g.placeholder("y", DType::I64, [-1]).unwrap();
         let v = params(&g);
         let refs: Vec<&Output> = v.iter().collect();
-        let err = data_parallel(&g, &[cpu(0), cpu(1)], &cpu(0), &x, &y, &refs, &Optimizer::Sgd { lr: 0.1 }, |rg, xs, ys| {
+        let err = data_parallel(&g, ReplicaDevices { replicas: &[cpu(0), cpu(1)], params: &cpu(0) }, &x, &y, &refs, &Optimizer::Sgd { lr: 0.1 }, |rg, xs, ys| {
             let extra = rg.variable("extra", rg.zeros(DType::F32, [2])?)?;
             let l = loss_of(rg, &v, xs, ys)?;
             rg.add(&l, rg.reduce_sum(&extra, &[], false)?)
@@ -296,7 +301,7 @@ mod tests {
         let y = g.placeholder("y", DType::I64, [-1]).unwrap();
         let v = params(&g);
         let refs: Vec<&Output> = v.iter().collect();
-        let r = data_parallel(&g, &[cpu(0), cpu(1), cpu(2), cpu(3)], &cpu(0), &x, &y, &refs, &Optimizer::Sgd { lr: 0.1 }, |rg, xs, ys| {
+        let r = data_parallel(&g, ReplicaDevices { replicas: &[cpu(0), cpu(1), cpu(2), cpu(3)], params: &cpu(0) }, &x, &y, &refs, &Optimizer::Sgd { lr: 0.1 }, |rg, xs, ys| {
             loss_of(rg, &v, xs, ys)
         })
         .unwrap();

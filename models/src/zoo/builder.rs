@@ -48,6 +48,24 @@ pub(crate) struct BnConfig {
     pub momentum: f64,
 }
 
+/// A convolution layer: a `k[0]` x `k[1]` kernel from `cin` to `cout`
+/// channels, the same stride both ways, SAME padding or VALID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ConvSpec {
+    pub k: [usize; 2],
+    pub cin: usize,
+    pub cout: usize,
+    pub stride: usize,
+    pub same: bool,
+}
+
+impl ConvSpec {
+    /// A square `k` x `k` kernel with SAME padding.
+    pub fn square(k: usize, cin: usize, cout: usize, stride: usize) -> ConvSpec {
+        ConvSpec { k: [k, k], cin, cout, stride, same: true }
+    }
+}
+
 /// A model under construction: the graph plus the variables and the
 /// side-effect updates that the final train op must include.
 pub(crate) struct Net {
@@ -130,9 +148,9 @@ impl Net {
         s.bias_add(&y, &b)
     }
 
-    /// A `kh`x`kw` convolution of NHWC `x` with `cout` filters (no bias).
-    #[allow(clippy::too_many_arguments)]
-    pub fn conv(&mut self, s: &Graph, x: &Output, k: [usize; 2], cin: usize, cout: usize, stride: usize, same: bool) -> Result<Output> {
+    /// The convolution `c` of NHWC `x` (no bias).
+    pub fn conv(&mut self, s: &Graph, x: &Output, c: ConvSpec) -> Result<Output> {
+        let ConvSpec { k, cin, cout, stride, same } = c;
         let w = self.param(s, "weights", &[k[0], k[1], cin, cout], Init::HeNormal { fan_in: k[0] * k[1] * cin })?;
         s.conv2d(x, &w, [stride, stride], same)
     }
@@ -140,7 +158,7 @@ impl Net {
     /// Convolution plus bias then ReLU (the small CNN's layer).
     pub fn conv_bias_relu(&mut self, g: &Graph, name: &str, x: &Output, k: usize, cin: usize, cout: usize) -> Result<Output> {
         let s = g.scope(name);
-        let y = self.conv(&s, x, [k, k], cin, cout, 1, true)?;
+        let y = self.conv(&s, x, ConvSpec::square(k, cin, cout, 1))?;
         let b = self.param(&s, "bias", &[cout], Init::Const(0.0))?;
         s.relu(s.bias_add(&y, &b)?)
     }

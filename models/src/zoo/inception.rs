@@ -15,7 +15,7 @@
 
 use super::ModelGraph;
 use super::ZooOptions;
-use super::builder::{BnConfig, Net};
+use super::builder::{BnConfig, ConvSpec, Net};
 use flowlab_engine::{DType, Graph, Optimizer, Output, Result};
 
 pub(crate) const IMAGE_SIZE: usize = 299;
@@ -43,18 +43,23 @@ struct Builder<'a> {
 
 impl Builder<'_> {
     /// Convolution (no bias) with `filters` at published width, BN (beta
-    /// only), ReLU; SAME padding unless `valid`.
-    #[allow(clippy::too_many_arguments)]
-    fn cbr(&mut self, g: &Graph, name: &str, x: &Output, filters: usize, k: [usize; 2], stride: usize, valid: bool) -> Result<Output> {
+    /// only), ReLU; `same` says whether the padding is SAME or VALID.
+    fn cbr(&mut self, g: &Graph, name: &str, x: &Output, filters: usize, (k, stride, same): ([usize; 2], usize, bool)) -> Result<Output> {
         let s = g.scope(name);
         let cout = self.o.width(filters);
-        let y = self.net.conv(&s, x, k, channels(x), cout, stride, !valid)?;
+        let y = self.net.conv(&s, x, ConvSpec { k, cin: channels(x), cout, stride, same })?;
         let y = self.net.batch_norm(&s, &y, cout, BN)?;
         s.relu(&y)
     }
 
+    /// [`cbr`](Self::cbr) at stride 1 with SAME padding.
     fn same(&mut self, g: &Graph, name: &str, x: &Output, filters: usize, k: [usize; 2]) -> Result<Output> {
-        self.cbr(g, name, x, filters, k, 1, false)
+        self.cbr(g, name, x, filters, (k, 1, true))
+    }
+
+    /// [`cbr`](Self::cbr) with VALID padding.
+    fn valid(&mut self, g: &Graph, name: &str, x: &Output, filters: usize, k: [usize; 2], stride: usize) -> Result<Output> {
+        self.cbr(g, name, x, filters, (k, stride, false))
     }
 
     /// 3x3 average pool, stride 1, SAME (padding excluded from the mean).
@@ -67,12 +72,12 @@ impl Builder<'_> {
     }
 
     fn stem(&mut self, g: &Graph, x: &Output) -> Result<Output> {
-        let h = self.cbr(g, "conv_1a", x, 32, [3, 3], 2, true)?;
-        let h = self.cbr(g, "conv_2a", &h, 32, [3, 3], 1, true)?;
+        let h = self.valid(g, "conv_1a", x, 32, [3, 3], 2)?;
+        let h = self.valid(g, "conv_2a", &h, 32, [3, 3], 1)?;
         let h = self.same(g, "conv_2b", &h, 64, [3, 3])?;
         let h = Self::max3s2(&g.scope("pool_3a"), &h)?;
-        let h = self.cbr(g, "conv_3b", &h, 80, [1, 1], 1, true)?;
-        let h = self.cbr(g, "conv_4a", &h, 192, [3, 3], 1, true)?;
+        let h = self.valid(g, "conv_3b", &h, 80, [1, 1], 1)?;
+        let h = self.valid(g, "conv_4a", &h, 192, [3, 3], 1)?;
         Self::max3s2(&g.scope("pool_5a"), &h)
     }
 
@@ -91,10 +96,10 @@ impl Builder<'_> {
 
     /// Grid reduction 35 -> 17: 3x3/2 | 1x1-3x3-3x3/2 | maxpool/2.
     fn reduction_a(&mut self, g: &Graph, x: &Output) -> Result<Output> {
-        let b3 = self.cbr(g, "branch3x3", x, 384, [3, 3], 2, true)?;
+        let b3 = self.valid(g, "branch3x3", x, 384, [3, 3], 2)?;
         let bd = self.same(g, "branch3x3dbl_1", x, 64, [1, 1])?;
         let bd = self.same(g, "branch3x3dbl_2", &bd, 96, [3, 3])?;
-        let bd = self.cbr(g, "branch3x3dbl_3", &bd, 96, [3, 3], 2, true)?;
+        let bd = self.valid(g, "branch3x3dbl_3", &bd, 96, [3, 3], 2)?;
         let bp = Self::max3s2(&g.scope("branch_pool"), x)?;
         g.concat(&[&b3, &bd, &bp], 3)
     }
@@ -118,11 +123,11 @@ impl Builder<'_> {
     /// Grid reduction 17 -> 8: 1x1-3x3/2 | 1x1-1x7-7x1-3x3/2 | maxpool/2.
     fn reduction_b(&mut self, g: &Graph, x: &Output) -> Result<Output> {
         let b3 = self.same(g, "branch3x3_1", x, 192, [1, 1])?;
-        let b3 = self.cbr(g, "branch3x3_2", &b3, 320, [3, 3], 2, true)?;
+        let b3 = self.valid(g, "branch3x3_2", &b3, 320, [3, 3], 2)?;
         let b7 = self.same(g, "branch7x7x3_1", x, 192, [1, 1])?;
         let b7 = self.same(g, "branch7x7x3_2", &b7, 192, [1, 7])?;
         let b7 = self.same(g, "branch7x7x3_3", &b7, 192, [7, 1])?;
-        let b7 = self.cbr(g, "branch7x7x3_4", &b7, 192, [3, 3], 2, true)?;
+        let b7 = self.valid(g, "branch7x7x3_4", &b7, 192, [3, 3], 2)?;
         let bp = Self::max3s2(&g.scope("branch_pool"), x)?;
         g.concat(&[&b3, &b7, &bp], 3)
     }
@@ -152,7 +157,7 @@ impl Builder<'_> {
         let h = g.avg_pool(x, [k, k], [3, 3], false)?;
         let h = self.same(g, "conv_1", &h, 128, [1, 1])?;
         let k = side(&h).min(5);
-        let h = self.cbr(g, "conv_2", &h, 768, [k, k], 1, true)?;
+        let h = self.valid(g, "conv_2", &h, 768, [k, k], 1)?;
         let width = side(&h) * side(&h) * channels(&h);
         let flat = g.reshape(&h, &[self.o.batch as i64, width as i64])?;
         self.net.dense(g, "logits", &flat, width, classes, true)

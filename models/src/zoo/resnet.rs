@@ -9,7 +9,7 @@
 
 use super::ModelGraph;
 use super::ZooOptions;
-use super::builder::{BnConfig, Net};
+use super::builder::{BnConfig, ConvSpec, Net};
 use flowlab_engine::{DType, Graph, Optimizer, Output, Result};
 
 pub(crate) const IMAGE_SIZE: usize = 224;
@@ -21,19 +21,18 @@ const EXPANSION: usize = 4;
 const BN: BnConfig = BnConfig { scale: true, epsilon: 1e-5, momentum: 0.9 };
 
 /// Convolution (no bias), batch norm, optional ReLU.
-#[allow(clippy::too_many_arguments)]
-fn conv_bn(net: &mut Net, g: &Graph, name: &str, x: &Output, k: usize, cin: usize, cout: usize, stride: usize, relu: bool) -> Result<Output> {
+fn conv_bn(net: &mut Net, g: &Graph, name: &str, x: &Output, c: ConvSpec, relu: bool) -> Result<Output> {
     let s = g.scope(name);
-    let y = net.conv(&s, x, [k, k], cin, cout, stride, true)?;
-    let y = net.batch_norm(&s, &y, cout, BN)?;
+    let y = net.conv(&s, x, c)?;
+    let y = net.batch_norm(&s, &y, c.cout, BN)?;
     if relu { s.relu(&y) } else { Ok(y) }
 }
 
 fn bottleneck(net: &mut Net, g: &Graph, x: &Output, cin: usize, width: usize, cout: usize, stride: usize) -> Result<Output> {
-    let shortcut = if stride != 1 || cin != cout { conv_bn(net, g, "shortcut", x, 1, cin, cout, stride, false)? } else { x.clone() };
-    let h = conv_bn(net, g, "conv1", x, 1, cin, width, 1, true)?;
-    let h = conv_bn(net, g, "conv2", &h, 3, width, width, stride, true)?;
-    let h = conv_bn(net, g, "conv3", &h, 1, width, cout, 1, false)?;
+    let shortcut = if stride != 1 || cin != cout { conv_bn(net, g, "shortcut", x, ConvSpec::square(1, cin, cout, stride), false)? } else { x.clone() };
+    let h = conv_bn(net, g, "conv1", x, ConvSpec::square(1, cin, width, 1), true)?;
+    let h = conv_bn(net, g, "conv2", &h, ConvSpec::square(3, width, width, stride), true)?;
+    let h = conv_bn(net, g, "conv3", &h, ConvSpec::square(1, width, cout, 1), false)?;
     g.relu(g.add(&h, &shortcut)?)
 }
 
@@ -46,7 +45,7 @@ pub(crate) fn build(o: &ZooOptions, size: usize) -> Result<ModelGraph> {
     let labels = g.placeholder("labels", DType::I64, [b])?;
 
     let stem = o.width(64);
-    let h = conv_bn(&mut net, &g, "conv1", &x, 7, 3, stem, 2, true)?;
+    let h = conv_bn(&mut net, &g, "conv1", &x, ConvSpec::square(7, 3, stem, 2), true)?;
     let mut h = g.scope("pool1").max_pool(&h, [3, 3], [2, 2], true)?;
     let mut cin = stem;
     for (si, &(blocks, width)) in STAGES.iter().enumerate() {

@@ -505,7 +505,7 @@ fn composed_batch_norm_and_layer_norm_have_the_right_gradients() {
     let mut net = builder::Net::new(3);
     let g = net.g.clone();
     let x = g.placeholder("x", DType::F32, [4, 3, 3, 2]).unwrap();
-    let bn_in = net.conv(&g.scope("conv"), &x, [1, 1], 2, 3, 1, true).unwrap();
+    let bn_in = net.conv(&g.scope("conv"), &x, builder::ConvSpec::square(1, 2, 3, 1)).unwrap();
     let bn = builder::BnConfig { scale: true, epsilon: 1e-3, momentum: 0.9 };
     let y = net.batch_norm(&g, &bn_in, 3, bn).unwrap();
     let y = g.reshape(&y, &[12, 9]).unwrap();

@@ -350,16 +350,32 @@ pub fn conv2d<T: Float>(input: &[T], filter: &[T], out: &mut [T], g: &Conv2dGeom
     conv2d_by_im2col(input, filter, out, g, threads);
 }
 
-/// `out = relu?(conv2d(input, filter) + bias [+ residual])`: the
-/// convolution with its bias (one per output channel), a residual of the
-/// output's shape when given (a ResNet block's shortcut) and, when `relu`,
-/// the activation, applied to each block of output while it is in cache
-/// instead of more passes over the whole output (TensorFlow's
-/// `_FusedConv2D`, fused_ops BiasAdd [, Add] [, Relu]). Every value is the
-/// one Conv2D, BiasAdd, Add and Relu give one after the other, bit for
-/// bit: the same products, then the same single-precision adds and select.
-#[allow(clippy::too_many_arguments)]
-pub fn conv2d_bias<T: Float>(input: &[T], filter: &[T], bias: &[T], residual: Option<&[T]>, relu: bool, out: &mut [T], g: &Conv2dGeom, threads: usize) {
+/// What a fused convolution applies to each block of its output while the
+/// block is in cache: a bias per output channel, a residual of the
+/// output's shape (a ResNet block's shortcut) when given, then a ReLU when
+/// `relu` (TensorFlow's `_FusedConv2D` with BiasAdd [, Add] [, Relu]).
+#[derive(Clone, Copy, Debug)]
+pub struct Epilogue<'a, T> {
+    pub bias: &'a [T],
+    pub residual: Option<&'a [T]>,
+    pub relu: bool,
+}
+
+/// A max pool's outputs: the pooled values and, per value, the window
+/// offset it came from (what the gradient reads back).
+#[derive(Debug)]
+pub struct PooledOut<'a, T> {
+    pub values: &'a mut [T],
+    pub argmax: &'a mut [i8],
+}
+
+/// `out = relu?(conv2d(input, filter) + bias [+ residual])`, the
+/// epilogue applied to each block of output while it is in cache instead
+/// of more passes over the whole output. Every value is the one Conv2D,
+/// BiasAdd, Add and Relu give one after the other, bit for bit: the same
+/// products, then the same single-precision adds and select.
+pub fn conv2d_bias<T: Float>(input: &[T], filter: &[T], epi: Epilogue<T>, out: &mut [T], g: &Conv2dGeom, threads: usize) {
+    let Epilogue { bias, residual, relu } = epi;
     assert_eq!(bias.len(), g.out_c, "conv2d_bias: bias length");
     assert_eq!(out.len(), g.output_len(), "conv2d_bias: output length");
     assert!(residual.is_none_or(|r| r.len() == out.len()), "conv2d_bias: residual length");
@@ -375,49 +391,39 @@ pub fn conv2d_bias<T: Float>(input: &[T], filter: &[T], bias: &[T], residual: Op
 }
 
 /// [`conv2d_bias`], then [`max_pool_with_workspace`] with `pool` (whose
-/// input is the convolution's output) into `pooled` and `ws`. With the
-/// direct kernel each image is pooled while its convolution output is in
-/// cache, and that output is never written whole; bit for bit the two
-/// kernels one after the other.
-#[allow(clippy::too_many_arguments)]
-pub fn conv2d_bias_max_pool<T: Float>(
-    input: &[T],
-    filter: &[T],
-    bias: &[T],
-    relu: bool,
-    pooled: &mut [T],
-    ws: &mut [i8],
-    g: &Conv2dGeom,
-    pool: &Pool2dGeom,
-    threads: usize,
-) {
+/// input is the convolution's output) into `out`. With the direct kernel
+/// each image is pooled while its convolution output is in cache, and that
+/// output is never written whole; bit for bit the two kernels one after
+/// the other.
+pub fn conv2d_bias_max_pool<T: Float>(input: &[T], filter: &[T], epi: Epilogue<T>, out: PooledOut<T>, g: &Conv2dGeom, pool: &Pool2dGeom, threads: usize) {
+    let Epilogue { bias, residual, relu } = epi;
     assert_eq!(bias.len(), g.out_c, "conv2d_bias_max_pool: bias length");
+    assert!(residual.is_none_or(|r| r.len() == g.output_len()), "conv2d_bias_max_pool: residual length");
     assert_eq!(
         (pool.batch, pool.in_h, pool.in_w, pool.channels),
         (g.batch, g.out_h, g.out_w, g.out_c),
         "conv2d_bias_max_pool: the pool's input is the convolution's output"
     );
-    assert!(pooled.len() == pool.output_len() && ws.len() == pool.output_len(), "conv2d_bias_max_pool: output lengths");
+    assert!(out.values.len() == pool.output_len() && out.argmax.len() == pool.output_len(), "conv2d_bias_max_pool: output lengths");
     let one = Pool2dGeom { batch: 1, ..*pool };
+    let res32 = residual.and_then(conv_direct::as_f32);
     if !g.is_pointwise()
         && let Some(b32) = conv_direct::as_f32(bias)
         && conv_direct::forward_pooled(
             input,
             filter,
-            pooled,
-            ws,
-            one.output_len(),
+            PooledOut { values: &mut *out.values, argmax: &mut *out.argmax },
             g,
             threads,
-            |_, img| bias_act(img, b32, None, relu),
+            |at, img| bias_act(img, b32, res32.map(|r| &r[at..at + img.len()]), relu),
             |img, p, w| max_pool_with_workspace(img, p, w, &one, 1),
         )
     {
         return;
     }
     let mut y = vec![T::ZERO; g.output_len()];
-    conv2d_bias(input, filter, bias, None, relu, &mut y, g, threads);
-    max_pool_with_workspace(&y, pooled, ws, pool, threads);
+    conv2d_bias(input, filter, epi, &mut y, g, threads);
+    max_pool_with_workspace(&y, out.values, out.argmax, pool, threads);
 }
 
 /// Adds `bias` to every row of `out` (rows of `bias.len()` channels), then
@@ -772,14 +778,14 @@ mod tests {
                     .collect();
                 for threads in [1, 2] {
                     let mut y = vec![f32::NAN; g.output_len()];
-                    pool.install(|| conv2d_bias(&x32, &w32, &b32, None, relu, &mut y, &g, threads));
+                    pool.install(|| conv2d_bias(&x32, &w32, Epilogue { bias: &b32, residual: None, relu }, &mut y, &g, threads));
                     for (j, (a, e)) in y.iter().zip(&want).enumerate() {
                         assert!((*a as f64 - e).abs() < 2e-4 * (1.0 + e.abs()), "case {i} relu {relu} [{j}]: {a} vs {e}");
                     }
                     assert!(y.iter().zip(&chain).all(|(a, c)| a.to_bits() == c.to_bits()), "case {i} relu {relu}: differs from the unfused chain");
                 }
                 let mut y64 = vec![f64::NAN; g.output_len()];
-                conv2d_bias(&x, &w, &b, None, relu, &mut y64, &g, 1);
+                conv2d_bias(&x, &w, Epilogue { bias: &b, residual: None, relu }, &mut y64, &g, 1);
                 for (j, (a, e)) in y64.iter().zip(&want).enumerate() {
                     assert!((a - e).abs() < 1e-12 * (1.0 + e.abs()), "case {i} relu {relu} f64 [{j}]: {a} vs {e}");
                 }
@@ -796,7 +802,7 @@ mod tests {
                     .collect();
                 for threads in [1, 2] {
                     let mut y = vec![f32::NAN; g.output_len()];
-                    pool.install(|| conv2d_bias(&x32, &w32, &b32, Some(&res), relu, &mut y, &g, threads));
+                    pool.install(|| conv2d_bias(&x32, &w32, Epilogue { bias: &b32, residual: Some(&res), relu }, &mut y, &g, threads));
                     assert!(y.iter().zip(&chain).all(|(a, c)| a.to_bits() == c.to_bits()), "case {i} relu {relu}, residual: differs from the unfused chain");
                 }
             }
@@ -822,12 +828,12 @@ mod tests {
                 let pg = Pool2dGeom::new([g.batch, g.out_h, g.out_w, g.out_c], k, s, Padding::Same).unwrap();
                 for relu in [false, true] {
                     let mut y = vec![0f32; g.output_len()];
-                    conv2d_bias(&x, &w, &b, None, relu, &mut y, &g, 1);
+                    conv2d_bias(&x, &w, Epilogue { bias: &b, residual: None, relu }, &mut y, &g, 1);
                     let (mut want, mut want_ws) = (vec![0f32; pg.output_len()], vec![0i8; pg.output_len()]);
                     max_pool_with_workspace(&y, &mut want, &mut want_ws, &pg, 1);
                     for threads in [1, 2] {
                         let (mut got, mut got_ws) = (vec![f32::NAN; pg.output_len()], vec![7i8; pg.output_len()]);
-                        pool.install(|| conv2d_bias_max_pool(&x, &w, &b, relu, &mut got, &mut got_ws, &g, &pg, threads));
+                        pool.install(|| conv2d_bias_max_pool(&x, &w, Epilogue { bias: &b, residual: None, relu }, PooledOut { values: &mut got, argmax: &mut got_ws }, &g, &pg, threads));
                         let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
                         assert_eq!(bits(&got), bits(&want), "case {i} {k:?} relu {relu}, {threads} threads");
                         assert_eq!(got_ws, want_ws, "case {i} {k:?} relu {relu}, {threads} threads: workspace");

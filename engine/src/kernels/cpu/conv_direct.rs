@@ -29,7 +29,7 @@
 //! channels to be a multiple of 16; other shapes, other element types and
 //! CPUs without AVX-512 keep the im2col path.
 
-use super::conv::Conv2dGeom;
+use super::conv::{Conv2dGeom, PooledOut};
 use super::scalar::Float;
 use rayon::prelude::*;
 use std::any::TypeId;
@@ -305,26 +305,25 @@ unsafe fn forward_image(x: &[f32], w: &[f32], b: usize, y_img: &mut [f32], g: &C
 }
 
 /// [`forward`] with each image's output, after `epilogue`, handed to
-/// `pool(image, pooled_image, workspace_image)` while it is in cache (one
+/// `pool(image, pooled_image, argmax_image)` while it is in cache (one
 /// scratch image per thread): the convolution's output is never written
-/// whole. `pooled` and `ws` hold `pool_len` values per image. False
-/// (nothing written) when the kernel does not apply.
-#[allow(clippy::too_many_arguments)]
+/// whole. `out` holds the same number of values per image. False (nothing
+/// written) when the kernel does not apply.
 pub(crate) fn forward_pooled<T: Float>(
     input: &[T],
     filter: &[T],
-    pooled: &mut [T],
-    ws: &mut [i8],
-    pool_len: usize,
+    out: PooledOut<T>,
     g: &Conv2dGeom,
     threads: usize,
     epilogue: impl Fn(usize, &mut [f32]) + Sync,
     pool: impl Fn(&[f32], &mut [f32], &mut [i8]) + Sync,
 ) -> bool {
+    let pool_len = out.values.len().checked_div(g.batch).unwrap_or(0);
     if !DirectKernels::of::<T>(g).forward || pool_len == 0 {
         return false;
     }
-    let (Some(x), Some(w), Some(pooled)) = (as_f32(input), as_f32(filter), as_f32_mut(pooled)) else { return false };
+    let PooledOut { values, argmax: ws } = out;
+    let (Some(x), Some(w), Some(pooled)) = (as_f32(input), as_f32(filter), as_f32_mut(values)) else { return false };
     let p = Padded::forward(g);
     let out_len = g.out_h * g.out_w * g.out_c;
     let image = |b: usize, p_img: &mut [f32], w_img: &mut [i8], (y, scratch): &mut (Vec<f32>, Vec<f32>)| {

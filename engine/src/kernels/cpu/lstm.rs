@@ -46,9 +46,10 @@ pub(crate) fn lstm_forward<T: Float>(z: &[T], cs_prev: &[T], batch: usize, hidde
     LstmActivations { i, cs, f, o, ci, co, h }
 }
 
-/// Gradients arriving at the cell's gate outputs (i, f, o, ci, co) when
-/// something besides the cell's own state uses them.
-pub(crate) struct GateGrads<'a, T> {
+/// One value per element for each of the cell's gate outputs (input,
+/// forget, output, candidate, tanh of the state): the forward pass's
+/// activations, or the gradients arriving at them.
+pub(crate) struct Gates<'a, T> {
     pub i: &'a [T],
     pub f: &'a [T],
     pub o: &'a [T],
@@ -56,23 +57,20 @@ pub(crate) struct GateGrads<'a, T> {
     pub co: &'a [T],
 }
 
-/// The backward pass of [`lstm_forward`]: given the forward activations, the
-/// gradients at `cs` and `h` (and optionally at the gates), returns
-/// (d cs_prev `[batch, hidden]`, d z `[batch, 4*hidden]`).
-#[allow(clippy::too_many_arguments)]
+/// The backward pass of [`lstm_forward`]: given the forward activations
+/// `gates`, the gradients at `cs` and `h` (and, when something besides the
+/// cell's own state uses the gates, at them), returns (d cs_prev
+/// `[batch, hidden]`, d z `[batch, 4*hidden]`).
 pub(crate) fn lstm_backward<T: Float>(
     cs_prev: &[T],
-    i: &[T],
-    f: &[T],
-    o: &[T],
-    ci: &[T],
-    co: &[T],
+    gates: Gates<T>,
     cs_grad: &[T],
     h_grad: &[T],
-    gates: Option<GateGrads<T>>,
+    gate_grads: Option<Gates<T>>,
     batch: usize,
     hidden: usize,
 ) -> (Vec<T>, Vec<T>) {
+    let Gates { i, f, o, ci, co } = gates;
     let n = batch * hidden;
     let mut d_cs_prev = vec![T::ZERO; n];
     let mut dz = vec![T::ZERO; 4 * n];
@@ -83,7 +81,7 @@ pub(crate) fn lstm_backward<T: Float>(
         let (df, d_o) = rest.split_at_mut(hidden);
         for k in 0..hidden {
             let e = r * hidden + k;
-            let (gi, gf, go, gci, gco) = match &gates {
+            let (gi, gf, go, gci, gco) = match &gate_grads {
                 Some(g) => (g.i[e], g.f[e], g.o[e], g.ci[e], g.co[e]),
                 None => (T::ZERO, T::ZERO, T::ZERO, T::ZERO, T::ZERO),
             };

@@ -22,7 +22,7 @@ pub(crate) mod vectorize {
 }
 
 pub use conv::{
-    Conv2dGeom, Padding, conv2d, conv2d_backprop_filter, conv2d_bias, conv2d_bias_max_pool, conv2d_backprop_filter_by_im2col, conv2d_backprop_input,
+    Conv2dGeom, Epilogue, Padding, PooledOut, conv2d, conv2d_backprop_filter, conv2d_bias, conv2d_bias_max_pool, conv2d_backprop_filter_by_im2col, conv2d_backprop_input,
     conv2d_backprop_input_by_im2col, conv2d_by_im2col,
 };
 pub use matmul::{Product, batch_matmul, matmul};

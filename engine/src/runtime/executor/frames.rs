@@ -24,7 +24,7 @@
 use super::{ExecNode, Source};
 use crate::error::{EngineError, Result};
 use crate::framework::stats::{NodeStats, StepStats};
-use crate::graph::NodeInfo;
+use crate::graph::{NodeClass, NodeInfo};
 use crate::ops::KernelCtx;
 use crate::ops::control_flow::Stacks;
 use crate::ops::sendrecv::StepComm;
@@ -143,7 +143,7 @@ impl FramePlan {
             let mut frame = None;
             for &(p, out, _) in &preds[e] {
                 if p >= e {
-                    if node.op != "Merge" || out == CONTROL {
+                    if node.class != NodeClass::Merge || out == CONTROL {
                         return Err(cf_err(&node.name, format!("its input from '{}' is a back edge, which only a Merge may have", nodes[p].name)));
                     }
                     continue;
@@ -163,24 +163,24 @@ impl FramePlan {
             }
             let f = frame.unwrap_or(0);
             frame_of[e] = f;
-            kind[e] = match node.op.as_str() {
-                "Switch" => Kind::Switch,
-                "Merge" => Kind::Merge,
-                "Exit" => {
+            kind[e] = match node.class {
+                NodeClass::Switch => Kind::Switch,
+                NodeClass::Merge => Kind::Merge,
+                NodeClass::Exit => {
                     if f == 0 {
                         return Err(cf_err(&node.name, "an Exit outside any loop frame"));
                     }
                     frames[f].exits.push(e);
                     Kind::Exit
                 }
-                "NextIteration" => {
+                NodeClass::NextIteration => {
                     if f == 0 {
                         // It would start iteration after iteration of the root, without end.
                         return Err(cf_err(&node.name, "a NextIteration outside any loop frame"));
                     }
                     Kind::NextIteration
                 }
-                "Enter" => {
+                NodeClass::Enter => {
                     let name = info.str("frame_name")?.to_string();
                     let parallel = info.int("parallel_iterations").unwrap_or(10).max(1) as usize;
                     let next = frames.len();
@@ -655,7 +655,7 @@ impl super::Prepared {
             let dead = kind != Kind::Merge && iter.dead[l] > 0;
             let mut ins: Vec<Option<Tensor>> = Vec::with_capacity(node.inputs.len());
             let mut taken = 0;
-            if node.op == "Recv" && !dead {
+            if node.class == NodeClass::Recv && !dead {
                 match arrived.remove(&(e, fi, it)) {
                     Some(r) => ins.push(Some(r?)),
                     None => {
