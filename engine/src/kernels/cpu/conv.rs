@@ -810,7 +810,8 @@ mod tests {
     }
 
     /// The convolution with its pool fused, bit for bit `conv2d_bias` then
-    /// `max_pool_with_workspace` (the output and the workspace), on the
+    /// `max_pool_with_workspace` (the output and the workspace), with and
+    /// without a residual, on the
     /// direct kernel's shapes and the im2col path's, with tiling and
     /// overlapping windows, at one and two threads.
     #[test]
@@ -824,19 +825,22 @@ mod tests {
             let x: Vec<f32> = random::<f32>(g.input_len(), 200 + i as u64);
             let w: Vec<f32> = random::<f32>(g.filter_len(), 210 + i as u64);
             let b: Vec<f32> = random::<f32>(g.out_c, 220 + i as u64);
+            let res: Vec<f32> = random::<f32>(g.output_len(), 230 + i as u64);
             for (k, s) in [([2, 2], [2, 2]), ([3, 3], [2, 2])] {
                 let pg = Pool2dGeom::new([g.batch, g.out_h, g.out_w, g.out_c], k, s, Padding::Same).unwrap();
-                for relu in [false, true] {
+                for (relu, residual) in [(false, None), (true, None), (true, Some(res.as_slice()))] {
+                    let epi = Epilogue { bias: &b, residual, relu };
                     let mut y = vec![0f32; g.output_len()];
-                    conv2d_bias(&x, &w, Epilogue { bias: &b, residual: None, relu }, &mut y, &g, 1);
+                    conv2d_bias(&x, &w, epi, &mut y, &g, 1);
                     let (mut want, mut want_ws) = (vec![0f32; pg.output_len()], vec![0i8; pg.output_len()]);
                     max_pool_with_workspace(&y, &mut want, &mut want_ws, &pg, 1);
+                    let with = if residual.is_some() { "a residual" } else { "no residual" };
                     for threads in [1, 2] {
                         let (mut got, mut got_ws) = (vec![f32::NAN; pg.output_len()], vec![7i8; pg.output_len()]);
-                        pool.install(|| conv2d_bias_max_pool(&x, &w, Epilogue { bias: &b, residual: None, relu }, PooledOut { values: &mut got, argmax: &mut got_ws }, &g, &pg, threads));
+                        pool.install(|| conv2d_bias_max_pool(&x, &w, epi, PooledOut { values: &mut got, argmax: &mut got_ws }, &g, &pg, threads));
                         let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
-                        assert_eq!(bits(&got), bits(&want), "case {i} {k:?} relu {relu}, {threads} threads");
-                        assert_eq!(got_ws, want_ws, "case {i} {k:?} relu {relu}, {threads} threads: workspace");
+                        assert_eq!(bits(&got), bits(&want), "case {i} {k:?} relu {relu}, {with}, {threads} threads");
+                        assert_eq!(got_ws, want_ws, "case {i} {k:?} relu {relu}, {with}, {threads} threads: workspace");
                     }
                 }
             }
