@@ -43,6 +43,11 @@ impl<T> View<T> {
         View { ptr: x.as_ptr(), rs, cs }
     }
 
+    /// The same elements read transposed: element `(i, j)` is this view's `(j, i)`.
+    fn t(self) -> Self {
+        View { rs: self.cs, cs: self.rs, ..self }
+    }
+
     /// The operand from column `j0` on.
     ///
     /// # Safety
@@ -84,21 +89,15 @@ impl<T> PanelsOut<T> {
 /// live allocation, `c`'s block is not written by anyone else meanwhile, and
 /// `c` aliases neither `a` nor `b`.
 unsafe fn gemm_block<T: Float>((m, n, k): (usize, usize, usize), a: View<T>, b: View<T>, c: *mut T, c_rs: isize, accumulate: bool, parallelism: gemm_common::Parallelism) {
-    // SAFETY: forwarded from the caller's contract; gemm's `dst = alpha*dst +
-    // beta*a*b` with alpha = beta = 1 and `read_dst = accumulate`. gemm's
-    // micro-kernels prefer a column-major destination, so a row-major block
-    // is computed as Cᵀ = Bᵀ · Aᵀ (what gemm's generic entry point does
-    // before it dispatches on the element type).
+    // gemm's micro-kernels prefer a column-major destination, so a
+    // row-major block is computed as Cᵀ = Bᵀ · Aᵀ (what gemm's generic entry
+    // point does before it dispatches on the element type).
+    let (m, n, lhs, rhs, c_cs, c_rs) = if c_rs > 1 { (n, m, b.t(), a.t(), c_rs, 1) } else { (m, n, a, b, 1, c_rs) };
+    // SAFETY: forwarded from the caller's contract (the transposed views
+    // address the same elements); gemm's `dst = alpha*dst + beta*lhs*rhs`
+    // with alpha = beta = 1 and `read_dst = accumulate`.
     unsafe {
-        if c_rs > 1 {
-            T::gemm_kernel()(
-                n, m, k, c, c_rs, 1, accumulate, b.ptr, b.rs, b.cs, a.ptr, a.rs, a.cs, T::ONE, T::ONE, false, false, false, parallelism,
-            );
-        } else {
-            T::gemm_kernel()(
-                m, n, k, c, 1, c_rs, accumulate, a.ptr, a.cs, a.rs, b.ptr, b.cs, b.rs, T::ONE, T::ONE, false, false, false, parallelism,
-            );
-        }
+        T::gemm_kernel()(m, n, k, c, c_cs, c_rs, accumulate, lhs.ptr, lhs.cs, lhs.rs, rhs.ptr, rhs.cs, rhs.rs, T::ONE, T::ONE, false, false, false, parallelism);
     }
 }
 
@@ -151,8 +150,8 @@ pub(crate) fn gemm_strided<T: Float>(a: &[T], b: &[T], c: &mut [T], p: Product, 
     if trans_b && m >= TRANSPOSED_PROBLEM_MIN_ROWS {
         // Cᵀ = op(b)ᵀ · op(a)ᵀ: b, stored [n, k], is read row by row as
         // the left operand, op(a)ᵀ is [k, m], and Cᵀ is c read column-major.
-        let lhs = View { ptr: b.as_ptr(), rs: k as isize, cs: 1 };
-        let rhs = View::of(a, if trans_a { m } else { k }, !trans_a);
+        let lhs = View::of(b, k, true).t();
+        let rhs = View::of(a, if trans_a { m } else { k }, trans_a).t();
         // SAFETY: as below; the same elements of a, b and c are addressed,
         // only the roles of rows and columns are exchanged. Cᵀ is
         // column-major, as gemm's micro-kernels prefer.
