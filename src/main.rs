@@ -39,6 +39,8 @@ enum Command {
     Onnx(cmd::onnx::OnnxArgs),
     /// Place a model's training graph with a simulator placer and simulate one step.
     Place(cmd::place::PlaceArgs),
+    /// Measured and simulated steps side by side, to find where a validation point's time goes.
+    Diagnose(cmd::diagnose::DiagnoseArgs),
     /// Profile a zoo model's training step on the real engine (op times by shape, host figures).
     Profile(cmd::profile::ProfileArgs),
     /// Run one task of a cluster (`--cluster FILE --job ps|worker|chief --task N`) until stopped.
@@ -77,6 +79,7 @@ fn main() -> ExitCode {
         Some(Command::Place(args)) => cmd::place::run(args),
         Some(Command::Onnx(args)) => cmd::onnx::run(args),
         Some(Command::Profile(args)) => cmd::profile::run(args),
+        Some(Command::Diagnose(args)) => cmd::diagnose::run(args),
         Some(Command::Server(args)) => cmd::server::run(args),
     };
     match result {

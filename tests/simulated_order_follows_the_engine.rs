@@ -22,13 +22,13 @@ fn filled(g: &Graph, dims: &[usize]) -> Result<Output> {
 /// a core first; run side by side (the harness's default) they take four
 /// device threads on a 2-core CI machine, and under the whole suite's load
 /// `a` once arrived before CPU:0 had started its product. One at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static ONE_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
 
 /// The order in which device `cpu` ran the nodes of `names`: in the engine
 /// (one thread per device, one real step after a warm-up) and in the
 /// simulator (same graph, same placement).
 fn orders(g: &Graph, fetches: &[&Output], cpu: usize, names: &[&str]) -> (Vec<String>, Vec<String>, StepStats) {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _alone = ONE_AT_A_TIME.lock();
     let opts = SessionOptions { threads: 1, devices: DeviceSet::local_cpus(2), ..Default::default() };
     let sess = Session::with_options(g, opts).expect("two CPUs");
     sess.run(&[], fetches, &[]).expect("warm-up step");

@@ -131,3 +131,22 @@ fn a_step_this_machine_cannot_hold_is_refused_before_the_engine_allocates_it() {
     );
     assert!(!out_file.exists());
 }
+
+/// `flowlab diagnose`, which replaced three ignored tests: two sessions'
+/// kernels alone and together (each op's time a positive number in both),
+/// and a misspelt placer refused by name before anything is measured.
+#[test]
+fn diagnose_compares_kernels_and_names_a_bad_placer() {
+    let out = run_flowlab(&["diagnose", "sessions", "--model", "mlp", "--batch", "8"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("mlp b8, kernels per step: alone "), "{stdout}");
+    let matmul = stdout.lines().find(|l| l.trim_start().starts_with("MatMul:")).unwrap_or_else(|| panic!("no MatMul line: {stdout}"));
+    let times: Vec<f64> = matmul.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    assert!(times.len() == 2 && times.iter().all(|&t| t > 0.0), "{matmul}");
+
+    let out = run_flowlab(&["diagnose", "split", "--placer", "fastest"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("split step: unknown placer `fastest` (valid: single_device,"), "{stderr}");
+}

@@ -80,6 +80,10 @@ pub enum EngineError {
     /// for: TensorFlow's OutOfRange, which ends an input loop.
     #[error("node '{node}': queue '{queue}' is closed: {detail}")]
     QueueClosed { node: String, queue: String, detail: String },
+    /// A variable whose update in place was cut short by a panic: its value
+    /// may be half old, half new, so it is not read until it is set again.
+    #[error("variable '{0}' was left half-updated by a kernel that panicked while writing it: set it again (initializer, checkpoint restore or `set_variable`) before using it")]
+    TornVariable(String),
     /// A corrupt or truncated file (graph JSON, checkpoint).
     #[error("{file}: corrupt at byte offset {offset}: {detail}")]
     Corrupt { file: String, offset: u64, detail: String },

@@ -40,7 +40,7 @@ pub use ops::sendrecv::{recv_tensor, send_tensor, wire_format};
 pub use ops::control_flow::{DEFAULT_PARALLEL_ITERATIONS, WhileOptions};
 pub use ops::queue::QueueHandle;
 pub use ops::rnn::LstmCellOutputs;
-pub use ops::{Gemm, OpCost, Work, op_cost, op_names};
+pub use ops::{Gemm, OpCost, op_cost, op_names};
 pub use runtime::{DefaultPlacer, MAX_THREADS, Partition, PartitionOptions, Placement, Placer, Session, SessionOptions, Transfer};
 pub use runtime::{partition, partition_with, placed_step_graph, step_graph, step_nodes};
 pub use tensor::{CpuStorage, CudaAllocator, CudaStorage, DType, DeviceType, Element, PartialShape, Shape, Storage, Tensor, TensorType};

@@ -72,7 +72,7 @@ fn train(m: &Mlp, o: SessionOptions) -> (Vec<f32>, Vec<(String, Tensor)>, Sessio
     for _ in 0..4 {
         losses.push(s.run(&feeds, &[&m.loss], &[&m.train]).unwrap()[0].to_vec::<f32>().unwrap()[0]);
     }
-    let vars = s.variable_values();
+    let vars = s.variable_values().unwrap();
     (losses, vars, s)
 }
 

@@ -66,6 +66,11 @@ pub enum ExperimentError {
     #[error(transparent)]
     Results(#[from] flowlab_reports::ReportError),
 
+    /// A measurement on this host (a diagnosis's step runs, its profile)
+    /// failed.
+    #[error("{what}: {message}")]
+    Measurement { what: String, message: String },
+
     /// The worker thread pool could not be started.
     #[error("cannot start {jobs} worker threads: {message}")]
     ThreadPool { jobs: usize, message: String },

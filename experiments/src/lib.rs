@@ -36,6 +36,10 @@ pub use estimate::RunEstimate;
 pub use experiment::Experiment;
 pub use measure::{ProfileRequest, ZooSizes, measure_host, profile_model};
 pub use merge::{MergeSummary, merge};
+/// `flowlab diagnose`: measured and simulated steps side by side, as text.
+pub mod diagnose {
+    pub use crate::kinds::validate::diagnose::{SplitStep, roofline_by_class, split_step, two_sessions};
+}
 pub use schema::{file_schema, point_schema, reference_page};
 pub use runner::{Progress, RunOptions, RunSummary, Shard, default_out_dir, run};
 

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::io::IsTerminal;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use flowlab_reports::ResultRow;
@@ -238,10 +238,10 @@ pub fn run(experiment: &Experiment, options: &RunOptions) -> Result<RunSummary, 
         });
     });
     reporter.done();
-    if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    if let Some(e) = first_error.into_inner() {
         return Err(e);
     }
-    let store = store.into_inner().unwrap_or_else(|p| p.into_inner());
+    let store = store.into_inner();
     let rows = store.finish()?;
     if stopped(options) {
         let stored = rows.iter().filter(|r| my_keys.contains(r.key.as_str())).count() as u64;
@@ -318,8 +318,8 @@ fn thread_pool(
 
 /// A poisoned lock only means another point panicked while holding it; the
 /// data (a file handle, an error slot) is still sound.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
+    m.lock()
 }
 
 /// Runs one point, turning an error or a panic into a failed row.

@@ -221,10 +221,31 @@ fn fused_convolutions_are_priced_as_the_convolutions_they_replace() {
         let filter = &step[f.inputs[1].0].name;
         let conv = nodes.iter().find(|n| n.op == "Conv2D" && &nodes[n.inputs[1].0].name == filter).unwrap();
         let (a, b) = (io(&step, f), io(&nodes, conv));
-        assert_eq!((a.work, a.gemm), (b.work, b.gemm), "{} ({}) against {}", f.name, f.op, conv.name);
+        assert_eq!((a.class, a.dtype, a.gemm), (b.class, b.dtype, b.gemm), "{} ({}) against {}", f.name, f.op, conv.name);
         assert!(a.flops > b.flops, "{}: the fused bias, activation and pool add work", f.name);
         *fused.entry(f.op.as_str()).or_insert(0) += 1;
     }
     // The step's list keeps the chain's first rewrite beside the pooled one.
     assert_eq!(fused, BTreeMap::from([("_FusedConv2D", 2), ("_FusedConv2DMaxPool", 2)]));
+}
+
+/// Costs speak the roofline's vocabulary: a product of two f16 matrices is
+/// matmul work at f16; an f16 sum is a reduction at f16 with 99 additions
+/// per row of 100; an elementwise op or a reduction with no arithmetic (a
+/// Reshape, an Identity) moves data; an i64 op is priced at f32.
+#[test]
+fn costs_carry_the_roofline_class_and_precision() {
+    use flowlab_engine::{AttrValue, Attrs};
+    use flowlab_hw::{Dtype, OpClass};
+    let t = |d: DType, dims: &[usize]| (d, Shape::new(dims.to_vec()));
+    let mm = op_cost("MatMul", &Attrs::new(), &[t(DType::F16, &[4, 8]), t(DType::F16, &[8, 2])], &[t(DType::F16, &[4, 2])]).unwrap();
+    assert_eq!((mm.class, mm.dtype, mm.flops), (OpClass::Matmul, Dtype::F16, 2.0 * 4.0 * 8.0 * 2.0));
+    let mut axes = Attrs::new();
+    axes.insert("axes".into(), AttrValue::Ints(vec![1]));
+    let sum = op_cost("Sum", &axes, &[t(DType::F16, &[3, 100])], &[t(DType::F16, &[3])]).unwrap();
+    assert_eq!((sum.class, sum.dtype), (OpClass::Reduction, Dtype::F16));
+    for op in ["Reshape", "Identity"] {
+        let c = op_cost(op, &Attrs::new(), &[t(DType::I64, &[6])], &[t(DType::I64, &[6])]).unwrap();
+        assert_eq!((c.class, c.dtype, c.flops), (OpClass::DataMovement, Dtype::F32, 0.0), "{op}");
+    }
 }

@@ -94,7 +94,7 @@ fn bind_below_ephemeral(state: &mut u64) -> Option<TcpListener> {
 /// started in the meantime (tests run in parallel, a distributed point's
 /// calibration cluster beside its run) could pick the same port and its
 /// task bind it first.
-static HELD_PORTS: std::sync::Mutex<std::collections::BTreeSet<u16>> = std::sync::Mutex::new(std::collections::BTreeSet::new());
+static HELD_PORTS: parking_lot::Mutex<std::collections::BTreeSet<u16>> = parking_lot::Mutex::new(std::collections::BTreeSet::new());
 
 fn launch_error(task: TaskId, message: String) -> RuntimeError {
     RuntimeError::Launch { task: task.to_string(), message }
@@ -170,7 +170,7 @@ impl LocalCluster {
         {
             // a port another live cluster of this process holds (released,
             // but its task may not have bound it yet) is not taken again
-            let mut held = HELD_PORTS.lock().unwrap_or_else(|e| e.into_inner());
+            let mut held = HELD_PORTS.lock();
             for (job, n) in [(Job::Ps, ps), (Job::Worker, workers)] {
                 for i in 0..n {
                     let port = loop {
@@ -369,7 +369,7 @@ impl Drop for LocalCluster {
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-        let mut held = HELD_PORTS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = HELD_PORTS.lock();
         for p in &self.ports {
             held.remove(p);
         }

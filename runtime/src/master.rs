@@ -25,7 +25,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flowlab_engine::{DefaultPlacer, DeviceName, DeviceSet, EmulatedLink, Graph, NodeId, Output, PartitionOptions, Placement, Placer, Tensor};
@@ -227,7 +228,7 @@ impl Master {
         check_link(&client, self.opts.link)?;
         self.tasks[i] = Arc::new(client);
         self.parts.iter_mut().for_each(|p| *p = None);
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.cache.lock().clear();
         Ok(())
     }
 
@@ -294,12 +295,12 @@ impl Master {
         }
         self.graph = Some(graph.clone());
         self.placement = Some(placement);
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.cache.lock().clear();
         Ok(())
     }
 
     fn plan(&self, key: Signature) -> Result<Arc<StepPlan>> {
-        if let Some(p) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        if let Some(p) = self.cache.lock().get(&key) {
             return Ok(Arc::clone(p));
         }
         let (Some(graph), Some(placement)) = (&self.graph, &self.placement) else {
@@ -358,7 +359,7 @@ impl Master {
             .map(|(t, j)| (tasks.iter().position(|(i, _)| *i == t).unwrap_or(0), j))
             .collect();
         let plan = Arc::new(StepPlan { tasks, fetch_src });
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Arc::clone(&plan));
+        self.cache.lock().insert(key, Arc::clone(&plan));
         Ok(plan)
     }
 
@@ -394,7 +395,7 @@ impl Master {
         let feeds: Vec<_> = feeds.iter().map(|(_, t)| wire::to_proto(t)).collect::<Result<_>>()?;
         let fed: usize = plan.tasks.iter().flat_map(|(_, ts)| ts.feeds.iter()).map(|(f, _)| feeds[*f].data.len()).sum();
         self.fed_fetched.fetch_add(fed as u64, Ordering::Relaxed);
-        let mut finished = self.finished.lock().unwrap_or_else(|e| e.into_inner());
+        let mut finished = self.finished.lock();
         let mut calls = Vec::with_capacity(plan.tasks.len());
         for (pos, (i, ts)) in plan.tasks.iter().enumerate() {
             let t = &self.tasks[*i];
@@ -471,7 +472,7 @@ impl Master {
         });
         // only now may the tasks forget the step's keys: with concurrent
         // steps (async workers) an earlier push would end a running step
-        let mut finished = self.finished.lock().unwrap_or_else(|e| e.into_inner());
+        let mut finished = self.finished.lock();
         for (i, _) in &plan.tasks {
             finished[*i].push(step_id);
         }

@@ -6,7 +6,7 @@
 //! transfer between tasks drawn from the send to the arrival.
 
 use flowlab_engine::{NodeStats, PartitionTimeline, StepStats, TransferEnd, TransferStats};
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::Instant;
 
 use crate::pb;
@@ -179,11 +179,11 @@ pub(crate) struct Recorder {
 
 impl Recorder {
     pub(crate) fn on(&self) -> bool {
-        self.parts.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        self.parts.lock().is_some()
     }
 
     pub(crate) fn start(&self) {
-        let mut p = self.parts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.parts.lock();
         if p.is_none() {
             *p = Some(Vec::new());
         }
@@ -192,13 +192,13 @@ impl Recorder {
     /// Adds a recorded step's partitions (dropped if recording stopped
     /// meanwhile).
     pub(crate) fn add(&self, parts: impl IntoIterator<Item = PartitionTimeline>) {
-        if let Some(v) = self.parts.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        if let Some(v) = self.parts.lock().as_mut() {
             v.extend(parts);
         }
     }
 
     /// Stops recording; what was recorded.
     pub(crate) fn stop(&self) -> Option<Vec<PartitionTimeline>> {
-        self.parts.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.parts.lock().take()
     }
 }

@@ -124,7 +124,7 @@ impl Stragglers {
 struct Injector<'a> {
     stragglers: Option<&'a Stragglers>,
     workers: &'a [TaskId],
-    counts: std::sync::Mutex<Vec<usize>>,
+    counts: parking_lot::Mutex<Vec<usize>>,
 }
 
 impl Injector<'_> {
@@ -132,7 +132,7 @@ impl Injector<'_> {
     /// master's `run_delayed` takes it (none without stragglers).
     fn next(&self, w: usize) -> Option<(TaskId, Duration)> {
         let s = self.stragglers?;
-        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut counts = self.counts.lock();
         let k = counts.get(w).copied().unwrap_or(0);
         if let Some(c) = counts.get_mut(w) {
             *c += 1;
@@ -224,10 +224,10 @@ pub fn percentile(v: &[f64], q: f64) -> f64 {
 }
 
 /// Step times collected from the training threads.
-type Times = std::sync::Mutex<Vec<f64>>;
+type Times = parking_lot::Mutex<Vec<f64>>;
 
 fn push_time(times: &Times, since: Instant) {
-    times.lock().unwrap_or_else(|e| e.into_inner()).push(since.elapsed().as_secs_f64());
+    times.lock().push(since.elapsed().as_secs_f64());
 }
 
 fn config(detail: String) -> RuntimeError {
@@ -274,20 +274,20 @@ struct Chief<'a> {
     every: usize,
     /// The held-out evaluation every `eval_every` updates and what it found.
     eval: Option<Evaluation>,
-    curve: std::sync::Mutex<Vec<(usize, f64)>>,
+    curve: parking_lot::Mutex<Vec<(usize, f64)>>,
     variables: Vec<Output>,
     meta: BTreeMap<String, String>,
     on_step: &'a (dyn Fn(usize) + Sync),
     progress: std::sync::atomic::AtomicUsize,
-    gate: std::sync::Mutex<Gate>,
-    turn: std::sync::Condvar,
+    gate: parking_lot::Mutex<Gate>,
+    turn: parking_lot::Condvar,
     /// Backup workers: shards taken from the queue when each update was
     /// applied (index: the update), saved with the checkpoint
     /// (`shards_taken`) so that a resumed run goes on from there.
-    positions: Option<&'a std::sync::Mutex<Vec<usize>>>,
+    positions: Option<&'a parking_lot::Mutex<Vec<usize>>>,
     /// The updates to record ([`ClusterTraining::timeline`]) and what was.
     timeline: Option<(usize, usize)>,
-    recorded: std::sync::Mutex<Option<Vec<flowlab_engine::PartitionTimeline>>>,
+    recorded: parking_lot::Mutex<Option<Vec<flowlab_engine::PartitionTimeline>>>,
     /// Recording has ended: it does not start again (asynchronous workers
     /// may report update `first - 1` after update `last`).
     timeline_ended: std::sync::atomic::AtomicBool,
@@ -361,7 +361,7 @@ impl Chief<'_> {
         }
         if let Some(e) = self.eval.as_ref().filter(|e| due.is_multiple_of(e.every.max(1))) {
             let a = e.run(master)?;
-            self.curve.lock().unwrap_or_else(|e| e.into_inner()).push((at, a));
+            self.curve.lock().push((at, a));
         }
         Ok(())
     }
@@ -373,7 +373,7 @@ impl Chief<'_> {
         let mut meta = self.meta.clone();
         meta.insert("step".into(), at.to_string());
         if let Some(p) = self.positions
-            && let Some(&taken) = p.lock().unwrap_or_else(|e| e.into_inner()).get(at)
+            && let Some(&taken) = p.lock().get(at)
         {
             meta.insert(SHARDS_TAKEN.into(), taken.to_string());
         }
@@ -410,12 +410,12 @@ impl Chief<'_> {
             self.timeline_ended.store(true, std::sync::atomic::Ordering::Release);
         }
         if let Some(t) = master.stop_timeline() {
-            *self.recorded.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+            *self.recorded.lock() = Some(t);
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Gate> {
-        self.gate.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Gate> {
+        self.gate.lock()
     }
 
     /// Restarts the global count (a fresh run or a restore).
@@ -429,7 +429,7 @@ impl Chief<'_> {
         {
             let mut g = self.lock();
             while g.closed {
-                g = self.turn.wait(g).unwrap_or_else(|e| e.into_inner());
+                self.turn.wait(&mut g);
             }
             g.in_flight += 1;
         }
@@ -457,7 +457,7 @@ impl Chief<'_> {
         if closed {
             let mut g = self.lock();
             while g.in_flight > 0 {
-                g = self.turn.wait(g).unwrap_or_else(|e| e.into_inner());
+                self.turn.wait(&mut g);
             }
             let r = self.at_rest(master, k, g.updates);
             g.closed = false;
@@ -513,7 +513,7 @@ pub fn train_on_cluster_with(
     master.run(&[], &[], &[&init])?;
     // backup workers: shards taken from the queue when update k was applied
     // (index k), so a restart from update k's checkpoint goes on from there
-    let positions = std::sync::Mutex::new(vec![0usize]);
+    let positions = parking_lot::Mutex::new(vec![0usize]);
     let [eval_x, eval_y, eval_accuracy, eval_loss] = built.eval();
     let all: Vec<usize> = (0..test_set.len()).collect();
     let held_out = batch_tensors(&test_set, &all)?;
@@ -528,19 +528,19 @@ pub fn train_on_cluster_with(
             accuracy: eval_accuracy.clone(),
             examples: held_out.clone(),
         }),
-        curve: std::sync::Mutex::new(Vec::new()),
+        curve: parking_lot::Mutex::new(Vec::new()),
         variables,
         meta: run_meta(&cfg, n, backup, mode),
         on_step: hooks.on_step,
         progress: std::sync::atomic::AtomicUsize::new(0),
-        gate: std::sync::Mutex::new(Gate::default()),
-        turn: std::sync::Condvar::new(),
+        gate: parking_lot::Mutex::new(Gate::default()),
+        turn: parking_lot::Condvar::new(),
         timeline: how.timeline,
-        recorded: std::sync::Mutex::new(None),
+        recorded: parking_lot::Mutex::new(None),
         timeline_ended: std::sync::atomic::AtomicBool::new(false),
     };
     let variable_bytes = variable_bytes(&master, &chief.variables, &ps);
-    let times: Times = std::sync::Mutex::new(Vec::new());
+    let times: Times = parking_lot::Mutex::new(Vec::new());
     let traffic_before = master.traffic();
     let (mut restarts, mut steps_lost) = (0u64, 0u64);
     let mut resumed: (Option<u64>, Vec<String>) = (None, Vec::new());
@@ -552,7 +552,7 @@ pub fn train_on_cluster_with(
         from = step;
         resumed = (Some(step as u64), skipped);
     }
-    let inject = Injector { stragglers: how.stragglers.as_ref(), workers: &workers, counts: std::sync::Mutex::new(vec![0; n]) };
+    let inject = Injector { stragglers: how.stragglers.as_ref(), workers: &workers, counts: parking_lot::Mutex::new(vec![0; n]) };
     let (steps, train_loss) = loop {
         chief.timeline_after(&master, from);
         let l = StepLoop { master: &master, train_set: &train_set, cfg: &cfg, ps: &ps, times: &times, inject: &inject };
@@ -607,7 +607,7 @@ pub fn train_on_cluster_with(
     r.steps_lost = steps_lost;
     r.variable_bytes = variable_bytes;
     (r.report.resumed_from_step, r.report.skipped_checkpoints) = resumed;
-    r.step_times_s = times.into_inner().unwrap_or_else(|e| e.into_inner());
+    r.step_times_s = times.into_inner();
     (r.step_p10_s, r.step_p50_s, r.step_p90_s) = (percentile(&r.step_times_s, 0.1), percentile(&r.step_times_s, 0.5), percentile(&r.step_times_s, 0.9));
     let per = |x: u64, y: u64| x.saturating_sub(y) as f64 / steps.max(1) as f64;
     r.transfers_per_step = per(traffic.transfers, traffic_before.transfers);
@@ -615,15 +615,15 @@ pub fn train_on_cluster_with(
     r.master_bytes_per_step = per(traffic.master_bytes, traffic_before.master_bytes);
     (r.link_gbps, r.link_latency_us) = (how.master.link.map(|l| l.gbps), how.master.link.map(|l| l.latency_us));
     r.straggler_compute_s = how.stragglers.as_ref().map(|s| s.compute.as_secs_f64());
-    r.accuracy_curve = chief.curve.into_inner().unwrap_or_else(|e| e.into_inner());
-    r.timeline = chief.recorded.into_inner().unwrap_or_else(|e| e.into_inner());
+    r.accuracy_curve = chief.curve.into_inner();
+    r.timeline = chief.recorded.into_inner();
     Ok(r)
 }
 
 /// Backup workers: the shards taken from the queue by the time update
 /// `from` was applied (where a restarted run goes on from).
-fn shards_taken_before(positions: &std::sync::Mutex<Vec<usize>>, from: usize, how: &ClusterTraining) -> Result<usize> {
-    let pos = positions.lock().unwrap_or_else(|e| e.into_inner());
+fn shards_taken_before(positions: &parking_lot::Mutex<Vec<usize>>, from: usize, how: &ClusterTraining) -> Result<usize> {
+    let pos = positions.lock();
     pos.get(from).copied().ok_or_else(|| {
         config(format!(
             "backup workers: the checkpoint restored is of update {from}, which this run never made (a newer checkpoint of an earlier run in {}?): restart from an empty --checkpoint-dir",
@@ -769,7 +769,7 @@ impl Restore {
                         path.display()
                     ))
                 })?;
-                let mut pos = positions.lock().unwrap_or_else(|e| e.into_inner());
+                let mut pos = positions.lock();
                 let at = step as usize;
                 if pos.len() <= at {
                     pos.resize(at + 1, 0);
@@ -986,7 +986,7 @@ fn run_backup(
     bg: &BackupGraph,
     needed: usize,
     (from, skip): (usize, usize),
-    positions: &std::sync::Mutex<Vec<usize>>,
+    positions: &parking_lot::Mutex<Vec<usize>>,
     after: &(dyn Fn(usize) -> Result<()> + Sync),
 ) -> Result<(usize, f64, u64, Vec<usize>)> {
     let StepLoop { master, train_set, cfg, ps, times, inject } = *l;
@@ -1087,7 +1087,7 @@ fn run_backup(
             last_update = Instant::now();
             steps += 1;
             {
-                let mut pos = positions.lock().unwrap_or_else(|e| e.into_inner());
+                let mut pos = positions.lock();
                 pos.resize(steps + 1, 0);
                 pos[steps] = total - shards.len();
             }
@@ -1456,9 +1456,9 @@ mod tests {
     #[test]
     fn a_dead_worker_does_not_stop_training_with_a_backup() {
         let spec = local_spec(3);
-        let servers: Vec<std::sync::Mutex<Option<TaskServer>>> = spec
+        let servers: Vec<parking_lot::Mutex<Option<TaskServer>>> = spec
             .tasks()
-            .map(|(t, _)| std::sync::Mutex::new(Some(TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap())))
+            .map(|(t, _)| parking_lot::Mutex::new(Some(TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap())))
             .collect();
         let data = digits();
         let mut cfg = TrainConfig::new(ModelKind::Mlp);
@@ -1466,7 +1466,7 @@ mod tests {
         // worker:2 (the last task) stops serving after update 20
         let kill = |steps: usize| {
             if steps == 20 {
-                drop(servers[3].lock().unwrap().take());
+                drop(servers[3].lock().take());
             }
         };
         let how = ClusterTraining { backup: 1, ..Default::default() };
@@ -1477,13 +1477,13 @@ mod tests {
         assert!((got.report.accuracy - want.accuracy).abs() <= 0.02, "{got:?} vs {want:?}");
         // without a backup the same death ends training, naming the task
         let spec = local_spec(2);
-        let servers: Vec<std::sync::Mutex<Option<TaskServer>>> = spec
+        let servers: Vec<parking_lot::Mutex<Option<TaskServer>>> = spec
             .tasks()
-            .map(|(t, _)| std::sync::Mutex::new(Some(TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap())))
+            .map(|(t, _)| parking_lot::Mutex::new(Some(TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap())))
             .collect();
         let kill = |steps: usize| {
             if steps == 5 {
-                drop(servers[2].lock().unwrap().take());
+                drop(servers[2].lock().take());
             }
         };
         let t = std::time::Instant::now();
@@ -1637,20 +1637,20 @@ mod tests {
     fn with_a_dead_ps(ps_tasks: u32, workers: u32, victim: usize, cfg: &TrainConfig, how: ClusterTraining) -> ClusterTrainReport {
         use flowlab_programs::train::CheckpointConfig;
         let spec = local_spec_ps(ps_tasks, workers);
-        let servers: Vec<std::sync::Mutex<Option<TaskServer>>> = spec
+        let servers: Vec<parking_lot::Mutex<Option<TaskServer>>> = spec
             .tasks()
-            .map(|(t, _)| std::sync::Mutex::new(Some(TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap())))
+            .map(|(t, _)| parking_lot::Mutex::new(Some(TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap())))
             .collect();
         let data = digits();
         let dir = tempfile::tempdir().unwrap();
         let how = ClusterTraining { checkpoint: Some(CheckpointConfig { dir: dir.path().into(), every: 20, keep: 2, resume: false }), ..how };
         let ps = TaskId::new(Job::Ps, victim as u32);
-        let first = servers[victim].lock().unwrap().as_ref().unwrap().incarnation;
+        let first = servers[victim].lock().as_ref().unwrap().incarnation;
         // the PS task dies after update 30 (its checkpoint of update 20 stays), once
         let killed = std::sync::atomic::AtomicBool::new(false);
         let kill = |steps: usize| {
             if steps == 30 && !killed.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                drop(servers[victim].lock().unwrap().take());
+                drop(servers[victim].lock().take());
             }
         };
         let restart = |t: TaskId| -> Result<()> {
@@ -1663,11 +1663,11 @@ mod tests {
                     Err(_) => std::thread::sleep(Duration::from_millis(20)),
                 }
             };
-            *servers[victim].lock().unwrap() = Some(TaskServer::start(&spec, t, listener)?);
+            *servers[victim].lock() = Some(TaskServer::start(&spec, t, listener)?);
             Ok(())
         };
         let got = train_on_cluster_with(&data, cfg, &spec, &how, &Hooks { on_step: &kill, restart: Some(&restart), steps_done: None }).unwrap();
-        assert_ne!(servers[victim].lock().unwrap().as_ref().unwrap().incarnation, first);
+        assert_ne!(servers[victim].lock().as_ref().unwrap().incarnation, first);
         got
     }
 

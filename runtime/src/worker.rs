@@ -33,7 +33,8 @@
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flowlab_engine::{
@@ -148,7 +149,7 @@ impl TaskState {
 
     /// The channel to `task` (connected on first use).
     fn channel(&self, task: TaskId) -> Result<AuthChannel> {
-        let mut ch = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ch = self.channels.lock();
         if let Some(c) = ch.get(&task) {
             return Ok(c.clone());
         }
@@ -179,8 +180,8 @@ pub(crate) struct Aborted {
 }
 
 impl Aborted {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<u64, String>> {
-        self.steps.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, std::collections::BTreeMap<u64, String>> {
+        self.steps.lock()
     }
 
     fn why(&self, step: u64) -> Option<String> {
@@ -306,7 +307,7 @@ impl WorkerService {
 
     fn run_graph_blocking(&self, r: RunGraphRequest) -> std::result::Result<RunGraphResponse, Status> {
         let st = &self.state;
-        let reg = st.graphs.lock().unwrap_or_else(|e| e.into_inner()).get(&r.handle).cloned().ok_or_else(|| {
+        let reg = st.graphs.lock().get(&r.handle).cloned().ok_or_else(|| {
             Status::not_found(format!("task {}: no graph registered under handle `{}`", st.task, r.handle))
         })?;
         let bad = |e: EngineError| Status::invalid_argument(format!("task {}: {e}", st.task));
@@ -319,7 +320,7 @@ impl WorkerService {
         let fetches = r.fetches.iter().map(|n| output_of(&reg.graph, n)).collect::<flowlab_engine::Result<Vec<_>>>().map_err(bad)?;
         let targets = r.targets.iter().map(|n| reg.graph.output_by_name(n, 0)).collect::<flowlab_engine::Result<Vec<_>>>().map_err(bad)?;
         let rdv = Arc::new(StepRendezvous::new(Arc::clone(st), &reg, r.step_id));
-        st.running.lock().unwrap_or_else(|e| e.into_inner()).entry(r.step_id).or_default().push(Arc::clone(&rdv));
+        st.running.lock().entry(r.step_id).or_default().push(Arc::clone(&rdv));
         // an abort that came first
         if let Some(why) = st.aborted.why(r.step_id) {
             rdv.abort(&EngineError::Device(why));
@@ -332,7 +333,7 @@ impl WorkerService {
             reg.session.run_partition(&feed_refs, &fetch_refs, &target_refs, rdv.as_ref(), r.step_id).map(|v| (v, None))
         };
         {
-            let mut running = st.running.lock().unwrap_or_else(|e| e.into_inner());
+            let mut running = st.running.lock();
             if let Some(v) = running.get_mut(&r.step_id) {
                 v.retain(|x| !Arc::ptr_eq(x, &rdv));
                 if v.is_empty() {
@@ -426,7 +427,7 @@ impl Worker for WorkerService {
         }
         let handle = format!("{}/graph{}", st.task, st.next_handle.fetch_add(1, Ordering::Relaxed));
         let reg = Arc::new(Registered { session, graph, peers, recv_timeout });
-        st.graphs.lock().unwrap_or_else(|e| e.into_inner()).insert(handle.clone(), reg);
+        st.graphs.lock().insert(handle.clone(), reg);
         Ok(Response::new(RegisterGraphResponse { handle }))
     }
 
@@ -436,7 +437,7 @@ impl Worker for WorkerService {
         st.admit(r.to.as_ref(), false)?;
         let why = format!("step {} aborted by the master: {}", r.step_id, r.reason);
         st.aborted.abort(r.step_id, why.clone(), &st.rendezvous);
-        let steps = st.running.lock().unwrap_or_else(|e| e.into_inner()).get(&r.step_id).cloned().unwrap_or_default();
+        let steps = st.running.lock().get(&r.step_id).cloned().unwrap_or_default();
         for rdv in steps {
             rdv.abort(&EngineError::Device(why.clone()));
         }
@@ -498,7 +499,7 @@ impl StepRendezvous {
     }
 
     fn aborted(&self) -> Option<String> {
-        self.aborted.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.aborted.lock().clone()
     }
 
     /// Asks the producer's task for `key` and answers `fire` with the result.
@@ -569,9 +570,9 @@ impl Rendezvous for StepRendezvous {
             return done(Err(EngineError::Rendezvous { key: key.to_string(), detail: format!("step aborted: {why}") }));
         }
         let cell = Arc::new(Mutex::new(Some(done)));
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::clone(&cell));
+        self.pending.lock().push(Arc::clone(&cell));
         let fire = move |r: flowlab_engine::Result<Tensor>| {
-            let done = cell.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let done = cell.lock().take();
             if let Some(d) = done {
                 d(r);
             }
@@ -584,10 +585,10 @@ impl Rendezvous for StepRendezvous {
 
     fn abort(&self, err: &EngineError) {
         let why = err.to_string();
-        *self.aborted.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
-        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        *self.aborted.lock() = Some(why.clone());
+        let pending = std::mem::take(&mut *self.pending.lock());
         for cell in pending {
-            let done = cell.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let done = cell.lock().take();
             if let Some(d) = done {
                 d(Err(EngineError::Rendezvous { key: format!("step {}", self.step_id), detail: format!("aborted: {why}") }));
             }

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod check;
 pub mod compare;
+pub mod diagnose;
 mod local_cluster;
 pub mod new;
 pub mod onnx;

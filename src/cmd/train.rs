@@ -467,7 +467,7 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
             bail!("{flag} {}: the cluster has no task {task}", value.as_deref().unwrap_or(""));
         }
     }
-    let local_cell = std::sync::Mutex::new(local.take());
+    let local_cell = parking_lot::Mutex::new(local.take());
     // each fault once, at its update: (task and update, done, what it does, what it says)
     type Fault = fn(&mut flowlab_runtime::LocalCluster, TaskId) -> bool;
     let faults: [(Option<(TaskId, usize)>, std::sync::atomic::AtomicBool, Fault, &str); 2] = [
@@ -479,7 +479,7 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
             if let Some((task, at)) = *fault
                 && steps == at
                 && !done.swap(true, std::sync::atomic::Ordering::Relaxed)
-                && let Some(l) = local_cell.lock().unwrap_or_else(|e| e.into_inner()).as_mut()
+                && let Some(l) = local_cell.lock().as_mut()
                 && act(l, task)
             {
                 eprintln!("{said} {task} after update {steps}");
@@ -488,7 +488,7 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
     };
     // a local PS that dies is started again (the run restores its newest checkpoint)
     let restart = |task: TaskId| -> flowlab_runtime::Result<()> {
-        let mut guard = local_cell.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = local_cell.lock();
         let l = guard.as_mut().ok_or_else(|| flowlab_runtime::RuntimeError::Engine { message: format!("task {task} is not a local task to restart") })?;
         l.restart_task(task).map_err(|e| flowlab_runtime::RuntimeError::Engine { message: format!("restarting task {task}: {e:#}") })?;
         eprintln!("restarted task {task}");
@@ -496,7 +496,7 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
     };
     let hooks = Hooks { on_step: &on_step, restart: if args.local_cluster.is_some() { Some(&restart) } else { None }, steps_done: None };
     let result = train_on_cluster_with(data, &cfg, &spec, &how, &hooks);
-    let mut local = local_cell.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut local = local_cell.into_inner();
     let r = match result {
         Ok(r) => r,
         Err(e) => {

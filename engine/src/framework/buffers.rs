@@ -14,7 +14,7 @@
 
 use crate::tensor::{CpuStorage, DType, Element, Tensor};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 /// Buffers smaller than this go back to the allocator: zeroing them costs
 /// less than the lock.
@@ -84,8 +84,8 @@ impl BufferPool {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        self.inner.lock()
     }
 
     /// Buffers held, for tests.

@@ -24,7 +24,8 @@ use crate::framework::rendezvous::{Rendezvous, RendezvousKey};
 use crate::tensor::Tensor;
 use std::borrow::Cow;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant};
 
@@ -163,7 +164,7 @@ impl<'a> LinkDelivery<'a> {
         let Some(link) = self.links.link(&src, &dst) else { return Some(wire) };
         let now = Instant::now();
         let at = {
-            let mut free = self.free_at.lock().unwrap_or_else(|e| e.into_inner());
+            let mut free = self.free_at.lock();
             let start = free.get(&(src.clone(), dst.clone())).map_or(now, |&f| f.max(now));
             let at = start + link.transfer_time(wire.size_in_bytes() as u64);
             free.insert((src, dst), at);
@@ -173,13 +174,13 @@ impl<'a> LinkDelivery<'a> {
         let msg = Msg::Deliver(Pending { at, seq, key: key.clone(), wire });
         // The delivery thread lives as long as the step; a closed channel
         // means the step is over and nobody waits for this tensor.
-        let _ = self.tx.lock().unwrap_or_else(|e| e.into_inner()).send(msg);
+        let _ = self.tx.lock().send(msg);
         None
     }
 
     /// Ends the delivery thread (after the step's partitions finished).
     pub fn stop(&self) {
-        let _ = self.tx.lock().unwrap_or_else(|e| e.into_inner()).send(Msg::Stop);
+        let _ = self.tx.lock().send(Msg::Stop);
     }
 }
 
@@ -223,7 +224,7 @@ impl LinkEmulator {
     /// Ends the delivery thread (waiting for it: it ends at once).
     pub fn stop(&self) {
         self.delivery.stop();
-        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let thread = self.thread.lock().take();
         if let Some(t) = thread {
             let _ = t.join();
         }

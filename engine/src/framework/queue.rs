@@ -14,7 +14,7 @@ use crate::tensor::{DType, PartialShape, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// What a queue holds and how it gives it back.
@@ -55,7 +55,7 @@ impl Queue {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     fn closed(&self, node: &str, detail: String) -> EngineError {
@@ -74,7 +74,7 @@ impl Queue {
                     detail: format!("queue '{}' waited {:?} to {what} ({} of {} elements)", self.name, self.timeout, s.items.len(), self.spec.capacity),
                 });
             }
-            s = self.changed.wait_timeout(s, left).unwrap_or_else(|e| e.into_inner()).0;
+            self.changed.wait_for(&mut s, left);
         }
         Ok(s)
     }

@@ -15,7 +15,7 @@ use crate::tensor::Tensor;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// One transfer of one step.
@@ -147,7 +147,7 @@ impl LocalRendezvous {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     /// Forgets every key of step `step_id` (tensors sent but never received
@@ -224,7 +224,7 @@ impl Rendezvous for LocalRendezvous {
                 ));
             }
             s.sleepers += 1;
-            s = self.cond.wait_timeout(s, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            self.cond.wait_for(&mut s, deadline - now);
             s.sleepers -= 1;
         }
     }

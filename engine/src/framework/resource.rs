@@ -1,7 +1,18 @@
 //! Resources a stateful kernel reads or writes beyond its inputs: a
 //! variable's value (owned by a session, shared by every step and device
 //! that uses it) and a random op's run counter.
+//!
+//! Locks and panics: optimizers update a variable in place under its lock,
+//! so a kernel that panics halfway leaves the value torn. That lock is
+//! std's, and its poison is an error ([`EngineError::TornVariable`]) until
+//! the whole value is set again; a session outlives a panicking step where
+//! something catches the panic (a task of the gRPC runtime keeps serving).
+//! Every other lock in the engine is `parking_lot`'s, which does not
+//! poison: each of their critical sections inserts, takes or replaces a
+//! value built before the lock was taken, so a panic cannot leave it half
+//! written.
 
+use crate::error::{EngineError, Result};
 use crate::tensor::{Tensor, TensorType};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -18,8 +29,18 @@ impl VarSlot {
         VarSlot { name: name.to_string(), ty: ty.clone(), value: Mutex::new(None) }
     }
 
-    pub fn lock(&self) -> MutexGuard<'_, Option<Tensor>> {
-        self.value.lock().unwrap_or_else(|e| e.into_inner())
+    /// The value, for reading or updating in place; an error if an update
+    /// panicked halfway through it.
+    pub fn lock(&self) -> Result<MutexGuard<'_, Option<Tensor>>> {
+        self.value.lock().map_err(|_| EngineError::TornVariable(self.name.clone()))
+    }
+
+    /// Replaces the whole value, which also ends a torn state.
+    pub fn set(&self, value: Option<Tensor>) {
+        let mut guard = self.value.lock().unwrap_or_else(|torn| torn.into_inner());
+        *guard = value;
+        drop(guard);
+        self.value.clear_poison();
     }
 
     /// The value, unless an update holds it now.
@@ -33,6 +54,6 @@ impl VarSlot {
 #[derive(Clone)]
 pub(crate) enum Resource {
     Var(Arc<VarSlot>),
-    Rng(Arc<Mutex<u64>>),
+    Rng(Arc<parking_lot::Mutex<u64>>),
     Queue(Arc<crate::framework::Queue>),
 }

@@ -13,7 +13,8 @@ use crate::graph::{InferCtx, OpRegistry};
 use crate::tensor::{PartialShape, TensorType};
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::Arc;
 
 /// Index of a node in its graph.
 pub type NodeId = usize;
@@ -277,7 +278,7 @@ impl Graph {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, GraphData> {
-        self.data.lock().unwrap_or_else(|e| e.into_inner())
+        self.data.lock()
     }
 
     /// Whether two handles refer to the same graph.

@@ -21,7 +21,7 @@ use crate::error::{EngineError, Result};
 use crate::graph::{AttrValue, CtxKind, Graph, LoopInfo, NodeId, Output};
 use crate::tensor::{DType, PartialShape, Tensor, TensorType};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 /// Loop iterations that may run at once when none is given (TensorFlow's default).
 pub const DEFAULT_PARALLEL_ITERATIONS: usize = 10;
@@ -112,7 +112,7 @@ pub(crate) fn register(r: &mut Registry) {
         let stacks = c.stacks.ok_or_else(|| c.n.kernel_err("no step tape (stack ops run only in graphs with loops)"))?;
         let i = index_of(c)?;
         let name = c.n.str("stack")?.to_string();
-        stacks.0.lock().unwrap_or_else(|e| e.into_inner()).entry(name).or_default().insert(i, c.inputs[0].clone());
+        stacks.0.lock().entry(name).or_default().insert(i, c.inputs[0].clone());
         Ok(vec![c.inputs[0].clone()])
     });
     // StackPop(i): takes iteration i's value off the tape.
@@ -121,7 +121,7 @@ pub(crate) fn register(r: &mut Registry) {
         let stacks = c.stacks.ok_or_else(|| c.n.kernel_err("no step tape (stack ops run only in graphs with loops)"))?;
         let i = index_of(c)?;
         let name = c.n.str("stack")?;
-        let v = stacks.0.lock().unwrap_or_else(|e| e.into_inner()).get_mut(name).and_then(|s| s.remove(&i));
+        let v = stacks.0.lock().get_mut(name).and_then(|s| s.remove(&i));
         v.map(|t| vec![t]).ok_or_else(|| c.n.kernel_err(format!("stack '{name}' holds no value of iteration {i} (the forward loop did not save it)")))
     });
 }

@@ -470,7 +470,7 @@ fn conv_bp_filter_gemm(c: &super::CostCtx) -> Option<super::Gemm> {
 
 pub(crate) fn register(r: &mut Registry) {
     r.def("Conv2D", 2, Some(2), infer_conv)
-        .work(super::Work::Conv)
+        .class(super::OpClass::Conv)
         .gemm(conv_gemm)
         .flops(|c| {
             // 2 · output elements · (kh · kw · in_c)
@@ -493,7 +493,7 @@ pub(crate) fn register(r: &mut Registry) {
         2.0 * g * patch as f64
     };
     r.def("_FusedConv2D", 3, Some(4), infer_fused_conv)
-        .work(super::Work::Conv)
+        .class(super::OpClass::Conv)
         .gemm(conv_gemm)
         .flops(|c| {
             // The convolution's 2 · outputs · patch, then one add per output
@@ -529,12 +529,12 @@ pub(crate) fn register(r: &mut Registry) {
     r.cpu("_FusedConv2D", FLOATS, k_fused_conv);
     r.def("Conv2DBackpropInput", 3, Some(3), |c| Ok(vec![c.inputs[0].clone()]))
         .flops(conv_bp_flops)
-        .work(super::Work::Conv)
+        .class(super::OpClass::Conv)
         .gemm(conv_bp_input_gemm);
     r.cpu("Conv2DBackpropInput", FLOATS, k_conv_bp_input);
     r.def("Conv2DBackpropFilter", 3, Some(3), |c| Ok(vec![c.inputs[1].clone()]))
         .flops(conv_bp_flops)
-        .work(super::Work::Conv)
+        .class(super::OpClass::Conv)
         .gemm(conv_bp_filter_gemm);
     r.cpu("Conv2DBackpropFilter", FLOATS, k_conv_bp_filter);
 
@@ -568,7 +568,7 @@ pub(crate) fn register(r: &mut Registry) {
     r.cpu("_MaxPoolGradWithWorkspace", FLOATS, k_pool_grad_with_workspace);
     // And such a pool over a fused convolution's output, which nothing else
     // reads: one node, pooling each image while it is in cache.
-    r.def("_FusedConv2DMaxPool", 3, Some(3), infer_fused_conv_pool).work(super::Work::Conv).gemm(conv_pool_gemm).flops(|c| {
+    r.def("_FusedConv2DMaxPool", 3, Some(3), infer_fused_conv_pool).class(super::OpClass::Conv).gemm(conv_pool_gemm).flops(|c| {
         // The fused convolution's (over its own output, which this node
         // does not return), then the pool's visits.
         let (Some((_, xs)), Some((_, fs))) = (c.inputs.first(), c.inputs.get(1)) else { return 0.0 };

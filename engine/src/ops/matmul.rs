@@ -125,7 +125,7 @@ fn matmul_gemm(c: &super::CostCtx) -> Option<super::Gemm> {
 }
 
 pub(crate) fn register(r: &mut Registry) {
-    r.def("MatMul", 2, Some(2), |c| infer_matmul(c, false)).flops(matmul_flops).work(super::Work::Matmul).gemm(matmul_gemm).grad(|c| {
+    r.def("MatMul", 2, Some(2), |c| infer_matmul(c, false)).flops(matmul_flops).class(super::OpClass::Matmul).gemm(matmul_gemm).grad(|c| {
         let (a, b, g) = (&c.inputs[0], &c.inputs[1], &c.grads[0]);
         let (ta, tb) = (c.n.bool_or("transpose_a", false)?, c.n.bool_or("transpose_b", false)?);
         let mm = |x: &Output, y: &Output, p: bool, q: bool| c.g.matmul_ex(x, y, p, q);
@@ -139,7 +139,7 @@ pub(crate) fn register(r: &mut Registry) {
         Ok(vec![Some(ga), Some(gb)])
     });
     r.cpu("MatMul", FLOATS, k_matmul);
-    r.def("BatchMatMul", 2, Some(2), |c| infer_matmul(c, true)).flops(matmul_flops).work(super::Work::Matmul).grad(|c| {
+    r.def("BatchMatMul", 2, Some(2), |c| infer_matmul(c, true)).flops(matmul_flops).class(super::OpClass::Matmul).grad(|c| {
         let (a, b, g) = (&c.inputs[0], &c.inputs[1], &c.grads[0]);
         let (ta, tb) = (c.n.bool_or("adj_x", false)?, c.n.bool_or("adj_y", false)?);
         let mm = |x: &Output, y: &Output, p: bool, q: bool| c.g.batch_matmul_ex(x, y, p, q);

@@ -13,6 +13,7 @@ use crate::error::{EngineError, Result};
 use crate::framework::Resource;
 use crate::graph::{Attrs, Graph, InferCtx, NodeInfo, OpRegistry, Output};
 use crate::tensor::{DType, DeviceType, Shape, Tensor, TensorType};
+use flowlab_hw::{Dtype, OpClass};
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
@@ -35,34 +36,21 @@ pub(crate) mod queue;
 pub(crate) mod state;
 
 /// Arithmetic work and memory traffic of one execution of a node.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct OpCost {
     /// Floating-point operations (a multiply-add counts 2).
     pub flops: f64,
     /// Bytes read from inputs plus bytes written to outputs.
     pub bytes: f64,
-    /// What kind of arithmetic the flops are.
-    pub work: Work,
+    /// What kind of work the op does, in the roofline's classes (an op
+    /// without arithmetic moves data).
+    pub class: OpClass,
+    /// The precision of its arithmetic (the first output's, else the first
+    /// input's element type), as the roofline picks a peak rate by it.
+    pub dtype: Dtype,
     /// The flops as one matrix product, for ops that are one (plus a few
     /// operations per output).
     pub gemm: Option<Gemm>,
-}
-
-/// What kind of arithmetic an op does. Cost models rate the kinds
-/// differently (a GEMM reaches a larger share of a device's peak than a
-/// pass over memory), so each op family declares its own beside its flops.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Work {
-    /// A few operations per element read or written (the default).
-    #[default]
-    Elementwise,
-    /// Matrix products.
-    Matmul,
-    /// Convolutions, forward and backward, fused or not.
-    Conv,
-    /// Reductions over axes.
-    Reduction,
 }
 
 /// An op's arithmetic as one product `C[m, n] = A[m, k] · B[k, n]`: the
@@ -162,8 +150,9 @@ pub(crate) struct OpDef {
     pub infer: InferFn,
     pub grad: Option<GradFn>,
     pub flops: Option<FlopsFn>,
-    /// The kind of arithmetic its flops are.
-    pub work: Work,
+    /// The kind of arithmetic its flops are (matmul, conv, reduction or,
+    /// by default, elementwise).
+    pub class: OpClass,
     /// Its flops as one matrix product (see [`Gemm`]).
     pub gemm: Option<GemmFn>,
     /// Has state or side effects: never pruned as a duplicate, never constant-folded.
@@ -227,7 +216,7 @@ impl Registry {
             infer,
             grad: None,
             flops: None,
-            work: Work::Elementwise,
+            class: OpClass::Elementwise,
             gemm: None,
             stateful: false,
             cheap: false,
@@ -264,9 +253,12 @@ impl OpDef {
         self.flops = Some(f);
         self
     }
-    /// Declares the kind of arithmetic (see [`Work`]).
-    pub fn work(&mut self, w: Work) -> &mut Self {
-        self.work = w;
+    /// Declares the kind of arithmetic: cost models rate the kinds
+    /// differently (a GEMM reaches a larger share of a device's peak than a
+    /// pass over memory), so each op family declares its own beside its
+    /// flops.
+    pub fn class(&mut self, class: OpClass) -> &mut Self {
+        self.class = class;
         self
     }
     /// Declares the op's flops as one matrix product (see [`Gemm`]).
@@ -355,7 +347,12 @@ pub fn op_cost(op: &str, attrs: &Attrs, inputs: &[(DType, Shape)], outputs: &[(D
         Some(f) => f(&ctx),
         None => 0.0,
     };
-    Ok(OpCost { flops, bytes: bytes as f64, work: def.work, gemm: def.gemm.and_then(|f| f(&ctx)) })
+    let class = match def.class {
+        OpClass::Elementwise | OpClass::Reduction if flops == 0.0 => OpClass::DataMovement,
+        declared => declared,
+    };
+    let dtype = outputs.first().or(inputs.first()).map_or(Dtype::F32, |(d, _)| d.compute_dtype());
+    Ok(OpCost { flops, bytes: bytes as f64, class, dtype, gemm: def.gemm.and_then(|f| f(&ctx)) })
 }
 
 /// flops = one per output element (elementwise ops).

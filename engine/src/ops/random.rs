@@ -29,7 +29,7 @@ enum Dist {
 pub(crate) fn run_rng(c: &KernelCtx, seed: u64) -> ChaCha8Rng {
     let run = match c.resources.first() {
         Some(Resource::Rng(r)) => {
-            let mut g = r.lock().unwrap_or_else(|e| e.into_inner());
+            let mut g = r.lock();
             let n = *g;
             *g += 1;
             n

@@ -145,15 +145,15 @@ fn k_argmax(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
 }
 
 pub(crate) fn register(r: &mut Registry) {
-    r.def("Sum", 1, Some(1), |c| infer_reduce(c, NUMERIC)).flops(flops_per_input).work(super::Work::Reduction).grad(|c| {
+    r.def("Sum", 1, Some(1), |c| infer_reduce(c, NUMERIC)).flops(flops_per_input).class(super::OpClass::Reduction).grad(|c| {
         Ok(vec![Some(reduction_grad(c.g, &c.grads[0], &c.inputs[0], c.n.ints("axes")?, false)?)])
     });
     r.cpu("Sum", NUMERIC, |c| reduce_kernel(c, Kind::Sum));
-    r.def("Mean", 1, Some(1), |c| infer_reduce(c, NUMERIC)).flops(flops_per_input).work(super::Work::Reduction).grad(|c| {
+    r.def("Mean", 1, Some(1), |c| infer_reduce(c, NUMERIC)).flops(flops_per_input).class(super::OpClass::Reduction).grad(|c| {
         Ok(vec![Some(reduction_grad(c.g, &c.grads[0], &c.inputs[0], c.n.ints("axes")?, true)?)])
     });
     r.cpu("Mean", NUMERIC, |c| reduce_kernel(c, Kind::Mean));
-    r.def("Max", 1, Some(1), |c| infer_reduce(c, NUMERIC)).flops(flops_per_input).work(super::Work::Reduction).grad(|c| {
+    r.def("Max", 1, Some(1), |c| infer_reduce(c, NUMERIC)).flops(flops_per_input).class(super::OpClass::Reduction).grad(|c| {
         let a = attrs! {"axes" => AttrValue::Ints(c.n.ints("axes")?.to_vec())};
         let g = c.g.build1("MaxReduceGrad", vec![c.inputs[0].clone(), c.outputs[0].clone(), c.grads[0].clone()], a)?;
         Ok(vec![Some(g)])
@@ -175,7 +175,7 @@ pub(crate) fn register(r: &mut Registry) {
         Ok(vec![TensorType { dtype: DType::I64, shape: PartialShape::new(d) }])
     })
     .flops(flops_per_input)
-    .work(super::Work::Reduction);
+    .class(super::OpClass::Reduction);
     r.cpu("ArgMax", NUMERIC, k_argmax);
 }
 

@@ -28,7 +28,7 @@ use crate::tensor::Tensor;
 use crate::framework::stats::{CommStats, TransferEnd, TransferStats};
 use flowlab_hw::CommFormat;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -171,7 +171,7 @@ impl StepComm<'_> {
     pub(crate) fn fail(&self, device: &str, err: EngineError) {
         let err = EngineError::OnDevice { device: device.to_string(), error: Box::new(err) };
         self.rdv.abort(&err);
-        let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
+        let mut first = self.first_error.lock();
         if first.is_none() {
             *first = Some(err);
         }
@@ -196,7 +196,7 @@ fn k_send(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     // The start is recorded before the tensor leaves: the Recv on the other
     // device may run (and look for it) before this kernel returns.
     if let (Some(tr), Some(t0)) = (&comm.trace, t0) {
-        let mut tr = tr.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tr = tr.lock();
         tr.started.insert((key.edge.clone(), key.dst_device.to_string()), (t0, sent, spec.format_name.clone()));
     }
     let wire = match comm.links {
@@ -224,7 +224,7 @@ fn k_recv(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     if let Some(tr) = &comm.trace {
         let key = spec.key.for_step(comm.step_id);
         let end = comm.now_us();
-        let mut tr = tr.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tr = tr.lock();
         let dst = key.dst_device.to_string();
         match tr.started.remove(&(key.edge.clone(), dst.clone())) {
             Some((start, bytes, _)) => tr.done.push(TransferStats {

@@ -64,7 +64,7 @@ fn owned_slice<T: Element>(t: &mut Tensor) -> Result<&mut [T]> {
 
 /// Replaces the variable's value by `f(old)`, in place when unshared.
 fn update<T: Element>(c: &KernelCtx, slot: &VarSlot, f: impl Fn(&mut [T]) -> Result<()>) -> Result<Tensor> {
-    let mut guard = slot.lock();
+    let mut guard = slot.lock()?;
     let t = guard.as_mut().ok_or_else(|| EngineError::Uninitialized(slot.name.clone()))?;
     f(owned_slice(t)?).map_err(|e| match e {
         EngineError::Kernel { detail, .. } => c.n.kernel_err(detail),
@@ -92,7 +92,7 @@ fn lock_together<'a>(c: &KernelCtx, slots: &[&'a VarSlot]) -> Result<Vec<MutexGu
     order.sort_by_key(|&i| slots[i] as *const VarSlot as usize);
     let mut guards: Vec<Option<MutexGuard<'a, Option<Tensor>>>> = slots.iter().map(|_| None).collect();
     for i in order {
-        guards[i] = Some(slots[i].lock());
+        guards[i] = Some(slots[i].lock()?);
     }
     Ok(guards.into_iter().flatten().collect())
 }
@@ -117,7 +117,7 @@ fn update_with_slot<T: Element>(c: &KernelCtx, var: &VarSlot, slot: &VarSlot, gr
 }
 
 fn same_len(c: &KernelCtx, var: &VarSlot, t: &Tensor, what: &str) -> Result<()> {
-    shaped_like(c, var, var.lock().as_ref(), t, what)
+    shaped_like(c, var, var.lock()?.as_ref(), t, what)
 }
 
 /// Whether `value`, the variable's, is initialized and shaped like `t`.
@@ -131,7 +131,7 @@ fn shaped_like(c: &KernelCtx, var: &VarSlot, value: Option<&Tensor>, t: &Tensor,
 
 fn k_variable(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     let v = c.var(0)?;
-    let t = v.lock().clone().ok_or_else(|| EngineError::Uninitialized(v.name.clone()))?;
+    let t = v.lock()?.clone().ok_or_else(|| EngineError::Uninitialized(v.name.clone()))?;
     Ok(vec![t])
 }
 
@@ -141,7 +141,7 @@ fn k_assign(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
     if t.dtype() != v.ty.dtype || !v.ty.shape.accepts(t.shape()) {
         return Err(c.n.shape_err(format!("value {}{} does not fit variable '{}' of type {}", t.dtype(), t.shape(), v.name, v.ty)));
     }
-    *v.lock() = Some(t.clone());
+    v.set(Some(t.clone()));
     Ok(vec![t])
 }
 
@@ -170,7 +170,7 @@ fn k_scatter_add(c: &mut KernelCtx) -> Result<Vec<Tensor>> {
         DType::I64 => ind.to_vec::<i64>()?,
         d => return Err(c.n.dtype_err(format!("indices must be i32 or i64, got {d}"))),
     };
-    let vshape = v.lock().as_ref().map(|t| t.shape().clone()).ok_or_else(|| EngineError::Uninitialized(v.name.clone()))?;
+    let vshape = v.lock()?.as_ref().map(|t| t.shape().clone()).ok_or_else(|| EngineError::Uninitialized(v.name.clone()))?;
     let rows = vshape.dims().first().copied().unwrap_or(0);
     let row: usize = vshape.dims().iter().skip(1).product();
     if up.num_elements() != idx.len() * row {

@@ -34,7 +34,8 @@ use crate::tensor::Tensor;
 use crate::framework::stats::{NodeStats, StepStats};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod frames;
@@ -453,7 +454,7 @@ impl Prepared {
                 step.drive(&inbox, None);
             }
         }
-        if let Some(e) = step.error.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(e) = step.error.lock().take() {
             return Err(e);
         }
         let mut out = Vec::with_capacity(self.fetches.len());
@@ -462,14 +463,13 @@ impl Prepared {
                 Source::Feed(f) => feeds[f].clone(),
                 Source::Slot(s) => step.slots[s]
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner())
                     .clone()
                     .ok_or_else(|| EngineError::Cycle(self.slot_owner(s)))?,
                 Source::Wire(k) => return Err(EngineError::Cycle(self.nodes[self.recvs[k]].name.clone())),
             });
         }
         let stats = step.stats.map(|m| StepStats {
-            nodes: m.into_inner().unwrap_or_else(|e| e.into_inner()),
+            nodes: m.into_inner(),
             total_us: step.start.elapsed().as_secs_f64() * 1e6,
             transfers: Vec::new(),
             peak_live_tensors: 0,
@@ -501,7 +501,7 @@ pub(crate) const RECV_SPIN: Duration = Duration::from_micros(30);
 
 impl Inbox {
     fn push(&self, k: usize, r: Result<Tensor>) {
-        let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        let mut items = self.items.lock();
         items.push((k, r));
         self.arrived.fetch_add(1, Ordering::Release);
         let wake = self.sleepers.load(Ordering::Relaxed) > 0;
@@ -518,7 +518,7 @@ impl Inbox {
         while self.arrived.load(Ordering::Acquire) == taken && Instant::now() < spin_until {
             std::hint::spin_loop();
         }
-        let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        let mut items = self.items.lock();
         loop {
             if !items.is_empty() {
                 return Some(std::mem::take(&mut *items));
@@ -528,7 +528,7 @@ impl Inbox {
                 return None;
             }
             self.sleepers.fetch_add(1, Ordering::Relaxed);
-            items = self.cond.wait_timeout(items, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            self.cond.wait_for(&mut items, deadline - now);
             self.sleepers.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -571,7 +571,7 @@ impl<'a> Step<'a> {
             }
             _ => err,
         };
-        let mut slot = self.error.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.error.lock();
         if slot.is_none() {
             *slot = Some(err);
         }
@@ -609,7 +609,7 @@ impl<'a> Step<'a> {
                 self.arrived[k].store(true, Ordering::Relaxed);
                 match r {
                     Ok(t) => {
-                        *self.wires[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+                        *self.wires[k].lock() = Some(t);
                         let e = recvs[k];
                         match scope {
                             Some(s) => s.spawn(move |s| self.process(e, Some(s))),
@@ -696,13 +696,13 @@ impl<'a> Step<'a> {
         if inbox.arrived.load(Ordering::Acquire) == self.taken.load(Ordering::Relaxed) {
             return;
         }
-        let batch = std::mem::take(&mut *inbox.items.lock().unwrap_or_else(|e| e.into_inner()));
+        let batch = std::mem::take(&mut *inbox.items.lock());
         for (k, r) in batch {
             self.taken.fetch_add(1, Ordering::Relaxed);
             self.arrived[k].store(true, Ordering::Relaxed);
             match r {
                 Ok(t) => {
-                    *self.wires[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+                    *self.wires[k].lock() = Some(t);
                     stack.push(self.prep.recvs[k]);
                 }
                 Err(err) => self.fail(err, false),
@@ -727,7 +727,7 @@ impl<'a> Step<'a> {
                     Source::Slot(s) => {
                         // Counted down under the slot's lock: every other
                         // reader has cloned before the last one takes.
-                        let mut slot = self.slots[s].lock().unwrap_or_else(|e| e.into_inner());
+                        let mut slot = self.slots[s].lock();
                         let last = self.uses[s].fetch_sub(1, Ordering::AcqRel) == 1;
                         if last && j < 64 {
                             last_reads |= 1 << j;
@@ -735,7 +735,7 @@ impl<'a> Step<'a> {
                         let t = if last { slot.take() } else { slot.clone() };
                         t.ok_or_else(|| EngineError::Kernel { node: node.name.clone(), op: node.op.clone(), detail: format!("input slot {s} is empty") })?
                     }
-                    Source::Wire(k) => self.wires[k].lock().unwrap_or_else(|e| e.into_inner()).take().ok_or_else(|| {
+                    Source::Wire(k) => self.wires[k].lock().take().ok_or_else(|| {
                         EngineError::Kernel { node: node.name.clone(), op: node.op.clone(), detail: "no tensor arrived".into() }
                     })?,
                 });
@@ -765,14 +765,14 @@ impl<'a> Step<'a> {
             bytes += t.size_in_bytes();
             let s = node.first_slot + i;
             if self.uses[s].load(Ordering::Acquire) > 0 {
-                *self.slots[s].lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+                *self.slots[s].lock() = Some(t);
             } else {
                 self.prep.buffers.give(t);
             }
         }
         if let (Some(stats), Some(t0)) = (&self.stats, t0) {
             let t1 = self.start.elapsed();
-            stats.lock().unwrap_or_else(|e| e.into_inner()).push(NodeStats {
+            stats.lock().push(NodeStats {
                 node: node.name.clone(),
                 op: node.op.clone(),
                 start_us: t0.as_secs_f64() * 1e6,

@@ -28,7 +28,8 @@ use crate::framework::VarSlot;
 use crate::tensor::Tensor;
 use crate::framework::stats::StepStats;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One local device: its name, kernel device type and backend (a
@@ -54,14 +55,15 @@ pub(crate) struct Snapshot(Vec<(Arc<VarSlot>, Option<Tensor>)>);
 impl Snapshot {
     /// Keeps a handle on each value (no copy; the step's first in-place
     /// update of a kept value copies it instead).
-    pub(crate) fn take(writes: &[Arc<VarSlot>]) -> Snapshot {
-        Snapshot(writes.iter().map(|v| (v.clone(), v.lock().clone())).collect())
+    pub(crate) fn take(writes: &[Arc<VarSlot>]) -> Result<Snapshot> {
+        Ok(Snapshot(writes.iter().map(|v| Ok((v.clone(), v.lock()?.clone()))).collect::<Result<_>>()?))
     }
 
-    /// Puts every kept value back.
+    /// Puts every kept value back (whole, so a value a panic tore is
+    /// whole again).
     pub(crate) fn restore(self) {
         for (v, old) in self.0 {
-            *v.lock() = old;
+            v.set(old);
         }
     }
 }
@@ -299,7 +301,7 @@ impl MultiPlan {
             first_error: Mutex::new(None),
             links: delivery.as_ref(),
         };
-        let snapshot = Snapshot::take(&self.writes);
+        let snapshot = Snapshot::take(&self.writes)?;
         let run_part = |p: &PartPlan| {
             let f: Vec<Tensor> = p.feeds.iter().map(|&i| feeds[i].clone()).collect();
             let d = &devices[p.device];
@@ -333,7 +335,7 @@ impl MultiPlan {
             }
             out
         });
-        let first = comm.first_error.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let first = comm.first_error.lock().take();
         if let Some(e) = first {
             snapshot.restore();
             return Err(e);
@@ -366,7 +368,7 @@ impl MultiPlan {
             stats.total_us = comm.start.elapsed().as_secs_f64() * 1e6;
             stats.nodes.sort_by(|a, b| a.end_us.total_cmp(&b.end_us));
             if let Some(t) = comm.trace {
-                stats.transfers = t.into_inner().unwrap_or_else(|e| e.into_inner()).done;
+                stats.transfers = t.into_inner().done;
             }
             stats
         });
@@ -456,7 +458,7 @@ pub(crate) mod tests {
         let (rdv, counters) = (LocalRendezvous::new(), CommCounters::default());
         let c = comm(&rdv, &counters, Duration::from_millis(30));
         assert!(prep.run(&[], 1, &cpu_device(CPU1, 1), false, Some(&c)).is_err());
-        let e = c.first_error.lock().unwrap().take().unwrap().to_string();
+        let e = c.first_error.lock().take().unwrap().to_string();
         assert_eq!(
             e,
             format!(
@@ -481,7 +483,7 @@ pub(crate) mod tests {
         });
         assert!(t0.elapsed() < Duration::from_secs(30), "woken by the abort, not the timeout");
         assert!(e.ends_with(&format!("aborted: node 'div' (Div): boom (on device {CPU0})")), "{e}");
-        let first = c.first_error.lock().unwrap().take().unwrap().to_string();
+        let first = c.first_error.lock().take().unwrap().to_string();
         assert_eq!(first, format!("node 'div' (Div): boom (on device {CPU0})"));
     }
 
@@ -524,7 +526,7 @@ pub(crate) mod tests {
         assert_eq!(got.0[0].to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0], "small integers survive bf16");
         assert_eq!(got.0[0].dims(), &[4], "the unknown dimension is filled in");
         assert_eq!(counters.snapshot(), CommStats { transfers: 1, bytes_sent: 8, bytes_f32: 16 });
-        let done = c.trace.take().unwrap().into_inner().unwrap().done;
+        let done = c.trace.take().unwrap().into_inner().done;
         assert_eq!(done.len(), 1);
         assert_eq!((done[0].edge.as_str(), done[0].format.as_str(), done[0].bytes), ("ghost:0", "bf16", 8));
         assert_eq!((done[0].send_device.as_str(), done[0].recv_device.as_str()), (CPU0, CPU1));

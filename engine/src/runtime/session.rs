@@ -40,7 +40,8 @@ use crate::runtime::placement::{DefaultPlacer, Placement, Placer};
 use crate::framework::stats::CommStats;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A placement given in the options must cover the graph with devices of the set.
@@ -115,7 +116,7 @@ struct State {
 
 impl Resources for Mutex<State> {
     fn var(&self, name: &str, ty: &TensorType) -> Resource {
-        let mut s = self.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.lock();
         let slot = s
             .vars
             .entry(name.to_string())
@@ -123,11 +124,11 @@ impl Resources for Mutex<State> {
         Resource::Var(slot.clone())
     }
     fn rng(&self, name: &str) -> Resource {
-        let mut s = self.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.lock();
         Resource::Rng(s.rngs.entry(name.to_string()).or_default().clone())
     }
     fn queue(&self, node: &str, name: &str, spec: &QueueSpec) -> Result<Resource> {
-        let mut s = self.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.lock();
         let timeout = s.queue_timeout;
         let q = s.queues.entry(name.to_string()).or_insert_with(|| Arc::new(Queue::new(name, spec.clone(), timeout)));
         if q.spec != *spec {
@@ -416,13 +417,13 @@ impl Session {
         let start_unix_us = crate::framework::stats::unix_us_at(comm.start);
         let d = &self.devices[0];
         let r = p.run(&values, self.threads, d, trace, Some(&comm));
-        if let Some(e) = comm.first_error.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(e) = comm.first_error.lock().take() {
             return Err(e);
         }
         let (values, stats) = r?;
         let timeline = match (stats, comm.trace) {
             (Some(mut stats), Some(t)) => {
-                let mut t = t.into_inner().unwrap_or_else(|e| e.into_inner());
+                let mut t = t.into_inner();
                 stats.nodes.sort_by(|a, b| a.end_us.total_cmp(&b.end_us));
                 stats.transfers = std::mem::take(&mut t.done);
                 Some(PartitionTimeline {
@@ -472,7 +473,7 @@ impl Session {
     }
 
     fn prepared(&self, key: RunKey) -> Result<Arc<Plan>> {
-        if let Some(p) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        if let Some(p) = self.cache.lock().get(&key) {
             return Ok(p.clone());
         }
         let plan = if self.devices.len() == 1 {
@@ -482,13 +483,13 @@ impl Session {
             Plan::Multi(MultiPlan::new(&self.graph, &placement, &self.devices, &self.partition, (&key.0, &key.1, &key.2), &self.state)?)
         };
         let p = Arc::new(plan);
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, p.clone());
+        self.cache.lock().insert(key, p.clone());
         Ok(p)
     }
 
     /// Number of cached run signatures (each prepared once).
     pub fn num_prepared(&self) -> usize {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.cache.lock().len()
     }
 
     /// Nodes the step for this signature executes (after pruning).
@@ -501,17 +502,22 @@ impl Session {
         Ok(self.prepared(key)?.len())
     }
 
-    /// The current value of the variable named `name` (None before it is
-    /// initialized or when the session has never touched it).
-    pub fn variable_value(&self, name: &str) -> Option<Tensor> {
-        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.vars.get(name).and_then(|v| v.lock().clone())
+    /// The current value of the variable named `name`: `Uninitialized`
+    /// before it is initialized (or when the session has never touched it),
+    /// `TornVariable` after an update of it panicked halfway.
+    pub fn variable_value(&self, name: &str) -> Result<Tensor> {
+        let slot = self.state.lock().vars.get(name).cloned();
+        let value = match slot {
+            Some(v) => v.lock()?.clone(),
+            None => None,
+        };
+        value.ok_or_else(|| EngineError::Uninitialized(name.to_string()))
     }
 
     /// The slot of the variable named `name`, for tests that hold its lock.
     #[cfg(test)]
     pub(crate) fn var_slot(&self, name: &str) -> Option<Arc<VarSlot>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).vars.get(name).cloned()
+        self.state.lock().vars.get(name).cloned()
     }
 
     /// Sets the variable named `name` (a Variable node of this graph).
@@ -530,25 +536,32 @@ impl Session {
             });
         }
         match self.state.var(name, &ty) {
-            Resource::Var(slot) => *slot.lock() = Some(value),
+            Resource::Var(slot) => slot.set(Some(value)),
             Resource::Rng(_) | Resource::Queue(_) => {}
         }
         Ok(())
     }
 
-    /// Every initialized variable of the graph with its value, in creation order.
-    pub fn variable_values(&self) -> Vec<(String, Tensor)> {
-        self.graph.variables().iter().filter_map(|v| {
+    /// Every initialized variable of the graph with its value, in creation
+    /// order; an error if one of them is torn (see [`Session::variable_value`]).
+    pub fn variable_values(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut out = Vec::new();
+        for v in self.graph.variables() {
             let n = v.name();
-            self.variable_value(&n).map(|t| (n, t))
-        }).collect()
+            match self.variable_value(&n) {
+                Ok(t) => out.push((n, t)),
+                Err(EngineError::Uninitialized(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
     }
 
     /// Run counters of the seeded random ops, by node name (checkpointed so
     /// that a restored session draws the same numbers next).
     pub fn rng_counters(&self) -> Vec<(String, u64)> {
-        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let mut v: Vec<(String, u64)> = s.rngs.iter().map(|(k, c)| (k.clone(), *c.lock().unwrap_or_else(|e| e.into_inner()))).collect();
+        let s = self.state.lock();
+        let mut v: Vec<(String, u64)> = s.rngs.iter().map(|(k, c)| (k.clone(), *c.lock())).collect();
         v.sort();
         v
     }
@@ -556,7 +569,7 @@ impl Session {
     /// Sets the run counter of a random op.
     pub fn set_rng_counter(&self, name: &str, value: u64) {
         if let Resource::Rng(r) = self.state.rng(name) {
-            *r.lock().unwrap_or_else(|e| e.into_inner()) = value;
+            *r.lock() = value;
         }
     }
 }

@@ -12,7 +12,8 @@ use crate::error::{EngineError, Result};
 use crate::tensor::{CpuStorage, DType};
 use cudarc::driver::{CudaSlice, CudaStream, DriverError};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 fn driver_err(ordinal: usize, what: &'static str) -> impl FnOnce(DriverError) -> EngineError {
     move |e| EngineError::Cuda { device: format!("GPU:{ordinal}"), detail: format!("{what}: {e}") }
@@ -45,8 +46,8 @@ impl CudaAllocator {
         self.lock().iter().map(|(bytes, bufs)| bytes * bufs.len()).sum()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, Vec<CudaSlice<u8>>>> {
-        self.free.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<usize, Vec<CudaSlice<u8>>>> {
+        self.free.lock()
     }
 
     /// A buffer of `bytes` (at least one) whose contents are unspecified:

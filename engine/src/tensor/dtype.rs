@@ -30,6 +30,18 @@ impl DType {
         }
     }
 
+    /// The precision a cost model rates arithmetic on this type at: the
+    /// roofline has peaks for f16, bf16 and int8 and prices the rest (f64
+    /// and the integer and bool types included) at f32's.
+    pub fn compute_dtype(self) -> flowlab_hw::Dtype {
+        match self {
+            DType::F16 => flowlab_hw::Dtype::F16,
+            DType::BF16 => flowlab_hw::Dtype::Bf16,
+            DType::I8 => flowlab_hw::Dtype::Int8,
+            _ => flowlab_hw::Dtype::F32,
+        }
+    }
+
     /// True for the floating-point types.
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)

@@ -191,7 +191,7 @@ pub fn save(sess: &Session, path: &Path) -> Result<CheckpointInfo> {
 /// [`save`] with the caller's metadata (strings by key), returned by
 /// [`restore`] and [`read`].
 pub fn save_with(sess: &Session, path: &Path, metadata: &BTreeMap<String, String>) -> Result<CheckpointInfo> {
-    let mut vars = sess.variable_values();
+    let mut vars = sess.variable_values()?;
     vars.sort_by(|a, b| a.0.cmp(&b.0));
     let rng: BTreeMap<String, u64> = sess.rng_counters().into_iter().collect();
     let bytes = encode(&vars, &rng, metadata, path)?;

@@ -267,6 +267,36 @@ mod tests {
         }
     }
 
+    /// An update in place that panics halfway leaves its variable torn (here
+    /// one of two elements written, as a kernel bug would): the next update,
+    /// `variable_value` and a checkpoint each fail with `TornVariable` naming
+    /// it, instead of training on or saving half an update, until the whole
+    /// value is set again; then training goes on from the value set.
+    #[test]
+    fn a_variable_torn_by_a_panicking_update_is_an_error_until_set_again() {
+        let var = OneVariable::new(&Optimizer::Sgd { lr: 0.5 });
+        let slot = var.sess.var_slot("w").unwrap();
+        let panicked = std::thread::spawn(move || {
+            let mut value = slot.lock().unwrap();
+            let t = value.as_mut().unwrap();
+            let first = t.as_slice::<f32>().unwrap()[0];
+            *t = Tensor::from_vec(vec![first + 100.0, -2.0], vec![2]).unwrap();
+            panic!("a kernel bug halfway through the update");
+        })
+        .join();
+        assert!(panicked.is_err());
+        let torn = |r: Result<()>| matches!(r, Err(EngineError::TornVariable(n)) if n == "w");
+        assert!(torn(var.sess.variable_value("w").map(|_| ())));
+        let g = Tensor::from_vec(vec![1.0f32, 1.0], vec![2]).unwrap();
+        assert!(torn(var.sess.run(&[(&var.grad, &g)], &[], &[&var.up]).map(|_| ())));
+        let dir = tempfile::tempdir().unwrap();
+        assert!(torn(crate::train::checkpoint::save(&var.sess, &dir.path().join("w.ckpt")).map(|_| ())));
+        assert!(!dir.path().join("w.ckpt").exists(), "a torn variable is never saved");
+        var.sess.set_variable("w", Tensor::from_vec(vec![3.0f32, 4.0], vec![2]).unwrap()).unwrap();
+        var.step([1.0, 2.0]);
+        assert_eq!(var.value("w"), vec![2.5, 3.0]);
+    }
+
     /// A gradient that stops (a unit that no longer fires) leaves Adam's
     /// moments and a momentum accumulator decaying geometrically. Against
     /// an f64 run of the textbook updates: the f32 variables follow it, no
@@ -371,7 +401,7 @@ mod tests {
             }
         };
         std::thread::scope(|s| {
-            let mut held_v = Some(v_slot.lock());
+            let mut held_v = Some(v_slot.lock().unwrap());
             let step = s.spawn(|| var.step([0.5, 0.0]));
             pause();
             unchanged();

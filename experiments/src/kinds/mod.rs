@@ -9,7 +9,7 @@ mod distributed;
 mod distributed_summary;
 mod placement;
 mod systolic;
-mod validate;
+pub(crate) mod validate;
 mod validate_split;
 
 use std::collections::BTreeMap;

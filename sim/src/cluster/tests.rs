@@ -92,9 +92,16 @@ fn dense_fetch_grows_with_workers_sparse_stays_flat() {
     assert!(n1 > 0.0015 && n1 < 0.0025 && n32 > n1, "null: {n1} -> {n32}");
 }
 
+/// The shape of the paper's Figure 8 (right) under one assumed straggler
+/// model, lognormal with sigma 0.3 (a modelling choice, not fitted to the
+/// figure and not measured): 50 Inception-v3 workers on 17 PS tasks, the
+/// median step falls with 2 and 4 backups, the normalized speedup rises
+/// above 1.03 and is lower again at 9. What it guards is that backups trade
+/// a straggler's tail for their own cost; whether they pay off is each
+/// straggler model's answer, and the order-statistic test below checks
+/// the mechanism against an independent reference.
 #[test]
-fn backup_workers_cut_the_median_and_the_normalized_speedup_peaks() {
-    // OSDI'16 Fig. 8 (right): 50 workers, lognormal stragglers, 17 PS.
+fn under_lognormal_stragglers_backups_cut_the_median_until_their_cost_wins() {
     let run = |b: u32| {
         let c = yaml(&format!(
             "model: inception_v3\nworkers: 50\nps: 17\nstrategy: {{ sync: {{ backup: {b} }} }}\n\

@@ -10,7 +10,6 @@
 pub mod bench;
 mod cluster;
 mod cost;
-mod ports;
 mod report;
 mod sim_graph;
 mod simulate;

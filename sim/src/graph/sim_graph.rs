@@ -7,7 +7,7 @@
 //! (with a warning), since the registry prices concrete shapes.
 
 use crate::error::SimError;
-use flowlab_engine::{AttrValue, DType, DeviceType, Gemm, Graph, Node, NodeId, Placement, Shape, TensorType, Work, op_cost, placed_step_graph, step_graph};
+use flowlab_engine::{AttrValue, DType, DeviceType, Gemm, Graph, Node, NodeId, Placement, Shape, TensorType, op_cost, placed_step_graph, step_graph};
 use flowlab_hw::{Dtype, OpClass};
 
 /// One node's device-independent cost.
@@ -146,27 +146,6 @@ pub(crate) struct StepMap {
     pub follow: Vec<Option<u32>>,
 }
 
-fn hw_dtype(d: DType) -> Dtype {
-    match d {
-        DType::F16 => Dtype::F16,
-        DType::BF16 => Dtype::Bf16,
-        DType::I8 => Dtype::Int8,
-        _ => Dtype::F32,
-    }
-}
-
-/// The roofline class of an op: the kind of work its family declares
-/// beside its flops; an op without arithmetic moves data.
-fn op_class(work: Work, flops: f64) -> OpClass {
-    match work {
-        Work::Matmul => OpClass::Matmul,
-        Work::Conv => OpClass::Conv,
-        _ if flops == 0.0 => OpClass::DataMovement,
-        Work::Reduction => OpClass::Reduction,
-        Work::Elementwise => OpClass::Elementwise,
-    }
-}
-
 fn colocation_names(n: &Node) -> Vec<String> {
     let mut v = Vec::new();
     if let Some(AttrValue::Str(var)) = n.attrs.get("var") {
@@ -268,13 +247,12 @@ impl SimGraph {
             }
             let c = op_cost(&node.op, &node.attrs, &ins, &outs)
                 .map_err(|e| SimError::Graph { node: node.name.clone(), detail: format!("op '{}': {e}", node.op) })?;
-            let dtype = hw_dtype(outs.first().or(ins.first()).map_or(DType::F32, |(d, _)| *d));
             keys.push(types_key(&node.op, &ins, &outs));
             costs.push(NodeCost {
                 flops: c.flops,
                 bytes: c.bytes,
-                dtype,
-                class: op_class(c.work, c.flops),
+                dtype: c.dtype,
+                class: c.class,
                 gemm: c.gemm,
             });
             inputs.push(in_slots);

@@ -29,7 +29,8 @@ use flowlab_hw::{Profile, TransferCompute};
 use std::collections::BTreeMap;
 use std::cmp::Reverse;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 /// What the simulator needs besides the graph and the cluster.
 #[derive(Debug, Clone, Default)]
@@ -252,7 +253,7 @@ impl GraphSimulator {
         if !split.contains(&true) {
             return Ok(None);
         }
-        let cached = f.steps.lock().unwrap_or_else(|e| e.into_inner()).get(&split).cloned();
+        let cached = f.steps.lock().get(&split).cloned();
         let (sim, from) = match cached {
             Some(step) => step,
             None => {
@@ -263,7 +264,7 @@ impl GraphSimulator {
                 let (Some(mine), Some(its)) = (&self.graph.step, &sim.graph.step) else { return Ok(None) };
                 let from: Vec<Option<u32>> = its.full_id.iter().map(|&id| mine.follow.get(id as usize).copied().flatten()).collect();
                 let step = (Arc::new(sim), Arc::new(from));
-                f.steps.lock().unwrap_or_else(|e| e.into_inner()).insert(split, step.clone());
+                f.steps.lock().insert(split, step.clone());
                 step
             }
         };

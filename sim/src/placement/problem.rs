@@ -11,7 +11,7 @@ use crate::graph::GraphSimulator;
 use crate::SimTime;
 use flowlab_engine::{DeviceName, DeviceSet};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 /// One colocation group.
 #[derive(Debug, Clone)]
@@ -207,7 +207,7 @@ impl Problem {
     /// check and the single-device fallback both ask about a placer's final
     /// placement, and one replay of a large graph costs milliseconds.
     pub fn replay(&self, dev: &[u16]) -> Result<Replay, SimError> {
-        let mut last = self.last_replay.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = self.last_replay.lock();
         if let Some((_, r)) = last.as_ref().filter(|(d, _)| d.as_slice() == dev) {
             return Ok(r.clone());
         }

@@ -13,7 +13,7 @@
 //! the device, streams, Send/Recv across host and device) will bring.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 /// Every kernel, one translation unit.
 pub const SOURCE: &str = include_str!("kernels.cu");
@@ -99,7 +99,7 @@ pub struct KernelCache {
 impl KernelCache {
     /// The PTX for `arch`, compiling it the first time.
     pub fn ptx(&self, arch: &'static str) -> Result<String, CudaError> {
-        let mut m = self.ptx.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.ptx.lock();
         if let Some(p) = m.get(arch) {
             return Ok(p.clone());
         }

@@ -31,7 +31,8 @@ use crate::ops::sendrecv::StepComm;
 use crate::tensor::Tensor;
 use crate::runtime::multi_device::LocalDevice;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Condvar, Mutex};
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A tensor that arrived for a waiting Recv: (node, frame instance, iteration, result).
@@ -45,20 +46,20 @@ struct RecvInbox {
 
 impl RecvInbox {
     fn push(&self, e: usize, fi: usize, it: i64, r: Result<Tensor>) {
-        self.items.lock().unwrap_or_else(|e| e.into_inner()).push((e, fi, it, r));
+        self.items.lock().push((e, fi, it, r));
         self.cond.notify_one();
     }
 
     /// What arrived, waiting up to `timeout` for something (empty: nothing came).
     fn wait(&self, timeout: Duration) -> Vec<Arrival> {
         let deadline = Instant::now() + timeout;
-        let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        let mut items = self.items.lock();
         while items.is_empty() {
             let now = Instant::now();
             if now >= deadline {
                 break;
             }
-            items = self.cond.wait_timeout(items, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            self.cond.wait_for(&mut items, deadline - now);
         }
         std::mem::take(&mut *items)
     }

@@ -153,7 +153,8 @@
 //! runs, so they run one at a time.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, OnceLock};
+use parking_lot::Mutex;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use flowlab_engine::{DeviceSet, Graph, Output, Session, SessionOptions, Tensor};

@@ -78,7 +78,7 @@ impl MeasuredRun {
         let cpu_now = |c: &LocalCluster| (flowlab_runtime::process_cpu_s(), c.task_cpu_s());
         let run_start = cpu_now(&cluster);
         let cluster = Mutex::new(cluster);
-        let lock = || cluster.lock().unwrap_or_else(|e| e.into_inner());
+        let lock = || cluster.lock();
         // the CPU clocks after the first update and after the last: the
         // updates alone, without start-up, registration, the first step's
         // plans or the evaluation

@@ -32,7 +32,8 @@
 //! in `link` and `comm` (the same run).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, OnceLock};
+use parking_lot::Mutex;
+use std::sync::{Arc, OnceLock};
 
 use flowlab_engine::{EmulatedLink, LinkMap, PartitionOptions};
 use flowlab_hw::{CommFormat, HostMeasurement, LinkSpec, Profile};
@@ -44,6 +45,7 @@ use flowlab_models::zoo::ModelGraph;
 use super::{Outcome, TypedKind};
 use crate::measure::{self, ProfileRequest, StepRunner, ZooSizes};
 
+pub(crate) mod diagnose;
 mod summary;
 pub(crate) use summary::{kendall_tau, param};
 use summary::*;
@@ -313,8 +315,8 @@ fn check_profile_matches(path: &str, p: &Profile, model: &str, batch: usize, thr
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
+    m.lock()
 }
 
 /// This host, measured once per run, thread count and model: just before
@@ -553,226 +555,6 @@ fn placement_hash(p: &flowlab_engine::Placement) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Diagnosis, not a check: do two single-device sessions of one process,
-    /// stepping at once on two threads, slow each other's kernels?
-    #[test]
-    #[ignore]
-    fn diagnose_two_sessions_in_one_process() {
-        let model_name = std::env::var("DIAG_MODEL").unwrap_or("cnn".into());
-        let batch: usize = std::env::var("DIAG_BATCH").ok().and_then(|b| b.parse().ok()).unwrap_or(32);
-        let (model, init) = measure::with_initializer(&model_name, &ZooSizes::default(), batch).unwrap();
-        let kernels = |r: &StepRunner, steps: usize| -> HashMap<String, f64> {
-            let mut per_op: HashMap<String, Vec<f64>> = HashMap::new();
-            for _ in 0..steps {
-                let st = r.step(true).unwrap().unwrap();
-                let mut sum: HashMap<String, f64> = HashMap::new();
-                for n in &st.nodes {
-                    *sum.entry(n.op.clone()).or_default() += n.end_us - n.start_us;
-                }
-                for (k, v) in sum {
-                    per_op.entry(k).or_default().push(v);
-                }
-            }
-            per_op.into_iter().map(|(k, v)| (k, measure::spread(&v).0)).collect()
-        };
-        let new_runner = || {
-            let r = StepRunner::new(model.clone(), &init, measure::cpu_options(1, 1, None, LinkMap::default())).unwrap();
-            for _ in 0..3 {
-                r.step(false).unwrap();
-            }
-            r
-        };
-        let (a, b) = (new_runner(), new_runner());
-        let alone = kernels(&a, 10);
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        let together = std::thread::scope(|s| {
-            s.spawn(|| {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    b.step(false).unwrap();
-                }
-            });
-            let k = kernels(&a, 10);
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            k
-        });
-        let mut v: Vec<_> = alone.iter().map(|(op, t)| (op.clone(), *t, together.get(op).copied().unwrap_or(0.0))).collect();
-        v.sort_by(|x, y| y.1.total_cmp(&x.1));
-        let (ta, tt): (f64, f64) = v.iter().fold((0.0, 0.0), |(p, q), x| (p + x.1, q + x.2));
-        eprintln!("kernels per step: alone {ta:.0} us, with a second session stepping on another thread {tt:.0} us ({:+.0}%)", (tt / ta - 1.0) * 100.0);
-        for (op, a, t) in v.iter().take(10) {
-            eprintln!("{op:>28}: alone {a:8.0} us, together {t:8.0} us ({:+.0}%)", (t / a - 1.0) * 100.0);
-        }
-    }
-
-    /// Diagnosis, not a check: where the roofline's one-device step time
-    /// differs from the profile's (measured kernels), by op class.
-    #[test]
-    #[ignore]
-    fn diagnose_roofline_by_class() {
-        let host = host(1, "diagnosis").unwrap();
-        eprintln!("host: gemm {:?} GFLOP/s, copy {:.1} GB/s, cache {} MiB at {:.1} GB/s, dispatch {:.2} us, elementwise {:.2} GFLOP/s", host.gemm_gflops, host.memory_bandwidth_gb_s, host.cache_mib, host.cache_bandwidth_gb_s, host.dispatch_us, host.elementwise_gflops);
-        let cases: [(&str, usize, ZooSizes); 3] = [
-            ("mlp", 128, ZooSizes::default()),
-            ("cnn", 32, ZooSizes::default()),
-            ("transformer", 16, ZooSizes::parse("hidden=64,seq_len=32,vocab=1000,layers=2,heads=4,ff=256").unwrap()),
-        ];
-        for (name, batch, sizes) in cases {
-            let (model, _) = measure::with_initializer(name, &sizes, batch).unwrap();
-            let cluster = VirtualCluster::parse_for_host("1xcpu", &host).unwrap();
-            let mut so = SimOptions::default();
-            so.step = Some(model.step());
-            let rsim = GraphSimulator::new(&model.graph, &cluster, &so).unwrap();
-            let roof = rsim.simulate_indices(&vec![0u16; rsim.graph().len()]).unwrap();
-            let prof = measure::profile_model(&measure::ProfileRequest { model: name.into(), sizes: sizes.clone(), batch, threads: 1, devices: 1, warmup: 3, steps: 10 }, |_| {}).unwrap();
-            so.profile = Some(prof);
-            let sim = GraphSimulator::new(&model.graph, &cluster, &so).unwrap();
-            let pr = sim.simulate_indices(&vec![0u16; sim.graph().len()]).unwrap();
-            eprintln!("{name} b{batch}: roofline {:.0} us, profile {:.0} us", roof.step_seconds * 1e6, pr.step_seconds * 1e6);
-            let (a, b) = (rsim.priced_nodes(0), sim.priced_nodes(0));
-            let mut by_op: BTreeMap<(String, String), (usize, f64, f64, f64, f64)> = BTreeMap::new();
-            for (x, y) in a.iter().zip(&b) {
-                let e = by_op.entry((x.2.clone(), x.1.clone())).or_default();
-                e.0 += 1; e.1 += x.5; e.2 += y.5; e.3 += x.3; e.4 += x.4;
-            }
-            for ((class, op), (n, r, p, f, by)) in &by_op {
-                if (r - p).abs() > 50e-6 {
-                    eprintln!("    {class:>12} {op:>28} x{n:<4} roofline {:8.0} us profile {:8.0} us  flops {:.2e} bytes {:.2e} -> {:.1} GB/s {:.1} GF/s", r * 1e6, p * 1e6, f, by, by / p / 1e9, f / p / 1e9);
-                }
-            }
-            for (class, p) in &pr.devices[0].op_seconds_by_class {
-                let r = roof.devices[0].op_seconds_by_class.get(class).copied().unwrap_or(0.0);
-                eprintln!("  {class:>14}: roofline {:8.0} us, profile {:8.0} us ({:+.0}%)", r * 1e6, p * 1e6, (r / p - 1.0) * 100.0);
-            }
-        }
-    }
-
-    /// Diagnosis, not a check: where a two-device step's time goes.
-    /// `DIAG_TIMELINE=1` also prints one measured step's nodes and
-    /// transfers beside the simulated schedule of the same placement.
-    #[test]
-    #[ignore]
-    fn diagnose_two_device_steps() {
-        let model_name = std::env::var("DIAG_MODEL").unwrap_or("cnn".into());
-        let batch: usize = std::env::var("DIAG_BATCH").ok().and_then(|b| b.parse().ok()).unwrap_or(32);
-        let placer = std::env::var("DIAG_PLACER").unwrap_or("m_etf".into());
-        let format: CommFormat = std::env::var("DIAG_COMM").unwrap_or("f32".into()).parse().unwrap();
-        let (model, init) = measure::with_initializer(&model_name, &ZooSizes::default(), batch).unwrap();
-        let host = host(1, "diagnosis").unwrap();
-        let gbps: f64 = std::env::var("DIAG_GBPS").ok().and_then(|b| b.parse().ok()).unwrap_or(10.0);
-        let latency_us: f64 = std::env::var("DIAG_LATENCY_US").ok().and_then(|b| b.parse().ok()).unwrap_or(20.0);
-        let cluster = VirtualCluster::parse_for_host("2xcpu", &host).unwrap().with_link(LinkSpec { name: "e".into(), bandwidth_gb_s: gbps / 8.0, latency_us: latency_us + host.emulated_overhead_us, sharing: flowlab_hw::LinkSharing::Pair });
-        let mut opts = PlacerOptions::new(cluster.clone());
-        opts.sim.step = Some(model.step());
-        opts.sim.transfer_compute = host.transfer_compute.clone();
-        opts.sim.partition = PartitionOptions::in_format(format);
-        opts.budget = std::time::Duration::ZERO;
-        opts.iterations = Some(300);
-        let prof = measure::profile_model(&measure::ProfileRequest { model: model_name.clone(), sizes: ZooSizes::default(), batch, threads: 1, devices: 2, warmup: 3, steps: 10 }, |_| {}).unwrap();
-        let mut place_opts = opts.clone();
-        if std::env::var("DIAG_PREDICTOR").is_ok_and(|p| p == "profile") {
-            // Placed as a `predictor: profile` point places.
-            place_opts.sim.profile = Some(prof.clone());
-            place_opts.sim.host_contention = host.host_contention(2);
-        }
-        let placement = place_timed(&placer, &model.graph, &place_opts).unwrap().placement;
-        let run = |placement: Option<flowlab_engine::Placement>, n: usize| {
-            let mut links = LinkMap::default();
-            links.all = Some(EmulatedLink::new(gbps, latency_us).unwrap());
-            let mut o = measure::cpu_options(n, 1, placement, links);
-            o.partition = PartitionOptions::in_format(format);
-            let r = StepRunner::new(model.clone(), &init, o).unwrap();
-            for _ in 0..3 {
-                r.step(false).unwrap();
-            }
-            let mut per_node: HashMap<String, Vec<f64>> = HashMap::new();
-            let mut walls = Vec::new();
-            let mut busy: HashMap<String, Vec<f64>> = HashMap::new();
-            for _ in 0..10 {
-                let st = r.step(true).unwrap().unwrap();
-                let wall = st.nodes.iter().map(|n| n.end_us).fold(0.0, f64::max);
-                walls.push(wall);
-                let mut b: HashMap<String, f64> = HashMap::new();
-                for n in &st.nodes {
-                    per_node.entry(n.node.clone()).or_default().push(n.end_us - n.start_us);
-                    *b.entry(n.device.clone()).or_default() += n.end_us - n.start_us;
-                }
-                for (d, v) in b {
-                    busy.entry(d).or_default().push(v);
-                }
-            }
-            if n == 2 && std::env::var("DIAG_TIMELINE").is_ok() {
-                let st = r.step(true).unwrap().unwrap();
-                let mut ev: Vec<_> = st.nodes.iter().filter(|x| x.end_us - x.start_us > 150.0 || x.op == "Send" || x.op == "Recv").collect();
-                ev.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
-                for x in ev {
-                    let d = if x.device.ends_with('1') { "          " } else { "" };
-                    eprintln!("{d}{:8.0} {:8.0} {:>6.0} {} ({})", x.start_us, x.end_us, x.end_us - x.start_us, x.node, x.op);
-                }
-                for t in &st.transfers {
-                    eprintln!("xfer {} {} -> {} {} B {:.0} .. {:.0}", t.edge, &t.send_device[t.send_device.len() - 1..], &t.recv_device[t.recv_device.len() - 1..], t.bytes, t.start_us, t.end_us);
-                }
-                eprintln!("step {:.0} us", st.total_us);
-            }
-            let med = |v: &[f64]| measure::spread(v).0;
-            let per_node: HashMap<String, f64> = per_node.into_iter().map(|(k, v)| (k, med(&v))).collect();
-            let busy: Vec<(String, f64)> = busy.into_iter().map(|(k, v)| (k, med(&v))).collect();
-            (med(&walls), per_node, busy)
-        };
-        let (w1, n1, b1) = run(None, 2);
-        let (w2, n2, b2) = run(Some(placement.clone()), 2);
-        eprintln!("one device: step {w1:.0} us, busy {b1:?}");
-        eprintln!("two devices ({placer}): step {w2:.0} us, busy {b2:?}");
-        let sim = GraphSimulator::new(&model.graph, &cluster, &opts.sim).unwrap();
-        let rep = sim.simulate(&placement).unwrap();
-        eprintln!("simulated (roofline): {:.0} us", rep.step_seconds * 1e6);
-        let mut so = opts.sim.clone();
-        so.profile = Some(prof);
-        for contention in [vec![], host.host_contention(2)] {
-            so.host_contention = contention.clone();
-            let sim = GraphSimulator::new(&model.graph, &cluster, &so).unwrap();
-            let rep = sim.simulate(&placement).unwrap();
-            let one = sim.simulate_indices(&vec![0u16; sim.graph().len()]).unwrap();
-            if std::env::var("DIAG_TIMELINE").is_ok() {
-                for (node, d, a, b) in sim.schedule(&placement).unwrap() {
-                    if b - a > 150e-6 {
-                        let pad = if d == 1 { "          " } else { "" };
-                        eprintln!("sim {pad}{:8.0} {:8.0} {:>6.0} {node}", a * 1e6, b * 1e6, (b - a) * 1e6);
-                    }
-                }
-            }
-            eprintln!(
-                "simulated (profile, contention {contention:?}): step {:.0} us, busy {:?}; all on one: {:.0} us",
-                rep.step_seconds * 1e6,
-                rep.devices.iter().map(|d| (d.busy_seconds * 1e6).round()).collect::<Vec<_>>(),
-                one.step_seconds * 1e6
-            );
-        }
-        // Same nodes, kernel time alone vs in the two-device step.
-        let mut by_op: HashMap<String, (f64, f64)> = HashMap::new();
-        for (node, t2) in &n2 {
-            if let Some(t1) = n1.get(node) {
-                let op = model.graph.nodes().iter().find(|n| &n.name == node).map(|n| n.op.clone()).unwrap_or_default();
-                let e = by_op.entry(op).or_default();
-                e.0 += t1;
-                e.1 += t2;
-            }
-        }
-        let mut v: Vec<_> = by_op.into_iter().collect();
-        v.sort_by(|a, b| (b.1 .1 - b.1 .0).total_cmp(&(a.1 .1 - a.1 .0)));
-        for (op, (a, b)) in v.iter().take(12) {
-            eprintln!("{op:>28}: alone {a:8.0} us, in two-device step {b:8.0} us ({:+.0}%)", (b / a - 1.0) * 100.0);
-        }
-        let mut nodes: Vec<_> = n2.iter().map(|(k, t2)| (k.clone(), n1.get(k).copied(), *t2)).collect();
-        nodes.sort_by(|a, b| (b.2 - b.1.unwrap_or(0.0)).total_cmp(&(a.2 - a.1.unwrap_or(0.0))));
-        for (node, t1, t2) in nodes.iter().take(15) {
-            let dev = placement.device_of(&model.graph, node).map(|d| d.to_string()).unwrap_or_default();
-            eprintln!("{node:>40} [{dev}]: alone {:8.0} us, in two-device step {t2:8.0} us", t1.unwrap_or(f64::NAN));
-        }
-        let only2: Vec<_> = n2.keys().filter(|k| !n1.contains_key(*k)).collect();
-        let t_only2: f64 = only2.iter().map(|k| n2[*k]).sum();
-        eprintln!("{} nodes only in the two-device step (Send/Recv...), {t_only2:.0} us", only2.len());
-    }
 
     #[test]
     fn a_profile_far_from_the_reference_timed_beside_its_points_is_flagged() {

@@ -9,7 +9,7 @@
 use super::{Event, GraphSimulator, NONE, Trace, Transfer};
 use crate::error::SimError;
 use crate::event_queue::EventQueue;
-use crate::graph::ports::SharedPorts;
+use crate::network::ports::SharedPorts;
 use crate::graph::sim_graph::SimGraph;
 use crate::time::SimTime;
 use std::cmp::Reverse;
