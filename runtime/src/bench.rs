@@ -12,9 +12,8 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use flowlab_engine::{DType, DeviceName, DeviceSet, Graph, LocalRendezvous, Output, Rendezvous, RendezvousKey, Session, SessionOptions, Tensor};
+use flowlab_engine::{DType, DeviceName, Graph, LocalRendezvous, Output, Rendezvous, RendezvousKey, Tensor};
 use flowlab_hw::CommFormat;
-use flowlab_programs::train::{ModelKind, TrainConfig, build_sharded, local_cpu, model_features};
 use serde::Serialize;
 
 use crate::cluster::{ClusterSpec, Job, TaskId};
@@ -71,29 +70,12 @@ fn record(name: &str, secs: f64) -> ClusterBenchRecord {
     ClusterBenchRecord { name: name.into(), median_us: secs * 1e6, per_second: 1.0 / secs, bytes_per_step: None }
 }
 
-/// A training step's row: its median time and the bytes it moved.
-fn step_record(name: &str, (secs, bytes): (f64, f64)) -> ClusterBenchRecord {
-    ClusterBenchRecord { bytes_per_step: Some(bytes), ..record(name, secs) }
-}
-
-/// A spec of `ps` and `workers` tasks on free loopback ports.
-fn loopback_spec(ps: u32, workers: u32) -> Result<ClusterSpec> {
-    let mut tasks = Vec::new();
-    let mut hold = Vec::new();
-    for (job, n) in [(Job::Ps, ps), (Job::Worker, workers)] {
-        for i in 0..n {
-            let l = TcpListener::bind("127.0.0.1:0").map_err(|e| crate::RuntimeError::Engine { message: format!("loopback port: {e}") })?;
-            let port = l.local_addr().map_err(|e| crate::RuntimeError::Engine { message: e.to_string() })?.port();
-            tasks.push((TaskId::new(job, i), format!("127.0.0.1:{port}")));
-            hold.push(l);
-        }
+impl ClusterBenchRecord {
+    /// The row `name` of `f`: the median per run over `reps` batches of
+    /// `iters` runs, after one warm-up batch (`f` gets the run's index).
+    pub fn measure(name: &str, reps: usize, iters: usize, f: impl FnMut(usize) -> Result<()>) -> Result<ClusterBenchRecord> {
+        Ok(record(name, median_per_run(reps, iters, f)?))
     }
-    drop(hold);
-    ClusterSpec::from_tasks(tasks).map_err(|message| crate::RuntimeError::Engine { message })
-}
-
-pub(crate) fn start_all(spec: &ClusterSpec) -> Result<Vec<TaskServer>> {
-    spec.tasks().map(|(t, _)| TaskServer::start(spec, t, bind_task(spec, t)?)).collect()
 }
 
 fn key(src: &DeviceName, dst: &DeviceName, step: u64) -> RendezvousKey {
@@ -116,8 +98,8 @@ pub fn bench_floors(reps: usize, iters: usize) -> Result<Vec<ClusterBenchRecord>
     std::fs::create_dir_all(&dir).map_err(|e| crate::RuntimeError::Io { path: dir.clone(), source: e })?;
     let auth = crate::auth::Auth::create(&dir.join("secret"));
     let _ = std::fs::remove_dir_all(&dir);
-    let plain = loopback_spec(1, 1)?;
-    let secured = loopback_spec(1, 1)?.with_auth(auth?);
+    let plain = ClusterSpec::loopback(1, 1)?;
+    let secured = ClusterSpec::loopback(1, 1)?.with_auth(auth?);
     let (mut plain_runs, mut secured_runs) = (Vec::new(), Vec::new());
     // alternated, so that the machine's drift falls on both alike
     for _ in 0..2 {
@@ -139,7 +121,7 @@ fn recv_4xf32_secs(spec: &ClusterSpec, reps: usize, iters: usize) -> Result<f64>
     let small = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], vec![4])?;
     let ps = TaskId::new(Job::Ps, 0);
     let (src, dst) = (ps.device(), TaskId::new(Job::Worker, 0).device());
-    let servers = start_all(spec)?;
+    let servers = TaskServer::start_all(spec)?;
     let mut client = TaskClient::connect(spec, ps, Duration::from_secs(10))?;
     let producer = &servers[0].rendezvous;
     median_per_run(reps, iters.max(1), |i| {
@@ -154,7 +136,9 @@ fn recv_4xf32_secs(spec: &ClusterSpec, reps: usize, iters: usize) -> Result<f64>
     })
 }
 
-/// Runs every row; `quick` does fewer repetitions.
+/// The transport's rows (the training steps over a loopback cluster are
+/// `flowlab_programs::cluster::bench_steps`'); `quick` does fewer
+/// repetitions.
 pub fn bench(quick: bool) -> Result<Vec<ClusterBenchRecord>> {
     let (reps, iters) = if quick { (3, 200) } else { (15, 2000) };
     let small = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], vec![4])?;
@@ -176,8 +160,8 @@ pub fn bench(quick: bool) -> Result<Vec<ClusterBenchRecord>> {
 
     rows.extend(bench_floors(reps, iters / 4)?);
 
-    let spec = loopback_spec(1, 1)?;
-    let servers = start_all(&spec)?;
+    let spec = ClusterSpec::loopback(1, 1)?;
+    let servers = TaskServer::start_all(&spec)?;
     // a whole step driven by the master: a Send on worker:0, its Recv on
     // ps:0 (two RunGraph calls and one RecvTensor)
     let g = Graph::new();
@@ -189,40 +173,6 @@ pub fn bench(quick: bool) -> Result<Vec<ClusterBenchRecord>> {
     rows.push(record("step_send_recv_4xf32_2tasks", secs));
     drop(master);
     drop(servers);
-
-    // synchronous training steps of the digits MLP, batch 64 split over the workers
-    let digits = TrainConfig { batch: 64, ..TrainConfig::new(ModelKind::Mlp) };
-    for workers in [1u32, 2, 4] {
-        let step = sync_step_secs(&digits, workers, reps, iters / 20)?;
-        rows.push(step_record(&format!("mlp_sync_step_b64_{workers}workers"), step));
-    }
-
-    // The 784-512-512-10 MLP, batch 64 of synthetic examples, variables on
-    // a parameter device: one worker's synchronous step in one process over
-    // two devices (the engine's partitioner, in-process Send/Recv, one
-    // thread per device as a task has), then over two tasks (gRPC on
-    // loopback), then with 2 and 4 workers sharing the batch. The first two
-    // give the cluster's overhead over the in-process step.
-    let wide = TrainConfig { batch: 64, ..TrainConfig::new(ModelKind::Mlp784) };
-    {
-        let g = Graph::new();
-        let sg = build_sharded(&g, &wide, model_features(wide.model), &[local_cpu(0)], &[local_cpu(1)])?;
-        let sess = Session::with_options(&g, SessionOptions { threads: 1, devices: DeviceSet::local_cpus(2), ..Default::default() })?;
-        sess.run(&[], &[], &[&sg.init])?;
-        let (x, y) = synthetic_batch(wide.batch, model_features(wide.model))?;
-        let secs = median_per_run(reps, iters / 20, |_| Ok(sess.run(&[(&sg.xs[0], &x), (&sg.ys[0], &y)], &[&sg.loss], &[&sg.train_op]).map(drop)?))?;
-        rows.push(record("mlp784_step_b64_in_process_2devices", secs));
-    }
-    for workers in [1u32, 2, 4] {
-        let step = sync_step_secs(&wide, workers, reps, iters / 20)?;
-        rows.push(step_record(&format!("mlp784_sync_step_b64_{workers}workers"), step));
-    }
-    // the same at 2 workers in each narrower format: the bytes per step
-    // and what encoding and decoding them costs the step
-    for (name, comm) in [("f16", CommFormat::F16), ("bf16", CommFormat::Bf16), ("int8", CommFormat::Int8 { block: None })] {
-        let step = sync_step_secs(&TrainConfig { comm, ..wide.clone() }, 2, reps, iters / 20)?;
-        rows.push(step_record(&format!("mlp784_sync_step_b64_2workers_{name}"), step));
-    }
     Ok(rows)
 }
 
@@ -275,7 +225,7 @@ impl Echo for EchoService {
 /// the floor of `RecvTensor` (the same protocol stack, no work).
 fn tonic_echo_secs(reps: usize, iters: usize, bytes: usize) -> Result<f64> {
     let io = io_error("echo server");
-    let spec = loopback_spec(1, 0)?;
+    let spec = ClusterSpec::loopback(1, 0)?;
     let task = TaskId::new(Job::Ps, 0);
     let server = server_runtime("flowlab-echo".into()).map_err(&io)?;
     let _stop = serve(&server, bind_task(&spec, task)?, tonic::service::Routes::new(EchoServer::new(EchoService))).map_err(&io)?;
@@ -294,37 +244,6 @@ fn tonic_echo_secs(reps: usize, iters: usize, bytes: usize) -> Result<f64> {
     })?;
     server.shutdown_background();
     Ok(secs)
-}
-
-/// `n` synthetic examples of `features` values in [0, 1] and their labels.
-fn synthetic_batch(n: usize, features: usize) -> Result<(Tensor, Tensor)> {
-    let x = Tensor::from_vec((0..n * features).map(|i| (i % 17) as f32 / 16.0).collect::<Vec<f32>>(), vec![n, features])?;
-    let y = Tensor::from_vec((0..n).map(|i| (i % 10) as i64).collect::<Vec<i64>>(), vec![n])?;
-    Ok((x, y))
-}
-
-/// Median time of one synchronous step of `cfg`'s model over a PS task and
-/// `workers` worker tasks on loopback (servers on threads of this process),
-/// `cfg.batch` split evenly over the workers.
-fn sync_step_secs(cfg: &TrainConfig, workers: u32, reps: usize, iters: usize) -> Result<(f64, f64)> {
-    let spec = loopback_spec(1, workers)?;
-    let _servers = start_all(&spec)?;
-    let ps = TaskId::new(Job::Ps, 0);
-    let g = Graph::new();
-    let devices: Vec<_> = (0..workers).map(|i| TaskId::new(Job::Worker, i).device()).collect();
-    let features = model_features(cfg.model);
-    let sg = build_sharded(&g, cfg, features, &[ps.device()], &devices)?;
-    let options = MasterOptions { partition: flowlab_engine::PartitionOptions::in_format(cfg.comm), ..Default::default() };
-    let mut master = Master::connect(&spec, options)?;
-    master.register(&g)?;
-    master.run(&[], &[], &[&sg.init])?;
-    let (x, y) = synthetic_batch(cfg.batch / workers as usize, features)?;
-    let feeds: Vec<(&Output, &Tensor)> = sg.xs.iter().zip(&sg.ys).flat_map(|(xi, yi)| [(xi, &x), (yi, &y)]).collect();
-    let before = master.traffic().bytes;
-    let secs = median_per_run(reps, iters, |_| master.run(&feeds, &[&sg.loss], &[&sg.train_op]).map(drop))?;
-    // a warm-up batch and `reps` timed ones
-    let steps = ((reps + 1) * iters).max(1) as f64;
-    Ok((secs, master.traffic().bytes.saturating_sub(before) as f64 / steps))
 }
 
 /// Loopback figures for the cluster simulator's network and fixed step
@@ -408,8 +327,8 @@ pub fn measure_loopback(bytes: usize, reps: usize) -> Result<LoopbackFigures> {
     let ps = TaskId::new(Job::Ps, 0);
     let w0 = TaskId::new(Job::Worker, 0);
     let (src, dst) = (ps.device(), w0.device());
-    let spec = loopback_spec(1, 1)?;
-    let servers = start_all(&spec)?;
+    let spec = ClusterSpec::loopback(1, 1)?;
+    let servers = TaskServer::start_all(&spec)?;
     let mut client = TaskClient::connect(&spec, ps, Duration::from_secs(10))?;
     let producer = &servers[0].rendezvous;
     let mut recv = |t: &Tensor, iters: usize| -> Result<(f64, f64)> {
@@ -757,37 +676,12 @@ mod tests {
                 "send_recv_4xf32_grpc_loopback",
                 "send_recv_4xf32_grpc_loopback_auth",
                 "step_send_recv_4xf32_2tasks",
-                "mlp_sync_step_b64_1workers",
-                "mlp_sync_step_b64_2workers",
-                "mlp_sync_step_b64_4workers",
-                "mlp784_step_b64_in_process_2devices",
-                "mlp784_sync_step_b64_1workers",
-                "mlp784_sync_step_b64_2workers",
-                "mlp784_sync_step_b64_4workers",
-                "mlp784_sync_step_b64_2workers_f16",
-                "mlp784_sync_step_b64_2workers_bf16",
-                "mlp784_sync_step_b64_2workers_int8"
             ]
         );
         for r in &rows {
             assert!(r.median_us > 0.0 && r.median_us < 1e6 && (r.per_second * r.median_us - 1e6).abs() < 1.0, "{r:?}");
         }
-        // a step moves every variable out to each worker and its gradient
-        // back, and with several workers each one's loss to ps:0: by hand,
-        // 64*128 + 128 + 128*10 + 10 = 9,610 parameters in the digits MLP,
-        // 784*512 + 512 + 512*512 + 512 + 512*10 + 10 = 669,706 in the wide one
-        let bytes = |name: &str| rows.iter().find(|r| r.name == name).and_then(|r| r.bytes_per_step).unwrap();
-        let moved = |params: f64, workers: f64, width: f64| 2.0 * workers * params * width + if workers > 1.0 { workers * width } else { 0.0 };
-        for (w, name) in [(1.0, "1workers"), (2.0, "2workers"), (4.0, "4workers")] {
-            assert_eq!(bytes(&format!("mlp_sync_step_b64_{name}")), moved(9_610.0, w, 4.0), "{name}");
-            assert_eq!(bytes(&format!("mlp784_sync_step_b64_{name}")), moved(669_706.0, w, 4.0), "{name}");
-        }
-        assert_eq!(bytes("mlp784_sync_step_b64_2workers_f16"), moved(669_706.0, 2.0, 2.0));
-        assert_eq!(bytes("mlp784_sync_step_b64_2workers_bf16"), moved(669_706.0, 2.0, 2.0));
-        // int8: a byte per value, and a little for the scales
-        let int8 = bytes("mlp784_sync_step_b64_2workers_int8");
-        assert!(int8 >= moved(669_706.0, 2.0, 1.0) && int8 < 1.05 * moved(669_706.0, 2.0, 1.0), "{int8}");
-        assert!(rows.iter().take(6).chain(rows.iter().skip(9).take(1)).all(|r| r.bytes_per_step.is_none()), "{rows:?}");
+        assert!(rows.iter().all(|r| r.bytes_per_step.is_none()), "{rows:?}");
         // a network round trip costs more than a table lookup (by two orders
         // of magnitude here). Whether a gRPC call costs more than the bare TCP
         // round trip is not asserted: on CI's 2 cores the two measured 40.1

@@ -337,17 +337,26 @@ impl ClusterSpec {
     pub fn job_tasks(&self, job: Job) -> impl Iterator<Item = (TaskId, &str)> {
         self.tasks().filter(move |(t, _)| t.job == job)
     }
-}
 
-/// `ps` PS tasks and `workers` workers on free loopback ports, for tests.
-/// Every port is picked while the others are still bound: ports picked
-/// one by one (bind, read, close) can come back twice.
-#[cfg(test)]
-pub(crate) fn loopback_spec(ps: u32, workers: u32) -> ClusterSpec {
-    let ids: Vec<TaskId> = (0..ps).map(|i| TaskId::new(Job::Ps, i)).chain((0..workers).map(|i| TaskId::new(Job::Worker, i))).collect();
-    let held: Vec<std::net::TcpListener> = ids.iter().map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    let tasks = ids.into_iter().zip(&held).map(|(t, l)| (t, format!("127.0.0.1:{}", l.local_addr().unwrap().port())));
-    ClusterSpec::from_tasks(tasks.collect::<Vec<_>>()).unwrap()
+    /// `ps` PS tasks and `workers` workers on free loopback ports, for tasks
+    /// served on threads of this process ([`crate::TaskServer::start_all`]:
+    /// benches, tests). Every port is picked while the others are still
+    /// bound: ports picked one by one (bind, read, close) can come back
+    /// twice. A launched cluster picks its own ([`crate::LocalCluster`]).
+    pub fn loopback(ps: u32, workers: u32) -> crate::Result<ClusterSpec> {
+        let ids: Vec<TaskId> = (0..ps).map(|i| TaskId::new(Job::Ps, i)).chain((0..workers).map(|i| TaskId::new(Job::Worker, i))).collect();
+        let mut tasks = Vec::with_capacity(ids.len());
+        let mut held = Vec::with_capacity(ids.len());
+        for t in ids {
+            let bind = |source| crate::RuntimeError::Bind { task: t.to_string(), address: "127.0.0.1:0".into(), source };
+            let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(bind)?;
+            let port = l.local_addr().map_err(bind)?.port();
+            tasks.push((t, format!("127.0.0.1:{port}")));
+            held.push(l);
+        }
+        drop(held);
+        ClusterSpec::from_tasks(tasks).map_err(|message| crate::RuntimeError::Engine { message })
+    }
 }
 
 #[cfg(test)]

@@ -513,7 +513,7 @@ mod tests {
     #[test]
     fn a_failing_task_ends_the_step_on_the_others_at_once() {
         let (ps, w0) = (TaskId::new(Job::Ps, 0), TaskId::new(Job::Worker, 0));
-        let spec = crate::cluster::loopback_spec(1, 1);
+        let spec = ClusterSpec::loopback(1, 1).unwrap();
         let _servers: Vec<TaskServer> = spec.tasks().map(|(t, _)| TaskServer::start(&spec, t, bind_task(&spec, t).unwrap()).unwrap()).collect();
         let g = Graph::new();
         let x = g.device(&w0.device().to_string()).placeholder("x", DType::F32, [2]).unwrap();
@@ -540,7 +540,7 @@ mod tests {
     fn a_failed_steps_tensors_do_not_stay_in_the_senders_table() {
         for link in [None, Some(EmulatedLink::new(1.0, 300_000.0).unwrap())] {
             let (ps, w0) = (TaskId::new(Job::Ps, 0), TaskId::new(Job::Worker, 0));
-            let spec = crate::cluster::loopback_spec(1, 1);
+            let spec = ClusterSpec::loopback(1, 1).unwrap();
             let servers: Vec<TaskServer> =
                 spec.tasks().map(|(t, _)| TaskServer::start_with_link(&spec, t, bind_task(&spec, t).unwrap(), link).unwrap()).collect();
             let g = Graph::new();

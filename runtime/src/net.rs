@@ -106,7 +106,7 @@ mod tests {
 
     #[test]
     fn an_absent_task_gives_up_at_the_deadline_naming_it() {
-        let s = crate::cluster::loopback_spec(1, 1);
+        let s = ClusterSpec::loopback(1, 1).unwrap();
         let port = s.address(TaskId::new(Job::Ps, 0)).unwrap().rsplit(':').next().unwrap().to_string();
         let t = Instant::now();
         let e = connect_task(&s, TaskId::new(Job::Ps, 0), Duration::from_millis(400)).unwrap_err();
@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn a_task_that_starts_late_is_reached() {
-        let s = crate::cluster::loopback_spec(1, 1);
+        let s = ClusterSpec::loopback(1, 1).unwrap();
         let port: u16 = s.address(TaskId::new(Job::Ps, 0)).unwrap().rsplit(':').next().unwrap().parse().unwrap();
         let server = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(150));

@@ -655,6 +655,12 @@ impl TaskServer {
         TaskServer::start_with_link(spec, task, listener, None)
     }
 
+    /// Every task of `spec` served on threads of this process, in the
+    /// spec's order (a spec from [`ClusterSpec::loopback`]).
+    pub fn start_all(spec: &ClusterSpec) -> Result<Vec<TaskServer>> {
+        spec.tasks().map(|(t, _)| TaskServer::start(spec, t, crate::bind_task(spec, t)?)).collect()
+    }
+
     /// [`TaskServer::start`] with the tensors this task sends to every other
     /// task delayed as over `link` (see the module comment).
     pub fn start_with_link(spec: &ClusterSpec, task: TaskId, listener: TcpListener, link: Option<EmulatedLink>) -> Result<TaskServer> {
@@ -896,7 +902,7 @@ mod tests {
     }
 
     fn cluster() -> ClusterSpec {
-        crate::cluster::loopback_spec(1, 1)
+        ClusterSpec::loopback(1, 1).unwrap()
     }
 
     /// A PS task's server and a client of it.

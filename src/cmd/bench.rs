@@ -162,7 +162,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             // task servers and clients in this process close connections as
             // each case ends; a write into one must fail, not kill the bench
             super::ignore_sigpipe();
-            flowlab_runtime::bench_cluster(args.quick)?.iter().map(serde_json::to_value).collect::<Result<_, _>>()?
+            let mut rows = flowlab_runtime::bench_cluster(args.quick)?;
+            rows.extend(flowlab_programs::cluster::bench_steps(args.quick)?);
+            rows.iter().map(serde_json::to_value).collect::<Result<_, _>>()?
         }
         BenchTarget::Graph => {
             let model = flowlab_models::zoo::build("inception_v3", 32)?;

@@ -105,7 +105,7 @@ fn write_step_factors(path: &std::path::Path, seconds: &[f64], a: &ProfileArgs) 
         n if n % 2 == 1 => sorted[n / 2],
         n => 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]),
     };
-    let p99 = flowlab_runtime::percentile(seconds, 0.99);
+    let p99 = flowlab_programs::cluster::percentile(seconds, 0.99);
     let mut text = format!(
         "# per-step slowdown factors: each timed step's wall time over the median step ({:.3} ms)\n\
          # flowlab profile --model {} --batch {} --size '{}' --devices {} --threads {} --warmup {} --steps {}\n\

@@ -10,7 +10,8 @@ use flowlab_programs::datasets::{Dataset, load_digits};
 use flowlab_engine::{EmulatedLink, EngineError};
 use flowlab_programs::train::{CheckpointConfig, DEFAULT_BATCH, ModelKind, ParallelPlacement, TrainConfig, default_batch, train};
 use flowlab_hw::CommFormat;
-use flowlab_runtime::{ClusterSpec, ClusterTraining, Hooks, Job, MasterOptions, Mode, TaskId, train_on_cluster_with};
+use flowlab_programs::cluster::{ClusterTraining, Hooks, Mode, train_on_cluster_with};
+use flowlab_runtime::{ClusterSpec, Job, MasterOptions, TaskId};
 use std::path::PathBuf;
 use std::time::Duration;
 use std::process::ExitCode;
@@ -444,7 +445,7 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
         },
         // the last TRACED_UPDATES updates, as the in-process --trace
         timeline: args.trace.as_ref().map(|_| {
-            let total = flowlab_runtime::planned_updates(data, &cfg);
+            let total = flowlab_programs::cluster::planned_updates(data, &cfg);
             (total.saturating_sub(TRACED_UPDATES - 1).max(1), total.max(1))
         }),
         eval_every: args.eval_every.map(|n| n as usize),
@@ -456,7 +457,7 @@ fn train_cluster(args: &TrainArgs, mut cfg: TrainConfig, data: &Dataset, source:
                 let factors = flowlab_sim::cluster::injected_factors(&dist, workers, cfg.seed).map_err(|e| anyhow::anyhow!("--straggler {spec}: {e}"))?;
                 let shard = cfg.batch / cfg.devices.max(1);
                 let compute = flowlab_programs::train::time_replica_compute(data, &cfg, shard, 9).map_err(for_cli)?;
-                Some(flowlab_runtime::Stragglers { factors, compute: Duration::from_secs_f64(compute) })
+                Some(flowlab_programs::cluster::Stragglers { factors, compute: Duration::from_secs_f64(compute) })
             }
         },
     };

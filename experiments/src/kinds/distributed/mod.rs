@@ -161,7 +161,8 @@ use flowlab_engine::{DeviceSet, Graph, Output, Session, SessionOptions, Tensor};
 use flowlab_hw::CommFormat;
 use flowlab_programs::datasets::{Dataset, builtin_digits};
 use flowlab_programs::train::{CheckpointConfig, ModelKind, TrainConfig, batch_tensors, build_async, build_backup, build_sharded, local_cpu, shard_variables, split_holdout};
-use flowlab_runtime::{ClusterTraining, Hooks, Job, LocalCluster, MasterOptions, Mode, Stragglers, TaskId, train_on_cluster_with};
+use flowlab_programs::cluster::{ClusterTraining, Hooks, Mode, Stragglers, train_on_cluster_with};
+use flowlab_runtime::{Job, LocalCluster, MasterOptions, TaskId};
 use flowlab_sim::cluster::{ClusterConfig, ModelRef, NetworkConfig, Straggler, Strategy, TopologyKind, Workload, factor_table, injected_factors, simulate};
 
 use super::validate::LinkParams;
@@ -261,6 +262,8 @@ fn train_examples() -> Result<usize, String> {
     N.get_or_init(|| builtin_digits().map(|d| split_holdout(&d, 0).0.len()).map_err(|e| e.to_string())).clone()
 }
 
+/// A point's metrics in the order of its table: these, then
+/// [`PROCESS_METRICS`], then [`LATER_METRICS`].
 const METRICS: &[&str] = &[
     "measured_step_s",
     "measured_p10_s",
@@ -291,6 +294,11 @@ const METRICS: &[&str] = &[
     "calibrated_between_processes",
     "calibrated_in_process_recv_cpu_us",
     "calibrated_in_process_step_cpu_us",
+];
+
+/// The metrics only a point whose tasks are processes has: the
+/// calibration between task processes (`measure_task_processes`).
+const PROCESS_METRICS: &[&str] = &[
     "calibrated_recv_producer_cpu_us",
     "calibrated_recv_consumer_cpu_us",
     "calibrated_push_producer_cpu_us",
@@ -308,6 +316,9 @@ const METRICS: &[&str] = &[
     "calibrated_dispatch_out_us",
     "calibrated_dispatch_back_us",
     "calibrated_consumers",
+];
+
+const LATER_METRICS: &[&str] = &[
     "host_cores",
     "sim_link_gbps",
     "sim_latency_us",
@@ -346,7 +357,7 @@ pub(crate) static DISTRIBUTED: TypedKind<DistributedPoint> = TypedKind {
     validate: |p| p.validate(),
     run: run_point,
     resolve: super::serialized,
-    metric_names: || METRICS.iter().map(|m| m.to_string()).collect(),
+    metric_names: || METRICS.iter().chain(PROCESS_METRICS).chain(LATER_METRICS).map(|m| m.to_string()).collect(),
     series_names: &["measured_step_times_s", "task_cpu_per_update_us", "predicted_task_cpu_per_update_us"],
     tag_paths: &[],
     headline: &["model", "ps", "workers", "strategy", "backup", "comm", "batch"],
@@ -473,27 +484,6 @@ mod tests {
     use crate::kinds::Kind;
     use flowlab_runtime::Launcher;
 
-    /// Metrics only a point whose tasks are processes has: the calibration
-    /// between task processes (`measure_task_processes`).
-    const PROCESS_METRICS: &[&str] = &[
-        "calibrated_recv_producer_cpu_us",
-        "calibrated_recv_consumer_cpu_us",
-        "calibrated_push_producer_cpu_us",
-        "calibrated_push_consumer_cpu_us",
-        "calibrated_push_cpu_us",
-        "calibrated_small_recv_producer_cpu_us",
-        "calibrated_small_recv_consumer_cpu_us",
-        "calibrated_small_push_producer_cpu_us",
-        "calibrated_small_push_consumer_cpu_us",
-        "calibrated_small_recv_wall_us",
-        "calibrated_small_push_wall_us",
-        "calibrated_step_master_cpu_us",
-        "calibrated_step_tasks_cpu_us",
-        "calibrated_all_tasks_step_us",
-        "calibrated_dispatch_out_us",
-        "calibrated_dispatch_back_us",
-        "calibrated_consumers",
-    ];
 
     fn point(yaml: &str) -> Result<Box<dyn crate::kinds::Runnable>, String> {
         let v: serde_json::Value = serde_saphyr::from_str(yaml).unwrap();
@@ -597,7 +587,7 @@ mod tests {
         let m = &o.metrics;
         // every metric but the per-process calibration, which tasks on
         // threads cannot have (the e2e test checks those)
-        for k in METRICS.iter().filter(|k| !PROCESS_METRICS.contains(k)) {
+        for k in METRICS.iter().chain(LATER_METRICS) {
             assert!(m.get(*k).is_some_and(|v| v.is_finite()), "{k}: {m:?}");
         }
         assert!(PROCESS_METRICS.iter().all(|k| !m.contains_key(*k)), "{m:?}");

@@ -48,7 +48,7 @@ pub(super) fn run_point(p: &DistributedPoint, env: &PointEnv) -> Result<Outcome,
 
 /// The real run over a local cluster, and the CPU its processes took.
 pub(super) struct MeasuredRun {
-    pub(super) r: flowlab_runtime::ClusterTrainReport,
+    pub(super) r: flowlab_programs::cluster::ClusterTrainReport,
     pub(super) updates: f64,
     /// The runner's and each task's CPU seconds over the whole run ...
     pub(super) run_runner_cpu: f64,
@@ -298,7 +298,7 @@ pub(super) fn point_outcome(env: &PointEnv, cal: &Calibration, run: &MeasuredRun
     // where a step's time goes, phase by phase, on both sides
     let measured_phases = r.timeline.as_deref().map(step_phases).unwrap_or_default();
     if !measured_phases.is_empty() && !sim.worker0_phases_s.is_empty() {
-        let median = |v: Vec<f64>| flowlab_runtime::percentile(&v, 0.5);
+        let median = |v: Vec<f64>| flowlab_programs::cluster::percentile(&v, 0.5);
         for (i, name) in ["dispatch_out", "fetch", "compute", "rest", "dispatch_back"].into_iter().enumerate() {
             let v: Vec<f64> = measured_phases.iter().map(|p| p[i]).collect();
             if v.iter().all(|x| x.is_finite()) {
@@ -341,7 +341,7 @@ pub(super) fn traced_updates(p: &DistributedPoint, cfg: &flowlab_programs::train
         StrategyName::Sync => p.needed(),
         StrategyName::Async => 1,
     };
-    let total = flowlab_runtime::planned_updates(data, &c);
+    let total = flowlab_programs::cluster::planned_updates(data, &c);
     (total >= 2 * TRACED).then(|| (total / 2, total / 2 + TRACED - 1))
 }
 
