@@ -255,7 +255,6 @@ impl<'a> Schedule<'a> {
 pub(crate) struct Planned {
     pub dev: Vec<u16>,
     /// The schedule's last finish, in picoseconds.
-    #[cfg_attr(not(test), allow(dead_code))] // the tests compare it with the simulator
     pub makespan: u64,
 }
 
@@ -266,10 +265,6 @@ impl Schedule<'_> {
 }
 
 /// The TensorFlow whitepaper's greedy placer (see the module comment).
-pub(crate) fn tf_greedy(p: &Problem) -> Result<Vec<u16>, SimError> {
-    tf_greedy_planned(p).map(|x| x.dev)
-}
-
 pub(crate) fn tf_greedy_planned(p: &Problem) -> Result<Planned, SimError> {
     let mut s = Schedule::new(p);
     for &i in &p.sim.graph().topo {
@@ -289,17 +284,6 @@ pub(crate) fn tf_greedy_planned(p: &Problem) -> Result<Planned, SimError> {
         s.assign(i, d, start);
     }
     Ok(s.planned())
-}
-
-/// Baechi's m-ETF (see the module comment).
-pub(crate) fn m_etf(p: &Problem) -> Result<Vec<u16>, SimError> {
-    etf(p, None).map(|x| x.dev)
-}
-
-/// Baechi's m-SCT (see the module comment) with each node's favourite
-/// child (`sct_lp::favourite_children`, computed once per graph).
-pub(crate) fn m_sct(p: &Problem, fav: &[u32]) -> Result<Vec<u16>, SimError> {
-    etf(p, Some(fav)).map(|x| x.dev)
 }
 
 /// The consumer of each node's largest outgoing data edge (ties: lowest
@@ -323,7 +307,8 @@ pub(crate) fn largest_edge_children(p: &Problem) -> Vec<u32> {
         .collect()
 }
 
-/// ETF, or SCT when given the favourite children.
+/// Baechi's m-ETF, or m-SCT when given each node's favourite child
+/// (`sct_lp::favourite_children`; see the module comment).
 pub(crate) fn etf(p: &Problem, fav: Option<&[u32]>) -> Result<Planned, SimError> {
     let nd = p.ndev;
     let mut s = Schedule::new(p);

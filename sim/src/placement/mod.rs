@@ -8,8 +8,8 @@
 //! | `default` | the engine's rule: first allowed device, accelerators first |
 //! | `tf_greedy` | TF whitepaper: topological order, earliest finish incl. input transfers |
 //! | `m_topo` | Baechi: topological order, devices filled to an even memory share |
-//! | `m_etf` | Baechi: earliest task first under memory limits |
-//! | `m_sct` | Baechi: ETF keeping favourite children with their parents |
+//! | `m_etf` | Baechi: earliest task first under memory limits (gradients with their ops or not, whichever its schedule finishes first) |
+//! | `m_sct` | Baechi: ETF keeping favourite children with their parents (the same choice of grouping) |
 //! | `local_search` | simulated annealing over group moves from another placer's answer |
 //! | `map:FILE` | a hand-written [`DeviceMap`]: node-name globs to devices |
 //!
@@ -45,6 +45,7 @@ use crate::error::SimError;
 use crate::graph::{GraphSimulator, SimOptions, VirtualCluster};
 use flowlab_engine::{DeviceSet, EngineError, Graph, Placement, Placer};
 pub use device_map::DeviceMap;
+use list_schedule::Planned;
 use local_search::SearchLimits;
 use problem::Problem;
 use std::time::{Duration, Instant};
@@ -146,16 +147,17 @@ const TIGHTENINGS: usize = 8;
 /// budget shrinks in proportion and the scheduler runs again, at most
 /// [`TIGHTENINGS`] times; a placement that still does not fit is an error
 /// naming the device.
-fn within_simulated_memory(p: &mut Problem, place: impl Fn(&Problem) -> Result<Vec<u16>, SimError>) -> Result<Vec<u16>, SimError> {
+fn within_simulated_memory(p: &mut Problem, place: impl Fn(&Problem) -> Result<Planned, SimError>) -> Result<Planned, SimError> {
     let capacity = p.capacity.clone();
     let result = (|| {
         let mut round = 0;
         loop {
-            let dev = place(p)?;
-            let peak = p.replay(&dev)?.peak;
+            let planned = place(p)?;
+            let dev = &planned.dev;
+            let peak = p.replay(dev)?.peak;
             let over: Vec<usize> = (0..p.ndev).filter(|&d| peak[d] as f64 > capacity[d]).collect();
             let Some(&worst) = over.iter().max_by(|&&a, &&b| (peak[a] as f64 / capacity[a]).total_cmp(&(peak[b] as f64 / capacity[b]))) else {
-                return Ok(dev);
+                return Ok(planned);
             };
             if round == TIGHTENINGS {
                 let device = &p.sim.cluster().devices()[worst];
@@ -271,12 +273,12 @@ impl SimPlacer {
             Rule::SingleDevice => simple::single_device(p),
             Rule::RoundRobin => simple::round_robin(p),
             Rule::Default => simple::default_rule(p),
-            Rule::TfGreedy => within_simulated_memory(p, list_schedule::tf_greedy),
+            Rule::TfGreedy => within_simulated_memory(p, list_schedule::tf_greedy_planned).map(|x| x.dev),
             Rule::MTopo => with_gradients_colocated(p, |p| m_topo::m_topo(p)),
-            Rule::MEtf => with_gradients_colocated(p, |p| within_simulated_memory(p, list_schedule::m_etf)),
-            Rule::MSct => with_gradients_colocated(p, |p| {
+            Rule::MEtf => shorter_of_groupings(p, |p| within_simulated_memory(p, |p| list_schedule::etf(p, None))),
+            Rule::MSct => shorter_of_groupings(p, |p| {
                 let fav = sct_lp::favourite_children(p)?;
-                within_simulated_memory(p, |p| list_schedule::m_sct(p, &fav))
+                within_simulated_memory(p, |p| list_schedule::etf(p, Some(&fav)))
             }),
             Rule::Map => match &self.map {
                 Some(map) => map.assign(p),
@@ -299,6 +301,29 @@ fn with_gradients_colocated(p: &mut Problem, place: impl FnOnce(&mut Problem) ->
     let result = place(p);
     p.restore_groups(own);
     result
+}
+
+/// Runs m-ETF or m-SCT with each gradient op in its forward op's group
+/// (Baechi's `--colocate_grads_with_ops`) and with the graph's own groups,
+/// and keeps the placement whose own schedule ends first (a tie keeps
+/// Baechi's colocated one). Neither grouping is better everywhere: on
+/// 4xK40 colocation keeps the convolutional models' gradients beside their
+/// activations, on 8xH100 over PCIe it ties the sequence models' recurrent
+/// gradients into groups too large to spread. The choice is made on the
+/// placer's own schedule, not the simulator's; a grouping that cannot be
+/// placed leaves the other, and when neither can, colocation's error is
+/// the one returned.
+fn shorter_of_groupings(p: &mut Problem, place: impl Fn(&mut Problem) -> Result<Planned, SimError>) -> Result<Vec<u16>, SimError> {
+    let own = p.colocate_gradients();
+    let colocated = place(p);
+    p.restore_groups(own);
+    let separate = place(p);
+    match (colocated, separate) {
+        (Ok(a), Ok(b)) => Ok(if b.makespan < a.makespan { b.dev } else { a.dev }),
+        (Ok(a), Err(_)) => Ok(a.dev),
+        (Err(_), Ok(b)) => Ok(b.dev),
+        (Err(e), Err(_)) => Err(e),
+    }
 }
 
 fn rule_of_start(opts: &PlacerOptions) -> Result<Rule, SimError> {
