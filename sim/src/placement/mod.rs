@@ -8,7 +8,7 @@
 //! | `default` | the engine's rule: first allowed device, accelerators first |
 //! | `tf_greedy` | TF whitepaper: topological order, earliest finish incl. input transfers |
 //! | `m_topo` | Baechi: topological order, devices filled to an even memory share |
-//! | `m_etf` | Baechi: earliest task first under memory limits (gradients with their ops or not, whichever its schedule finishes first) |
+//! | `m_etf` | Baechi: earliest task first under memory limits (on all devices or fewer, gradients with their ops or not: whichever its own schedule finishes first) |
 //! | `m_sct` | Baechi: ETF keeping favourite children with their parents (the same choice of grouping) |
 //! | `local_search` | simulated annealing over group moves from another placer's answer |
 //! | `map:FILE` | a hand-written [`DeviceMap`]: node-name globs to devices |
@@ -275,11 +275,8 @@ impl SimPlacer {
             Rule::Default => simple::default_rule(p),
             Rule::TfGreedy => within_simulated_memory(p, list_schedule::tf_greedy_planned).map(|x| x.dev),
             Rule::MTopo => with_gradients_colocated(p, |p| m_topo::m_topo(p)),
-            Rule::MEtf => shorter_of_groupings(p, |p| within_simulated_memory(p, |p| list_schedule::etf(p, None))),
-            Rule::MSct => shorter_of_groupings(p, |p| {
-                let fav = sct_lp::favourite_children(p)?;
-                within_simulated_memory(p, |p| list_schedule::etf(p, Some(&fav)))
-            }),
+            Rule::MEtf => shortest_own_schedule(p, false),
+            Rule::MSct => shortest_own_schedule(p, true),
             Rule::Map => match &self.map {
                 Some(map) => map.assign(p),
                 None => Err(SimError::param("placer", "a device map placer needs its file: `map:FILE`")),
@@ -303,27 +300,91 @@ fn with_gradients_colocated(p: &mut Problem, place: impl FnOnce(&mut Problem) ->
     result
 }
 
-/// Runs m-ETF or m-SCT with each gradient op in its forward op's group
-/// (Baechi's `--colocate_grads_with_ops`) and with the graph's own groups,
-/// and keeps the placement whose own schedule ends first (a tie keeps
-/// Baechi's colocated one). Neither grouping is better everywhere: on
-/// 4xK40 colocation keeps the convolutional models' gradients beside their
-/// activations, on 8xH100 over PCIe it ties the sequence models' recurrent
-/// gradients into groups too large to spread. The choice is made on the
-/// placer's own schedule, not the simulator's; a grouping that cannot be
-/// placed leaves the other, and when neither can, colocation's error is
-/// the one returned.
-fn shorter_of_groupings(p: &mut Problem, place: impl Fn(&mut Problem) -> Result<Planned, SimError>) -> Result<Vec<u16>, SimError> {
-    let own = p.colocate_gradients();
-    let colocated = place(p);
-    p.restore_groups(own);
-    let separate = place(p);
-    match (colocated, separate) {
-        (Ok(a), Ok(b)) => Ok(if b.makespan < a.makespan { b.dev } else { a.dev }),
-        (Ok(a), Err(_)) => Ok(a.dev),
-        (Err(_), Ok(b)) => Ok(b.dev),
-        (Err(e), Err(_)) => Err(e),
+/// m-ETF, or m-SCT with `sct`, scheduled on the cluster's first `k`
+/// devices for `k` = all of them and each halving down to two, each with
+/// every gradient op in its forward op's group (Baechi's
+/// `--colocate_grads_with_ops`) and with the graph's own groups: the
+/// placement whose own schedule finishes first (a tie keeps the earlier:
+/// colocated, more devices), made to fit the simulated memory.
+/// ETF puts a ready node on any idle device where it starts earliest, so
+/// it spreads a graph over every device even where the transfers that
+/// follow cost more than the parallelism gains; and neither grouping is
+/// better everywhere (colocation keeps the convolutional models'
+/// gradients beside their activations on 4xK40 and ties the recurrent
+/// models' gradients into groups too large to spread on 8xH100 over
+/// PCIe). The choice is made on the placer's own schedules, never the
+/// simulator's (which only checks the chosen one's memory, as for every
+/// list scheduler), and never leaves fewer than two devices. A candidate
+/// that cannot be placed gives way to the next; when none can, the first
+/// error (all devices, colocated) is returned.
+fn shortest_own_schedule(p: &mut Problem, sct: bool) -> Result<Vec<u16>, SimError> {
+    let counts: Vec<usize> = std::iter::successors(Some(p.ndev), |&k| (k / 2 >= 2).then_some(k / 2)).collect();
+    let mut first_error = None;
+    // (own makespan, candidate order, colocated, devices), and m-SCT's
+    // favourite children per grouping (the LP sees every device)
+    let mut ranked: Vec<(u64, usize, bool, usize)> = Vec::new();
+    let mut favourites: [Option<Vec<u32>>; 2] = [None, None];
+    for (g, colocate) in [true, false].into_iter().enumerate() {
+        let outcome = with_grouping(p, colocate, |p| {
+            let fav = if sct { Some(sct_lp::favourite_children(p)?) } else { None };
+            let plans: Vec<(usize, Result<u64, SimError>)> =
+                counts.iter().map(|&k| (k, on_first_devices(p, k, |p| list_schedule::etf(p, fav.as_deref())).map(|x| x.makespan))).collect();
+            Ok::<_, SimError>((fav, plans))
+        });
+        match outcome {
+            Ok((fav, plans)) => {
+                favourites[g] = fav;
+                for (k, plan) in plans {
+                    match plan {
+                        Ok(makespan) => ranked.push((makespan, ranked.len(), colocate, k)),
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
     }
+    ranked.sort_unstable();
+    for (_, _, colocate, k) in ranked {
+        let fav = favourites[usize::from(!colocate)].as_deref();
+        let placed = with_grouping(p, colocate, |p| on_first_devices(p, k, |p| within_simulated_memory(p, |p| list_schedule::etf(p, fav))));
+        match placed {
+            Ok(planned) => return Ok(planned.dev),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_error.unwrap_or_else(|| SimError::param("placer", "no device to place on")))
+}
+
+/// `place` with every gradient op in its forward op's group
+/// ([`Problem::colocate_gradients`]) when `colocate`, the graph's own
+/// groups back afterwards.
+fn with_grouping<T>(p: &mut Problem, colocate: bool, place: impl FnOnce(&mut Problem) -> T) -> T {
+    if !colocate {
+        return place(p);
+    }
+    let own = p.colocate_gradients();
+    let out = place(p);
+    p.restore_groups(own);
+    out
+}
+
+/// `place` with only the first `k` devices open (the others' memory
+/// budgets zero, so no node goes there).
+fn on_first_devices<T>(p: &mut Problem, k: usize, place: impl FnOnce(&mut Problem) -> T) -> T {
+    let full = p.capacity.clone();
+    for c in p.capacity.iter_mut().skip(k) {
+        *c = 0.0;
+    }
+    let out = place(p);
+    p.capacity = full;
+    out
 }
 
 fn rule_of_start(opts: &PlacerOptions) -> Result<Rule, SimError> {
