@@ -51,45 +51,26 @@ impl DeviceMap {
     /// Reads and checks a device map file (YAML or JSON).
     pub fn load(path: &Path) -> Result<DeviceMap, SimError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| SimError::DeviceMap {
-            file: file.clone(),
-            detail: e.to_string(),
-        })?;
+        let text = std::fs::read_to_string(path).map_err(|e| SimError::DeviceMap { file: file.clone(), detail: e.to_string() })?;
         DeviceMap::parse(&file, &text)
     }
 
     /// Parses `text`, the contents of `file` (named in errors).
     pub fn parse(file: &str, text: &str) -> Result<DeviceMap, SimError> {
-        let err = |detail: String| SimError::DeviceMap {
-            file: file.into(),
-            detail,
-        };
-        let rules: Vec<RuleText> = serde_saphyr::from_str(text).map_err(|e| {
-            err(format!(
-                "{e} (expected a list of `{{ nodes: GLOB, device: N }}`)"
-            ))
-        })?;
+        let err = |detail: String| SimError::DeviceMap { file: file.into(), detail };
+        let rules: Vec<RuleText> = serde_saphyr::from_str(text).map_err(|e| err(format!("{e} (expected a list of `{{ nodes: GLOB, device: N }}`)")))?;
         if rules.is_empty() {
-            return Err(err(
-                "no rules: write `- { nodes: \"*\", device: 0 }` at least".into(),
-            ));
+            return Err(err("no rules: write `- { nodes: \"*\", device: 0 }` at least".into()));
         }
         let rules = rules
             .into_iter()
             .enumerate()
             .map(|(k, r)| {
-                let pattern = glob::Pattern::new(&r.nodes)
-                    .map_err(|e| err(format!("rule {} (`{}`): {e}", k + 1, r.nodes)))?;
-                Ok(MapRule {
-                    pattern,
-                    device: r.device,
-                })
+                let pattern = glob::Pattern::new(&r.nodes).map_err(|e| err(format!("rule {} (`{}`): {e}", k + 1, r.nodes)))?;
+                Ok(MapRule { pattern, device: r.device })
             })
             .collect::<Result<Vec<_>, SimError>>()?;
-        Ok(DeviceMap {
-            file: file.into(),
-            rules,
-        })
+        Ok(DeviceMap { file: file.into(), rules })
     }
 
     /// The file the map came from.
@@ -98,18 +79,12 @@ impl DeviceMap {
     }
 
     fn error(&self, node: &str, detail: String) -> SimError {
-        SimError::Placement {
-            node: node.into(),
-            detail: format!("device map `{}`: {detail}", self.file),
-        }
+        SimError::Placement { node: node.into(), detail: format!("device map `{}`: {detail}", self.file) }
     }
 
     /// Every rule is the first match of some node of the whole graph
     /// (`names`: the simulated step is pruned, initializers are not in it).
-    pub(crate) fn check_rules_used<'a>(
-        &self,
-        names: impl Iterator<Item = &'a str>,
-    ) -> Result<(), SimError> {
+    pub(crate) fn check_rules_used<'a>(&self, names: impl Iterator<Item = &'a str>) -> Result<(), SimError> {
         let mut used = vec![false; self.rules.len()];
         let mut first = None;
         for name in names {
@@ -150,14 +125,7 @@ impl DeviceMap {
             if d >= p.ndev {
                 return Err(self.error(
                     &names[first],
-                    format!(
-                        "rule {} (`{}`) names device {d}, but the cluster has {} ({}: 0 to {})",
-                        k + 1,
-                        self.rules[k].pattern,
-                        p.ndev,
-                        cluster.list(),
-                        p.ndev - 1
-                    ),
+                    format!("rule {} (`{}`) names device {d}, but the cluster has {} ({}: 0 to {})", k + 1, self.rules[k].pattern, p.ndev, cluster.list(), p.ndev - 1),
                 ));
             }
             if g.allowed & (1 << d) == 0 {

@@ -85,13 +85,9 @@ impl<'a> Schedule<'a> {
             group_dev: vec![UNPLACED; p.groups.len()],
             persistent,
             outputs,
-            remaining: (0..nslots)
-                .map(|s| g.slot_consumers.get(s).len() as u32)
-                .collect(),
+            remaining: (0..nslots).map(|s| g.slot_consumers.get(s).len() as u32).collect(),
             copies: vec![0; nslots],
-            copy_free: (0..p.ndev)
-                .map(|d| vec![0; p.sim.copy_engines(d)])
-                .collect(),
+            copy_free: (0..p.ndev).map(|d| vec![0; p.sim.copy_engines(d)]).collect(),
             port_busy: vec![Vec::new(); p.sim.port_count()],
             arrival: HashMap::new(),
         }
@@ -103,12 +99,7 @@ impl<'a> Schedule<'a> {
     fn need(&self, i: usize, d: usize) -> u64 {
         let g = self.p.sim.graph();
         let k = self.p.group_of[i] as usize;
-        let mut need = self.outputs[i]
-            + if self.group_dev[k] == UNPLACED {
-                self.persistent[k]
-            } else {
-                0
-            };
+        let mut need = self.outputs[i] + if self.group_dev[k] == UNPLACED { self.persistent[k] } else { 0 };
         for &s in g.inputs.get(i) {
             let s = s as usize;
             let src = self.dev[g.slot_node[s] as usize];
@@ -132,18 +123,8 @@ impl<'a> Schedule<'a> {
     /// The edges into `i` as (transfer key, producer, wire bytes).
     fn inputs_of(&self, i: usize) -> impl Iterator<Item = (u64, usize, u64)> + '_ {
         let g = self.p.sim.graph();
-        let data = g.inputs.get(i).iter().map(move |&s| {
-            (
-                s as u64,
-                g.slot_node[s as usize] as usize,
-                self.p.sim.slot_wire_bytes(s as usize),
-            )
-        });
-        let ctrl = g
-            .control_inputs
-            .get(i)
-            .iter()
-            .map(move |&c| (CONTROL + c as u64, c as usize, self.p.sim.control_bytes()));
+        let data = g.inputs.get(i).iter().map(move |&s| (s as u64, g.slot_node[s as usize] as usize, self.p.sim.slot_wire_bytes(s as usize)));
+        let ctrl = g.control_inputs.get(i).iter().map(move |&c| (CONTROL + c as u64, c as usize, self.p.sim.control_bytes()));
         data.chain(ctrl)
     }
 
@@ -189,10 +170,7 @@ impl<'a> Schedule<'a> {
 
     /// When all of `i`'s inputs (placed) would be on device `d`.
     fn data_ready(&self, i: usize, d: usize) -> u64 {
-        self.inputs_of(i)
-            .map(|(key, src, bytes)| self.input_ready(key, src, bytes, d))
-            .max()
-            .unwrap_or(0)
+        self.inputs_of(i).map(|(key, src, bytes)| self.input_ready(key, src, bytes, d)).max().unwrap_or(0)
     }
 
     /// Places `i` on `d`, no earlier than `start` nor before its inputs
@@ -208,10 +186,7 @@ impl<'a> Schedule<'a> {
                 t
             } else {
                 let transfer = self.p.sim.transfer_ps(e, d, bytes);
-                let t = match (
-                    self.p.sim.ports_of(e, d),
-                    self.copy_free[e].iter_mut().min(),
-                ) {
+                let t = match (self.p.sim.ports_of(e, d), self.copy_free[e].iter_mut().min()) {
                     (Some((o, i)), _) => {
                         let (latency, wire) = self.p.sim.transfer_parts_ps(e, d, bytes);
                         let start = self.port_gap(o, i, self.finish[src] + latency, wire);
@@ -285,10 +260,7 @@ pub(crate) struct Planned {
 
 impl Schedule<'_> {
     fn planned(self) -> Planned {
-        Planned {
-            makespan: self.finish.iter().copied().max().unwrap_or(0),
-            dev: self.dev,
-        }
+        Planned { makespan: self.finish.iter().copied().max().unwrap_or(0), dev: self.dev }
     }
 }
 
@@ -349,10 +321,7 @@ pub(crate) fn etf(p: &Problem, fav: Option<&[u32]>) -> Result<Planned, SimError>
     let mut urgent: Vec<u32> = vec![u32::MAX; nd];
     let mut placed = 0usize;
 
-    let push_ready = |i: usize,
-                      s: &Schedule,
-                      heaps: &mut Vec<BinaryHeap<Reverse<(u64, u32)>>>,
-                      ready_dr: &mut Vec<u64>| {
+    let push_ready = |i: usize, s: &Schedule, heaps: &mut Vec<BinaryHeap<Reverse<(u64, u32)>>>, ready_dr: &mut Vec<u64>| {
         for d in 0..nd {
             if s.can(i, d) {
                 let dr = s.data_ready(i, d);
@@ -385,9 +354,7 @@ pub(crate) fn etf(p: &Problem, fav: Option<&[u32]>) -> Result<Planned, SimError>
             }
         }
         let Some((mut est, _, mut i, mut d)) = best else {
-            let stuck = (0..p.n)
-                .find(|&i| s.dev[i] == UNPLACED && pending[i] == 0)
-                .unwrap_or(0);
+            let stuck = (0..p.n).find(|&i| s.dev[i] == UNPLACED && pending[i] == 0).unwrap_or(0);
             return Err(p.no_room(p.group_of[stuck] as usize, &s.used));
         };
         if sct {
@@ -405,19 +372,8 @@ pub(crate) fn etf(p: &Problem, fav: Option<&[u32]>) -> Result<Planned, SimError>
                 let c_est = s.avail[dd].max(ready_dr[cu * nd + dd]);
                 // What it saves: the transfer it would need on the cheapest
                 // link from the parent's device to another device it may use.
-                let cheapest = |b: u64| {
-                    (0..nd)
-                        .filter(|&e| e != dd && s.can(cu, e))
-                        .map(|e| p.sim.transfer_ps(dd, e, b))
-                        .min()
-                        .unwrap_or(0)
-                };
-                let saved = p
-                    .in_edges(cu)
-                    .filter(|&(src, _)| s.dev[src] as usize == dd)
-                    .map(|(_, b)| cheapest(b))
-                    .max()
-                    .unwrap_or(0);
+                let cheapest = |b: u64| (0..nd).filter(|&e| e != dd && s.can(cu, e)).map(|e| p.sim.transfer_ps(dd, e, b)).min().unwrap_or(0);
+                let saved = p.in_edges(cu).filter(|&(src, _)| s.dev[src] as usize == dd).map(|(_, b)| cheapest(b)).max().unwrap_or(0);
                 if c_est <= est + saved && pick.is_none_or(|(e, _, _)| c_est < e) {
                     pick = Some((c_est, c, dd));
                 }

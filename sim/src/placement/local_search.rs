@@ -22,15 +22,9 @@ pub(crate) struct SearchLimits {
     pub iterations: Option<usize>,
 }
 
-pub(crate) fn local_search(
-    p: &Problem,
-    start: Vec<u16>,
-    lim: &SearchLimits,
-) -> Result<Vec<u16>, SimError> {
+pub(crate) fn local_search(p: &Problem, start: Vec<u16>, lim: &SearchLimits) -> Result<Vec<u16>, SimError> {
     let clock = Instant::now();
-    let movable: Vec<usize> = (0..p.groups.len())
-        .filter(|&k| p.groups[k].allowed.count_ones() > 1)
-        .collect();
+    let movable: Vec<usize> = (0..p.groups.len()).filter(|&k| p.groups[k].allowed.count_ones() > 1).collect();
     let first = p.replay(&start)?;
     let (t0, fits0) = (first.step, first.fits);
     if movable.is_empty() {
@@ -62,9 +56,7 @@ pub(crate) fn local_search(
         let k = movable[rng.random_range(0..movable.len())];
         let gr = &p.groups[k];
         let from = cur[gr.members[0] as usize] as usize;
-        let choices: Vec<usize> = (0..p.ndev)
-            .filter(|&d| d != from && gr.allowed & (1 << d) != 0)
-            .collect();
+        let choices: Vec<usize> = (0..p.ndev).filter(|&d| d != from && gr.allowed & (1 << d) != 0).collect();
         let to = choices[rng.random_range(0..choices.len())];
         for &m in &gr.members {
             cur[m as usize] = to as u16;

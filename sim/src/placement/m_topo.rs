@@ -7,13 +7,9 @@ use crate::error::SimError;
 
 pub(crate) fn m_topo(p: &Problem) -> Result<Vec<u16>, SimError> {
     let total: u64 = p.groups.iter().map(|g| g.footprint).sum();
-    let usable: Vec<usize> = (0..p.ndev)
-        .filter(|&d| p.groups.iter().any(|g| g.allowed & (1 << d) != 0))
-        .collect();
+    let usable: Vec<usize> = (0..p.ndev).filter(|&d| p.groups.iter().any(|g| g.allowed & (1 << d) != 0)).collect();
     let share = total.div_ceil(usable.len().max(1) as u64);
-    let limit: Vec<f64> = (0..p.ndev)
-        .map(|d| p.capacity[d].min(share as f64))
-        .collect();
+    let limit: Vec<f64> = (0..p.ndev).map(|d| p.capacity[d].min(share as f64)).collect();
     let mut used = vec![0u64; p.ndev];
     let mut group_dev = vec![u16::MAX; p.groups.len()];
     let mut dev = vec![0u16; p.n];
@@ -23,9 +19,7 @@ pub(crate) fn m_topo(p: &Problem) -> Result<Vec<u16>, SimError> {
         let k = p.group_of[i] as usize;
         if group_dev[k] == u16::MAX {
             let fp = p.groups[k].footprint;
-            let within = |d: usize, used: &[u64]| {
-                p.groups[k].allowed & (1 << d) != 0 && (used[d] + fp) as f64 <= limit[d]
-            };
+            let within = |d: usize, used: &[u64]| p.groups[k].allowed & (1 << d) != 0 && (used[d] + fp) as f64 <= limit[d];
             // The current device while within its share, else the next ones;
             // if every share is spent, any device with capacity left.
             let d = (cur..p.ndev)

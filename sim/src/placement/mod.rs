@@ -9,7 +9,7 @@
 //! | `tf_greedy` | TF whitepaper: topological order, earliest finish incl. input transfers |
 //! | `m_topo` | Baechi: topological order, devices filled to an even memory share |
 //! | `m_etf` | Baechi: earliest task first under memory limits (on all devices or fewer, gradients with their ops or not: whichever its own schedule finishes first) |
-//! | `m_sct` | Baechi: ETF keeping favourite children with their parents (the same choice of grouping) |
+//! | `m_sct` | Baechi: ETF keeping favourite children with their parents (the same choice of devices and grouping) |
 //! | `local_search` | simulated annealing over group moves from another placer's answer |
 //! | `map:FILE` | a hand-written [`DeviceMap`]: node-name globs to devices |
 //!
@@ -274,7 +274,7 @@ impl SimPlacer {
             Rule::RoundRobin => simple::round_robin(p),
             Rule::Default => simple::default_rule(p),
             Rule::TfGreedy => within_simulated_memory(p, list_schedule::tf_greedy_planned).map(|x| x.dev),
-            Rule::MTopo => with_gradients_colocated(p, |p| m_topo::m_topo(p)),
+            Rule::MTopo => with_grouping(p, true, |p| m_topo::m_topo(p)),
             Rule::MEtf => shortest_own_schedule(p, false),
             Rule::MSct => shortest_own_schedule(p, true),
             Rule::Map => match &self.map {
@@ -288,16 +288,6 @@ impl SimPlacer {
             }
         }
     }
-}
-
-/// Runs one of Baechi's placers with each gradient op in its forward op's
-/// group ([`Problem::colocate_gradients`]); the graph's own groups come
-/// back afterwards, for the fallback and a local search started from it.
-fn with_gradients_colocated(p: &mut Problem, place: impl FnOnce(&mut Problem) -> Result<Vec<u16>, SimError>) -> Result<Vec<u16>, SimError> {
-    let own = p.colocate_gradients();
-    let result = place(p);
-    p.restore_groups(own);
-    result
 }
 
 /// m-ETF, or m-SCT with `sct`, scheduled on the cluster's first `k`
@@ -363,8 +353,9 @@ fn shortest_own_schedule(p: &mut Problem, sct: bool) -> Result<Vec<u16>, SimErro
 }
 
 /// `place` with every gradient op in its forward op's group
-/// ([`Problem::colocate_gradients`]) when `colocate`, the graph's own
-/// groups back afterwards.
+/// ([`Problem::colocate_gradients`]) when `colocate`; the graph's own
+/// groups come back afterwards, for the fallback and a local search
+/// started from the placement.
 fn with_grouping<T>(p: &mut Problem, colocate: bool, place: impl FnOnce(&mut Problem) -> T) -> T {
     if !colocate {
         return place(p);

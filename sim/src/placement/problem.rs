@@ -6,12 +6,12 @@
 //! devices that match every member's requested device. Kernel availability
 //! is not checked: virtual devices run every op.
 
-use crate::SimTime;
 use crate::error::SimError;
 use crate::graph::GraphSimulator;
+use crate::SimTime;
 use flowlab_engine::{DeviceName, DeviceSet};
-use parking_lot::Mutex;
 use std::collections::HashMap;
+use parking_lot::Mutex;
 
 /// One colocation group.
 #[derive(Debug, Clone)]
@@ -59,9 +59,7 @@ fn find(parent: &mut [usize], mut x: usize) -> usize {
 /// that `name` is `gradients/f/...` (forward names contain `/` too).
 fn forward_op_of(name: &str, by_name: &HashMap<&str, usize>) -> Option<usize> {
     let rest = name.strip_prefix("gradients/")?;
-    rest.match_indices('/')
-        .rev()
-        .find_map(|(at, _)| by_name.get(&rest[..at]).copied())
+    rest.match_indices('/').rev().find_map(|(at, _)| by_name.get(&rest[..at]).copied())
 }
 
 impl Problem {
@@ -81,29 +79,17 @@ impl Problem {
         if in_set == 0 {
             return Err(SimError::Placement {
                 node: g.names.first().cloned().unwrap_or_default(),
-                detail: format!(
-                    "no device of the given set is in the simulated cluster ({})",
-                    cluster.list()
-                ),
+                detail: format!("no device of the given set is in the simulated cluster ({})", cluster.list()),
             });
         }
-        let by_name: HashMap<&str, usize> = g
-            .names
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.as_str(), i))
-            .collect();
+        let by_name: HashMap<&str, usize> = g.names.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
         let mut parent: Vec<usize> = (0..n).collect();
         for i in 0..n {
             for other in &g.colocate_with[i] {
-                let j = *by_name
-                    .get(other.as_str())
-                    .ok_or_else(|| SimError::Placement {
-                        node: g.names[i].clone(),
-                        detail: format!(
-                            "it must be colocated with node '{other}', which is not in the graph"
-                        ),
-                    })?;
+                let j = *by_name.get(other.as_str()).ok_or_else(|| SimError::Placement {
+                    node: g.names[i].clone(),
+                    detail: format!("it must be colocated with node '{other}', which is not in the graph"),
+                })?;
                 let (a, b) = (find(&mut parent, i), find(&mut parent, j));
                 let (lo, hi) = if a < b { (a, b) } else { (b, a) };
                 parent[hi] = lo;
@@ -117,11 +103,7 @@ impl Problem {
         for i in 0..n {
             let r = find(&mut parent, i);
             let k = *index_of_root.entry(r).or_insert_with(|| {
-                groups.push(Group {
-                    members: Vec::new(),
-                    allowed: in_set,
-                    footprint: 0,
-                });
+                groups.push(Group { members: Vec::new(), allowed: in_set, footprint: 0 });
                 asked_by.push(None);
                 (groups.len() - 1) as u32
             });
@@ -132,17 +114,11 @@ impl Problem {
             // a device the roofline has no rate for the op on (float work
             // on TPU v1) cannot take it, as a device without its kernel
             if g.runs[i] {
-                let runnable = (0..ndev)
-                    .filter(|&d| sim.op_ps(i, d) != u64::MAX)
-                    .fold(0u64, |m, d| m | 1 << d);
+                let runnable = (0..ndev).filter(|&d| sim.op_ps(i, d) != u64::MAX).fold(0u64, |m, d| m | 1 << d);
                 if gr.allowed & runnable == 0 {
                     return Err(SimError::Placement {
                         node: g.names[i].clone(),
-                        detail: format!(
-                            "no device of the set that its colocation group may use can run its {} ({})",
-                            g.ops[i],
-                            cluster.list()
-                        ),
+                        detail: format!("no device of the set that its colocation group may use can run its {} ({})", g.ops[i], cluster.list()),
                     });
                 }
                 gr.allowed &= runnable;
@@ -151,10 +127,7 @@ impl Problem {
             if req.is_empty() {
                 continue;
             }
-            let spec = DeviceName::parse(req).map_err(|e| SimError::Placement {
-                node: g.names[i].clone(),
-                detail: e.to_string(),
-            })?;
+            let spec = DeviceName::parse(req).map_err(|e| SimError::Placement { node: g.names[i].clone(), detail: e.to_string() })?;
             let mut mask = 0u64;
             for (d, vd) in cluster.devices().iter().enumerate() {
                 if vd.name.matches(&spec) {
@@ -168,37 +141,17 @@ impl Problem {
                         "it requests '{}' but node '{}' of its colocation group requests '{}', and no device satisfies both",
                         req, g.names[prev], g.requested[prev]
                     ),
-                    _ => format!(
-                        "requested device '{spec}' matches no device of the set ({})",
-                        cluster.list()
-                    ),
+                    _ => format!("requested device '{spec}' matches no device of the set ({})", cluster.list()),
                 };
-                return Err(SimError::Placement {
-                    node: g.names[i].clone(),
-                    detail,
-                });
+                return Err(SimError::Placement { node: g.names[i].clone(), detail });
             }
             gr.allowed = narrowed;
             asked_by[k as usize] = Some(i);
         }
         let capacity = cluster.devices().iter().map(|d| d.capacity_bytes).collect();
         let mut priority: Vec<usize> = (0..ndev).collect();
-        priority.sort_by_key(|&d| {
-            (
-                cluster.devices()[d].name.device_type.as_deref() == Some("CPU"),
-                d,
-            )
-        });
-        Ok(Problem {
-            sim,
-            n,
-            ndev,
-            group_of,
-            groups,
-            capacity,
-            priority,
-            last_replay: Mutex::new(None),
-        })
+        priority.sort_by_key(|&d| (cluster.devices()[d].name.device_type.as_deref() == Some("CPU"), d));
+        Ok(Problem { sim, n, ndev, group_of, groups, capacity, priority, last_replay: Mutex::new(None) })
     }
 
     /// Gradient ops join the group of the forward op they differentiate
@@ -216,22 +169,12 @@ impl Problem {
     /// Returns the groups it replaced, for [`Problem::restore_groups`].
     pub fn colocate_gradients(&mut self) -> (Vec<u32>, Vec<Group>) {
         let g = self.sim.graph();
-        let by_name: HashMap<&str, usize> = g
-            .names
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.as_str(), i))
-            .collect();
+        let by_name: HashMap<&str, usize> = g.names.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
         let mut parent: Vec<usize> = (0..self.groups.len()).collect();
         let mut allowed: Vec<u64> = self.groups.iter().map(|gr| gr.allowed).collect();
         for i in 0..self.n {
-            let Some(fwd) = forward_op_of(&g.names[i], &by_name) else {
-                continue;
-            };
-            let (a, b) = (
-                find(&mut parent, self.group_of[i] as usize),
-                find(&mut parent, self.group_of[fwd] as usize),
-            );
+            let Some(fwd) = forward_op_of(&g.names[i], &by_name) else { continue };
+            let (a, b) = (find(&mut parent, self.group_of[i] as usize), find(&mut parent, self.group_of[fwd] as usize));
             if a != b && allowed[a] & allowed[b] != 0 {
                 let (lo, hi) = if a < b { (a, b) } else { (b, a) };
                 parent[hi] = lo;
@@ -244,21 +187,14 @@ impl Problem {
         for i in 0..self.n {
             let root = find(&mut parent, self.group_of[i] as usize);
             let k = *index_of_root.entry(root).or_insert_with(|| {
-                groups.push(Group {
-                    members: Vec::new(),
-                    allowed: allowed[root],
-                    footprint: 0,
-                });
+                groups.push(Group { members: Vec::new(), allowed: allowed[root], footprint: 0 });
                 (groups.len() - 1) as u32
             });
             group_of[i] = k;
             groups[k as usize].members.push(i as u32);
             groups[k as usize].footprint += g.footprint(i);
         }
-        (
-            std::mem::replace(&mut self.group_of, group_of),
-            std::mem::replace(&mut self.groups, groups),
-        )
+        (std::mem::replace(&mut self.group_of, group_of), std::mem::replace(&mut self.groups, groups))
     }
 
     /// Puts back the groups [`Problem::colocate_gradients`] replaced.
@@ -276,16 +212,8 @@ impl Problem {
             return Ok(r.clone());
         }
         let t = self.sim.run(dev)?;
-        let fits = t
-            .peak_mem
-            .iter()
-            .zip(self.sim.cluster().devices())
-            .all(|(&p, d)| p as f64 <= d.capacity_bytes);
-        let r = Replay {
-            step: t.step,
-            peak: t.peak_mem,
-            fits,
-        };
+        let fits = t.peak_mem.iter().zip(self.sim.cluster().devices()).all(|(&p, d)| p as f64 <= d.capacity_bytes);
+        let r = Replay { step: t.step, peak: t.peak_mem, fits };
         *last = Some((dev.to_vec(), r.clone()));
         Ok(r)
     }
@@ -300,14 +228,7 @@ impl Problem {
         let gr = &self.groups[group];
         let free: Vec<String> = (0..self.ndev)
             .filter(|&d| gr.allowed & (1 << d) != 0)
-            .map(|d| {
-                format!(
-                    "{} has {:.0} of {:.0} bytes free",
-                    self.sim.cluster().devices()[d].name,
-                    (self.capacity[d] - used[d] as f64).max(0.0),
-                    self.capacity[d]
-                )
-            })
+            .map(|d| format!("{} has {:.0} of {:.0} bytes free", self.sim.cluster().devices()[d].name, (self.capacity[d] - used[d] as f64).max(0.0), self.capacity[d]))
             .collect();
         SimError::Placement {
             node: self.sim.graph().names[gr.members[0] as usize].clone(),
@@ -323,33 +244,21 @@ impl Problem {
     /// Whether group `k` can go to device `d` given the bytes in use.
     #[inline]
     pub fn fits(&self, k: usize, d: usize, used: &[u64]) -> bool {
-        self.groups[k].allowed & (1 << d) != 0
-            && (used[d] + self.groups[k].footprint) as f64 <= self.capacity[d]
+        self.groups[k].allowed & (1 << d) != 0 && (used[d] + self.groups[k].footprint) as f64 <= self.capacity[d]
     }
 
     /// Every data-input and control-input edge of `i` as (producer, bytes).
     pub fn in_edges(&self, i: usize) -> impl Iterator<Item = (usize, u64)> + '_ {
         let g = self.sim.graph();
-        let data = g.inputs.get(i).iter().map(move |&s| {
-            (
-                g.slot_node[s as usize] as usize,
-                self.sim.slot_wire_bytes(s as usize),
-            )
-        });
-        let ctrl = g
-            .control_inputs
-            .get(i)
-            .iter()
-            .map(move |&c| (c as usize, self.sim.control_bytes()));
+        let data = g.inputs.get(i).iter().map(move |&s| (g.slot_node[s as usize] as usize, self.sim.slot_wire_bytes(s as usize)));
+        let ctrl = g.control_inputs.get(i).iter().map(move |&c| (c as usize, self.sim.control_bytes()));
         data.chain(ctrl)
     }
 
     /// Every consumer edge of `i` (data, one per edge, then control).
     pub fn out_edges(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
         let g = self.sim.graph();
-        g.slots(i)
-            .flat_map(move |s| g.slot_consumers.get(s).iter().map(|&c| c as usize))
-            .chain(g.control_consumers.get(i).iter().map(|&c| c as usize))
+        g.slots(i).flat_map(move |s| g.slot_consumers.get(s).iter().map(|&c| c as usize)).chain(g.control_consumers.get(i).iter().map(|&c| c as usize))
     }
 
     /// Number of input edges of `i` (data and control).

@@ -22,9 +22,7 @@
 use super::problem::Problem;
 use crate::error::SimError;
 use clarabel::algebra::CscMatrix;
-use clarabel::solver::{
-    DefaultSettingsBuilder, DefaultSolver, IPSolver, NonnegativeConeT, SolverStatus,
-};
+use clarabel::solver::{DefaultSettingsBuilder, DefaultSolver, IPSolver, NonnegativeConeT, SolverStatus};
 use std::collections::HashMap;
 
 /// The favourite child of each node (`u32::MAX`: none), from the LP.
@@ -99,27 +97,11 @@ pub(crate) fn favourite_children(p: &Problem) -> Result<Vec<u32>, SimError> {
         .build()
         .map_err(|e| SimError::param("placer", format!("m_sct LP settings: {e:?}")))?;
     let cones = [NonnegativeConeT(rhs.len())];
-    let mut solver = DefaultSolver::new(
-        &CscMatrix::zeros((vars, vars)),
-        &q,
-        &a,
-        &rhs,
-        &cones,
-        settings,
-    )
-    .map_err(|e| SimError::param("placer", format!("m_sct LP: {e:?}")))?;
+    let mut solver = DefaultSolver::new(&CscMatrix::zeros((vars, vars)), &q, &a, &rhs, &cones, settings)
+        .map_err(|e| SimError::param("placer", format!("m_sct LP: {e:?}")))?;
     solver.solve();
-    if !matches!(
-        solver.solution.status,
-        SolverStatus::Solved | SolverStatus::AlmostSolved
-    ) {
-        return Err(SimError::param(
-            "placer",
-            format!(
-                "m_sct's favourite-child LP ended {:?}",
-                solver.solution.status
-            ),
-        ));
+    if !matches!(solver.solution.status, SolverStatus::Solved | SolverStatus::AlmostSolved) {
+        return Err(SimError::param("placer", format!("m_sct's favourite-child LP ended {:?}", solver.solution.status)));
     }
     let sol = &solver.solution.x;
     let mut fav = vec![u32::MAX; n];

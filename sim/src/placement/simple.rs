@@ -12,15 +12,7 @@ use crate::error::SimError;
 pub(crate) fn single_device(p: &Problem) -> Result<Vec<u16>, SimError> {
     let mut order: Vec<(u64, usize)> = (0..p.ndev)
         .filter(|&d| p.groups.iter().any(|g| g.allowed & (1 << d) != 0))
-        .map(|d| {
-            (
-                (0..p.n)
-                    .filter(|&i| p.allowed(i, d))
-                    .map(|i| p.sim.op_ps(i, d))
-                    .sum(),
-                d,
-            )
-        })
+        .map(|d| ((0..p.n).filter(|&i| p.allowed(i, d)).map(|i| p.sim.op_ps(i, d)).sum(), d))
         .collect();
     order.sort_unstable();
     let mut tried = Vec::new();
@@ -30,19 +22,11 @@ pub(crate) fn single_device(p: &Problem) -> Result<Vec<u16>, SimError> {
         if (0..p.ndev).all(|d| peaks[d] as f64 <= p.capacity[d]) {
             return Ok(dev);
         }
-        tried.push(format!(
-            "{} would need {} bytes of {:.0}",
-            p.sim.cluster().devices()[home].name,
-            peaks[home],
-            p.capacity[home]
-        ));
+        tried.push(format!("{} would need {} bytes of {:.0}", p.sim.cluster().devices()[home].name, peaks[home], p.capacity[home]));
     }
     Err(SimError::Placement {
         node: p.sim.graph().names.first().cloned().unwrap_or_default(),
-        detail: format!(
-            "single_device: no device holds the graph ({})",
-            tried.join("; ")
-        ),
+        detail: format!("single_device: no device holds the graph ({})", tried.join("; ")),
     })
 }
 
@@ -50,11 +34,7 @@ pub(crate) fn single_device(p: &Problem) -> Result<Vec<u16>, SimError> {
 fn all_on(p: &Problem, home: usize) -> Result<Vec<u16>, SimError> {
     let mut dev = vec![0u16; p.n];
     for g in &p.groups {
-        let d = if g.allowed & (1 << home) != 0 {
-            home
-        } else {
-            g.allowed.trailing_zeros() as usize
-        };
+        let d = if g.allowed & (1 << home) != 0 { home } else { g.allowed.trailing_zeros() as usize };
         for &m in &g.members {
             dev[m as usize] = d as u16;
         }
@@ -69,10 +49,7 @@ pub(crate) fn round_robin(p: &Problem) -> Result<Vec<u16>, SimError> {
     let mut dev = vec![0u16; p.n];
     let mut next = 0usize;
     for (k, g) in p.groups.iter().enumerate() {
-        let d = (0..p.ndev)
-            .map(|o| (next + o) % p.ndev)
-            .find(|&d| p.fits(k, d, &used))
-            .ok_or_else(|| p.no_room(k, &used))?;
+        let d = (0..p.ndev).map(|o| (next + o) % p.ndev).find(|&d| p.fits(k, d, &used)).ok_or_else(|| p.no_room(k, &used))?;
         next = d + 1;
         used[d] += g.footprint;
         for &m in &g.members {
@@ -88,12 +65,7 @@ pub(crate) fn round_robin(p: &Problem) -> Result<Vec<u16>, SimError> {
 pub(crate) fn default_rule(p: &Problem) -> Result<Vec<u16>, SimError> {
     let mut dev = vec![0u16; p.n];
     for g in &p.groups {
-        let d = p
-            .priority
-            .iter()
-            .copied()
-            .find(|&d| g.allowed & (1 << d) != 0)
-            .unwrap_or(0);
+        let d = p.priority.iter().copied().find(|&d| g.allowed & (1 << d) != 0).unwrap_or(0);
         for &m in &g.members {
             dev[m as usize] = d as u16;
         }
