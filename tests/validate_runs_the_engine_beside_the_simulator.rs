@@ -132,7 +132,7 @@ fn a_step_this_machine_cannot_hold_is_refused_before_the_engine_allocates_it() {
     assert!(!out_file.exists());
 }
 
-/// `flowlab diagnose` as a user runs it: two sessions'
+/// `flowlab diagnose` as a user runs it: two `Session`s'
 /// kernels alone and together (each op's time a positive number in both),
 /// and a misspelt placer refused by name before anything is measured.
 #[test]

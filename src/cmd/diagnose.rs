@@ -15,7 +15,7 @@ pub struct DiagnoseArgs {
 
 #[derive(Subcommand)]
 enum Diagnosis {
-    /// Kernel times of one session alone and while a second session of the same model steps on another thread.
+    /// Kernel times of one engine `Session` alone and while a second `Session` of the same model steps on another thread.
     Sessions {
         /// A zoo model.
         #[arg(long, default_value = "cnn")]

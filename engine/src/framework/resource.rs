@@ -5,7 +5,7 @@
 //! Locks and panics: optimizers update a variable in place under its lock,
 //! so a kernel that panics halfway leaves the value torn. That lock is
 //! std's, and its poison is an error ([`EngineError::TornVariable`]) until
-//! the whole value is set again; a session outlives a panicking step where
+//! the whole value is set again; a `Session` outlives a panicking step where
 //! something catches the panic (a task of the gRPC runtime keeps serving).
 //! Every other lock in the engine is `parking_lot`'s, which does not
 //! poison: each of their critical sections inserts, takes or replaces a

@@ -503,7 +503,7 @@ impl Session {
     }
 
     /// The current value of the variable named `name`: `Uninitialized`
-    /// before it is initialized (or when the session has never touched it),
+    /// before it is initialized (or when this `Session` has never touched it),
     /// `TornVariable` after an update of it panicked halfway.
     pub fn variable_value(&self, name: &str) -> Result<Tensor> {
         let slot = self.state.lock().vars.get(name).cloned();

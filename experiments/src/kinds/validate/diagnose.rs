@@ -2,7 +2,7 @@
 //! person to read (nothing is asserted). Each diagnosis measures this host
 //! the way `kind: validate` does (the same step runner, host figures and
 //! profile) and lays the measurement beside the simulator's prediction:
-//! - [`two_sessions`]: do two one-device sessions of one process, stepping
+//! - [`two_sessions`]: do two one-device `Session`s of one process, stepping
 //!   at once, slow each other's kernels (the cost a split step pays on a
 //!   shared host)?
 //! - [`roofline_by_class`]: where the roofline's one-device step differs
@@ -58,8 +58,8 @@ fn warm_runner(model: &ModelGraph, init: &Output, opts: flowlab_engine::SessionO
     Ok(r)
 }
 
-/// Kernel times per op of one session stepping alone, then while a second
-/// session of the same model steps on another thread of this process.
+/// Kernel times per op of one `Session` stepping alone, then while a second
+/// `Session` of the same model steps on another thread of this process.
 pub fn two_sessions(model: &str, batch: usize) -> Result<String, ExperimentError> {
     let run = || -> Result<String, String> {
         let (graph, init) = measure::with_initializer(model, &ZooSizes::default(), batch)?;
